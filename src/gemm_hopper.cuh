@@ -1,0 +1,359 @@
+/*
+ * weave Hopper GEMM role: device side. Usable from any kernel of 384 threads (blockDim.x == 384).
+ *
+ * Design
+ *   Persistent: the caller hands the role a sequence of tile numbers seq = seq_begin,
+ *   seq_begin + seq_stride, ... (< seq_count); the Sink maps each to (tile_m, tile_n) and receives the
+ *   results. Tile = 128 x 256 of C, K stepped by 64.
+ *   Warpgroup 0 (threads 0..127) is the producer: one thread issues the TMA loads (128-byte swizzle)
+ *   of A [128 x 64] and B [256 x 64 or 64 x 256] into a ring of 4 smem stages. Each stage has a
+ *   `full` mbarrier (1 arrival + the TMA transaction bytes) and an `empty` mbarrier (2 arrivals, one
+ *   per consumer warpgroup). Waits use the phase parity, which flips each time the ring wraps.
+ *   Warpgroups 1 and 2 (threads 128..383) are consumers: each owns 64 rows of the tile and issues
+ *   4 wgmma.m64n256k16 per stage (fp32 accumulators, 128 registers per thread); a stage is released
+ *   once the wgmma group of the following stage has been issued and the previous one waited for
+ *   (wgmma.wait_group 1), so the tensor core always has one stage queued.
+ *   setmaxnreg moves registers from the producer (40) to the consumers (232).
+ *   B layouts: COL ([N, K], K-major) is wgmma's native B; ROW ([K, N], N-major) is loaded as four
+ *   64-column boxes per stage and read with the transpose bit (tnspB = 1) and an MN-major descriptor.
+ *   Tails: the TMA unit zero-fills what lies outside [M, K] / [N, K], so partial tiles and K < 64 just
+ *   work; stores are masked (row < M, col < N) by the role before it calls the sink.
+ *
+ * Sink contract (a struct the caller passes by reference):
+ *   __device__ void coords(int seq, int* tile_m, int* tile_n);   // tile indices of tile `seq`
+ *   __device__ void begin(int seq);   // every consumer thread, before its first store2 of the tile
+ *   __device__ void store2(int row, int col, float v0, float v1);
+ *       // raw fp32 accumulators of C[row][col], C[row][col+1]; col even; row < M, col < N;
+ *       // v1 meaningful only if col + 1 < N (the sink checks). Alpha/bias/cast: the sink's job.
+ *   __device__ void end(int seq);     // ONE consumer thread, after all 256 consumer threads are done
+ *                                     // with store2 for that tile (named barrier 1, 256 threads).
+ *   coords() is called by the producer thread and by every consumer thread: it must be a pure
+ *   function of seq.
+ *
+ * Synchronization used: one __syncthreads() at entry (after the mbarrier init; all 384 threads must
+ * call the role), then only mbarriers and named barrier WEAVE_HGEMM_CONSUMER_BARRIER_ID among the 256
+ * consumer threads. Producer threads other than thread 0 return at once (after setmaxnreg).
+ * After the role returns, the producer warpgroup runs with 40 registers and the consumers with 232.
+ */
+#ifndef WEAVE_GEMM_HOPPER_CUH
+#define WEAVE_GEMM_HOPPER_CUH
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "gemm_hopper.h"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "gemm_hopper.cuh needs -gencode arch=compute_90a,code=sm_90a (wgmma, setmaxnreg)"
+#endif
+
+#define WEAVE_HGEMM_PRODUCER_REGS 40
+#define WEAVE_HGEMM_CONSUMER_REGS 232
+
+/* ---------------------------------------------------------------------------------------------
+ * PTX helpers
+ * ------------------------------------------------------------------------------------------- */
+static __device__ __forceinline__ uint32_t weave_smem_u32(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void weave_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void weave_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+static __device__ __forceinline__ void weave_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+static __device__ __forceinline__ void weave_mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+static __device__ __forceinline__ void weave_tma_load_2d(uint32_t dst, const CUtensorMap *map,
+                                                         uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+static __device__ __forceinline__ void weave_tma_prefetch_map(const CUtensorMap *map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)map) : "memory");
+}
+
+static __device__ __forceinline__ void weave_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void weave_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+static __device__ __forceinline__ void weave_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+template <int REGS>
+static __device__ __forceinline__ void weave_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+template <int REGS>
+static __device__ __forceinline__ void weave_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+
+static __device__ __forceinline__ void weave_named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits. */
+static __device__ __forceinline__ void weave_fence_regs(float *d) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* wgmma shared-memory descriptor bits (besides the 14-bit start address >> 4):
+ *   bits 16-29 LBO >> 4, bits 32-45 SBO >> 4, bits 62-63 layout (1 = 128-byte swizzle).
+ * K-major 128B swizzle: rows of 128 bytes, 8-row core groups 1024 bytes apart (SBO), LBO unused. */
+#define WEAVE_HGEMM_DESC_KMAJOR_SW128 ((1ull << 62) | (64ull << 32) | (1ull << 16))
+
+static __device__ __forceinline__ uint64_t weave_desc(uint32_t smem_addr, uint64_t base) {
+  return base | (uint64_t)((smem_addr & 0x3FFFF) >> 4);
+}
+
+#define WEAVE_WGMMA_M64N256K16_BF16(d, desc_a, desc_b, scale_d, TNSPB) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}, %128, %129, p, 1, 1, 0, %131;\n}\n" \
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+    : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
+
+#define WEAVE_WGMMA_M64N256K16_F16(d, desc_a, desc_b, scale_d, TNSPB) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}, %128, %129, p, 1, 1, 0, %131;\n}\n" \
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+    : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
+
+/* Grouped tile order: tiles walk down groups of `group_m` tile rows, column by column, so the CTAs
+ * of one wave share A rows and B columns in L2. */
+static __host__ __device__ __forceinline__ void weave_hgemm_grouped_coords(int seq, int tiles_m,
+                                                                           int tiles_n, int group_m,
+                                                                           int *tile_m, int *tile_n) {
+  int per_group = group_m * tiles_n;
+  int g = seq / per_group;
+  int first_m = g * group_m;
+  int gm = tiles_m - first_m < group_m ? tiles_m - first_m : group_m;
+  int r = seq - g * per_group;
+  *tile_m = first_m + r % gm;
+  *tile_n = r / gm;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The role, for one (dtype, B layout). DT: WEAVE_BF16 or WEAVE_FP16; BCOL: 1 for WEAVE_LAYOUT_COL.
+ * ------------------------------------------------------------------------------------------- */
+template <class Sink, int DT, int BCOL>
+__device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmParams &p,
+                                                         unsigned char *smem, int seq_begin,
+                                                         int seq_stride, int seq_count, Sink &sink) {
+  const uint32_t smem_base = weave_smem_u32(smem);
+  const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
+  const uint32_t empty_bar = full_bar + WEAVE_HGEMM_STAGES * 8;
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < WEAVE_HGEMM_STAGES; ++s) {
+      weave_mbar_init(full_bar + 8 * s, 1);
+      weave_mbar_init(empty_bar + 8 * s, 2);
+    }
+    /* make the inits visible to the async proxy (TMA complete_tx) */
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+
+  const int k_blocks = p.k_blocks;
+
+  if (wg == 0) {
+    /* ---------------- producer ---------------- */
+    weave_setmaxnreg_dec<WEAVE_HGEMM_PRODUCER_REGS>();
+    if (tid == 0) {
+      weave_tma_prefetch_map(&p.tmap_a);
+      weave_tma_prefetch_map(&p.tmap_b);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
+        int tm, tn;
+        sink.coords(seq, &tm, &tn);
+        const int m0 = tm * WEAVE_HGEMM_BM, n0 = tn * WEAVE_HGEMM_BN;
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          weave_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+          const uint32_t fb = full_bar + 8 * stage;
+          weave_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
+          const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES;
+          const uint32_t sb = sa + WEAVE_HGEMM_A_STAGE_BYTES;
+          const int k0 = kb * WEAVE_HGEMM_BK;
+          weave_tma_load_2d(sa, &p.tmap_a, fb, k0, m0);
+          if (BCOL) {
+            weave_tma_load_2d(sb, &p.tmap_b, fb, k0, n0);
+          } else {
+#pragma unroll
+            for (int j = 0; j < WEAVE_HGEMM_BN / 64; ++j)
+              weave_tma_load_2d(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, n0 + 64 * j, k0);
+          }
+          if (++stage == WEAVE_HGEMM_STAGES) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    /* ---------------- consumers ---------------- */
+    weave_setmaxnreg_inc<WEAVE_HGEMM_CONSUMER_REGS>();
+    const int cw = wg - 1;            /* 0 or 1: which 64-row half of the tile */
+    const int ltid = tid & 127;
+    const int warp = ltid >> 5, lane = ltid & 31;
+    const uint64_t b_base = BCOL ? WEAVE_HGEMM_DESC_KMAJOR_SW128 : p.b_desc_base;
+    /* per k16 step: K-major advances 32 bytes inside the swizzled row; MN-major 16 rows of 128 B */
+    const uint32_t b_kstep = BCOL ? 2u : (16u * 128u) >> 4;
+    const int M = p.M, N = p.N;
+    float acc[128];
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
+      int tm, tn;
+      sink.coords(seq, &tm, &tn);
+      int prev_stage = 0;
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        weave_mbar_wait(full_bar + 8 * stage, phase);
+        const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
+        const uint32_t sb = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
+        const uint64_t da = weave_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
+        const uint64_t db = weave_desc(sb, b_base);
+        weave_fence_regs(acc);
+        weave_wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
+          const uint32_t scale_d = (kb > 0 || k > 0) ? 1u : 0u;
+          if (DT == WEAVE_BF16) {
+            WEAVE_WGMMA_M64N256K16_BF16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+          } else {
+            WEAVE_WGMMA_M64N256K16_F16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+          }
+        }
+        weave_wgmma_commit();
+        weave_fence_regs(acc);
+        weave_wgmma_wait<1>();
+        if (kb > 0 && ltid == 0) weave_mbar_arrive(empty_bar + 8 * prev_stage);
+        prev_stage = stage;
+        if (++stage == WEAVE_HGEMM_STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      weave_wgmma_wait<0>();
+      weave_fence_regs(acc);
+      if (ltid == 0 && k_blocks > 0) weave_mbar_arrive(empty_bar + 8 * prev_stage);
+
+      /* epilogue: accumulator fragment of m64nNk16: d[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}),
+       * d[4j + {2,3}] at row + 8, with row = 16*warp + lane/4 inside the warpgroup's 64 rows. */
+      sink.begin(seq);
+      const int row0 = tm * WEAVE_HGEMM_BM + cw * 64 + warp * 16 + (lane >> 2);
+      const int col0 = tn * WEAVE_HGEMM_BN + (lane & 3) * 2;
+#pragma unroll
+      for (int j = 0; j < WEAVE_HGEMM_BN / 8; ++j) {
+        const int col = col0 + 8 * j;
+        if (col < N) {
+          if (row0 < M) sink.store2(row0, col, acc[4 * j + 0], acc[4 * j + 1]);
+          if (row0 + 8 < M) sink.store2(row0 + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+        }
+      }
+      weave_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
+      if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
+    }
+  }
+}
+
+/* The role for the (dtype, layout) in p, chosen at run time (one uniform branch). */
+template <class Sink>
+__device__ __forceinline__ void weave_hopper_gemm_role(const WeaveHopperGemmParams &p,
+                                                       unsigned char *smem, int seq_begin,
+                                                       int seq_stride, int seq_count, Sink &sink) {
+  if (p.dtype == WEAVE_BF16) {
+    if (p.b_layout == WEAVE_LAYOUT_COL)
+      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
+    else
+      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 0>(p, smem, seq_begin, seq_stride, seq_count, sink);
+  } else {
+    if (p.b_layout == WEAVE_LAYOUT_COL)
+      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
+    else
+      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 0>(p, smem, seq_begin, seq_stride, seq_count, sink);
+  }
+}
+
+#endif /* WEAVE_GEMM_HOPPER_CUH */

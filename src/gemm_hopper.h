@@ -1,0 +1,87 @@
+/*
+ * weave's Hopper GEMM (TMA + wgmma, warp-specialized, persistent): host-side interface.
+ *
+ *   C[M, N] = alpha * A[M, K] . B  (+ bias[N]),  bf16 or fp16 in and out, fp32 accumulation.
+ *   A: row-major [M, K].  B: WEAVE_LAYOUT_ROW = row-major [K, N]; WEAVE_LAYOUT_COL = [N, K] row-major
+ *   (nn.Linear weight).  C: row-major [M, N].
+ *
+ * Alignment: A, B 16-byte aligned; rows 16-byte aligned (K*2 % 16 == 0 for A and for a COL B,
+ * N*2 % 16 == 0 for a ROW B); C and bias 2-byte aligned. Anything else is WEAVE_ERROR_INVALID_ARGUMENT.
+ *
+ * The device side (the GEMM role usable from any kernel, the Sink contract) is in gemm_hopper.cuh.
+ * This header is plain C (it needs cuda.h only for the CUtensorMap type; libcuda is not linked: the
+ * tensor maps are encoded through cudaGetDriverEntryPointByVersion).
+ */
+#ifndef WEAVE_GEMM_HOPPER_H
+#define WEAVE_GEMM_HOPPER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda.h>            /* CUtensorMap (type only) */
+#include <cuda_runtime_api.h>
+
+#include "weave.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Tile shape and block shape of the GEMM role (the fused kernel sizes itself from these). */
+#define WEAVE_HGEMM_BM 128           /* rows of C per tile (2 consumer warpgroups x 64) */
+#define WEAVE_HGEMM_BN 256           /* cols of C per tile (one wgmma m64n256k16 per k16 step) */
+#define WEAVE_HGEMM_BK 64            /* K per smem stage (64 x 2 bytes = one 128-byte swizzle row) */
+#define WEAVE_HGEMM_STAGES 4         /* smem pipeline depth */
+#define WEAVE_HGEMM_THREADS 384      /* 1 producer warpgroup + 2 consumer warpgroups */
+#define WEAVE_HGEMM_CONSUMER_THREADS 256
+#define WEAVE_HGEMM_A_STAGE_BYTES (WEAVE_HGEMM_BM * WEAVE_HGEMM_BK * 2)  /* 16 KiB */
+#define WEAVE_HGEMM_B_STAGE_BYTES (WEAVE_HGEMM_BN * WEAVE_HGEMM_BK * 2)  /* 32 KiB */
+#define WEAVE_HGEMM_STAGE_BYTES (WEAVE_HGEMM_A_STAGE_BYTES + WEAVE_HGEMM_B_STAGE_BYTES)
+/* Bytes the role needs at a 1024-byte aligned `smem` pointer: stages + 2*STAGES mbarriers. */
+#define WEAVE_HGEMM_SMEM_BYTES (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES + 2 * WEAVE_HGEMM_STAGES * 8)
+/* Dynamic smem to request when the kernel aligns its own extern buffer up to 1024 bytes. */
+#define WEAVE_HGEMM_SMEM_ALLOC_BYTES (WEAVE_HGEMM_SMEM_BYTES + 1024)
+/* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads). */
+#define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
+/* Default tile-row group of the standalone kernel's grouped tile order. */
+#define WEAVE_HGEMM_GROUP_M 8
+
+/* Everything the device role needs. Must live in kernel-parameter space (a __grid_constant__
+ * parameter, or a member of one) because the TMA unit reads the tensor maps from there. */
+typedef struct WeaveHopperGemmParams {
+  CUtensorMap tmap_a;      /* A [M, K]: box {BK, BM}, 128B swizzle */
+  CUtensorMap tmap_b;      /* COL: [N, K] box {BK, BN}; ROW: [K, N] box {64, BK} (4 per stage) */
+  uint64_t b_desc_base;    /* wgmma smem-descriptor bits of B without the address (LBO/SBO/swizzle) */
+  int M, N, K;
+  int tiles_m, tiles_n;    /* ceil(M / BM), ceil(N / BN) */
+  int k_blocks;            /* ceil(K / BK) */
+  int dtype;               /* weave_dtype_t: WEAVE_BF16 or WEAVE_FP16 */
+  int b_layout;            /* weave_layout_t */
+} WeaveHopperGemmParams;
+
+typedef struct {
+  int M, N, K;
+  weave_dtype_t dtype;       /* WEAVE_BF16 or WEAVE_FP16 (A, B, C, bias) */
+  weave_layout_t b_layout;
+  float alpha;
+  const void *A, *B;
+  const void *bias;          /* [N] or NULL */
+  void *C;
+  int num_blocks;            /* persistent CTAs; <= 0: SM count; clamped to SM count and tile count */
+} weave_hopper_gemm_args_t;
+
+/* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
+ * Used by the standalone launcher and by the fused kernel's host code. Returns a weave_result_t. */
+int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
+                                  const void *A, const void *B, WeaveHopperGemmParams *params,
+                                  char *errmsg, size_t errlen);
+
+/* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
+ * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond
+ * of host time; no cache, so pointers may change freely between calls). */
+int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *args, cudaStream_t stream, char *errmsg,
+                             size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEAVE_GEMM_HOPPER_H */

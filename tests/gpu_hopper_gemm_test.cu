@@ -1,0 +1,288 @@
+/*
+ * GPU test of weave's Hopper GEMM (src/gemm_hopper.cu).
+ *
+ * Every dtype (bf16, fp16) x B layout (ROW, COL) on small shapes with tails (M, N, K not multiples of
+ * the 128 x 256 x 64 tile, K smaller than one stage), several grid sizes, with and without alpha and
+ * bias, against an fp64 CPU reference; 2048 x 2048 x 1024 (and one tail shape) against cuBLASLt.
+ * Output poisoned with NaN bytes before each call, plus a guard zone after C that must stay intact.
+ * Checks: ||out - ref|| / ||ref|| < 1e-2, per element |out - ref| <= 1e-2 |ref| + 1e-2 rms(ref), no NaN.
+ * Also checks that misaligned rows are refused with WEAVE_ERROR_INVALID_ARGUMENT.
+ * Exit: 0 pass, 1 failure, 77 no CUDA device / not sm_90 (skip).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "gemm_hopper.h"
+
+#define GUARD 512 /* elements after C that must stay poisoned */
+
+static int g_fail = 0;
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    cudaError_t e_ = (x);                                                           \
+    if (e_ != cudaSuccess) {                                                        \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                      \
+    }                                                                               \
+  } while (0)
+#define CKL(x)                                                                      \
+  do {                                                                              \
+    cublasStatus_t s_ = (x);                                                        \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                              \
+      fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); \
+      exit(1);                                                                      \
+    }                                                                               \
+  } while (0)
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static uint16_t to16(float f, weave_dtype_t dt) {
+  uint16_t r;
+  if (dt == WEAVE_BF16) {
+    __nv_bfloat16 b = __float2bfloat16(f);
+    memcpy(&r, &b, 2);
+  } else {
+    __half h = __float2half(f);
+    memcpy(&r, &h, 2);
+  }
+  return r;
+}
+static double from16(uint16_t v, weave_dtype_t dt) {
+  if (dt == WEAVE_BF16) {
+    __nv_bfloat16 b;
+    memcpy(&b, &v, 2);
+    return (double)__bfloat162float(b);
+  }
+  __half h;
+  memcpy(&h, &v, 2);
+  return (double)__half2float(h);
+}
+
+static const char *dtname(weave_dtype_t d) { return d == WEAVE_BF16 ? "bf16" : "fp16"; }
+static const char *lyname(weave_layout_t l) { return l == WEAVE_LAYOUT_ROW ? "ROW" : "COL"; }
+
+/* C (col-major N x M) = op(B) . A  ==  row-major C[M, N] = A . B */
+static void cublaslt_gemm(cublasLtHandle_t h, int M, int N, int K, weave_dtype_t dt,
+                          weave_layout_t ly, const void *A, const void *B, void *C, void *ws,
+                          size_t ws_bytes) {
+  cudaDataType_t t = dt == WEAVE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  cublasLtMatmulDesc_t op;
+  CKL(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = ly == WEAVE_LAYOUT_ROW ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CKL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtMatrixLayout_t la, lb, lc;
+  if (ly == WEAVE_LAYOUT_ROW)
+    CKL(cublasLtMatrixLayoutCreate(&la, t, N, K, N));
+  else
+    CKL(cublasLtMatrixLayoutCreate(&la, t, K, N, K));
+  CKL(cublasLtMatrixLayoutCreate(&lb, t, K, M, K));
+  CKL(cublasLtMatrixLayoutCreate(&lc, t, N, M, N));
+  cublasLtMatmulPreference_t pref;
+  CKL(cublasLtMatmulPreferenceCreate(&pref));
+  CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                           sizeof(ws_bytes)));
+  cublasLtMatmulHeuristicResult_t res;
+  int n = 0;
+  CKL(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &n));
+  if (n < 1) {
+    fprintf(stderr, "cublasLt: no algorithm\n");
+    exit(1);
+  }
+  float alpha = 1.f, beta = 0.f;
+  CKL(cublasLtMatmul(h, op, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &res.algo, ws, ws_bytes, 0));
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+}
+
+/* Compares out (M*N + GUARD elements, 16-bit) with ref (double). */
+static void check(const char *what, const std::vector<uint16_t> &out, const std::vector<double> &ref,
+                  int M, int N, weave_dtype_t dt, double elem_tol) {
+  double num = 0, den = 0;
+  size_t nan = 0, bad = 0, guard_bad = 0, first_bad = (size_t)-1;
+  size_t n = (size_t)M * N;
+  for (size_t i = 0; i < n; ++i) den += ref[i] * ref[i];
+  double rms = sqrt(den / (double)n);
+  for (size_t i = 0; i < n; ++i) {
+    double o = from16(out[i], dt);
+    if (isnan(o)) {
+      ++nan;
+      if (first_bad == (size_t)-1) first_bad = i;
+      continue;
+    }
+    double d = o - ref[i];
+    num += d * d;
+    if (fabs(d) > elem_tol * fabs(ref[i]) + elem_tol * rms) {
+      if (first_bad == (size_t)-1) first_bad = i;
+      ++bad;
+    }
+  }
+  for (size_t i = n; i < n + GUARD; ++i)
+    if (out[i] != 0xFFFF) ++guard_bad;
+  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  int ok = nan == 0 && bad == 0 && guard_bad == 0 && rel < 1e-2;
+  printf("%-4s %-52s rel %.2e  nan %zu  bad %zu  guard %zu", ok ? "ok" : "FAIL", what, rel, nan, bad,
+         guard_bad);
+  if (first_bad != (size_t)-1)
+    printf("  first bad (%zu,%zu): out %g ref %g", first_bad / N, first_bad % N,
+           from16(out[first_bad], dt), ref[first_bad]);
+  printf("\n");
+  if (!ok) g_fail = 1;
+}
+
+struct Bufs {
+  void *A, *B, *C, *bias, *Cref;
+};
+
+static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, float alpha,
+                     int use_bias, int blocks, int vs_cublas, cublasLtHandle_t lt, void *ws,
+                     size_t ws_bytes) {
+  char what[160];
+  snprintf(what, sizeof what, "%s %s %dx%dx%d alpha %.2f bias %d blocks %d%s", dtname(dt), lyname(ly),
+           M, N, K, alpha, use_bias, blocks, vs_cublas ? " (vs cuBLASLt)" : "");
+  std::vector<uint16_t> hA((size_t)M * K), hB((size_t)K * N), hbias(N);
+  for (auto &v : hA) v = to16(frand(), dt);
+  for (auto &v : hB) v = to16(frand(), dt);
+  for (auto &v : hbias) v = to16(frand(), dt);
+  Bufs b;
+  size_t cbytes = ((size_t)M * N + GUARD) * 2;
+  CK(cudaMalloc(&b.A, hA.size() * 2));
+  CK(cudaMalloc(&b.B, hB.size() * 2));
+  CK(cudaMalloc(&b.bias, (size_t)N * 2));
+  CK(cudaMalloc(&b.C, cbytes));
+  CK(cudaMemcpy(b.A, hA.data(), hA.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(b.B, hB.data(), hB.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(b.bias, hbias.data(), (size_t)N * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(b.C, 0xFF, cbytes));
+  weave_hopper_gemm_args_t a;
+  memset(&a, 0, sizeof a);
+  a.M = M; a.N = N; a.K = K; a.dtype = dt; a.b_layout = ly; a.alpha = alpha;
+  a.A = b.A; a.B = b.B; a.bias = use_bias ? b.bias : NULL; a.C = b.C; a.num_blocks = blocks;
+  char err[256] = "";
+  int r = weave_hopper_gemm_launch(&a, 0, err, sizeof err);
+  if (r != WEAVE_SUCCESS) {
+    printf("FAIL %s: launch returned %d: %s\n", what, r, err);
+    g_fail = 1;
+  } else {
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out((size_t)M * N + GUARD);
+    CK(cudaMemcpy(out.data(), b.C, cbytes, cudaMemcpyDeviceToHost));
+    std::vector<double> ref((size_t)M * N);
+    if (vs_cublas) {
+      CK(cudaMalloc(&b.Cref, (size_t)M * N * 2));
+      cublaslt_gemm(lt, M, N, K, dt, ly, b.A, b.B, b.Cref, ws, ws_bytes);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> c((size_t)M * N);
+      CK(cudaMemcpy(c.data(), b.Cref, c.size() * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < c.size(); ++i)
+        ref[i] = alpha * from16(c[i], dt) + (use_bias ? from16(hbias[i % N], dt) : 0.0);
+      CK(cudaFree(b.Cref));
+      check(what, out, ref, M, N, dt, 2e-2);
+    } else {
+      std::vector<double> Ad(hA.size()), Bd((size_t)N * K); /* Bd as [N][K] */
+      for (size_t i = 0; i < hA.size(); ++i) Ad[i] = from16(hA[i], dt);
+      for (int k = 0; k < K; ++k)
+        for (int n = 0; n < N; ++n)
+          Bd[(size_t)n * K + k] = ly == WEAVE_LAYOUT_ROW ? from16(hB[(size_t)k * N + n], dt)
+                                                         : from16(hB[(size_t)n * K + k], dt);
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          const double *x = &Ad[(size_t)m * K], *y = &Bd[(size_t)n * K];
+          double s = 0;
+          for (int k = 0; k < K; ++k) s += x[k] * y[k];
+          ref[(size_t)m * N + n] = alpha * s + (use_bias ? from16(hbias[n], dt) : 0.0);
+        }
+      check(what, out, ref, M, N, dt, 1e-2);
+    }
+  }
+  CK(cudaFree(b.A));
+  CK(cudaFree(b.B));
+  CK(cudaFree(b.bias));
+  CK(cudaFree(b.C));
+}
+
+static void expect_invalid(int M, int N, int K, weave_layout_t ly) {
+  void *buf;
+  CK(cudaMalloc(&buf, 1 << 20));
+  weave_hopper_gemm_args_t a;
+  memset(&a, 0, sizeof a);
+  a.M = M; a.N = N; a.K = K; a.dtype = WEAVE_BF16; a.b_layout = ly; a.alpha = 1.f;
+  a.A = buf; a.B = buf; a.C = buf;
+  char err[256] = "";
+  int r = weave_hopper_gemm_launch(&a, 0, err, sizeof err);
+  int ok = r == WEAVE_ERROR_INVALID_ARGUMENT;
+  printf("%-4s %s %dx%dx%d refused: %d (%s)\n", ok ? "ok" : "FAIL", lyname(ly), M, N, K, r, err);
+  if (!ok) g_fail = 1;
+  CK(cudaFree(buf));
+}
+
+int main(void) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) {
+    printf("SKIP: device is sm_%d%d, not sm_90\n", prop.major, prop.minor);
+    return 77;
+  }
+  printf("# device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  cublasLtHandle_t lt;
+  CKL(cublasLtCreate(&lt));
+  size_t ws_bytes = 32u << 20;
+  void *ws;
+  CK(cudaMalloc(&ws, ws_bytes));
+
+  struct { int M, N, K; } small[] = {{1000, 1000, 304}, {8, 8, 8}, {129, 257, 72}, {129, 264, 72},
+                                     {200, 136, 16},    {77, 520, 1000}, {256, 512, 128},
+                                     {1, 8, 8}};
+  const weave_dtype_t dts[2] = {WEAVE_BF16, WEAVE_FP16};
+  const weave_layout_t lys[2] = {WEAVE_LAYOUT_ROW, WEAVE_LAYOUT_COL};
+  const int only = getenv("HGEMM_TEST_QUICK") ? 1 : 0;
+  for (int d = 0; d < 2; ++d)
+    for (int l = 0; l < 2; ++l) {
+      for (size_t s = 0; s < sizeof small / sizeof small[0]; ++s) {
+        if (lys[l] == WEAVE_LAYOUT_ROW && small[s].N % 8) continue; /* refused: checked below */
+        int var = (int)s % 3;
+        float alpha = var == 1 ? 0.5f : 1.0f;
+        int bias = var != 0;
+        int blocks = var == 2 ? 3 : 0;
+        run_case(small[s].M, small[s].N, small[s].K, dts[d], lys[l], alpha, bias, blocks, 0, lt, ws,
+                 ws_bytes);
+      }
+      if (only) continue;
+      run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 0, 1, lt, ws, ws_bytes);
+      run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 100, 1, lt, ws, ws_bytes);
+      run_case(1500, 2072, 1112, dts[d], lys[l], 1.0f, 0, 0, 1, lt, ws, ws_bytes);
+    }
+  expect_invalid(129, 257, 72, WEAVE_LAYOUT_ROW); /* N*2 % 16 != 0 for [K, N] rows */
+  expect_invalid(128, 256, 60, WEAVE_LAYOUT_COL); /* K*2 % 16 != 0 */
+  expect_invalid(128, 256, 60, WEAVE_LAYOUT_ROW);
+  expect_invalid(0, 256, 64, WEAVE_LAYOUT_ROW);
+
+  CK(cudaFree(ws));
+  cublasLtDestroy(lt);
+  printf("%s\n", g_fail ? "FAILED" : "PASSED");
+  return g_fail ? 1 : 0;
+}
