@@ -42,6 +42,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "gemm_hopper.h"
 
@@ -119,6 +120,56 @@ static __device__ __forceinline__ void weave_setmaxnreg_dec() {
 
 static __device__ __forceinline__ void weave_named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* ---- clusters (2-CTA TMA multicast) ---- */
+static __device__ __forceinline__ uint32_t weave_cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+static __device__ __forceinline__ void weave_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+/* arrive on the mbarrier at the same smem offset in CTA `rank` of the cluster */
+static __device__ __forceinline__ void weave_mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+}
+/* TMA load written to the same smem offset (and signalling the same mbarrier offset) in every CTA
+ * of `mask` */
+static __device__ __forceinline__ void weave_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map,
+                                                            uint32_t bar, int c0, int c1,
+                                                            uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+
+/* ---- TMA store (standalone epilogue) ---- */
+static __device__ __forceinline__ void weave_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0,
+                                                          int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   (uint64_t)map),
+               "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+static __device__ __forceinline__ void weave_bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+template <int N>
+static __device__ __forceinline__ void weave_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void weave_bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+static __device__ __forceinline__ void weave_st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 
 /* Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits. */

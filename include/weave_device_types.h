@@ -1,0 +1,58 @@
+/*
+ * Types shared by host code (C) and device code (CUDA): the per-rank view of the team that kernels
+ * take by value, and the error record a kernel leaves when a bounded wait expires.
+ */
+#ifndef WEAVE_DEVICE_TYPES_H
+#define WEAVE_DEVICE_TYPES_H
+
+#include <stdint.h>
+
+#define WEAVE_MAX_WORLD 64
+
+/* Codes of weave_device_error_t.code (0: no error). */
+#define WEAVE_DEVICE_OK 0u
+#define WEAVE_DEVICE_TIMEOUT 1u
+
+/* Comparisons of weave_wait_until. GE/GT/LE/LT compare epochs wrap-safely: a - b as int32. */
+#define WEAVE_CMP_EQ 0
+#define WEAVE_CMP_NE 1
+#define WEAVE_CMP_GE 2
+#define WEAVE_CMP_GT 3
+#define WEAVE_CMP_LE 4
+#define WEAVE_CMP_LT 5
+
+/* Written once (first failing wait wins, by CAS on `code`) into the rank's heap header; read and
+ * cleared by weave_team_sync. Every other wait of the rank sees code != 0 and gives up at once, so a
+ * kernel with one lost flag ends within one timeout instead of one timeout per wait. */
+typedef struct {
+  uint32_t code;
+  int32_t rank;      /* rank that waited */
+  int32_t peer;      /* rank whose write was awaited (-1: not known) */
+  int32_t item;      /* tile or other item the wait was for (-1: not known) */
+  uint64_t flag_addr;/* address polled */
+  uint64_t expected; /* value compared against */
+  uint64_t observed; /* last value read */
+  uint32_t cmp;      /* WEAVE_CMP_* */
+  uint32_t pad_;
+} weave_device_error_t;
+
+/* Layout of the start of every rank's symmetric heap (allocations start after it). */
+typedef struct {
+  weave_device_error_t error;            /* 48 bytes */
+  uint32_t barrier_epoch;                /* device barriers this rank has entered */
+  uint32_t pad_[3];
+  uint32_t barrier_flags[WEAVE_MAX_WORLD]; /* [src]: last barrier epoch src reached */
+} weave_heap_header_t;
+
+#define WEAVE_HEAP_RESERVED 1024 /* bytes at the start of each heap kept for the header */
+
+/* A rank's view of its team, passed to kernels by value (weave_team_device_view). */
+typedef struct {
+  void *const *heap_bases;  /* device table: heap_bases[p] is peer p's heap as seen from this rank */
+  void *heap_base;          /* this rank's heap (== heap_bases[rank]) */
+  int rank;
+  int world;
+  uint64_t timeout_ns;      /* bound of every wait */
+} weave_device_team_t;
+
+#endif /* WEAVE_DEVICE_TYPES_H */

@@ -1,0 +1,36 @@
+/* weave_gemm: the local GEMM on its own (world = 1, and the GEMM of the bulk strategy). */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "internal.h"
+#include "kernels.h"
+
+weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                          const void *A, const void *B, const void *bias, void *C, int num_blocks,
+                          weave_stream_t stream) {
+  if (M < 1 || N < 1 || K < 1)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: M %d, N %d, K %d must be >= 1", M, N, K);
+  if ((unsigned)dtype > WEAVE_FP32 || (unsigned)b_layout > WEAVE_LAYOUT_COL)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: dtype %d / b_layout %d unknown", (int)dtype,
+                      (int)b_layout);
+  if (!A || !B || !C) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: A, B and C must be non-NULL");
+  if (!isfinite(alpha)) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: alpha is not finite");
+  if (num_blocks < 0) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: num_blocks %d < 0", num_blocks);
+  size_t e = dtype == WEAVE_FP32 ? 4 : 2;
+  if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)bias) % e)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: pointers must be %zu-byte aligned", e);
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave_gemm: no CUDA device");
+  }
+  int per_sm = weave_kernel_blocks_per_sm(dtype, b_layout, 0, NULL);
+  if (num_blocks == 0 || num_blocks > per_sm * sms) num_blocks = per_sm * sms;
+  size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
+  int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
+  int err = weave_launch_gemm(M, N, K, dtype, b_layout, alpha, A, B, bias, C, dtype, num_blocks, vec_ok, stream);
+  if (err) return weave_fail(NULL, WEAVE_ERROR_CUDA, "weave_gemm: launch: %s", weave_cuda_error_string(err));
+  return WEAVE_SUCCESS;
+}

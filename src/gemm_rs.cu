@@ -1,0 +1,483 @@
+/*
+ * GEMM + ReduceScatter kernels.
+ *
+ * Fused (one persistent kernel per rank, blocks specialised by blockIdx):
+ *   GEMM blocks (blockIdx < gemm_blocks) walk this rank's tile sequence (owners rotated, see
+ *   schedule.h). For a tile of owner o they
+ *     1. once per owner and call, wait until o has finished reading the previous call's data
+ *        (o pushed done[o] = epoch-1 into this rank's control words) -- the credit that lets slots
+ *        be reused without a reset;
+ *     2. write the partial tile straight into o's memory:
+ *          deterministic: o's slot for this source rank (slot dtype), plain stores;
+ *          atomic:        o's fp32 accumulator, red.relaxed.sys.add (v2 where aligned);
+ *     3. block barrier, then one thread publishes with a release atomic at system scope:
+ *          deterministic: flags_o[rank][tile] <- epoch      (atom.release.sys.exch)
+ *          atomic:        count_o[tile] += 1                (red.release.sys.add; world per call)
+ *   Communication blocks (the rest) own this rank's tiles: for each, one thread per source polls the
+ *   flag with ld.acquire.sys (bounded), block barrier, then the block sums the world partials in
+ *   rank order 0..world-1 in fp32 (bitwise reproducible), applies alpha and bias once, casts and
+ *   writes C_out. Atomic mode waits for count == world*epoch, reads, writes and re-zeroes the
+ *   accumulator tile for the next call.
+ *   Finally every block arrives on a counter; the last one publishes done[rank] = epoch into every
+ *   peer (release, sys): the credit of step 1 for the next call.
+ *   Progress: every block that waits is co-resident (the plan checks occupancy and divides the GPU
+ *   between the ranks that share it); every wait is bounded by the team's timeout and the first
+ *   expiry is recorded in the heap header; later waits give up at once, so the kernel always ends.
+ *
+ * Bulk (strategy 2 and the baseline's one-GPU path): wait_done (peers finished reading the previous
+ *   call's partials) -> GEMM into this rank's partial P (or cuBLASLt) -> signal_ready (release
+ *   ready[rank] = epoch to every peer) -> reduce_scatter (wait ready from all, pull this rank's rows
+ *   from every P in rank order, sum in fp32, write C_out, last block publishes done).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "gemm_mma.cuh"
+#include "kernels.h"
+#include "schedule.h"
+#include "sync.cuh"
+
+/* ------------------------------------------------------------------------------------------------
+ * element conversions
+ * ---------------------------------------------------------------------------------------------- */
+__device__ __forceinline__ float weave_to_f(float v) { return v; }
+__device__ __forceinline__ float weave_to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float weave_to_f(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T weave_from_f(float v);
+template <> __device__ __forceinline__ float weave_from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 weave_from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half weave_from_f<__half>(float v) { return __float2half_rn(v); }
+
+/* Two adjacent elements; vector store when both exist and the pair is aligned (even column, even
+ * N). */
+template <typename T> __device__ __forceinline__ void weave_store_pair(T *dst, float v0, float v1, bool two, bool vec) {
+  if (two && vec) {
+    if constexpr (sizeof(T) == 4) {
+      *(float2 *)dst = make_float2(v0, v1);
+    } else {
+      T pr[2] = {weave_from_f<T>(v0), weave_from_f<T>(v1)};
+      *(uint32_t *)dst = *(uint32_t *)pr;
+    }
+  } else {
+    dst[0] = weave_from_f<T>(v0);
+    if (two) dst[1] = weave_from_f<T>(v1);
+  }
+}
+
+/* Four consecutive elements as floats (16-byte aligned for fp32, 8-byte for 16-bit types). */
+template <typename T> __device__ __forceinline__ float4 weave_load4_cg(const T *p) {
+  if constexpr (sizeof(T) == 4) {
+    return __ldcg((const float4 *)p);
+  } else {
+    uint2 u = __ldcg((const uint2 *)p);
+    T e[4];
+    *(uint2 *)e = u;
+    return make_float4(weave_to_f(e[0]), weave_to_f(e[1]), weave_to_f(e[2]), weave_to_f(e[3]));
+  }
+}
+template <typename T> __device__ __forceinline__ void weave_store4(T *p, float4 v) {
+  if constexpr (sizeof(T) == 4) {
+    *(float4 *)p = v;
+  } else {
+    T e[4] = {weave_from_f<T>(v.x), weave_from_f<T>(v.y), weave_from_f<T>(v.z), weave_from_f<T>(v.w)};
+    *(uint2 *)p = *(uint2 *)e;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * sinks (see gemm_mma.cuh for the contract)
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Plain GEMM: global tiles in grouped order, alpha + bias, cast to O. */
+template <typename O> struct weave_store_sink {
+  weave_tiling_t tiling;
+  O *out;
+  const void *bias;
+  int bias_dtype;
+  float alpha;
+  int N;
+  __device__ void coords(int seq, int *row0, int *col0) {
+    int tm, tn;
+    weave_owner_tile_coords(&tiling, 0, seq, &tm, &tn);
+    *row0 = tm * tiling.tile_m;
+    *col0 = tn * tiling.tile_n;
+  }
+  __device__ void begin(int) {}
+  __device__ float bias_at(int c) const {
+    if (!bias) return 0.f;
+    if (bias_dtype == WEAVE_FP32) return ((const float *)bias)[c];
+    if (bias_dtype == WEAVE_FP16) return __half2float(((const __half *)bias)[c]);
+    return __bfloat162float(((const __nv_bfloat16 *)bias)[c]);
+  }
+  __device__ void store2(int row, int col, float v0, float v1) {
+    bool two = col + 1 < N;
+    v0 = alpha * v0 + bias_at(col);
+    if (two) v1 = alpha * v1 + bias_at(col + 1);
+    weave_store_pair(out + (size_t)row * N + col, v0, v1, two, (N & 1) == 0);
+  }
+  __device__ void end(int) {}
+};
+
+/* Fused: owner tiles of this rank's rotated walk. Shared by both reduction modes. */
+struct weave_owner_walk {
+  const weave_fused_params_t *p;
+  int owner, j, row_begin, row_end;
+  uint64_t credit; /* owners whose previous call is known finished */
+  bool dead;       /* a wait failed: stop publishing */
+  __device__ void init(const weave_fused_params_t *pp) {
+    p = pp;
+    credit = 0;
+    dead = false;
+  }
+  __device__ void coords(int seq, int *row0, int *col0) {
+    weave_seq_tile(&p->tiling, p->team.rank, seq, &owner, &j);
+    int tm, tn, rows;
+    weave_owner_tile_coords(&p->tiling, owner, j, &tm, &tn);
+    weave_split_rows_of(p->M, p->team.world, owner, &row_begin, &rows);
+    row_end = row_begin + rows;
+    *row0 = row_begin + tm * p->tiling.tile_m;
+    *col0 = tn * p->tiling.tile_n;
+  }
+  __device__ void begin(int) {
+    if (dead || ((credit >> owner) & 1)) return;
+    if (weave_wait_until(&p->team, &p->ctl->done[owner], WEAVE_CMP_GE, p->epoch - 1u, owner, -1) != 0) dead = true;
+    credit |= 1ull << owner;
+  }
+};
+
+template <typename S> struct weave_slot_sink : weave_owner_walk {
+  __device__ void store2(int row, int col, float v0, float v1) {
+    if (dead || row >= row_end) return;
+    const int N = p->N;
+    S *slot = (S *)p->data + ((size_t)p->team.rank * p->rows_cap + (row - row_begin)) * N + col;
+    weave_store_pair(weave_peer_ptr(&p->team, slot, owner), v0, v1, col + 1 < N, (N & 1) == 0);
+  }
+  __device__ void end(int) {
+    if (dead) return;
+    uint32_t *flag = p->tile_flags + (size_t)p->team.rank * p->tiles_cap + j;
+    weave_atomic_xchg<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, flag, owner), p->epoch);
+  }
+};
+
+struct weave_atomic_sink : weave_owner_walk {
+  __device__ void store2(int row, int col, float v0, float v1) {
+    if (dead || row >= row_end) return;
+    const int N = p->N;
+    float *acc = weave_peer_ptr(&p->team, (float *)p->data + (size_t)(row - row_begin) * N + col, owner);
+    if (col + 1 < N && (N & 1) == 0) {
+      asm volatile("red.relaxed.sys.global.add.v2.f32 [%0], {%1, %2};" ::"l"(acc), "f"(v0), "f"(v1) : "memory");
+    } else {
+      weave_red_add<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS>(acc, v0);
+      if (col + 1 < N) weave_red_add<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS>(acc + 1, v1);
+    }
+  }
+  __device__ void end(int) {
+    if (dead) return;
+    weave_red_add<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, p->tile_flags + j, owner), 1u);
+  }
+};
+
+/* ------------------------------------------------------------------------------------------------
+ * owner-side reduction of one tile region from `world` sources, rank order, fp32
+ * ---------------------------------------------------------------------------------------------- */
+__device__ __forceinline__ float weave_bias_at(const void *bias, int dtype, int c) {
+  if (!bias) return 0.f;
+  if (dtype == WEAVE_FP32) return ((const float *)bias)[c];
+  if (dtype == WEAVE_FP16) return __half2float(((const __half *)bias)[c]);
+  return __bfloat162float(((const __nv_bfloat16 *)bias)[c]);
+}
+
+/* Rows [r0, r1) and columns [c0, c1) of the owner's chunk. src(s) is source s's partial for the
+ * chunk's first row (row stride N). zero_after: clear src(0) after reading (atomic accumulator). */
+template <typename S, typename T, class Src>
+__device__ void weave_reduce_region(const weave_fused_params_t &p, Src src, int nsrc, int r0, int r1, int c0, int c1,
+                                    bool zero_after) {
+  const int N = p.N, w = c1 - c0, vec = (N % 4) == 0;
+  T *out = (T *)p.C_out;
+  if (vec) {
+    const int groups = w / 4, items = (r1 - r0) * groups;
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+      int r = r0 + it / groups, c = c0 + (it % groups) * 4;
+      size_t off = (size_t)r * N + c;
+      float4 acc = weave_load4_cg(src(0) + off);
+      for (int s = 1; s < nsrc; ++s) {
+        float4 v = weave_load4_cg(src(s) + off);
+        acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+      }
+      float4 o;
+      o.x = p.alpha * acc.x + weave_bias_at(p.bias, p.dtype, c);
+      o.y = p.alpha * acc.y + weave_bias_at(p.bias, p.dtype, c + 1);
+      o.z = p.alpha * acc.z + weave_bias_at(p.bias, p.dtype, c + 2);
+      o.w = p.alpha * acc.w + weave_bias_at(p.bias, p.dtype, c + 3);
+      weave_store4(out + off, o);
+      if (zero_after) *(float4 *)((float *)src(0) + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  } else {
+    const int items = (r1 - r0) * w;
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+      int r = r0 + it / w, c = c0 + it % w;
+      size_t off = (size_t)r * N + c;
+      float acc = weave_to_f(__ldcg(src(0) + off));
+      for (int s = 1; s < nsrc; ++s) acc += weave_to_f(__ldcg(src(s) + off));
+      out[off] = weave_from_f<T>(p.alpha * acc + weave_bias_at(p.bias, p.dtype, c));
+      if (zero_after) ((float *)src(0))[off] = 0.f;
+    }
+  }
+}
+
+template <typename S> struct weave_local_slots {
+  const S *base; size_t stride;
+  __device__ const S *operator()(int s) const { return base + (size_t)s * stride; }
+};
+template <typename S> struct weave_peer_partials {
+  const weave_device_team_t *t; const S *base; /* this rank's first row in the local P */
+  __device__ const S *operator()(int s) const { return weave_peer_ptr(t, base, s); }
+};
+
+/* Thread s < world waits flags[s * stride] >= value. Block-uniform result: non-zero on failure. */
+__device__ int weave_block_wait_sources(const weave_device_team_t &t, const uint32_t *flags, size_t stride,
+                                        int nsrc, uint32_t value, int item) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  if ((int)threadIdx.x < nsrc)
+    if (weave_wait_until(&t, flags + (size_t)threadIdx.x * stride, WEAVE_CMP_GE, value, (int)threadIdx.x, item) != 0)
+      failed = 1;
+  __syncthreads();
+  return failed;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * kernels
+ * ---------------------------------------------------------------------------------------------- */
+template <typename T, class Sink>
+__device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsigned char *smem, int begin, int stride,
+                                                int count, Sink &sink) {
+  if constexpr (sizeof(T) == 4) weave_simt_gemm_role(a, smem, begin, stride, count, sink);
+  else weave_mma_gemm_role<T>(a, smem, begin, stride, count, sink);
+}
+
+/* S: slot type (deterministic) or float (atomic accumulator); T: input/output type. */
+template <typename T, typename S, bool ATOMIC>
+__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_fused_kernel(const weave_fused_params_t p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const weave_device_team_t &t = p.team;
+  if ((int)blockIdx.x < p.gemm_blocks) {
+    weave_mma_args_t a = {p.M, p.N, p.K, p.A, p.B, p.b_layout == WEAVE_LAYOUT_COL, p.vec_ok};
+    int total = weave_total_tiles(&p.tiling);
+    if constexpr (ATOMIC) {
+      weave_atomic_sink sink;
+      sink.init(&p);
+      weave_gemm_role<T>(a, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    } else {
+      weave_slot_sink<S> sink;
+      sink.init(&p);
+      weave_gemm_role<T>(a, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    }
+  } else {
+    int row_begin, rows;
+    weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
+    const int mine = weave_owner_tiles(&p.tiling, t.rank);
+    for (int j = blockIdx.x - p.gemm_blocks; j < mine; j += p.comm_blocks) {
+      int tm, tn;
+      weave_owner_tile_coords(&p.tiling, t.rank, j, &tm, &tn);
+      int r0 = tm * p.tiling.tile_m, r1 = min(r0 + p.tiling.tile_m, rows);
+      int c0 = tn * p.tiling.tile_n, c1 = min(c0 + p.tiling.tile_n, p.N);
+      if constexpr (ATOMIC) {
+        if (weave_block_wait_sources(t, p.tile_flags + j, 0, 1, (uint32_t)t.world * p.epoch, j)) break;
+        weave_local_slots<float> src = {(const float *)p.data, 0};
+        weave_reduce_region<float, T>(p, src, 1, r0, r1, c0, c1, true);
+      } else {
+        if (weave_block_wait_sources(t, p.tile_flags + j, (size_t)p.tiles_cap, t.world, p.epoch, j)) break;
+        weave_local_slots<S> src = {(const S *)p.data, (size_t)p.rows_cap * p.N};
+        weave_reduce_region<S, T>(p, src, t.world, r0, r1, c0, c1, false);
+      }
+    }
+  }
+  weave_block_arrive_and_signal(t, &p.ctl->arrive[0], gridDim.x, p.epoch, p.ctl->done);
+}
+
+template <typename T, typename O>
+__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_gemm_kernel(weave_mma_args_t a, weave_store_sink<O> sink) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  int tiles = weave_cdiv(a.M, WEAVE_MMA_BM) * weave_cdiv(a.N, WEAVE_MMA_BN);
+  weave_gemm_role<T>(a, smem, blockIdx.x, gridDim.x, tiles, sink);
+}
+
+__global__ void weave_wait_done_kernel(const weave_fused_params_t p) {
+  weave_block_wait_sources(p.team, p.ctl->done, 1, p.team.world, p.epoch - 1u, -1);
+}
+
+__global__ void weave_signal_ready_kernel(const weave_fused_params_t p) {
+  /* The GEMM before this kernel in stream order wrote P; fence at system scope so the release below
+   * carries those writes to the peers of other GPUs too. */
+  __threadfence_system();
+  if ((int)threadIdx.x < p.team.world)
+    weave_st<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p.team, &p.ctl->ready[p.team.rank], (int)threadIdx.x),
+                                                 p.epoch);
+}
+
+template <typename S, typename T>
+__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel(const weave_fused_params_t p) {
+  const weave_device_team_t &t = p.team;
+  int row_begin, rows;
+  weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
+  if (!weave_block_wait_sources(t, p.ctl->ready, 1, t.world, p.epoch, -1)) {
+    weave_peer_partials<S> src = {&t, (const S *)p.data + (size_t)row_begin * p.N};
+    const int mine = weave_owner_tiles(&p.tiling, t.rank);
+    for (int j = blockIdx.x; j < mine; j += gridDim.x) {
+      int tm, tn;
+      weave_owner_tile_coords(&p.tiling, t.rank, j, &tm, &tn);
+      int r0 = tm * p.tiling.tile_m, r1 = min(r0 + p.tiling.tile_m, rows);
+      int c0 = tn * p.tiling.tile_n, c1 = min(c0 + p.tiling.tile_n, p.N);
+      weave_reduce_region<S, T>(p, src, t.world, r0, r1, c0, c1, false);
+    }
+  }
+  weave_block_arrive_and_signal(t, &p.ctl->arrive[1], gridDim.x, p.epoch, p.ctl->done);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * launchers
+ * ---------------------------------------------------------------------------------------------- */
+static size_t weave_gemm_smem(int dtype) {
+  return dtype == WEAVE_FP32 ? (size_t)2 * WEAVE_SIMT_BK * WEAVE_MMA_BM * sizeof(float) : (size_t)WEAVE_MMA_SMEM;
+}
+
+template <typename K> static int weave_prepare(K kernel, size_t smem) {
+  return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+template <typename T, typename S, bool ATOMIC> static int weave_fused_occupancy(size_t smem) {
+  int n = 0;
+  if (weave_prepare(weave_fused_kernel<T, S, ATOMIC>, smem)) return 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_fused_kernel<T, S, ATOMIC>, WEAVE_MMA_THREADS, smem))
+    return 0;
+  return n;
+}
+
+extern "C" int weave_kernel_tile_shape(int dtype, int *tile_m, int *tile_n) {
+  (void)dtype;
+  *tile_m = WEAVE_MMA_BM;
+  *tile_n = WEAVE_MMA_BN;
+  return 0;
+}
+
+extern "C" int weave_kernel_blocks_per_sm(int dtype, int b_layout, int fused, size_t *smem_bytes) {
+  (void)b_layout;
+  size_t smem = weave_gemm_smem(dtype);
+  if (smem_bytes) *smem_bytes = smem;
+  int n = 0;
+  /* Every instantiation shares the role and its resources; ask the one this dtype uses. */
+  if (fused) {
+    if (dtype == WEAVE_BF16) n = weave_fused_occupancy<__nv_bfloat16, __nv_bfloat16, false>(smem);
+    else if (dtype == WEAVE_FP16) n = weave_fused_occupancy<__half, __half, false>(smem);
+    else n = weave_fused_occupancy<float, float, false>(smem);
+  } else {
+    cudaError_t e;
+    if (dtype == WEAVE_BF16) {
+      weave_prepare(weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, smem);
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, WEAVE_MMA_THREADS, smem);
+    } else if (dtype == WEAVE_FP16) {
+      weave_prepare(weave_gemm_kernel<__half, __half>, smem);
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_gemm_kernel<__half, __half>, WEAVE_MMA_THREADS, smem);
+    } else {
+      weave_prepare(weave_gemm_kernel<float, float>, smem);
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_gemm_kernel<float, float>, WEAVE_MMA_THREADS, smem);
+    }
+    if (e != cudaSuccess) n = 0;
+  }
+  return n;
+}
+
+template <typename T, typename S, bool ATOMIC> static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
+  size_t smem = weave_gemm_smem(p->dtype);
+  int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC>, smem);
+  if (e) return e;
+  weave_fused_kernel<T, S, ATOMIC><<<p->gemm_blocks + p->comm_blocks, WEAVE_MMA_THREADS, smem, s>>>(*p);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  bool atomic = p->reduce == WEAVE_REDUCE_ATOMIC, f32slot = p->slot_dtype == WEAVE_FP32;
+  switch (p->dtype) {
+    case WEAVE_BF16:
+      if (atomic) return weave_launch_fused_t<__nv_bfloat16, float, true>(p, s);
+      return f32slot ? weave_launch_fused_t<__nv_bfloat16, float, false>(p, s)
+                     : weave_launch_fused_t<__nv_bfloat16, __nv_bfloat16, false>(p, s);
+    case WEAVE_FP16:
+      if (atomic) return weave_launch_fused_t<__half, float, true>(p, s);
+      return f32slot ? weave_launch_fused_t<__half, float, false>(p, s) : weave_launch_fused_t<__half, __half, false>(p, s);
+    default:
+      if (atomic) return weave_launch_fused_t<float, float, true>(p, s);
+      return weave_launch_fused_t<float, float, false>(p, s);
+  }
+}
+
+template <typename T, typename O>
+static int weave_launch_gemm_t(const weave_mma_args_t &a, float alpha, const void *bias, int bias_dtype, void *out,
+                               int blocks, cudaStream_t s) {
+  size_t smem = weave_gemm_smem(sizeof(T) == 4 ? WEAVE_FP32 : WEAVE_BF16);
+  int e = weave_prepare(weave_gemm_kernel<T, O>, smem);
+  if (e) return e;
+  weave_store_sink<O> sink;
+  sink.tiling = weave_tiling_t{a.M, a.N, 1, WEAVE_MMA_BM, WEAVE_MMA_BN, 0};
+  sink.out = (O *)out;
+  sink.bias = bias;
+  sink.bias_dtype = bias_dtype;
+  sink.alpha = alpha;
+  sink.N = a.N;
+  int tiles = weave_cdiv(a.M, WEAVE_MMA_BM) * weave_cdiv(a.N, WEAVE_MMA_BN);
+  if (blocks > tiles) blocks = tiles;
+  weave_gemm_kernel<T, O><<<blocks, WEAVE_MMA_THREADS, smem, s>>>(a, sink);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int weave_launch_gemm(int M, int N, int K, int dtype, int b_layout, float alpha, const void *A,
+                                 const void *B, const void *bias, void *out, int out_dtype, int blocks, int vec_ok,
+                                 struct CUstream_st *stream) {
+  weave_mma_args_t a = {M, N, K, A, B, b_layout == WEAVE_LAYOUT_COL, vec_ok};
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (dtype) {
+    case WEAVE_BF16:
+      return out_dtype == WEAVE_FP32 ? weave_launch_gemm_t<__nv_bfloat16, float>(a, alpha, bias, dtype, out, blocks, s)
+                                     : weave_launch_gemm_t<__nv_bfloat16, __nv_bfloat16>(a, alpha, bias, dtype, out, blocks, s);
+    case WEAVE_FP16:
+      return out_dtype == WEAVE_FP32 ? weave_launch_gemm_t<__half, float>(a, alpha, bias, dtype, out, blocks, s)
+                                     : weave_launch_gemm_t<__half, __half>(a, alpha, bias, dtype, out, blocks, s);
+    default:
+      return weave_launch_gemm_t<float, float>(a, alpha, bias, dtype, out, blocks, s);
+  }
+}
+
+extern "C" int weave_launch_wait_done(const weave_fused_params_t *p, struct CUstream_st *stream) {
+  weave_wait_done_kernel<<<1, 32 * ((p->team.world + 31) / 32), 0, (cudaStream_t)stream>>>(*p);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int weave_launch_signal_ready(const weave_fused_params_t *p, struct CUstream_st *stream) {
+  weave_signal_ready_kernel<<<1, 32 * ((p->team.world + 31) / 32), 0, (cudaStream_t)stream>>>(*p);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struct CUstream_st *stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  bool f32 = p->slot_dtype == WEAVE_FP32;
+  switch (p->dtype) {
+    case WEAVE_BF16:
+      if (f32) weave_reduce_scatter_kernel<float, __nv_bfloat16><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      else weave_reduce_scatter_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      break;
+    case WEAVE_FP16:
+      if (f32) weave_reduce_scatter_kernel<float, __half><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      else weave_reduce_scatter_kernel<__half, __half><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      break;
+    default:
+      weave_reduce_scatter_kernel<float, float><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+  }
+  return (int)cudaGetLastError();
+}
+
+extern "C" const char *weave_cuda_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }

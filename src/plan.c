@@ -1,0 +1,317 @@
+/*
+ * GEMM + ReduceScatter plans: argument checks, strategy and block split, the symmetric memory the
+ * plan owns, and execution (an epoch per call; see gemm_rs.cu for the protocol).
+ *
+ * Memory per rank (one weave_malloc):
+ *   control words (done/ready/arrive)                  256 + 256 + 128 bytes
+ *   tile flags    deterministic: world x tiles_cap u32; atomic: tiles_cap u32; bulk: none
+ *   data          deterministic: world slots of ceil(M/world) x N (slot dtype)  ~ M x N
+ *                 atomic:        one fp32 accumulator of ceil(M/world) x N      ~ M x N / world
+ *                 bulk/baseline: the local partial M x N (slot dtype / dtype)
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "internal.h"
+#include "kernels.h"
+#include "lt.h"
+#include "plan_math.h"
+#include "tune.h"
+
+struct weave_gemm_rs_plan {
+  weave_team_t team;
+  int M, N, K;
+  weave_gemm_rs_desc_t desc;
+  weave_strategy_t strategy;
+  weave_tiling_t tiling;
+  int rows_cap, tiles_cap;
+  int gemm_blocks, comm_blocks, budget;
+  void *mem;     /* the plan's heap allocation */
+  size_t mem_bytes;
+  weave_fused_params_t params; /* everything but the per-call pointers and epoch */
+  weave_lt_t *lt;  /* baseline GEMM */
+  uint32_t epoch;
+};
+
+weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *rows) {
+  if (M < 0 || world < 1 || rank < 0 || rank >= world || !row_begin || !rows)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_row_split: M %d, world %d, rank %d", M, world, rank);
+  weave_split_rows_of(M, world, rank, row_begin, rows);
+  return WEAVE_SUCCESS;
+}
+
+/* Argument checks that need no device: exposed to the CPU tests through plan_check.h. */
+weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int N, int K,
+                                        const weave_gemm_rs_desc_t *d) {
+  const char *fn = "weave_gemm_rs_plan_create";
+  if (!d) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
+  if (d->struct_size != sizeof(weave_gemm_rs_desc_t))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc.struct_size %zu != %zu (use WEAVE_GEMM_RS_DESC_INIT)",
+                      fn, d->struct_size, sizeof(weave_gemm_rs_desc_t));
+  if (M < 1 || N < 1 || K < 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, K_local %d must all be >= 1", fn, M, N, K);
+  if (M < world)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d < world %d: some rank would own no row", fn, M, world);
+  if ((double)M * N > (double)INT_MAX * 64 || (double)M * K > (double)INT_MAX * 64 || (double)N * K > (double)INT_MAX * 64)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %d x %d x %d is too large", fn, M, N, K);
+  if ((unsigned)d->dtype > WEAVE_FP32)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32", fn, (int)d->dtype);
+  if ((unsigned)d->b_layout > WEAVE_LAYOUT_COL)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: b_layout %d is not ROW/COL", fn, (int)d->b_layout);
+  if ((unsigned)d->strategy > WEAVE_STRATEGY_BASELINE)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
+  if ((unsigned)d->reduce > WEAVE_REDUCE_ATOMIC)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: reduce %d unknown", fn, (int)d->reduce);
+  if (d->slot_dtype != d->dtype && d->slot_dtype != WEAVE_FP32)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: slot_dtype %s must be the dtype (%s) or fp32", fn,
+                      weave_dtype_name(d->slot_dtype), weave_dtype_name(d->dtype));
+  if ((unsigned)d->tile_order > WEAVE_ORDER_OWN_FIRST)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: tile_order %d unknown", fn, (int)d->tile_order);
+  if (!isfinite(d->alpha))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
+  if (d->has_bias != 0 && d->has_bias != 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: has_bias %d must be 0 or 1", fn, d->has_bias);
+  if (d->gemm_blocks < 0 || d->comm_blocks < 0)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: gemm_blocks %d / comm_blocks %d must be >= 0", fn,
+                      d->gemm_blocks, d->comm_blocks);
+  if ((d->gemm_blocks == 0) != (d->comm_blocks == 0))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: give both gemm_blocks and comm_blocks, or neither (got %d and %d)", fn, d->gemm_blocks,
+                      d->comm_blocks);
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t cuda_fail(weave_team_t team, int err, const char *what) {
+  return weave_fail(team, WEAVE_ERROR_CUDA, "%s: %s", what, weave_cuda_error_string(err));
+}
+
+/* Tensor-core rate of one block and memory rate of one communication block, from the device: an
+ * sm_90 SM does 4096 dense 16-bit FLOP per clock (1024 for fp32 FMA); the mma.sync role reaches
+ * about half of it. Memory: the whole chip's bandwidth over its SMs, twice (few SMs stream faster
+ * than an even share). */
+static void split_inputs(weave_team_t team, weave_dtype_t dtype, int per_sm, int budget, weave_split_inputs_t *in) {
+  int clock_khz = 1500000, mem_khz = 2600000, bus_bits = 5120;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, team->info.device);
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, team->info.device);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, team->info.device);
+  double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.5) * clock_khz * 1e3;
+  double hbm = 2.0 * mem_khz * 1e3 * bus_bits / 8.0;
+  in->blocks = budget;
+  in->flops_per_block = sm_flops / per_sm;
+  in->bytes_per_block = 2.0 * hbm / team->info.sm_count / per_sm;
+}
+
+weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                         weave_gemm_rs_plan_t *plan_out) {
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
+  if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
+  weave_result_t rc = weave_gemm_rs_check_args(team, team->world, M, N, K, desc);
+  WEAVE_CHECK(weave_team_agree(team, rc));
+  struct { int M, N, K; weave_gemm_rs_desc_t d; } same = {M, N, K, *desc};
+  WEAVE_CHECK(weave_team_check_same(team, &same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
+
+  weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
+  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
+  p->team = team;
+  p->M = M; p->N = N; p->K = K;
+  p->desc = *desc;
+  cudaSetDevice(team->info.device);
+
+  /* Strategy: an explicit one, else the tuned one, else the baseline (it is never slower than
+   * itself; the fused kernel is chosen only where weave-bench --tune measured it faster). */
+  weave_tune_entry_t tuned;
+  int have_tune = weave_tune_lookup(team, M, N, K, desc, &tuned) == 0;
+  p->strategy = desc->strategy;
+  if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = have_tune ? tuned.strategy : WEAVE_STRATEGY_BASELINE;
+  if (p->strategy == WEAVE_STRATEGY_BASELINE) p->desc.slot_dtype = desc->dtype; /* cuBLASLt writes dtype */
+
+  int tm, tn;
+  weave_kernel_tile_shape(desc->dtype, &tm, &tn);
+  p->tiling = (weave_tiling_t){M, N, team->world, tm, tn, (int)desc->tile_order};
+  p->rows_cap = weave_cdiv(M, team->world);
+  p->tiles_cap = weave_max_owner_tiles(&p->tiling);
+
+  /* Co-residency: a rank may use its share of the GPU's resident blocks. */
+  size_t smem = 0;
+  int per_sm = weave_kernel_blocks_per_sm(desc->dtype, desc->b_layout, p->strategy == WEAVE_STRATEGY_FUSED, &smem);
+  p->budget = per_sm * team->info.sm_count / team->info.ranks_on_device;
+  rc = WEAVE_SUCCESS;
+  if (per_sm < 1 || p->budget < (p->strategy == WEAVE_STRATEGY_FUSED ? 2 : 1))
+    rc = weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
+                    "plan: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; "
+                    "the fused kernel needs at least 2 (one GEMM, one communication)",
+                    per_sm, team->info.sm_count, team->info.ranks_on_device, p->budget);
+  if (rc == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_FUSED) {
+    if (desc->gemm_blocks > 0) {
+      p->gemm_blocks = desc->gemm_blocks;
+      p->comm_blocks = desc->comm_blocks;
+    } else if (have_tune && tuned.strategy == WEAVE_STRATEGY_FUSED && tuned.gemm_blocks + tuned.comm_blocks <= p->budget) {
+      p->gemm_blocks = tuned.gemm_blocks;
+      p->comm_blocks = tuned.comm_blocks;
+    } else {
+      weave_split_inputs_t in;
+      split_inputs(team, desc->dtype, per_sm, p->budget, &in);
+      size_t slot = p->desc.reduce == WEAVE_REDUCE_ATOMIC ? 4 : weave_dtype_size(p->desc.slot_dtype);
+      p->comm_blocks = weave_split_comm_blocks(&in, weave_plan_gemm_flops(M, N, K, team->world),
+                                               weave_plan_comm_bytes(M, N, team->world, slot, weave_dtype_size(desc->dtype)));
+      p->gemm_blocks = p->budget - p->comm_blocks;
+    }
+    if (p->gemm_blocks + p->comm_blocks > p->budget)
+      rc = weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
+                      "plan: %d GEMM + %d communication blocks could deadlock: only %d blocks of this kernel are "
+                      "co-resident per rank (%d/SM x %d SMs / %d ranks sharing the GPU)",
+                      p->gemm_blocks, p->comm_blocks, p->budget, per_sm, team->info.sm_count, team->info.ranks_on_device);
+  } else if (rc == WEAVE_SUCCESS) {
+    p->gemm_blocks = p->budget;
+    p->comm_blocks = p->budget; /* reduce-scatter kernel */
+  }
+
+  /* Symmetric memory. */
+  size_t flags = 0, data = 0, slot_bytes = weave_dtype_size(p->desc.slot_dtype);
+  if (p->strategy == WEAVE_STRATEGY_FUSED) {
+    if (desc->reduce == WEAVE_REDUCE_ATOMIC) {
+      flags = (size_t)p->tiles_cap * 4;
+      data = (size_t)p->rows_cap * N * 4;
+    } else {
+      flags = (size_t)team->world * p->tiles_cap * 4;
+      data = (size_t)team->world * p->rows_cap * N * slot_bytes;
+    }
+  } else {
+    data = (size_t)M * N * slot_bytes;
+  }
+  size_t head = sizeof(weave_plan_ctl_t) + (flags + 255) / 256 * 256;
+  p->mem_bytes = head + data;
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
+  else weave_team_agree(team, rc);
+  if (rc == WEAVE_SUCCESS) rc = weave_malloc(team, p->mem_bytes, &p->mem);
+  if (rc == WEAVE_SUCCESS) {
+    /* Zero flags (and the atomic accumulator) once; every rank finishes before any kernel runs. */
+    size_t zero = desc->reduce == WEAVE_REDUCE_ATOMIC && p->strategy == WEAVE_STRATEGY_FUSED ? p->mem_bytes : head;
+    int e = (int)cudaMemset(p->mem, 0, zero);
+    if (!e) e = (int)cudaDeviceSynchronize();
+    weave_result_t local = e ? cuda_fail(team, e, "plan: zeroing flags") : WEAVE_SUCCESS;
+    if (local == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE) {
+      char msg[256];
+      local = weave_lt_create(M, N, K, desc->dtype, desc->dtype, desc->b_layout, 0, &p->lt, msg, sizeof(msg));
+      if (local != WEAVE_SUCCESS) weave_fail(team, local, "plan: cuBLASLt: %s", msg);
+    }
+    rc = weave_team_agree(team, local);
+    if (rc != WEAVE_SUCCESS) weave_free(team, p->mem);
+  }
+  if (rc != WEAVE_SUCCESS) {
+    weave_lt_destroy(p->lt);
+    free(p);
+    return rc;
+  }
+
+  weave_fused_params_t *fp = &p->params;
+  memset(fp, 0, sizeof(*fp));
+  fp->M = M; fp->N = N; fp->K = K;
+  fp->dtype = desc->dtype;
+  fp->b_layout = desc->b_layout;
+  fp->slot_dtype = p->desc.slot_dtype;
+  fp->reduce = desc->reduce;
+  fp->alpha = desc->alpha;
+  weave_team_device_view(team, &fp->team);
+  fp->tiling = p->tiling;
+  fp->rows_cap = p->rows_cap;
+  fp->tiles_cap = p->tiles_cap;
+  fp->ctl = (weave_plan_ctl_t *)p->mem;
+  fp->tile_flags = (uint32_t *)((char *)p->mem + sizeof(weave_plan_ctl_t));
+  fp->data = (char *)p->mem + head;
+  fp->gemm_blocks = p->gemm_blocks;
+  fp->comm_blocks = p->comm_blocks;
+  weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes",
+            M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
+            p->budget, p->mem_bytes);
+  *plan_out = p;
+  return WEAVE_SUCCESS;
+}
+
+static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
+
+weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
+                                     void *C_out, weave_stream_t stream) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: plan is NULL");
+  weave_team_t team = p->team;
+  if (!A || !B || !C_out)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: A %p, B %p, C_out %p must be non-NULL",
+                      A, B, C_out);
+  if (p->desc.has_bias && !bias)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: the plan has a bias but bias is NULL");
+  if (!p->desc.has_bias && bias)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: bias given to a plan without bias");
+  size_t e = weave_dtype_size(p->desc.dtype);
+  if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C_out | (uintptr_t)bias) % e)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: pointers must be %zu-byte aligned", e);
+  cudaSetDevice(team->info.device);
+
+  weave_fused_params_t fp = p->params;
+  fp.A = A; fp.B = B; fp.bias = bias; fp.C_out = C_out;
+  fp.epoch = ++p->epoch;
+  size_t rowb_a = (size_t)p->K * e, rowb_b = (p->desc.b_layout == WEAVE_LAYOUT_ROW ? (size_t)p->N : (size_t)p->K) * e;
+  fp.vec_ok = aligned16(A) && aligned16(B) && rowb_a % 16 == 0 && rowb_b % 16 == 0;
+
+  int err = 0;
+  switch (p->strategy) {
+    case WEAVE_STRATEGY_FUSED:
+      err = weave_launch_fused(&fp, stream);
+      break;
+    case WEAVE_STRATEGY_BULK:
+    case WEAVE_STRATEGY_BASELINE:
+      err = weave_launch_wait_done(&fp, stream);
+      if (!err) {
+        if (p->strategy == WEAVE_STRATEGY_BULK)
+          err = weave_launch_gemm(p->M, p->N, p->K, fp.dtype, fp.b_layout, 1.0f, A, B, NULL, fp.data, fp.slot_dtype,
+                                  p->gemm_blocks, fp.vec_ok, stream);
+        else if (weave_lt_run(p->lt, 1.0f, A, B, fp.data, stream) != WEAVE_SUCCESS)
+          return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
+      }
+      if (!err) err = weave_launch_signal_ready(&fp, stream);
+      if (!err) err = weave_launch_reduce_scatter(&fp, p->comm_blocks, stream);
+      break;
+    default:
+      return weave_fail(team, WEAVE_ERROR_INTERNAL, "weave_gemm_rs_execute: strategy %d", (int)p->strategy);
+  }
+  if (err) return cuda_fail(team, err, "weave_gemm_rs_execute: kernel launch");
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_info_t *info) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_info: plan is NULL");
+  if (!info) return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_info: info is NULL");
+  memset(info, 0, sizeof(*info));
+  info->strategy = p->strategy;
+  weave_split_rows_of(p->M, p->team->world, p->team->rank, &info->row_begin, &info->rows);
+  info->tile_m = p->tiling.tile_m;
+  info->tile_n = p->tiling.tile_n;
+  info->tiles_total = weave_total_tiles(&p->tiling);
+  info->tiles_owned = weave_owner_tiles(&p->tiling, p->team->rank);
+  info->gemm_blocks = p->gemm_blocks;
+  info->comm_blocks = p->comm_blocks;
+  info->heap_bytes = p->mem_bytes;
+  size_t slot = p->strategy == WEAVE_STRATEGY_FUSED && p->desc.reduce == WEAVE_REDUCE_ATOMIC
+                    ? 4 : weave_dtype_size(p->desc.slot_dtype);
+  info->bytes_sent = weave_plan_bytes_sent(p->M, p->N, p->team->world, p->team->rank, slot);
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
+  weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
+  weave_lt_destroy(p->lt);
+  free(p);
+  return rc;
+}
+
+int weave_tune_lookup(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                      weave_tune_entry_t *out) {
+  weave_env_t env;
+  if (weave_env_load(&env) != WEAVE_SUCCESS) return -1;
+  return weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, out);
+}

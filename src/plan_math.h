@@ -1,0 +1,50 @@
+/*
+ * Host-side plan arithmetic (no CUDA): the GEMM/communication split from a cost model, the bytes a
+ * plan holds and sends, and the roofline the bench prints without a GPU. Tested on the CPU.
+ */
+#ifndef WEAVE_PLAN_MATH_H
+#define WEAVE_PLAN_MATH_H
+
+#include <stddef.h>
+
+#include "schedule.h"
+#include "weave.h"
+
+size_t weave_dtype_size(weave_dtype_t t);
+const char *weave_dtype_name(weave_dtype_t t);
+int weave_dtype_parse(const char *s, weave_dtype_t *out);
+const char *weave_strategy_name(weave_strategy_t s);
+
+/* What the split depends on. Rates per SM so the answer scales with the SM share a rank gets. */
+typedef struct {
+  int blocks;              /* co-resident blocks this rank may use (its share of the GPU) */
+  double flops_per_block;  /* tensor-core FLOP/s one GEMM block sustains */
+  double bytes_per_block;  /* bytes/s one communication block moves through memory */
+} weave_split_inputs_t;
+
+/* Communication blocks that balance the owner-side reduction (reads world partial tiles, writes one
+ * output tile) against the GEMM on the remaining blocks: argmin_c max(t_gemm(blocks-c), t_comm(c)),
+ * at least 1 and at most blocks-1. */
+int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes);
+
+/* Per rank and call: FLOPs of the local GEMM; bytes the owner-side reduction moves; bytes pushed to
+ * peers. */
+double weave_plan_gemm_flops(int M, int N, int K_local, int world);
+double weave_plan_comm_bytes(int M, int N, int world, size_t slot_bytes, size_t out_bytes);
+size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_bytes);
+
+/* Roofline of one call on a published device (H100 / H200 SXM datasheet rates). */
+typedef struct {
+  const char *name;
+  double tflops_bf16; /* dense */
+  double hbm_tbps;
+  double nvlink_gbps; /* per direction, per GPU */
+} weave_roofline_device_t;
+extern const weave_roofline_device_t weave_roofline_devices[2];
+typedef struct {
+  double t_gemm_ms, t_rs_ms, t_baseline_ms, t_fused_ms;
+} weave_roofline_t;
+void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, size_t elt_bytes,
+                    weave_roofline_t *out);
+
+#endif

@@ -1,0 +1,168 @@
+/* CPU reference: see reference.h. */
+#include "reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+float weave_bf16_to_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t weave_float_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float weave_fp16_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  float f;
+  if (exp == 0) {
+    f = ldexpf((float)man, -24);
+    return sign ? -f : f;
+  }
+  if (exp == 31) {
+    uint32_t u = sign | 0x7f800000u | (man << 13);
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  uint32_t u = sign | ((exp + 112) << 23) | (man << 13);
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t weave_float_to_fp16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00; /* NaN */
+  if (a >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: inf */
+  if (a < 0x38800000u) { /* subnormal or zero in fp16: round |f| * 2^24 to an integer */
+    float m = fabsf(f) * 16777216.0f;
+    return sign | (uint16_t)lrintf(m); /* lrint rounds to nearest even */
+  }
+  uint32_t exp = (a >> 23) - 112, man = a & 0x7fffffu;
+  uint32_t h = (exp << 10) | (man >> 13);
+  uint32_t rest = man & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+  return sign | (uint16_t)h;
+}
+
+double weave_host_get(weave_dtype_t t, const void *p, size_t i) {
+  switch (t) {
+    case WEAVE_BF16: return weave_bf16_to_float(((const uint16_t *)p)[i]);
+    case WEAVE_FP16: return weave_fp16_to_float(((const uint16_t *)p)[i]);
+    case WEAVE_FP32: return ((const float *)p)[i];
+  }
+  return NAN;
+}
+
+void weave_host_set(weave_dtype_t t, void *p, size_t i, double v) {
+  switch (t) {
+    case WEAVE_BF16: ((uint16_t *)p)[i] = weave_float_to_bf16((float)v); break;
+    case WEAVE_FP16: ((uint16_t *)p)[i] = weave_float_to_fp16((float)v); break;
+    case WEAVE_FP32: ((float *)p)[i] = (float)v; break;
+  }
+}
+
+static double b_at(weave_dtype_t t, weave_layout_t l, const void *B, int N, int K, int k, int n) {
+  return weave_host_get(t, B, l == WEAVE_LAYOUT_ROW ? (size_t)k * N + n : (size_t)n * K + k);
+}
+
+void weave_ref_gemm_rs(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout, double alpha,
+                       const void *const *A, const void *const *B, const void *bias, int row_begin, int rows,
+                       double *out) {
+  (void)M;
+  /* i-k-j order over a converted row of B: streams B once per row of A. */
+  double *brow = (double *)malloc(sizeof(double) * (size_t)N);
+  memset(out, 0, sizeof(double) * (size_t)rows * N);
+  for (int r = 0; r < world; ++r)
+    for (int k = 0; k < K; ++k) {
+      for (int n = 0; n < N; ++n) brow[n] = b_at(t, b_layout, B[r], N, K, k, n);
+      for (int i = 0; i < rows; ++i) {
+        double a = weave_host_get(t, A[r], (size_t)(row_begin + i) * K + k);
+        if (a == 0.0) continue;
+        double *o = out + (size_t)i * N;
+        for (int n = 0; n < N; ++n) o[n] += a * brow[n];
+      }
+    }
+  for (int i = 0; i < rows; ++i)
+    for (int n = 0; n < N; ++n) {
+      double v = alpha * out[(size_t)i * N + n];
+      if (bias) v += weave_host_get(t, bias, (size_t)n);
+      out[(size_t)i * N + n] = v;
+    }
+  free(brow);
+}
+
+void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout,
+                             double alpha, const void *const *A, const void *const *B, const void *bias,
+                             int row_begin, int rows, double *out) {
+  (void)M;
+  for (int i = 0; i < rows; ++i)
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int r = 0; r < world; ++r)
+        for (int k = 0; k < K; ++k)
+          s += weave_host_get(t, A[r], (size_t)(row_begin + i) * K + k) * b_at(t, b_layout, B[r], N, K, k, n);
+      out[(size_t)i * N + n] = alpha * s + (bias ? weave_host_get(t, bias, (size_t)n) : 0.0);
+    }
+}
+
+void weave_check_result(weave_dtype_t t, const void *got, const double *ref, size_t n, double atol, double rtol,
+                        weave_check_t *out) {
+  memset(out, 0, sizeof(*out));
+  out->first_bad = (size_t)-1;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double g = weave_host_get(t, got, i), r = ref[i];
+    int bad = 0;
+    if (!isfinite(g)) {
+      out->nonfinite++;
+      bad = 1;
+    } else {
+      double d = fabs(g - r);
+      if (d > out->max_abs_err) out->max_abs_err = d;
+      if (d > atol + rtol * fabs(r)) bad = 1;
+      num += d * d;
+    }
+    den += r * r;
+    if (bad) {
+      if (out->first_bad == (size_t)-1) out->first_bad = i;
+      out->wrong++;
+    }
+  }
+  out->rel_err = out->nonfinite ? INFINITY : (den > 0 ? sqrt(num / den) : sqrt(num));
+}
+
+void weave_tolerance(weave_dtype_t t, int K_total, double *atol, double *rtol) {
+  /* Inputs are exact in the reference; error = rounding of the output (2^-8 bf16, 2^-11 fp16) plus
+   * fp32 accumulation and partial rounding, which grow like sqrt(K) for random signs. Values in
+   * [-1, 1) give |C| ~ sqrt(K/3). */
+  double scale = sqrt((double)K_total / 3.0 + 1.0);
+  double eps = t == WEAVE_BF16 ? 1.0 / 256 : t == WEAVE_FP16 ? 1.0 / 2048 : 1.0 / (1 << 20);
+  *rtol = 2.0 * eps;
+  *atol = 4.0 * eps * scale;
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void weave_fill_random(weave_dtype_t t, void *p, size_t n, uint64_t seed) {
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    double v = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
+    weave_host_set(t, p, i, v);
+  }
+}

@@ -1,0 +1,84 @@
+/* Plan arithmetic: see plan_math.h. */
+#include <string.h>
+#include <strings.h>
+
+#include "plan_math.h"
+
+size_t weave_dtype_size(weave_dtype_t t) { return t == WEAVE_FP32 ? 4 : 2; }
+
+const char *weave_dtype_name(weave_dtype_t t) {
+  switch (t) {
+    case WEAVE_BF16: return "bf16";
+    case WEAVE_FP16: return "fp16";
+    case WEAVE_FP32: return "fp32";
+  }
+  return "?";
+}
+
+int weave_dtype_parse(const char *s, weave_dtype_t *out) {
+  if (!s || !out) return -1;
+  if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16")) *out = WEAVE_BF16;
+  else if (!strcasecmp(s, "fp16") || !strcasecmp(s, "half") || !strcasecmp(s, "float16")) *out = WEAVE_FP16;
+  else if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float") || !strcasecmp(s, "float32")) *out = WEAVE_FP32;
+  else return -1;
+  return 0;
+}
+
+const char *weave_strategy_name(weave_strategy_t s) {
+  switch (s) {
+    case WEAVE_STRATEGY_AUTO: return "auto";
+    case WEAVE_STRATEGY_FUSED: return "fused";
+    case WEAVE_STRATEGY_BULK: return "bulk";
+    case WEAVE_STRATEGY_BASELINE: return "baseline";
+  }
+  return "?";
+}
+
+int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes) {
+  if (!in || in->blocks < 2) return in && in->blocks == 1 ? 0 : -1;
+  int best = 1;
+  double best_t = -1;
+  for (int c = 1; c < in->blocks; ++c) {
+    double tg = gemm_flops / ((double)(in->blocks - c) * in->flops_per_block);
+    double tc = comm_bytes / ((double)c * in->bytes_per_block);
+    double t = tg > tc ? tg : tc;
+    if (best_t < 0 || t < best_t) {
+      best_t = t;
+      best = c;
+    }
+  }
+  return best;
+}
+
+double weave_plan_gemm_flops(int M, int N, int K_local, int world) {
+  (void)world;
+  return 2.0 * (double)M * (double)N * (double)K_local;
+}
+
+double weave_plan_comm_bytes(int M, int N, int world, size_t slot_bytes, size_t out_bytes) {
+  /* Owner of ceil(M/world) rows reads one partial per source and writes the result once. */
+  double rows = (double)((M + world - 1) / world);
+  return rows * (double)N * ((double)world * (double)slot_bytes + (double)out_bytes);
+}
+
+size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_bytes) {
+  int b, rows;
+  weave_split_rows_of(M, world, rank, &b, &rows);
+  return (size_t)(M - rows) * (size_t)N * slot_bytes;
+}
+
+const weave_roofline_device_t weave_roofline_devices[2] = {
+    {"H100 SXM", 989.0, 3.35, 450.0},
+    {"H200 SXM", 989.0, 4.8, 450.0},
+};
+
+void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, size_t elt_bytes,
+                    weave_roofline_t *out) {
+  double flops = 2.0 * M * (double)N * K_total / world;
+  out->t_gemm_ms = flops / (d->tflops_bf16 * 1e12) * 1e3;
+  /* Ring/direct reduce-scatter: each GPU sends (world-1)/world of its partial over its links. */
+  double bytes = (double)M * N * elt_bytes * (world - 1) / world;
+  out->t_rs_ms = world > 1 ? bytes / (d->nvlink_gbps * 1e9) * 1e3 : 0.0;
+  out->t_baseline_ms = out->t_gemm_ms + out->t_rs_ms;
+  out->t_fused_ms = out->t_gemm_ms > out->t_rs_ms ? out->t_gemm_ms : out->t_rs_ms;
+}

@@ -1,0 +1,105 @@
+/*
+ * Tile math shared by the host (plans, CPU tests, the bench's dry run) and the kernels, so the CPU
+ * tests check the very code the GPU runs.
+ *
+ * Rows of C are split into `world` contiguous chunks of whole rows, the first M % world ranks one row
+ * more. Each owner's chunk is tiled on its own (tiles never straddle two owners); an owner's tiles
+ * are numbered j = 0 .. tiles(o)-1 in a grouped order (WEAVE_GROUP_M tile-rows at a time, column by
+ * column) so that tiles in flight together share rows of A and columns of B in L2.
+ *
+ * Rank r walks all tiles of all owners as one sequence; the owners come rotated so that at any moment
+ * the ranks push to different owners: OWN_LAST visits r+1, r+2, ..., r (its own last), OWN_FIRST r,
+ * r+1, ... Within an owner the order is the same on every rank.
+ */
+#ifndef WEAVE_SCHEDULE_H
+#define WEAVE_SCHEDULE_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define WEAVE_HD static inline __host__ __device__
+#else
+#define WEAVE_HD static inline
+#endif
+
+#define WEAVE_GROUP_M 8
+
+typedef struct {
+  int M, N, world;
+  int tile_m, tile_n;
+  int order; /* weave_tile_order_t */
+} weave_tiling_t;
+
+WEAVE_HD int weave_cdiv(int a, int b) { return (a + b - 1) / b; }
+
+WEAVE_HD void weave_split_rows_of(int M, int world, int r, int *begin, int *rows) {
+  int base = M / world, extra = M % world;
+  *rows = base + (r < extra ? 1 : 0);
+  *begin = r * base + (r < extra ? r : extra);
+}
+
+/* Owner of global row `row`. */
+WEAVE_HD int weave_row_owner(int M, int world, int row) {
+  int base = M / world, extra = M % world;
+  int big = extra * (base + 1); /* rows held by the ranks with one more */
+  if (row < big) return row / (base + 1);
+  return extra + (row - big) / (base > 0 ? base : 1);
+}
+
+WEAVE_HD int weave_tiles_n(const weave_tiling_t *t) { return weave_cdiv(t->N, t->tile_n); }
+
+WEAVE_HD int weave_owner_tiles_m(const weave_tiling_t *t, int owner) {
+  int b, rows;
+  weave_split_rows_of(t->M, t->world, owner, &b, &rows);
+  return weave_cdiv(rows, t->tile_m);
+}
+
+WEAVE_HD int weave_owner_tiles(const weave_tiling_t *t, int owner) {
+  return weave_owner_tiles_m(t, owner) * weave_tiles_n(t);
+}
+
+/* Largest tile count of any owner: the stride of per-owner flag arrays. */
+WEAVE_HD int weave_max_owner_tiles(const weave_tiling_t *t) { return weave_owner_tiles(t, 0); }
+
+WEAVE_HD int weave_total_tiles(const weave_tiling_t *t) {
+  int s = 0;
+  for (int o = 0; o < t->world; ++o) s += weave_owner_tiles(t, o);
+  return s;
+}
+
+/* Owner's local tile j -> tile-row (within the owner's chunk) and tile-column, grouped order. */
+WEAVE_HD void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm, int *tn) {
+  int tiles_m = weave_owner_tiles_m(t, owner), tiles_n = weave_tiles_n(t);
+  int group = WEAVE_GROUP_M * tiles_n;
+  int first_m = (j / group) * WEAVE_GROUP_M;
+  int gm = tiles_m - first_m < WEAVE_GROUP_M ? tiles_m - first_m : WEAVE_GROUP_M;
+  int in = j % group;
+  *tm = first_m + in % gm;
+  *tn = in / gm;
+}
+
+/* k-th owner visited by rank r. */
+WEAVE_HD int weave_visit_owner(const weave_tiling_t *t, int rank, int k) {
+  int first = t->order == 1 /* OWN_FIRST */ ? rank : rank + 1;
+  return (first + k) % t->world;
+}
+
+/* Position `seq` of rank r's walk -> (owner, owner-local tile j). Returns 0, or -1 past the end. */
+WEAVE_HD int weave_seq_tile(const weave_tiling_t *t, int rank, int seq, int *owner, int *j) {
+  for (int k = 0; k < t->world; ++k) {
+    int o = weave_visit_owner(t, rank, k);
+    int n = weave_owner_tiles(t, o);
+    if (seq < n) {
+      *owner = o;
+      *j = seq;
+      return 0;
+    }
+    seq -= n;
+  }
+  return -1;
+}
+
+/* Epochs are uint32 call counters that wrap: "a is at or after b" as a signed distance. */
+WEAVE_HD int weave_epoch_reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
+#endif /* WEAVE_SCHEDULE_H */

@@ -1,0 +1,44 @@
+/*
+ * Internal synchronisation used by weave's kernels. The ordering rule everywhere: a producer makes
+ * its data visible with a release operation at system scope on the flag (after a block barrier that
+ * puts the other threads' stores before it), a consumer polls with acquire loads at system scope and
+ * only then (after a block barrier) reads the data. Every wait is bounded by the team's timeout and
+ * leaves an error record in the rank's heap header for weave_team_sync.
+ */
+#ifndef WEAVE_SYNC_CUH
+#define WEAVE_SYNC_CUH
+
+#include <stdint.h>
+
+#include "weave_device.cuh"
+
+/* Block-level end of a kernel: the last block of this rank to arrive (counted in `arrive`, which
+ * grows by `nblocks` per call) publishes `epoch` into every peer's `flags[rank]`. Called by all
+ * threads. */
+__device__ __forceinline__ void weave_block_arrive_and_signal(const weave_device_team_t &t, uint32_t *arrive,
+                                                              uint32_t nblocks, uint32_t epoch, uint32_t *flags) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t old = weave_atomic_add<WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_SYS>(arrive, 1u);
+    if (old + 1u == epoch * nblocks) {
+      for (int p = 0; p < t.world; ++p)
+        weave_st<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&t, flags + t.rank, p), epoch);
+    }
+  }
+}
+
+/* Thread p < world waits until flags[p] reached `epoch`; returns non-zero (block-uniform) when any
+ * wait failed. Called by all threads. */
+__device__ __forceinline__ int weave_block_wait_all(const weave_device_team_t &t, const uint32_t *flags,
+                                                    uint32_t epoch, int item) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  if ((int)threadIdx.x < t.world) {
+    if (weave_wait_until(&t, flags + threadIdx.x, WEAVE_CMP_GE, epoch, (int)threadIdx.x, item) != 0) failed = 1;
+  }
+  __syncthreads();
+  return failed;
+}
+
+#endif
