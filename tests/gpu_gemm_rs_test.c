@@ -1,0 +1,344 @@
+/*
+ * GPU tests of GEMM + ReduceScatter, with 1, 2, 4 and 8 ranks sharing the visible GPU(s):
+ *   - every strategy x reduction x slot dtype x dtype x B layout on a shape with tails
+ *     (M=1000, N=1000, K_local=300) against the fp64 CPU reference, alpha and bias included;
+ *   - 8192 x 8192 x 1024 (per rank) against fp64 on sampled row ranges;
+ *   - 1000 back-to-back calls on one plan, every result checked, no reset;
+ *   - deterministic mode bitwise identical over 20 runs;
+ *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works.
+ * Outputs are poisoned (NaN) before every call; inputs are fresh random numbers per case.
+ * Usage: gpu_gemm_rs [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "plan_math.h"
+#include "reference.h"
+#include "weave.h"
+
+#define MAX_DESCS 8
+
+typedef struct {
+  const char *name;
+  int M, N, K; /* K per rank */
+  weave_dtype_t dtype;
+  weave_layout_t layout;
+  int has_bias;
+  float alpha;
+  weave_gemm_rs_desc_t descs[MAX_DESCS];
+  int ndescs;
+  int calls;         /* executes per plan, each checked */
+  int bitwise;       /* also require bitwise equality across calls */
+  int sample;        /* check only 3 ranges of 4 rows per rank */
+  int skip_rank;     /* this rank never executes: the others must time out */
+  /* host data */
+  void *A[WEAVE_MAX_WORLD], *B[WEAVE_MAX_WORLD], *bias;
+  pthread_mutex_t mu;
+  int failures;
+  long checks;
+} test_case_t;
+
+static void fail(test_case_t *c, int rank, const char *what, const char *detail) {
+  pthread_mutex_lock(&c->mu);
+  c->failures++;
+  fprintf(stderr, "FAIL [%s] rank %d: %s%s%s\n", c->name, rank, what, detail ? ": " : "", detail ? detail : "");
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void counted(test_case_t *c, long n) {
+  pthread_mutex_lock(&c->mu);
+  c->checks += n;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static const char *desc_name(const weave_gemm_rs_desc_t *d, char *buf, size_t len) {
+  snprintf(buf, len, "%s/%s/slot=%s/%s", weave_strategy_name(d->strategy),
+           d->reduce == WEAVE_REDUCE_ATOMIC ? "atomic" : "det", weave_dtype_name(d->slot_dtype),
+           d->tile_order == WEAVE_ORDER_OWN_FIRST ? "own-first" : "own-last");
+  return buf;
+}
+
+/* Row ranges of this rank that are checked. */
+static int check_ranges(const test_case_t *c, int rows, int begin[3], int count[3]) {
+  if (!c->sample || rows <= 12) {
+    begin[0] = 0;
+    count[0] = rows;
+    return 1;
+  }
+  begin[0] = 0; count[0] = 4;
+  begin[1] = rows / 2; count[1] = 4;
+  begin[2] = rows - 4; count[2] = 4;
+  return 3;
+}
+
+static int rank_fn(harness_rank_t *hr) {
+  test_case_t *c = (test_case_t *)hr->user;
+  const int r = hr->rank, world = hr->world;
+  const size_t e = weave_dtype_size(c->dtype);
+  const size_t a_elems = (size_t)c->M * c->K, b_elems = (size_t)c->K * c->N;
+  void *dA = harness_dev_alloc(a_elems * e), *dB = harness_dev_alloc(b_elems * e), *dbias = NULL;
+  harness_upload(dA, c->A[r], a_elems * e);
+  harness_upload(dB, c->B[r], b_elems * e);
+  if (c->has_bias) {
+    dbias = harness_dev_alloc((size_t)c->N * e);
+    harness_upload(dbias, c->bias, (size_t)c->N * e);
+  }
+  int row_begin, rows;
+  weave_row_split(c->M, world, r, &row_begin, &rows);
+  void *dC = harness_dev_alloc((size_t)rows * c->N * e);
+  unsigned char *hC = (unsigned char *)malloc((size_t)rows * c->N * e + 1);
+  unsigned char *first = (unsigned char *)malloc((size_t)rows * c->N * e + 1);
+
+  /* fp64 reference of the checked rows */
+  int rb[3], rc_[3];
+  int nr = check_ranges(c, rows, rb, rc_);
+  double *ref[3];
+  const void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
+  for (int s = 0; s < world; ++s) { As[s] = c->A[s]; Bs[s] = c->B[s]; }
+  for (int i = 0; i < nr; ++i) {
+    ref[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
+    weave_ref_gemm_rs(c->M, c->N, c->K, world, c->dtype, c->layout, c->alpha, As, Bs, c->has_bias ? c->bias : NULL,
+                      row_begin + rb[i], rc_[i], ref[i]);
+  }
+  double atol, rtol;
+  weave_tolerance(c->dtype, c->K * world, &atol, &rtol);
+
+  for (int di = 0; di < c->ndescs; ++di) {
+    weave_gemm_rs_desc_t d = c->descs[di];
+    char dn[128], msg[512];
+    desc_name(&d, dn, sizeof(dn));
+    weave_gemm_rs_plan_t plan;
+    weave_result_t rc = weave_gemm_rs_plan_create(hr->team, c->M, c->N, c->K, &d, &plan);
+    if (rc != WEAVE_SUCCESS) {
+      fail(c, r, dn, weave_get_last_error(hr->team));
+      continue;
+    }
+    weave_gemm_rs_info_t info;
+    weave_gemm_rs_plan_info(plan, &info);
+    if (info.row_begin != row_begin || info.rows != rows) fail(c, r, dn, "plan info rows differ from weave_row_split");
+
+    if (c->skip_rank >= 0) {
+      /* Timeout case: one rank never calls; everyone else must get a timeout naming the wait. */
+      if (r != c->skip_rank) {
+        weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
+        rc = weave_team_sync(hr->team, hr->stream);
+        const char *m = weave_get_last_error(hr->team);
+        if (rc != WEAVE_ERROR_TIMEOUT) fail(c, r, "expected WEAVE_ERROR_TIMEOUT", weave_get_error_string(rc));
+        else if (!strstr(m, "timed out") || !strstr(m, "rank")) fail(c, r, "timeout message lacks detail", m);
+        else printf("  rank %d got the expected timeout: %s\n", r, m);
+        counted(c, 1);
+      }
+      weave_barrier(hr->team);
+      /* The team goes on: a new plan, every rank calls, the result is right. */
+      weave_gemm_rs_plan_destroy(plan);
+      rc = weave_gemm_rs_plan_create(hr->team, c->M, c->N, c->K, &d, &plan);
+      if (rc != WEAVE_SUCCESS) {
+        fail(c, r, "re-plan after timeout", weave_get_last_error(hr->team));
+        continue;
+      }
+    }
+
+    for (int call = 0; call < c->calls; ++call) {
+      harness_poison(dC, (size_t)rows * c->N * e, hr->stream);
+      rc = weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
+      if (rc == WEAVE_SUCCESS) rc = weave_team_sync(hr->team, hr->stream);
+      if (rc != WEAVE_SUCCESS) {
+        snprintf(msg, sizeof(msg), "call %d: %s", call, weave_get_last_error(hr->team));
+        fail(c, r, dn, msg);
+        break;
+      }
+      harness_download(hC, dC, (size_t)rows * c->N * e);
+      for (int i = 0; i < nr; ++i) {
+        weave_check_t chk;
+        weave_check_result(c->dtype, hC + (size_t)rb[i] * c->N * e, ref[i], (size_t)rc_[i] * c->N, atol, rtol, &chk);
+        if (chk.wrong) {
+          size_t fb = chk.first_bad;
+          snprintf(msg, sizeof(msg),
+                   "call %d: %zu wrong (%zu non-finite) of %d x %d, rel err %.3g, first bad row %d col %d: got %g want %g",
+                   call, chk.wrong, chk.nonfinite, rc_[i], c->N, chk.rel_err, row_begin + rb[i] + (int)(fb / c->N),
+                   (int)(fb % c->N), weave_host_get(c->dtype, hC + (size_t)rb[i] * c->N * e, fb), ref[i][fb]);
+          fail(c, r, dn, msg);
+          call = c->calls;
+          break;
+        }
+      }
+      if (c->bitwise) {
+        if (call == 0) memcpy(first, hC, (size_t)rows * c->N * e);
+        else if (memcmp(first, hC, (size_t)rows * c->N * e) != 0) {
+          snprintf(msg, sizeof(msg), "call %d differs bitwise from call 0", call);
+          fail(c, r, dn, msg);
+          break;
+        }
+      }
+      counted(c, 1);
+    }
+    rc = weave_gemm_rs_plan_destroy(plan);
+    if (rc != WEAVE_SUCCESS) fail(c, r, "plan destroy", weave_get_last_error(hr->team));
+  }
+  for (int i = 0; i < nr; ++i) free(ref[i]);
+  free(hC);
+  free(first);
+  harness_dev_free(dA);
+  harness_dev_free(dB);
+  harness_dev_free(dC);
+  if (dbias) harness_dev_free(dbias);
+  return 0;
+}
+
+static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, weave_reduce_t red,
+                                      weave_dtype_t slot, weave_tile_order_t order) {
+  weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
+  d.dtype = c->dtype;
+  d.b_layout = c->layout;
+  d.strategy = s;
+  d.reduce = red;
+  d.slot_dtype = slot;
+  d.tile_order = order;
+  d.alpha = c->alpha;
+  d.has_bias = c->has_bias;
+  return d;
+}
+
+static int run_case(test_case_t *c, int world, uint64_t seed) {
+  c->failures = 0;
+  c->checks = 0;
+  pthread_mutex_init(&c->mu, NULL);
+  size_t e = weave_dtype_size(c->dtype);
+  for (int s = 0; s < world; ++s) {
+    c->A[s] = malloc((size_t)c->M * c->K * e);
+    c->B[s] = malloc((size_t)c->K * c->N * e);
+    weave_fill_random(c->dtype, c->A[s], (size_t)c->M * c->K, seed + 2 * (uint64_t)s);
+    weave_fill_random(c->dtype, c->B[s], (size_t)c->K * c->N, seed + 2 * (uint64_t)s + 1);
+  }
+  c->bias = malloc((size_t)c->N * e);
+  weave_fill_random(c->dtype, c->bias, (size_t)c->N, seed ^ 0xb1a5);
+  int devices[WEAVE_MAX_WORLD];
+  int ndev = harness_device_count();
+  for (int r = 0; r < world; ++r) devices[r] = ndev ? r % ndev : 0;
+  weave_config_t cfg = WEAVE_CONFIG_INIT;
+  if (c->skip_rank >= 0) cfg.timeout_ms = 300;
+  int rc = harness_run(world, devices, &cfg, rank_fn, c);
+  for (int s = 0; s < world; ++s) {
+    free(c->A[s]);
+    free(c->B[s]);
+  }
+  free(c->bias);
+  if (rc == HARNESS_SKIP) return rc;
+  printf("%-28s world %d %s %s: %ld checked calls, %d failures%s\n", c->name, world, weave_dtype_name(c->dtype),
+         c->layout == WEAVE_LAYOUT_ROW ? "B[K,N]" : "B[N,K]", c->checks, c->failures, c->failures ? "  <-- FAIL" : "");
+  return (rc || c->failures) ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  int only_world = 0, quick = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--world") && i + 1 < argc) only_world = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick")) quick = 1;
+  }
+  if (harness_device_count() == 0) {
+    printf("gpu_gemm_rs: no CUDA device: skipped\n");
+    return HARNESS_SKIP;
+  }
+  uint64_t seed = harness_seed();
+  printf("gpu_gemm_rs: seed %llu (set WEAVE_TEST_SEED to repeat)\n", (unsigned long long)seed);
+  int worlds[] = {1, 2, 4, 8}, failed = 0, total = 0;
+  for (int wi = 0; wi < 4; ++wi) {
+    int world = worlds[wi];
+    if (only_world && world != only_world) continue;
+    /* 1. every strategy x reduction x slot x dtype x layout, with tails */
+    for (int dt = 0; dt < 3; ++dt)
+      for (int lay = 0; lay < 2; ++lay) {
+        test_case_t c;
+        memset(&c, 0, sizeof(c));
+        c.name = "tails 1000x1000x300";
+        c.M = 1000; c.N = 1000; c.K = 300;
+        c.dtype = (weave_dtype_t)dt;
+        c.layout = (weave_layout_t)lay;
+        c.has_bias = (dt + lay) % 2 == 0;
+        c.alpha = c.has_bias ? 0.75f : 1.0f;
+        c.calls = 2;
+        c.skip_rank = -1;
+        weave_dtype_t dty = c.dtype;
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
+        if (dty != WEAVE_FP32)
+          c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, dty, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
+        if (dty != WEAVE_FP32)
+          c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
+        int rc = run_case(&c, world, seed + (uint64_t)(1000 * world + 10 * dt + lay) * 1000003ull);
+        if (rc == HARNESS_SKIP) return rc;
+        failed += rc; total++;
+      }
+    /* 2. a large shape, sampled rows */
+    if (!quick) {
+      for (int lay = 0; lay < 2; ++lay) {
+        test_case_t c;
+        memset(&c, 0, sizeof(c));
+        c.name = "large 8192x8192x1024";
+        c.M = 8192; c.N = 8192; c.K = 1024;
+        c.dtype = WEAVE_BF16;
+        c.layout = (weave_layout_t)lay;
+        c.has_bias = lay;
+        c.alpha = 1.0f;
+        c.calls = 1;
+        c.sample = 1;
+        c.skip_rank = -1;
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        int rc = run_case(&c, world, seed + (uint64_t)(77 + world * 3 + lay) * 7919ull);
+        failed += rc; total++;
+      }
+    }
+    /* 3. back-to-back calls without reset (and 4. bitwise determinism) */
+    if (world == 4 || world == 2 || only_world) {
+      test_case_t c;
+      memset(&c, 0, sizeof(c));
+      c.name = quick ? "100 calls, bitwise" : "1000 calls, bitwise";
+      c.M = 1000; c.N = 1024; c.K = 256;
+      c.dtype = WEAVE_BF16;
+      c.layout = WEAVE_LAYOUT_COL;
+      c.has_bias = 1;
+      c.alpha = 1.0f;
+      c.calls = quick ? 100 : 1000;
+      c.bitwise = 1;
+      c.skip_rank = -1;
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ 0x5eed5eedull); total++;
+      test_case_t b = c;
+      b.name = "atomic, 20 calls";
+      b.calls = 20;
+      b.bitwise = 0;
+      b.ndescs = 0;
+      b.descs[b.ndescs++] = make_desc(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_FIRST);
+      failed += run_case(&b, world, seed ^ 0xa70a1cull); total++;
+    }
+    /* 5. a rank that never calls */
+    if (world >= 2) {
+      test_case_t c;
+      memset(&c, 0, sizeof(c));
+      c.name = "missing rank -> timeout";
+      c.M = 512; c.N = 512; c.K = 128;
+      c.dtype = WEAVE_BF16;
+      c.layout = WEAVE_LAYOUT_ROW;
+      c.alpha = 1.0f;
+      c.calls = 2;
+      c.skip_rank = world - 1;
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ 0x7133ull); total++;
+    }
+  }
+  printf("gpu_gemm_rs: %d of %d cases passed\n", total - failed, total);
+  return failed ? 1 : 0;
+}

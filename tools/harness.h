@@ -1,0 +1,50 @@
+/*
+ * Multi-rank harness for the GPU tests and the benchmark: runs `fn` on `world` host threads, one per
+ * rank, each with its team (threads bootstrap) and its own non-blocking stream, ranks placed on the
+ * given devices (which may repeat: several ranks on one GPU).
+ */
+#ifndef WEAVE_HARNESS_H
+#define WEAVE_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weave.h"
+
+#define HARNESS_SKIP 77
+
+typedef struct harness_rank {
+  int rank, world, device;
+  weave_team_t team;
+  weave_stream_t stream;
+  void *user;
+} harness_rank_t;
+
+typedef int (*harness_fn)(harness_rank_t *r);
+
+/* 0: no device (callers exit 77), else the number of devices. Never fails hard. */
+int harness_device_count(void);
+/* Runs fn on every rank; returns the largest rank result, HARNESS_SKIP without a device, or 1 when
+ * a team could not be created. config may be NULL. */
+int harness_run(int world, const int *devices, const weave_config_t *config, harness_fn fn, void *user);
+
+/* Device helpers (exit the process with a message on a CUDA failure: test and bench code only). */
+void *harness_dev_alloc(size_t bytes);
+void harness_dev_free(void *p);
+void harness_upload(void *dst, const void *src, size_t bytes);
+void harness_download(void *dst, const void *src, size_t bytes);
+void harness_poison(void *p, size_t bytes, weave_stream_t stream); /* 0xFF bytes: NaN in every dtype */
+void harness_sync(weave_stream_t stream);
+
+/* Timing on a stream. */
+typedef struct harness_timer harness_timer_t;
+harness_timer_t *harness_timer_create(void);
+void harness_timer_start(harness_timer_t *t, weave_stream_t s);
+void harness_timer_stop(harness_timer_t *t, weave_stream_t s);
+float harness_timer_ms(harness_timer_t *t); /* synchronizes */
+void harness_timer_destroy(harness_timer_t *t);
+
+double harness_median(double *v, int n); /* sorts v */
+uint64_t harness_seed(void);             /* fresh per process (time and pid) unless WEAVE_TEST_SEED */
+
+#endif
