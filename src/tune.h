@@ -11,7 +11,7 @@
 #include "weave.h"
 
 typedef struct {
-  char device[128];
+  char device[256];
   int world, m_bucket, N, K;
   weave_dtype_t dtype;
   weave_strategy_t strategy;

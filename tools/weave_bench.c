@@ -1,1 +1,483 @@
-int main(void){return 0;}
+/*
+ * weave-bench: GEMM + ReduceScatter benchmark in the conventions of nccl-tests.
+ *
+ *   weave-bench -M 8192 -N 8192 -K 28672 -g 4 [--devices 0,0,0,0] -d bf16 --strategy all
+ *               [-b 1024 -e 16384 -f 2] [-n 20 -w 5 -c 1] [-J out.json] [--tune] [--op gemm]
+ *
+ * K is the total reduction length (K_local = K / ranks). Rows: one per strategy (baseline first),
+ * median time over -n timed calls after -w warm-ups (each call: max over ranks), TFLOP/s per GPU,
+ * reduce-scatter algbw/busbw, #wrong from the validated call, speed-up over the baseline measured in
+ * the same run. Inputs: random, several sets rotated so the working set exceeds twice the L2.
+ * Without a GPU it prints the plan and the roofline for H100/H200 and exits 0.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "harness.h"
+#include "plan_math.h"
+#include "reference.h"
+#include "tune.h"
+#include "weave.h"
+
+/* --op gemm lives in tools/bench_gemm.cu; this weak stand-in answers when it is not built. */
+__attribute__((weak)) int weave_bench_gemm_main(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  fprintf(stderr, "weave-bench: --op gemm is not built in this configuration\n");
+  return 2;
+}
+
+#define MAX_STRATS 8
+
+typedef struct {
+  weave_strategy_t strategy;
+  weave_reduce_t reduce;
+  weave_dtype_t slot;
+  int gemm_blocks, comm_blocks;
+  const char *label;
+} bench_variant_t;
+
+typedef struct {
+  int M, N, K_total, world;
+  int devices[WEAVE_MAX_WORLD];
+  weave_dtype_t dtype;
+  weave_layout_t layout;
+  int iters, warmup, check;
+  bench_variant_t v[MAX_STRATS + 64];
+  int nv;
+  weave_tile_order_t order;
+  /* results, filled by the ranks */
+  double ms[MAX_STRATS + 64][WEAVE_MAX_WORLD][256];
+  long wrong[MAX_STRATS + 64];
+  int failed[MAX_STRATS + 64];
+  weave_gemm_rs_info_t info[MAX_STRATS + 64][WEAVE_MAX_WORLD];
+  double gemm_alone_ms[WEAVE_MAX_WORLD][256]; /* cuBLASLt-free reference: weave_gemm alone, all blocks */
+  pthread_mutex_t mu;
+  uint64_t seed;
+  char device_name[256];
+  int sm_count;
+  size_t l2;
+} bench_t;
+
+static void usage(void) {
+  printf("usage: weave-bench [-M rows] [-N cols] [-K total_k] [-g ranks] [--devices 0,0,..] [-d bf16|fp16|fp32]\n"
+         "                   [--layout row|col] [--strategy all|auto|fused|bulk|baseline] [--reduce det|atomic|both]\n"
+         "                   [--slot dtype|fp32] [--order own-last|own-first] [--gemm-blocks G --comm-blocks C]\n"
+         "                   [-b minM -e maxM -f factor] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [--tune]\n"
+         "                   [--op gemm ...]\n");
+}
+
+static int parse_devices(const char *s, int *out) {
+  int n = 0;
+  const char *p = s;
+  while (*p && n < WEAVE_MAX_WORLD) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0) return -1;
+    out[n++] = (int)v;
+    p = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return -1;
+  }
+  return n;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * no-GPU mode: the plan and the roofline
+ * ---------------------------------------------------------------------------------------------- */
+static void print_dry(const bench_t *b) {
+  int K = b->K_total / b->world;
+  weave_tiling_t t = {b->M, b->N, b->world, 128, 128, (int)b->order};
+  printf("# plan (tiles %dx%d, per-owner tiling, order %s)\n", t.tile_m, t.tile_n,
+         b->order == WEAVE_ORDER_OWN_FIRST ? "own-first" : "own-last");
+  printf("#  rank  rows[begin,+n)     tiles_owned  first owners visited      bytes sent/call (bf16 slots)\n");
+  for (int r = 0; r < b->world; ++r) {
+    int rb, rows;
+    weave_split_rows_of(b->M, b->world, r, &rb, &rows);
+    char owners[64] = "";
+    for (int k = 0; k < b->world && k < 6; ++k) {
+      char x[16];
+      snprintf(x, sizeof(x), "%d ", weave_visit_owner(&t, r, k));
+      strncat(owners, x, sizeof(owners) - strlen(owners) - 1);
+    }
+    printf("#  %4d  [%6d,+%6d)  %11d  %-24s  %zu\n", r, rb, rows, weave_owner_tiles(&t, r), owners,
+           weave_plan_bytes_sent(b->M, b->N, b->world, r, weave_dtype_size(b->dtype)));
+  }
+  printf("#  total tiles %d; symmetric memory per rank (deterministic, %s slots): %.1f MB\n", weave_total_tiles(&t),
+         weave_dtype_name(b->dtype),
+         (double)b->world * weave_cdiv(b->M, b->world) * b->N * weave_dtype_size(b->dtype) / 1e6);
+  for (int sms = 132; sms >= 132; sms -= 1) {
+    weave_split_inputs_t in = {sms / (b->world > 0 ? 1 : 1), 4096.0 * 0.5 * 1.98e9, 2.0 * 4.8e12 / 132};
+    int c = weave_split_comm_blocks(&in, weave_plan_gemm_flops(b->M, b->N, K, b->world),
+                                    weave_plan_comm_bytes(b->M, b->N, b->world, weave_dtype_size(b->dtype),
+                                                          weave_dtype_size(b->dtype)));
+    printf("#  cost-model split on a 132-SM H200, one rank per GPU: %d GEMM + %d communication blocks\n", sms - c, c);
+  }
+  printf("# roofline per GPU (datasheet rates; M=%d N=%d K_total=%d world=%d %s)\n", b->M, b->N, b->K_total, b->world,
+         weave_dtype_name(b->dtype));
+  printf("#  %-10s %10s %10s %14s %12s %8s\n", "device", "gemm_ms", "rs_ms", "gemm+rs_ms", "overlap_ms", "bound");
+  for (int d = 0; d < 2; ++d) {
+    weave_roofline_t r;
+    weave_roofline(&weave_roofline_devices[d], b->M, b->N, b->K_total, b->world, weave_dtype_size(b->dtype), &r);
+    printf("#  %-10s %10.3f %10.3f %14.3f %12.3f %7.2fx\n", weave_roofline_devices[d].name, r.t_gemm_ms, r.t_rs_ms,
+           r.t_baseline_ms, r.t_fused_ms, r.t_fused_ms > 0 ? r.t_baseline_ms / r.t_fused_ms : 0);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * the timed run
+ * ---------------------------------------------------------------------------------------------- */
+static int rank_fn(harness_rank_t *hr) {
+  bench_t *b = (bench_t *)hr->user;
+  const int r = hr->rank, world = hr->world, K = b->K_total / world;
+  const size_t e = weave_dtype_size(b->dtype);
+  const size_t a_n = (size_t)b->M * K, b_n = (size_t)K * b->N;
+  if (r == 0) {
+    weave_device_info_t di;
+    weave_team_device_info(hr->team, &di);
+    snprintf(b->device_name, sizeof(b->device_name), "%s", di.name);
+    b->sm_count = di.sm_count;
+    b->l2 = di.l2_bytes;
+  }
+  weave_device_info_t di;
+  weave_team_device_info(hr->team, &di);
+  /* Input sets rotated so that all ranks' sets together exceed twice the L2. */
+  size_t set_bytes = (a_n + b_n) * e;
+  int nsets = (int)((2 * di.l2_bytes) / (set_bytes * (size_t)di.ranks_on_device) + 1);
+  if (nsets > 8) nsets = 8;
+  void *dA[8], *dB[8];
+  void *hA = malloc(a_n * e), *hB = malloc(b_n * e);
+  for (int s = 0; s < nsets; ++s) {
+    dA[s] = harness_dev_alloc(a_n * e);
+    dB[s] = harness_dev_alloc(b_n * e);
+    weave_fill_random(b->dtype, hA, a_n, b->seed + (uint64_t)(r * 16 + s) * 2);
+    weave_fill_random(b->dtype, hB, b_n, b->seed + (uint64_t)(r * 16 + s) * 2 + 1);
+    harness_upload(dA[s], hA, a_n * e);
+    harness_upload(dB[s], hB, b_n * e);
+  }
+  int rb, rows;
+  weave_row_split(b->M, world, r, &rb, &rows);
+  void *dC = harness_dev_alloc((size_t)rows * b->N * e);
+  void *gemm_out = NULL;
+  harness_timer_t *tm = harness_timer_create();
+  int n = b->iters < 256 ? b->iters : 256;
+
+  /* Reference for the check: set 0 of every rank is needed; every rank regenerates the others' set 0
+   * on the host (cheap next to the fp64 product) and checks 3 ranges of 4 of its rows. */
+  double *ref = NULL;
+  int rbeg[3] = {0, rows / 2, rows > 4 ? rows - 4 : 0}, rcnt = rows < 4 ? rows : 4;
+  if (b->check) {
+    void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
+    for (int s = 0; s < world; ++s) {
+      As[s] = malloc(a_n * e);
+      Bs[s] = malloc(b_n * e);
+      weave_fill_random(b->dtype, As[s], a_n, b->seed + (uint64_t)(s * 16) * 2);
+      weave_fill_random(b->dtype, Bs[s], b_n, b->seed + (uint64_t)(s * 16) * 2 + 1);
+    }
+    ref = (double *)malloc(sizeof(double) * 3 * (size_t)rcnt * b->N + 1);
+    for (int i = 0; i < 3; ++i)
+      weave_ref_gemm_rs(b->M, b->N, K, world, b->dtype, b->layout, 1.0, (const void *const *)As,
+                        (const void *const *)Bs, NULL, rb + rbeg[i], rcnt, ref + (size_t)i * rcnt * b->N);
+    for (int s = 0; s < world; ++s) {
+      free(As[s]);
+      free(Bs[s]);
+    }
+  }
+  unsigned char *hC = (unsigned char *)malloc((size_t)rows * b->N * e + 1);
+  double atol, rtol;
+  weave_tolerance(b->dtype, b->K_total, &atol, &rtol);
+
+  /* The local GEMM alone on all blocks (1 rank: the fused kernel's protocol overhead is measured
+   * against it). */
+  gemm_out = harness_dev_alloc((size_t)b->M * b->N * e);
+  for (int it = 0; it < b->warmup + n; ++it) {
+    weave_barrier(hr->team);
+    harness_timer_start(tm, hr->stream);
+    weave_gemm(b->M, b->N, K, b->dtype, b->layout, 1.0f, dA[it % nsets], dB[it % nsets], NULL, gemm_out, 0, hr->stream);
+    harness_timer_stop(tm, hr->stream);
+    float ms = harness_timer_ms(tm);
+    if (it >= b->warmup) b->gemm_alone_ms[r][it - b->warmup] = ms;
+  }
+  harness_dev_free(gemm_out);
+
+  for (int vi = 0; vi < b->nv; ++vi) {
+    bench_variant_t *v = &b->v[vi];
+    weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
+    d.dtype = b->dtype;
+    d.b_layout = b->layout;
+    d.strategy = v->strategy;
+    d.reduce = v->reduce;
+    d.slot_dtype = v->slot;
+    d.tile_order = b->order;
+    d.gemm_blocks = v->gemm_blocks;
+    d.comm_blocks = v->comm_blocks;
+    weave_gemm_rs_plan_t plan;
+    if (weave_gemm_rs_plan_create(hr->team, b->M, b->N, K, &d, &plan) != WEAVE_SUCCESS) {
+      fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
+      b->failed[vi] = 1;
+      continue;
+    }
+    weave_gemm_rs_plan_info(plan, &b->info[vi][r]);
+    int bad = 0;
+    if (b->check) { /* validated call, output poisoned first */
+      harness_poison(dC, (size_t)rows * b->N * e, hr->stream);
+      weave_gemm_rs_execute(plan, dA[0], dB[0], NULL, dC, hr->stream);
+      if (weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
+        fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
+        bad = 1;
+      }
+      harness_download(hC, dC, (size_t)rows * b->N * e);
+      long wrong = 0;
+      for (int i = 0; i < 3 && rcnt > 0; ++i) {
+        weave_check_t chk;
+        weave_check_result(b->dtype, hC + (size_t)rbeg[i] * b->N * e, ref + (size_t)i * rcnt * b->N,
+                           (size_t)rcnt * b->N, atol, rtol, &chk);
+        wrong += (long)chk.wrong;
+      }
+      pthread_mutex_lock(&b->mu);
+      b->wrong[vi] += wrong + bad;
+      pthread_mutex_unlock(&b->mu);
+    }
+    for (int it = 0; it < b->warmup + n && !bad; ++it) {
+      weave_barrier(hr->team); /* ranks start each call together */
+      harness_timer_start(tm, hr->stream);
+      weave_gemm_rs_execute(plan, dA[it % nsets], dB[it % nsets], NULL, dC, hr->stream);
+      harness_timer_stop(tm, hr->stream);
+      float ms = harness_timer_ms(tm);
+      if (it >= b->warmup) b->ms[vi][r][it - b->warmup] = ms;
+    }
+    if (weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
+      fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
+      b->failed[vi] = 1;
+    }
+    weave_gemm_rs_plan_destroy(plan);
+  }
+  for (int s = 0; s < nsets; ++s) {
+    harness_dev_free(dA[s]);
+    harness_dev_free(dB[s]);
+  }
+  harness_dev_free(dC);
+  harness_timer_destroy(tm);
+  free(hA);
+  free(hB);
+  free(hC);
+  free(ref);
+  return 0;
+}
+
+/* Per call: the slowest rank; then the median over calls. */
+static double call_median(double per_rank[][256], int world, int n) {
+  double v[256];
+  for (int i = 0; i < n; ++i) {
+    v[i] = 0;
+    for (int r = 0; r < world; ++r)
+      if (per_rank[r][i] > v[i]) v[i] = per_rank[r][i];
+  }
+  return harness_median(v, n);
+}
+
+static void add_variant(bench_t *b, weave_strategy_t s, weave_reduce_t red, weave_dtype_t slot, int g, int c) {
+  bench_variant_t *v = &b->v[b->nv++];
+  v->strategy = s;
+  v->reduce = red;
+  v->slot = slot;
+  v->gemm_blocks = g;
+  v->comm_blocks = c;
+  static char labels[MAX_STRATS + 64][64];
+  char *l = labels[b->nv - 1];
+  if (s == WEAVE_STRATEGY_FUSED)
+    snprintf(l, 64, "fused/%s/%s%s", red == WEAVE_REDUCE_ATOMIC ? "atomic" : "det",
+             red == WEAVE_REDUCE_ATOMIC ? "f32" : weave_dtype_name(slot), g ? "*" : "");
+  else if (s == WEAVE_STRATEGY_BULK) snprintf(l, 64, "bulk/%s", weave_dtype_name(slot));
+  else snprintf(l, 64, "%s", weave_strategy_name(s));
+  v->label = l;
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!strcmp(argv[i], "--op") && i + 1 < argc) {
+      if (!strcmp(argv[i + 1], "gemm")) return weave_bench_gemm_main(argc, argv);
+      if (strcmp(argv[i + 1], "gemm_rs")) {
+        fprintf(stderr, "unknown --op %s (gemm_rs, gemm)\n", argv[i + 1]);
+        return 2;
+      }
+    }
+  static bench_t b;
+  memset(&b, 0, sizeof(b));
+  b.M = 8192; b.N = 8192; b.K_total = 28672; b.world = 1;
+  b.dtype = WEAVE_BF16; b.layout = WEAVE_LAYOUT_ROW;
+  b.iters = 20; b.warmup = 5; b.check = 1;
+  int minM = 0, maxM = 0, tune = 0, gb = 0, cb = 0, ndev_list = 0;
+  double factor = 2;
+  const char *strategy = "all", *reduce = "both", *slot = "dtype", *json = NULL;
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEXT() (val ? (i++, val) : (usage(), exit(2), ""))
+    if (!strcmp(a, "-M")) b.M = atoi(NEXT());
+    else if (!strcmp(a, "-N")) b.N = atoi(NEXT());
+    else if (!strcmp(a, "-K")) b.K_total = atoi(NEXT());
+    else if (!strcmp(a, "-g")) b.world = atoi(NEXT());
+    else if (!strcmp(a, "--devices")) ndev_list = parse_devices(NEXT(), b.devices);
+    else if (!strcmp(a, "-d")) { if (weave_dtype_parse(NEXT(), &b.dtype)) { usage(); return 2; } }
+    else if (!strcmp(a, "--layout")) b.layout = !strcmp(NEXT(), "col") ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW;
+    else if (!strcmp(a, "--strategy")) strategy = NEXT();
+    else if (!strcmp(a, "--reduce")) reduce = NEXT();
+    else if (!strcmp(a, "--slot")) slot = NEXT();
+    else if (!strcmp(a, "--order")) b.order = !strcmp(NEXT(), "own-first") ? WEAVE_ORDER_OWN_FIRST : WEAVE_ORDER_OWN_LAST;
+    else if (!strcmp(a, "--gemm-blocks")) gb = atoi(NEXT());
+    else if (!strcmp(a, "--comm-blocks")) cb = atoi(NEXT());
+    else if (!strcmp(a, "-b")) minM = atoi(NEXT());
+    else if (!strcmp(a, "-e")) maxM = atoi(NEXT());
+    else if (!strcmp(a, "-f")) factor = atof(NEXT());
+    else if (!strcmp(a, "-n")) b.iters = atoi(NEXT());
+    else if (!strcmp(a, "-w")) b.warmup = atoi(NEXT());
+    else if (!strcmp(a, "-c")) b.check = atoi(NEXT());
+    else if (!strcmp(a, "-J")) json = NEXT();
+    else if (!strcmp(a, "--tune")) tune = 1;
+    else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+    else { fprintf(stderr, "unknown argument %s\n", a); usage(); return 2; }
+  }
+  if (b.world < 1 || b.world > WEAVE_MAX_WORLD || b.M < 1 || b.N < 1 || b.K_total < b.world || b.iters < 1 ||
+      b.iters > 256 || b.warmup < 0 || factor <= 1.0 || (ndev_list && ndev_list != b.world)) {
+    fprintf(stderr, "weave-bench: bad arguments (ranks 1..%d, K >= ranks, -n 1..256, --devices one per rank)\n",
+            WEAVE_MAX_WORLD);
+    return 2;
+  }
+  if (b.K_total % b.world) {
+    fprintf(stderr, "weave-bench: K %d is not a multiple of the ranks %d\n", b.K_total, b.world);
+    return 2;
+  }
+  int ndev = harness_device_count();
+  if (!ndev_list)
+    for (int r = 0; r < b.world; ++r) b.devices[r] = ndev ? r % ndev : 0;
+  if (minM == 0) minM = maxM = b.M;
+  if (maxM < minM) maxM = minM;
+
+  printf("# weave-bench  GEMM + ReduceScatter   %s\n", weave_dtype_name(b.dtype));
+  printf("# M %d..%d (x%.2g)  N %d  K_total %d  ranks %d  B %s  iters %d  warmup %d  check %d\n", minM, maxM, factor,
+         b.N, b.K_total, b.world, b.layout == WEAVE_LAYOUT_ROW ? "[K,N]" : "[N,K]", b.iters, b.warmup, b.check);
+  printf("# rank -> device:");
+  for (int r = 0; r < b.world; ++r) printf(" %d->%d", r, b.devices[r]);
+  printf("\n");
+  if (ndev == 0) {
+    printf("# no CUDA device visible (the driver reports none): printing the plan and roofline only\n");
+    b.M = minM;
+    print_dry(&b);
+    return 0;
+  }
+  int all = !strcmp(strategy, "all");
+  weave_dtype_t slot_t = !strcmp(slot, "fp32") ? WEAVE_FP32 : b.dtype;
+  int want_det = strcmp(reduce, "atomic") != 0, want_atomic = strcmp(reduce, "det") != 0;
+  add_variant(&b, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, b.dtype, 0, 0);
+  if (all || !strcmp(strategy, "fused")) {
+    if (want_det) add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, gb, cb);
+    if (want_det && all && b.dtype != WEAVE_FP32 && slot_t != WEAVE_FP32)
+      add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, gb, cb);
+    if (want_atomic) add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, b.dtype, gb, cb);
+  }
+  if (all || !strcmp(strategy, "bulk")) add_variant(&b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot_t, 0, 0);
+  if (all || !strcmp(strategy, "auto")) add_variant(&b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b.dtype, 0, 0);
+  if (tune) { /* sweep the split of the deterministic fused kernel */
+    int budget_guess = 132 / b.world;
+    for (int c = 1; c < budget_guess && b.nv < MAX_STRATS + 60; c = c < 4 ? c + 1 : c * 3 / 2)
+      add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, budget_guess - c, c);
+  }
+
+  FILE *jf = json ? fopen(json, "w") : NULL;
+  if (json && !jf) {
+    fprintf(stderr, "weave-bench: cannot write %s\n", json);
+    return 2;
+  }
+  if (jf) fprintf(jf, "{\"bench\":\"gemm_rs\",\"dtype\":\"%s\",\"N\":%d,\"K_total\":%d,\"ranks\":%d,\"rows\":[\n",
+                  weave_dtype_name(b.dtype), b.N, b.K_total, b.world);
+  long total_wrong = 0;
+  int first_row = 1;
+  for (long M = minM; M <= maxM; M = (long)ceil(M * factor)) {
+    b.M = (int)M;
+    memset(b.wrong, 0, sizeof(b.wrong));
+    memset(b.failed, 0, sizeof(b.failed));
+    pthread_mutex_init(&b.mu, NULL);
+    b.seed = harness_seed();
+    int rc = harness_run(b.world, b.devices, NULL, rank_fn, &b);
+    if (rc == HARNESS_SKIP) {
+      printf("# no usable device: plan and roofline only\n");
+      print_dry(&b);
+      return 0;
+    }
+    if (rc) return 1;
+    int n = b.iters;
+    double flops = 2.0 * b.M * (double)b.N * b.K_total;
+    int gpus = 0;
+    for (int r = 0; r < b.world; ++r) {
+      int seen = 0;
+      for (int q = 0; q < r; ++q) seen |= b.devices[q] == b.devices[r];
+      gpus += !seen;
+    }
+    double t_gemm = call_median(b.gemm_alone_ms, b.world, n);
+    double t_base = call_median(b.ms[0], b.world, n);
+    printf("# %s, %d SMs, %d rank(s) on %d GPU(s); weave_gemm alone (K_local, all blocks): %.3f ms\n", b.device_name,
+           b.sm_count, b.world, gpus, t_gemm);
+    printf("#%8s %-18s %6s %6s %10s %10s %9s %9s %8s %8s\n", "M", "strategy", "gemm", "comm", "time(ms)", "TFLOP/s",
+           "algbw", "busbw", "#wrong", "speedup");
+    double best = 1e30;
+    int best_v = 0;
+    for (int vi = 0; vi < b.nv; ++vi) {
+      if (b.failed[vi]) {
+        printf(" %8d %-18s %s\n", b.M, b.v[vi].label, "failed (see the message above)");
+        total_wrong++;
+        continue;
+      }
+      double t = call_median(b.ms[vi], b.world, n);
+      double tf = flops / gpus / (t * 1e-3) / 1e12;
+      double algbw = (double)b.M * b.N * weave_dtype_size(b.dtype) / (t * 1e-3) / 1e9;
+      double busbw = algbw * (b.world - 1) / b.world;
+      printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx\n", b.M, b.v[vi].label,
+             b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t, tf, algbw, busbw, b.wrong[vi], t_base / t);
+      total_wrong += b.wrong[vi];
+      if (b.v[vi].strategy != WEAVE_STRATEGY_AUTO && t < best) {
+        best = t;
+        best_v = vi;
+      }
+      if (jf)
+        fprintf(jf,
+                "%s{\"M\":%d,\"strategy\":\"%s\",\"gemm_blocks\":%d,\"comm_blocks\":%d,\"time_ms\":%.5f,"
+                "\"tflops_per_gpu\":%.2f,\"algbw_GBps\":%.2f,\"busbw_GBps\":%.2f,\"wrong\":%ld,\"speedup\":%.4f,"
+                "\"gemm_alone_ms\":%.5f,\"device\":\"%s\",\"gpus\":%d}",
+                first_row ? "" : ",\n", b.M, b.v[vi].label, b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t,
+                tf, algbw, busbw, b.wrong[vi], t_base / t, t_gemm, b.device_name, gpus);
+      first_row = 0;
+    }
+    if (tune) {
+      const char *path = getenv("WEAVE_TUNE_FILE");
+      weave_tune_entry_t te;
+      memset(&te, 0, sizeof(te));
+      snprintf(te.device, sizeof(te.device), "%s", b.device_name);
+      te.world = b.world;
+      te.m_bucket = weave_tune_bucket(b.M);
+      te.N = b.N;
+      te.K = b.K_total / b.world;
+      te.dtype = b.dtype;
+      te.strategy = b.v[best_v].strategy;
+      te.gemm_blocks = te.strategy == WEAVE_STRATEGY_FUSED ? b.info[best_v][0].gemm_blocks : 0;
+      te.comm_blocks = te.strategy == WEAVE_STRATEGY_FUSED ? b.info[best_v][0].comm_blocks : 0;
+      te.speedup = t_base / best;
+      if (path && *path && weave_tune_append(path, &te) == 0)
+        printf("# tune: %s %s G=%d C=%d (%.2fx) -> %s\n", b.v[best_v].label, weave_strategy_name(te.strategy),
+               te.gemm_blocks, te.comm_blocks, te.speedup, path);
+      else
+        printf("# tune: best %s (%.2fx); set WEAVE_TUNE_FILE to record it\n", b.v[best_v].label, te.speedup);
+    }
+    if (M >= maxM) break;
+  }
+  if (jf) {
+    fprintf(jf, "\n]}\n");
+    fclose(jf);
+  }
+  printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+  return total_wrong ? 1 : 0;
+}
