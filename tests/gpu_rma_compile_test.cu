@@ -1,8 +1,9 @@
 /*
  * Compile-only test of weave_device.cuh: instantiates every atomic x type x sem x scope, every red,
  * ld and st form, the waits and the barrier, so nvcc + ptxas check each generated PTX instruction
- * for sm_90a. Running it does nothing but launch nothing and exit 0 (the kernels are never launched;
- * it exists to be compiled). Build: nvcc -gencode arch=compute_90a,code=sm_90a -Iinclude.
+ * for sm_90a (300 atom, 42 red, 24 ld/st variants). The kernel is never launched: the test passes
+ * when it builds; running it only prints a line (no device needed).
+ * Build: nvcc -gencode arch=compute_90a,code=sm_90a -Iinclude.
  */
 #include <stdio.h>
 

@@ -18,11 +18,14 @@
  *
  * Kernels of different ranks wait on each other, so every rank's grid is small (they must be
  * co-resident) and modules are loaded eagerly (lazy loading can block a launch behind a spinning
- * kernel). Exit: 77 no device, 1 any failure, 0 pass.
+ * kernel), with 32 hardware queues (CUDA_DEVICE_MAX_CONNECTIONS) so that no rank's launch queues
+ * behind another's spinning kernel. Exit: 77 no device, 1 any failure, 0 pass.
  * Options: --world N (one world size), --quick (fewer rounds, for compute-sanitizer), --rounds N,
  * --barriers N, --seed S, --timeout-ms MS (bound of the main team's waits).
  */
 #include <pthread.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,8 +506,6 @@ static void test_atomics(Rank *R, AtomSlot *slots) {
 #define RMA_MAXN 4097
 #define RMA_REG (((16 * (RMA_MAXN + 8)) + 255) / 256 * 256) /* bytes of one destination region */
 #define RMA_SRC RMA_REG
-static const int kEs[5] = {1, 2, 4, 8, 16};
-static const int kN[4] = {1, 7, 1023, 4097};
 #define RMA_NCASES (5 * 4 * 2 * 2) /* es x n x alignment variant x method */
 enum { K_GET, K_PUT, K_COPY, NKINDS };
 
@@ -1061,6 +1062,9 @@ int main(int argc, char **argv) {
   /* Lazy module loading may make a launch wait for running kernels: with ranks spinning on each
    * other that is a deadlock. Must be set before the first CUDA call. */
   setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  /* Streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues (default 8): a rank's kernel queued
+   * behind another rank's spinning kernel on the same queue would never start. */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count <= 0) {
@@ -1068,6 +1072,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   cudaDeviceProp prop;
+  memset(&prop, 0, sizeof(prop));
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
     printf("gpu_rma_test: device 0 is not sm_90 (%s): skipped\n", prop.name);
     return 77;
