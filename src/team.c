@@ -181,6 +181,14 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
     team_release(team);
     return all;
   }
+  if (team->info.ranks_on_device > 1) {
+    const char *ml = getenv("CUDA_MODULE_LOADING"), *mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (!ml || strcmp(ml, "EAGER") != 0 || !mc || atoi(mc) < team->info.ranks_on_device)
+      weave_log(WEAVE_LOG_WARN, team,
+                "%d ranks share GPU %d: set CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS>=%d before CUDA "
+                "starts, or a rank's kernel may wait behind another rank's spinning kernel (timeouts)",
+                team->info.ranks_on_device, device, team->info.ranks_on_device);
+  }
   weave_log(WEAVE_LOG_INFO, team, "team of %d ranks: device %d '%s', %d SMs, heap %zu bytes at %p, %d ranks on this GPU",
             team->world, device, team->info.name, team->info.sm_count, team->heap_size, team->heap_base,
             team->info.ranks_on_device);

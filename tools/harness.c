@@ -20,6 +20,15 @@
     }                                                                                               \
   } while (0)
 
+/* Ranks that share a GPU wait on each other's kernels, so every rank's kernel must be able to start
+ * while the others spin: load all modules at start-up (a lazy load can wait behind a spinning
+ * kernel) and give each rank's stream its own hardware queue. Both must be set before CUDA starts,
+ * hence a constructor; a value the user set wins. */
+__attribute__((constructor)) static void harness_cuda_env(void) {
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
 int harness_device_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
