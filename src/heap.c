@@ -41,7 +41,8 @@ static int grow(weave_heap_t *h) {
 }
 
 int weave_heap_alloc(weave_heap_t *h, size_t bytes, size_t *offset) {
-  if (!h || !offset || bytes == 0 || bytes > h->size) return -1;
+  if (!h || !offset || bytes == 0) return -1;
+  if (bytes > h->size) return -2; /* can never fit: exhaustion (also keeps round_up from overflowing) */
   size_t need = round_up(bytes, h->align);
   for (int i = 0; i < h->count; ++i) {
     weave_heap_block_t *b = &h->blocks[i];

@@ -1,0 +1,375 @@
+/* CPU test of plan logic that needs no device: the plan argument checks (weave_gemm_rs_check_args in
+ * src/plan.c, hence WEAVE_TEST_NEEDS_RUNTIME: it links libweave, still without a GPU), the split cost
+ * model, byte counts, the roofline, and the tuning cache file. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "internal.h"
+#include "plan_math.h"
+#include "tune.h"
+
+extern weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int N, int K,
+                                               const weave_gemm_rs_desc_t *desc);
+
+/* ---- argument checks --------------------------------------------------------------------------- */
+static void expect_bad(const char *what, int world, int M, int N, int K, const weave_gemm_rs_desc_t *d,
+                       const char *needle) {
+  weave_result_t rc = weave_gemm_rs_check_args(NULL, world, M, N, K, d);
+  const char *msg = weave_get_last_error(NULL);
+  CHECK_MSG(rc == WEAVE_ERROR_INVALID_ARGUMENT, "%s: rc %d", what, (int)rc);
+  CHECK_MSG(strstr(msg, needle) != NULL, "%s: message '%s' does not mention '%s'", what, msg, needle);
+  CHECK_MSG(strstr(msg, "weave_gemm_rs_plan_create") != NULL, "%s: message '%s' does not name the call", what, msg);
+}
+
+static void expect_good(const char *what, int world, int M, int N, int K, const weave_gemm_rs_desc_t *d) {
+  weave_result_t rc = weave_gemm_rs_check_args(NULL, world, M, N, K, d);
+  CHECK_MSG(rc == WEAVE_SUCCESS, "%s: rc %d (%s)", what, (int)rc, weave_get_last_error(NULL));
+}
+
+static void test_check_args(void) {
+  const weave_gemm_rs_desc_t init = WEAVE_GEMM_RS_DESC_INIT;
+  weave_gemm_rs_desc_t d;
+
+  expect_bad("NULL desc", 2, 64, 64, 64, NULL, "desc is NULL");
+  d = init; d.struct_size = sizeof(d) - 4;
+  expect_bad("short struct_size", 2, 64, 64, 64, &d, "struct_size");
+  d = init; d.struct_size = 0;
+  expect_bad("zero struct_size", 2, 64, 64, 64, &d, "struct_size");
+  d = init; d.struct_size = sizeof(d) + 8;
+  expect_bad("long struct_size", 2, 64, 64, 64, &d, "struct_size");
+  d = init;
+  expect_bad("M 0", 2, 0, 64, 64, &d, ">= 1");
+  expect_bad("N 0", 2, 64, 0, 64, &d, ">= 1");
+  expect_bad("K 0", 2, 64, 64, 0, &d, ">= 1");
+  expect_bad("M -8", 1, -8, 64, 64, &d, ">= 1");
+  expect_bad("N -1", 1, 64, -1, 64, &d, ">= 1");
+  expect_bad("M < world", 4, 3, 64, 64, &d, "world");
+  expect_bad("M < world 64", 64, 63, 64, 64, &d, "world");
+  expect_bad("huge", 1, 1 << 30, 1 << 30, 1 << 30, &d, "too large");
+  d = init; d.dtype = (weave_dtype_t)3;
+  expect_bad("dtype 3", 2, 64, 64, 64, &d, "dtype");
+  d = init; d.dtype = (weave_dtype_t)-1;
+  expect_bad("dtype -1", 2, 64, 64, 64, &d, "dtype");
+  d = init; d.b_layout = (weave_layout_t)2;
+  expect_bad("layout 2", 2, 64, 64, 64, &d, "b_layout");
+  d = init; d.strategy = (weave_strategy_t)4;
+  expect_bad("strategy 4", 2, 64, 64, 64, &d, "strategy");
+  d = init; d.reduce = (weave_reduce_t)2;
+  expect_bad("reduce 2", 2, 64, 64, 64, &d, "reduce");
+  d = init; d.slot_dtype = WEAVE_FP16; /* dtype bf16 */
+  expect_bad("slot fp16 for bf16", 2, 64, 64, 64, &d, "slot_dtype");
+  d = init; d.dtype = WEAVE_FP16; /* slot left at the default bf16 */
+  expect_bad("slot bf16 for fp16", 2, 64, 64, 64, &d, "slot_dtype");
+  d = init; d.slot_dtype = (weave_dtype_t)9;
+  expect_bad("slot 9", 2, 64, 64, 64, &d, "slot_dtype");
+  d = init; d.tile_order = (weave_tile_order_t)2;
+  expect_bad("tile order 2", 2, 64, 64, 64, &d, "tile_order");
+  d = init; d.alpha = NAN;
+  expect_bad("alpha NaN", 2, 64, 64, 64, &d, "alpha");
+  d = init; d.alpha = INFINITY;
+  expect_bad("alpha inf", 2, 64, 64, 64, &d, "alpha");
+  d = init; d.alpha = -INFINITY;
+  expect_bad("alpha -inf", 2, 64, 64, 64, &d, "alpha");
+  d = init; d.has_bias = 2;
+  expect_bad("has_bias 2", 2, 64, 64, 64, &d, "has_bias");
+  d = init; d.has_bias = -1;
+  expect_bad("has_bias -1", 2, 64, 64, 64, &d, "has_bias");
+  d = init; d.gemm_blocks = -1; d.comm_blocks = 4;
+  expect_bad("gemm_blocks -1", 2, 64, 64, 64, &d, "gemm_blocks");
+  d = init; d.gemm_blocks = 4; d.comm_blocks = -2;
+  expect_bad("comm_blocks -2", 2, 64, 64, 64, &d, "comm_blocks");
+  d = init; d.gemm_blocks = 100;
+  expect_bad("only gemm_blocks", 2, 64, 64, 64, &d, "both");
+  d = init; d.comm_blocks = 8;
+  expect_bad("only comm_blocks", 2, 64, 64, 64, &d, "both");
+
+  /* Good ones. */
+  d = init;
+  expect_good("defaults", 2, 64, 64, 64, &d);
+  expect_good("1x1x1 world 1", 1, 1, 1, 1, &d);
+  expect_good("M == world", 8, 8, 1, 1, &d);
+  expect_good("M 64, world 64", 64, 64, 100, 3, &d);
+  expect_good("odd shape", 3, 1001, 777, 129, &d);
+  expect_good("large but allowed", 8, 65536, 65536, 8192, &d);
+  for (int t = WEAVE_BF16; t <= WEAVE_FP32; ++t)
+    for (int slot = 0; slot < 2; ++slot) {
+      d = init;
+      d.dtype = (weave_dtype_t)t;
+      d.slot_dtype = slot ? WEAVE_FP32 : (weave_dtype_t)t;
+      expect_good("dtype/slot", 2, 64, 64, 64, &d);
+    }
+  for (int s = WEAVE_STRATEGY_AUTO; s <= WEAVE_STRATEGY_BASELINE; ++s)
+    for (int r = 0; r < 2; ++r)
+      for (int o = 0; o < 2; ++o)
+        for (int l = 0; l < 2; ++l) {
+          d = init;
+          d.strategy = (weave_strategy_t)s;
+          d.reduce = (weave_reduce_t)r;
+          d.tile_order = (weave_tile_order_t)o;
+          d.b_layout = (weave_layout_t)l;
+          expect_good("strategy/reduce/order/layout", 4, 128, 64, 32, &d);
+        }
+  d = init; d.alpha = 0.0f; d.has_bias = 1;
+  expect_good("alpha 0, bias", 2, 64, 64, 64, &d);
+  d = init; d.alpha = -2.5f; d.has_bias = 0;
+  expect_good("alpha -2.5", 2, 64, 64, 64, &d);
+  d = init; d.alpha = 3.0e38f;
+  expect_good("alpha huge but finite", 2, 64, 64, 64, &d);
+  d = init; d.gemm_blocks = 120; d.comm_blocks = 12;
+  expect_good("both blocks", 2, 64, 64, 64, &d);
+}
+
+/* ---- cost model, bytes, roofline --------------------------------------------------------------- */
+static uint64_t rng_state = 7;
+static double urand(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) / 9007199254740992.0;
+}
+
+static void test_split(void) {
+  weave_split_inputs_t in = {10, 1.0, 1.0};
+  CHECK(weave_split_comm_blocks(NULL, 1, 1) == -1);
+  in.blocks = 0;
+  CHECK(weave_split_comm_blocks(&in, 1, 1) == -1);
+  in.blocks = 1;
+  CHECK(weave_split_comm_blocks(&in, 1, 1) == 0); /* one block: nothing to split */
+  in.blocks = 2;
+  CHECK(weave_split_comm_blocks(&in, 1e12, 1e12) == 1);
+  /* Balanced: equal rates and equal work -> half the blocks. */
+  in.blocks = 10;
+  CHECK(weave_split_comm_blocks(&in, 100, 100) == 5);
+  /* gemm 9x the comm work -> 1 comm block; comm 9x the gemm -> 9. */
+  CHECK(weave_split_comm_blocks(&in, 900, 100) == 1);
+  CHECK(weave_split_comm_blocks(&in, 100, 900) == 9);
+  CHECK(weave_split_comm_blocks(&in, 100, 0) == 1);   /* no communication: still at least 1 */
+  CHECK(weave_split_comm_blocks(&in, 0, 100) == 9);   /* no GEMM: still at least 1 GEMM block */
+
+  int range_bad = 0, mono_bytes = 0, mono_flops = 0;
+  for (int it = 0; it < 300; ++it) {
+    in.blocks = 2 + (int)(urand() * 263);
+    in.flops_per_block = 1e11 + urand() * 1e12;
+    in.bytes_per_block = 1e9 + urand() * 2e10;
+    double flops = 1e9 * (1 + urand() * 1e4);
+    int prev = 0;
+    for (int s = 0; s < 40; ++s) {
+      double bytes = 1e6 * pow(1.5, s);
+      int c = weave_split_comm_blocks(&in, flops, bytes);
+      if (c < 1 || c > in.blocks - 1) range_bad++;
+      if (c < prev) mono_bytes++;
+      prev = c;
+    }
+    double bytes = 1e8 * (1 + urand() * 100);
+    prev = in.blocks;
+    for (int s = 0; s < 40; ++s) {
+      double fl = 1e8 * pow(1.6, s);
+      int c = weave_split_comm_blocks(&in, fl, bytes);
+      if (c < 1 || c > in.blocks - 1) range_bad++;
+      if (c > prev) mono_flops++;
+      prev = c;
+    }
+  }
+  CHECK_MSG(range_bad == 0, "%d splits outside [1, blocks-1]", range_bad);
+  CHECK_MSG(mono_bytes == 0, "%d times more bytes gave fewer comm blocks", mono_bytes);
+  CHECK_MSG(mono_flops == 0, "%d times more flops gave more comm blocks", mono_flops);
+}
+
+static void test_bytes_roofline(void) {
+  CHECK(weave_plan_gemm_flops(10, 20, 30, 4) == 2.0 * 10 * 20 * 30);
+  CHECK(weave_plan_gemm_flops(65536, 65536, 65536, 8) == 2.0 * 65536.0 * 65536.0 * 65536.0); /* no int overflow */
+  /* ceil(10/4) = 3 rows x 3 cols x (4 slots x 2 + 2 out) = 90. */
+  CHECK(weave_plan_comm_bytes(10, 3, 4, 2, 2) == 90.0);
+  CHECK(weave_plan_comm_bytes(8, 5, 1, 4, 2) == 8 * 5 * (4 + 2));
+  /* Rank r sends every row it does not own: rank 0 of 10/4 owns 3, rank 3 owns 2. */
+  CHECK(weave_plan_bytes_sent(10, 3, 4, 0, 2) == 7 * 3 * 2);
+  CHECK(weave_plan_bytes_sent(10, 3, 4, 3, 2) == 8 * 3 * 2);
+  CHECK(weave_plan_bytes_sent(10, 3, 1, 0, 2) == 0); /* world 1 sends nothing */
+  for (int world = 1; world <= 8; ++world) {
+    size_t sum = 0;
+    for (int r = 0; r < world; ++r) sum += weave_plan_bytes_sent(1000, 64, world, r, 4);
+    CHECK_MSG(sum == (size_t)(world - 1) * 1000 * 64 * 4, "world %d: sum of bytes sent %zu", world, sum);
+  }
+  CHECK(weave_plan_bytes_sent(1 << 20, 1 << 16, 8, 0, 4) == (size_t)7 * (1 << 17) * (1 << 16) * 4); /* no overflow */
+
+  CHECK(weave_dtype_size(WEAVE_BF16) == 2 && weave_dtype_size(WEAVE_FP16) == 2 && weave_dtype_size(WEAVE_FP32) == 4);
+  CHECK(strcmp(weave_dtype_name(WEAVE_FP16), "fp16") == 0 && strcmp(weave_dtype_name((weave_dtype_t)5), "?") == 0);
+  weave_dtype_t t;
+  CHECK(weave_dtype_parse("BF16", &t) == 0 && t == WEAVE_BF16);
+  CHECK(weave_dtype_parse("half", &t) == 0 && t == WEAVE_FP16);
+  CHECK(weave_dtype_parse("float32", &t) == 0 && t == WEAVE_FP32);
+  CHECK(weave_dtype_parse("int8", &t) == -1 && weave_dtype_parse(NULL, &t) == -1);
+  for (int i = 0; i <= 2; ++i) {
+    weave_dtype_t back;
+    CHECK(weave_dtype_parse(weave_dtype_name((weave_dtype_t)i), &back) == 0 && back == (weave_dtype_t)i);
+  }
+  CHECK(strcmp(weave_strategy_name(WEAVE_STRATEGY_FUSED), "fused") == 0);
+  CHECK(strcmp(weave_strategy_name((weave_strategy_t)9), "?") == 0);
+
+  int bad = 0;
+  for (int dev = 0; dev < 2; ++dev) {
+    const weave_roofline_device_t *d = &weave_roofline_devices[dev];
+    CHECK(d->name && d->tflops_bf16 > 0 && d->hbm_tbps > 0 && d->nvlink_gbps > 0);
+    for (int world = 1; world <= 8; world *= 2)
+      for (int M = 1024; M <= 65536; M *= 4)
+        for (int K = 1024; K <= 65536; K *= 8) {
+          weave_roofline_t r;
+          weave_roofline(d, M, 8192, K, world, 2, &r);
+          if (!(r.t_fused_ms <= r.t_baseline_ms)) bad++;
+          if (r.t_baseline_ms != r.t_gemm_ms + r.t_rs_ms) bad++;
+          if (r.t_fused_ms != fmax(r.t_gemm_ms, r.t_rs_ms)) bad++;
+          if (!(r.t_gemm_ms > 0) || r.t_rs_ms < 0) bad++;
+          if (world == 1 && (r.t_rs_ms != 0 || r.t_fused_ms != r.t_baseline_ms)) bad++;
+          if (world > 1 && !(r.t_rs_ms > 0)) bad++;
+        }
+  }
+  CHECK_MSG(bad == 0, "%d roofline inconsistencies", bad);
+  /* Spot value: 8192^3 bf16 on one H100 at 989 TFLOP/s: 2*8192^3 / 989e12 s = 1.1117 ms. */
+  weave_roofline_t r;
+  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 1, 2, &r);
+  CHECK_MSG(fabs(r.t_gemm_ms - 2.0 * 8192.0 * 8192 * 8192 / 989e12 * 1e3) < 1e-9, "t_gemm %.6f ms", r.t_gemm_ms);
+  /* GEMM time splits over the world; RS time grows toward M*N*elt / nvlink. */
+  weave_roofline_t r8;
+  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 8, 2, &r8);
+  CHECK(fabs(r8.t_gemm_ms * 8 - r.t_gemm_ms) < 1e-9);
+  CHECK(fabs(r8.t_rs_ms - 8192.0 * 8192 * 2 * 7 / 8 / 450e9 * 1e3) < 1e-9);
+}
+
+/* ---- tuning cache ------------------------------------------------------------------------------ */
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_tune(void) {
+  CHECK(weave_tune_bucket(1) == 1);
+  CHECK(weave_tune_bucket(0) == 1);
+  CHECK(weave_tune_bucket(2) == 2);
+  CHECK(weave_tune_bucket(3) == 4);
+  CHECK(weave_tune_bucket(1000) == 1024);
+  CHECK(weave_tune_bucket(1024) == 1024);
+  CHECK(weave_tune_bucket(1025) == 2048);
+  CHECK(weave_tune_bucket(1 << 30) == 1 << 30);
+  CHECK(weave_tune_bucket(INT32_MAX) >= 1 << 30); /* no overflow, no endless loop */
+
+  /* Format -> parse round trip. */
+  weave_tune_entry_t e = {"NVIDIA H200", 8, 8192, 4096, 1024, WEAVE_FP16, WEAVE_STRATEGY_FUSED, 120, 12, 1.25};
+  char line[512];
+  weave_tune_format_line(&e, line, sizeof(line));
+  CHECK(strchr(line, '\n') != NULL);
+  weave_tune_entry_t p;
+  memset(&p, 0x55, sizeof(p));
+  CHECK(weave_tune_parse_line(line, &p) == 0);
+  CHECK(strcmp(p.device, e.device) == 0 && p.world == 8 && p.m_bucket == 8192 && p.N == 4096 && p.K == 1024);
+  CHECK(p.dtype == WEAVE_FP16 && p.strategy == WEAVE_STRATEGY_FUSED && p.gemm_blocks == 120 && p.comm_blocks == 12);
+  CHECK(fabs(p.speedup - 1.25) < 1e-9);
+  for (int s = WEAVE_STRATEGY_FUSED; s <= WEAVE_STRATEGY_BASELINE; ++s)
+    for (int t = WEAVE_BF16; t <= WEAVE_FP32; ++t) {
+      weave_tune_entry_t q = e;
+      q.strategy = (weave_strategy_t)s;
+      q.dtype = (weave_dtype_t)t;
+      weave_tune_format_line(&q, line, sizeof(line));
+      CHECK(weave_tune_parse_line(line, &p) == 0 && p.strategy == q.strategy && p.dtype == q.dtype);
+    }
+  /* Without the trailing newline too. */
+  CHECK(weave_tune_parse_line("dev\t1\t64\t64\t64\tbf16\tbulk\t0\t0\t1.0", &p) == 0 && p.strategy == WEAVE_STRATEGY_BULK);
+
+  static const char *bad[] = {
+      "",
+      "\n",
+      "# comment\n",
+      "dev\t1\t64\t64\t64\tbf16\tbulk\t0\t0\n",               /* 9 fields */
+      "dev\t1\t64\t64\t64\tbf16\tbulk\t0\t0\t1.0\textra\n",    /* 11 fields */
+      "dev\tone\t64\t64\t64\tbf16\tbulk\t0\t0\t1.0\n",         /* world not a number */
+      "dev\t0\t64\t64\t64\tbf16\tbulk\t0\t0\t1.0\n",           /* world 0 */
+      "dev\t1\t64\t-64\t64\tbf16\tbulk\t0\t0\t1.0\n",          /* N < 1 */
+      "dev\t1\t64\t64\t64x\tbf16\tbulk\t0\t0\t1.0\n",          /* trailing junk */
+      "dev\t1\t64\t64\t64\tint8\tbulk\t0\t0\t1.0\n",           /* dtype */
+      "dev\t1\t64\t64\t64\tbf16\tauto\t0\t0\t1.0\n",           /* AUTO is not a measured strategy */
+      "dev\t1\t64\t64\t64\tbf16\tturbo\t0\t0\t1.0\n",          /* strategy */
+      "dev\t1\t64\t64\t64\tbf16\tfused\t-1\t4\t1.0\n",         /* negative blocks */
+      "dev\t1\t64\t64\t64\tbf16\tfused\t4\t-1\t1.0\n",
+      "dev\t1\t64\t64\t64\tbf16\tfused\t4\t4\tfast\n",         /* speedup */
+      "dev 1 64 64 64 bf16 fused 4 4 1.0\n",                   /* spaces, not tabs */
+      "dev\t1\t64\t64\t64\tbf16\tfused\t4\t4\t1.0x\n",
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i)
+    CHECK_MSG(weave_tune_parse_line(bad[i], &p) == -1, "malformed line %zu accepted: '%s'", i, bad[i]);
+  CHECK(weave_tune_parse_line(NULL, &p) == -1);
+  CHECK(weave_tune_parse_line(line, NULL) == -1);
+
+  /* Files. */
+  char dir[] = "/tmp/weave_test_plan_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[256], missing[256];
+  snprintf(path, sizeof(path), "%s/tune.tsv", dir);
+  snprintf(missing, sizeof(missing), "%s/nope.tsv", dir);
+  write_file(path,
+             "# device\tworld\tM_bucket\tN\tK_local\tdtype\tstrategy\tgemm\tcomm\tspeedup\n"
+             "H200\t8\t1024\t4096\t512\tbf16\tbulk\t0\t0\t1.10\n"
+             "\n"
+             "H200\t8\t1024\t4096\t512\tbf16\tfused\t100\t32\t1.20\n"
+             "garbage line\n"
+             "H200\t4\t1024\t4096\t512\tbf16\tbaseline\t0\t0\t1.00\n"  /* other world */
+             "H200\t8\t1024\t4096\t512\tfp16\tbaseline\t0\t0\t1.00\n"  /* other dtype */
+             "H100\t8\t1024\t4096\t512\tbf16\tbaseline\t0\t0\t1.00\n"  /* other device */
+             "H200\t8\t2048\t4096\t512\tbf16\tbaseline\t0\t0\t1.00\n"  /* other bucket */
+             "H200\t8\t1024\t4096\t512\tbf16\tfused\t110\t22\t1.30\n"  /* last match */
+             "H200\t8\t1024\t4096\t512\tbf16\tfused\t1\t1\t1.0\textra\n");
+  weave_tune_entry_t f;
+  memset(&f, 0, sizeof(f));
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_BF16, &f) == 0);
+  CHECK_MSG(f.strategy == WEAVE_STRATEGY_FUSED && f.gemm_blocks == 110 && f.comm_blocks == 22 &&
+                fabs(f.speedup - 1.3) < 1e-9,
+            "the last matching line wins (got %s %d/%d)", weave_strategy_name(f.strategy), f.gemm_blocks,
+            f.comm_blocks);
+  CHECK(weave_tune_find(path, "H200", 8, 513, 4096, 512, WEAVE_BF16, &f) == 0 && f.gemm_blocks == 110); /* bucket 1024 */
+  CHECK(weave_tune_find(path, "H200", 8, 1025, 4096, 512, WEAVE_BF16, &f) == 0 && f.strategy == WEAVE_STRATEGY_BASELINE);
+  CHECK(weave_tune_find(path, "H200", 8, 512, 4096, 512, WEAVE_BF16, &f) == -1); /* bucket 512: none */
+  CHECK(weave_tune_find(path, "H200", 2, 1000, 4096, 512, WEAVE_BF16, &f) == -1);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP32, &f) == -1);
+  CHECK(weave_tune_find(path, "H20", 8, 1000, 4096, 512, WEAVE_BF16, &f) == -1); /* exact device names */
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 256, WEAVE_BF16, &f) == -1);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 8192, 512, WEAVE_BF16, &f) == -1);
+  memset(&f, 0x77, sizeof(f));
+  weave_tune_entry_t f0 = f;
+  CHECK(weave_tune_find(missing, "H200", 8, 1000, 4096, 512, WEAVE_BF16, &f) == -1);
+  CHECK(memcmp(&f, &f0, sizeof(f)) == 0); /* untouched when not found */
+  CHECK(weave_tune_find("", "H200", 8, 1000, 4096, 512, WEAVE_BF16, &f) == -1);
+  CHECK(weave_tune_find(NULL, "H200", 8, 1000, 4096, 512, WEAVE_BF16, &f) == -1);
+  CHECK(weave_tune_find(dir, "H200", 8, 1000, 4096, 512, WEAVE_BF16, &f) == -1); /* a directory */
+
+  /* Append: a later line overrides. */
+  weave_tune_entry_t a = {"H200", 8, 1024, 4096, 512, WEAVE_BF16, WEAVE_STRATEGY_BULK, 0, 0, 1.05};
+  CHECK(weave_tune_append(path, &a) == 0);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_BF16, &f) == 0 && f.strategy == WEAVE_STRATEGY_BULK);
+  char newpath[300];
+  snprintf(newpath, sizeof(newpath), "%s/new.tsv", dir);
+  CHECK(weave_tune_append(newpath, &e) == 0); /* creates the file */
+  CHECK(weave_tune_find(newpath, "NVIDIA H200", 8, 8000, 4096, 1024, WEAVE_FP16, &f) == 0 && f.gemm_blocks == 120);
+  char badpath[300];
+  snprintf(badpath, sizeof(badpath), "%s/no/such/dir.tsv", dir);
+  CHECK(weave_tune_append(badpath, &e) == -1);
+
+  unlink(path);
+  unlink(newpath);
+  CHECK(rmdir(dir) == 0);
+}
+
+int main(void) {
+  setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
+  test_check_args();
+  test_split();
+  test_bytes_roofline();
+  test_tune();
+  return check_summary("test_plan");
+}

@@ -1,0 +1,349 @@
+/* CPU test of the fp64 reference (src/reference.c): bf16/fp16 conversions (exhaustive round trips,
+ * ties to even, NaN, overflow, subnormals), the blocked reference against the naive one, the result
+ * checker (it must be able to fail) and the random fill. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "reference.h"
+#include "schedule.h"
+
+static float bits_to_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint32_t float_to_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static int bf16_is_nan(uint16_t h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0; }
+static int fp16_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
+
+static void test_bf16(void) {
+  int bad_rt = 0, bad_nan = 0, bad_tie = 0, bad_near = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = weave_bf16_to_float((uint16_t)h);
+    if (float_to_bits(f) != h << 16) bad_rt++;
+    uint16_t back = weave_float_to_bf16(f);
+    if (bf16_is_nan((uint16_t)h)) {
+      if (!bf16_is_nan(back) || (back & 0x8000) != (h & 0x8000)) bad_nan++;
+    } else if (back != h) {
+      bad_rt++;
+    }
+  }
+  /* Between each pair of adjacent finite bf16 values (both signs): the midpoint goes to the even one,
+   * one float ulp below it to the lower, one above to the upper. */
+  for (uint32_t h = 0; h < 0x7f80; ++h)
+    for (uint32_t s = 0; s <= 0x8000; s += 0x8000) {
+      uint32_t mid = (h << 16) | 0x8000u | (s << 16);
+      uint16_t even = (uint16_t)(((h & 1) ? h + 1 : h) | s);
+      if (weave_float_to_bf16(bits_to_float(mid)) != even) bad_tie++;
+      if (weave_float_to_bf16(bits_to_float(mid - 1)) != (uint16_t)(h | s)) bad_near++;
+      if (weave_float_to_bf16(bits_to_float(mid + 1)) != (uint16_t)((h + 1) | s)) bad_near++;
+    }
+  CHECK_MSG(bad_rt == 0, "%d bf16 round trips wrong", bad_rt);
+  CHECK_MSG(bad_nan == 0, "%d bf16 NaNs lost", bad_nan);
+  CHECK_MSG(bad_tie == 0, "%d bf16 ties not to even", bad_tie);
+  CHECK_MSG(bad_near == 0, "%d bf16 near-ties wrong", bad_near);
+  /* Spot values. */
+  CHECK(weave_float_to_bf16(1.0f) == 0x3f80);
+  CHECK(weave_float_to_bf16(1.0f + 1.0f / 256) == 0x3f80);     /* tie, even is down */
+  CHECK(weave_float_to_bf16(1.0f + 3.0f / 256) == 0x3f82);     /* tie, even is up */
+  CHECK(weave_float_to_bf16(1.0f + 1.0f / 256 + 1.0f / (1 << 20)) == 0x3f81);
+  CHECK(weave_float_to_bf16(-2.0f) == 0xc000);
+  CHECK(weave_float_to_bf16(INFINITY) == 0x7f80 && weave_float_to_bf16(-INFINITY) == 0xff80);
+  CHECK(bf16_is_nan(weave_float_to_bf16(NAN)));
+  CHECK(bf16_is_nan(weave_float_to_bf16(bits_to_float(0x7f800001u)))); /* payload only in the low bits */
+  CHECK(bf16_is_nan(weave_float_to_bf16(bits_to_float(0xff800001u))));
+  CHECK(weave_float_to_bf16(3.4028235e38f) == 0x7f80); /* FLT_MAX rounds to inf */
+  CHECK(weave_float_to_bf16(bits_to_float(0x00008000u)) == 0x0000); /* subnormal tie to even */
+  CHECK(weave_float_to_bf16(bits_to_float(0x00018000u)) == 0x0002);
+  CHECK(weave_float_to_bf16(-0.0f) == 0x8000);
+  CHECK(weave_bf16_to_float(0x3fc0) == 1.5f);
+}
+
+static double fp16_value(uint16_t h) {
+  int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v;
+  if (e == 0) v = ldexp(m, -24);
+  else if (e == 31) v = m ? NAN : INFINITY;
+  else v = ldexp(1024 + m, e - 25);
+  return sign ? -v : v;
+}
+
+static void test_fp16(void) {
+  int bad_to = 0, bad_rt = 0, bad_nan = 0, bad_tie = 0, bad_near = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = weave_fp16_to_float((uint16_t)h);
+    double want = fp16_value((uint16_t)h);
+    if (isnan(want) ? !isnan(f) : ((double)f != want || !signbit(f) != !signbit(want))) bad_to++;
+    uint16_t back = weave_float_to_fp16(f);
+    if (fp16_is_nan((uint16_t)h)) {
+      if (!fp16_is_nan(back) || (back & 0x8000) != (h & 0x8000)) bad_nan++;
+    } else if (back != h) {
+      bad_rt++;
+    }
+  }
+  /* Adjacent pairs (h, h+1) for every finite positive h, including max -> inf and the subnormals. */
+  for (uint32_t h = 0; h < 0x7c00; ++h)
+    for (int neg = 0; neg <= 1; ++neg) {
+      double lo = fp16_value((uint16_t)h), hi = fp16_value((uint16_t)(h + 1));
+      if (isinf(hi)) hi = 65536.0; /* the next step after 65504 */
+      float mid = (float)((lo + hi) / 2); /* exact: 12 significant bits */
+      uint16_t s = neg ? 0x8000 : 0;
+      float sm = neg ? -mid : mid;
+      uint16_t even = (uint16_t)(((h & 1) ? h + 1 : h) | s);
+      if (weave_float_to_fp16(sm) != even) bad_tie++;
+      float below = nextafterf(sm, 0.0f), above = nextafterf(sm, neg ? -INFINITY : INFINITY);
+      if (weave_float_to_fp16(below) != (uint16_t)(h | s)) bad_near++;
+      if (weave_float_to_fp16(above) != (uint16_t)((h + 1) | s)) bad_near++;
+    }
+  CHECK_MSG(bad_to == 0, "%d fp16 -> float wrong", bad_to);
+  CHECK_MSG(bad_rt == 0, "%d fp16 round trips wrong", bad_rt);
+  CHECK_MSG(bad_nan == 0, "%d fp16 NaNs lost", bad_nan);
+  CHECK_MSG(bad_tie == 0, "%d fp16 ties not to even", bad_tie);
+  CHECK_MSG(bad_near == 0, "%d fp16 near-ties wrong", bad_near);
+  /* Spot values. */
+  CHECK(weave_float_to_fp16(1.0f) == 0x3c00);
+  CHECK(weave_float_to_fp16(65504.0f) == 0x7bff);
+  CHECK(weave_float_to_fp16(65519.996f) == 0x7bff);
+  CHECK(weave_float_to_fp16(65520.0f) == 0x7c00); /* overflow -> inf */
+  CHECK(weave_float_to_fp16(1e10f) == 0x7c00 && weave_float_to_fp16(-1e10f) == 0xfc00);
+  CHECK(weave_float_to_fp16(INFINITY) == 0x7c00 && weave_float_to_fp16(-INFINITY) == 0xfc00);
+  CHECK(fp16_is_nan(weave_float_to_fp16(NAN)));
+  CHECK(fp16_is_nan(weave_float_to_fp16(bits_to_float(0x7f800001u))));
+  CHECK(weave_float_to_fp16(ldexpf(1.0f, -24)) == 0x0001); /* smallest subnormal */
+  CHECK(weave_float_to_fp16(ldexpf(1.0f, -25)) == 0x0000); /* tie to even: 0 */
+  CHECK(weave_float_to_fp16(ldexpf(3.0f, -25)) == 0x0002); /* tie to even: 2 */
+  CHECK(weave_float_to_fp16(ldexpf(1.0f, -26)) == 0x0000); /* underflow */
+  CHECK(weave_float_to_fp16(-ldexpf(1.0f, -24)) == 0x8001);
+  CHECK(weave_float_to_fp16(ldexpf(1.0f, -14)) == 0x0400); /* smallest normal */
+  CHECK(weave_float_to_fp16(ldexpf(1023.5f, -24)) == 0x0400); /* rounds up into the normals */
+  CHECK(weave_float_to_fp16(-0.0f) == 0x8000 && weave_float_to_fp16(0.0f) == 0x0000);
+  CHECK(weave_float_to_fp16(1.0f + 1.0f / 2048) == 0x3c00); /* tie, even down */
+  CHECK(weave_float_to_fp16(1.0f + 3.0f / 2048) == 0x3c02); /* tie, even up */
+  CHECK(weave_fp16_to_float(0x3555) == (float)fp16_value(0x3555));
+  CHECK(weave_fp16_to_float(0x0001) == ldexpf(1.0f, -24));
+  CHECK(isinf(weave_fp16_to_float(0xfc00)) && weave_fp16_to_float(0xfc00) < 0);
+}
+
+static void test_host_get_set(void) {
+  float f32[4];
+  uint16_t h16[4];
+  weave_host_set(WEAVE_FP32, f32, 2, 0.1);
+  CHECK(weave_host_get(WEAVE_FP32, f32, 2) == (double)0.1f);
+  weave_host_set(WEAVE_BF16, h16, 1, 1.5);
+  CHECK(h16[1] == 0x3fc0 && weave_host_get(WEAVE_BF16, h16, 1) == 1.5);
+  weave_host_set(WEAVE_FP16, h16, 3, -2.0);
+  CHECK(h16[3] == 0xc000 && weave_host_get(WEAVE_FP16, h16, 3) == -2.0);
+  CHECK(isnan(weave_host_get((weave_dtype_t)7, f32, 0)));
+}
+
+static uint64_t rng_state = 42;
+static uint64_t rng(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void test_ref_gemm(void) {
+  /* A hand-computed case: world 2, M 2, N 2, K 2, fp32, ROW layout, bias, alpha 0.5.
+   * A0 = [[1,2],[3,4]] B0 = [[1,0],[0,1]]; A1 = [[1,1],[1,1]] B1 = [[1,2],[3,4]]
+   * A0.B0 = [[1,2],[3,4]]; A1.B1 = [[4,6],[4,6]]; sum = [[5,8],[7,10]]; 0.5 * sum + [1, -1]. */
+  {
+    float A0[] = {1, 2, 3, 4}, B0[] = {1, 0, 0, 1}, A1[] = {1, 1, 1, 1}, B1[] = {1, 2, 3, 4}, bias[] = {1, -1};
+    const void *A[] = {A0, A1}, *B[] = {B0, B1};
+    double out[4], out_n[4];
+    weave_ref_gemm_rs(2, 2, 2, 2, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0.5, A, B, bias, 0, 2, out);
+    weave_ref_gemm_rs_naive(2, 2, 2, 2, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0.5, A, B, bias, 0, 2, out_n);
+    CHECK(out[0] == 3.5 && out[1] == 3.0 && out[2] == 4.5 && out[3] == 4.0);
+    CHECK(memcmp(out, out_n, sizeof(out)) == 0);
+    /* COL layout: B stored [N, K]; transposing B0/B1 gives the same result. Row 1 only. */
+    float B0t[] = {1, 0, 0, 1}, B1t[] = {1, 3, 2, 4};
+    const void *Bt[] = {B0t, B1t};
+    double row1[2];
+    weave_ref_gemm_rs(2, 2, 2, 2, WEAVE_FP32, WEAVE_LAYOUT_COL, 0.5, A, Bt, bias, 1, 1, row1);
+    CHECK(row1[0] == 4.5 && row1[1] == 4.0);
+  }
+
+  int cases = 0, bad = 0;
+  double worst = 0;
+  for (int it = 0; it < 300; ++it) {
+    int world = 1 + (int)(rng() % 4);
+    int M = world + (int)(rng() % 40), N = 1 + (int)(rng() % 40), K = 1 + (int)(rng() % 40);
+    weave_dtype_t t = (weave_dtype_t)(rng() % 3);
+    weave_layout_t l = (weave_layout_t)(rng() % 2);
+    int has_bias = (int)(rng() % 2);
+    double alpha = it % 5 == 0 ? 1.0 : ((double)(rng() % 2000) - 1000.0) / 250.0;
+    size_t e = t == WEAVE_FP32 ? 4 : 2;
+    void *A[4], *B[4];
+    for (int r = 0; r < world; ++r) {
+      A[r] = malloc((size_t)M * K * e);
+      B[r] = malloc((size_t)K * N * e);
+      weave_fill_random(t, A[r], (size_t)M * K, rng());
+      weave_fill_random(t, B[r], (size_t)K * N, rng());
+      if (it % 7 == 0) /* some exact zeros in A (the blocked loop skips them) */
+        for (int i = 0; i < M * K; i += 3) weave_host_set(t, A[r], (size_t)i, 0.0);
+    }
+    void *bias = malloc((size_t)N * e);
+    weave_fill_random(t, bias, (size_t)N, rng());
+    for (int r = 0; r < world; ++r) {
+      int b, rows;
+      weave_split_rows_of(M, world, r, &b, &rows);
+      double *o1 = malloc(sizeof(double) * (size_t)rows * N), *o2 = malloc(sizeof(double) * (size_t)rows * N);
+      weave_ref_gemm_rs(M, N, K, world, t, l, alpha, (const void *const *)A, (const void *const *)B,
+                        has_bias ? bias : NULL, b, rows, o1);
+      weave_ref_gemm_rs_naive(M, N, K, world, t, l, alpha, (const void *const *)A, (const void *const *)B,
+                              has_bias ? bias : NULL, b, rows, o2);
+      for (int i = 0; i < rows * N; ++i) {
+        double d = fabs(o1[i] - o2[i]), scale = fabs(o2[i]) > 1e-3 ? fabs(o2[i]) : 1e-3;
+        if (d / scale > worst) worst = d / scale;
+        if (!(d <= 1e-12 * scale)) bad++;
+      }
+      cases++;
+      free(o1);
+      free(o2);
+    }
+    for (int r = 0; r < world; ++r) {
+      free(A[r]);
+      free(B[r]);
+    }
+    free(bias);
+  }
+  CHECK_MSG(bad == 0, "%d elements differ by more than 1e-12 relative (worst %.3g) over %d cases", bad, worst, cases);
+
+  /* The reference sums over ranks: world copies of the same A_r, B_r give world times one. */
+  {
+    int M = 9, N = 7, K = 5;
+    float A0[45], B0[35];
+    weave_fill_random(WEAVE_FP32, A0, 45, 1);
+    weave_fill_random(WEAVE_FP32, B0, 35, 2);
+    const void *A[3] = {A0, A0, A0}, *B[3] = {B0, B0, B0};
+    double one[63], three[63];
+    weave_ref_gemm_rs(M, N, K, 1, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0, A, B, NULL, 0, M, one);
+    weave_ref_gemm_rs(M, N, K, 3, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0, A, B, NULL, 0, M, three);
+    int diff = 0;
+    for (int i = 0; i < 63; ++i) diff += fabs(three[i] - 3 * one[i]) > 1e-12 * (fabs(one[i]) + 1);
+    CHECK(diff == 0);
+  }
+}
+
+static void test_checker(void) {
+  enum { N = 1000 };
+  double ref[N];
+  float got[N];
+  uint16_t got16[N];
+  for (int i = 0; i < N; ++i) {
+    ref[i] = sin(i * 0.37) * 3.0;
+    got[i] = (float)ref[i];
+  }
+  weave_check_t c;
+  double atol, rtol;
+  weave_tolerance(WEAVE_FP32, 1000, &atol, &rtol);
+  CHECK(atol > 0 && rtol > 0);
+  weave_check_result(WEAVE_FP32, got, ref, N, atol, rtol, &c);
+  CHECK(c.wrong == 0 && c.nonfinite == 0 && c.first_bad == (size_t)-1);
+  CHECK(c.rel_err < 1e-7 && c.max_abs_err < 1e-6);
+
+  /* A single planted error is found. */
+  got[417] += 0.01f;
+  weave_check_result(WEAVE_FP32, got, ref, N, atol, rtol, &c);
+  CHECK_MSG(c.wrong == 1 && c.first_bad == 417, "wrong %zu first_bad %zu", c.wrong, c.first_bad);
+  CHECK(fabs(c.max_abs_err - 0.01) < 1e-4);
+  CHECK(c.rel_err > 0);
+  got[417] = (float)ref[417];
+
+  /* NaN and Inf always count, even with huge tolerances; rel_err is inf. */
+  got[3] = NAN;
+  got[900] = INFINITY;
+  weave_check_result(WEAVE_FP32, got, ref, N, 1e30, 1e30, &c);
+  CHECK(c.wrong == 2 && c.nonfinite == 2 && c.first_bad == 3);
+  CHECK(isinf(c.rel_err));
+  got[3] = (float)ref[3];
+  got[900] = -INFINITY;
+  weave_check_result(WEAVE_FP32, got, ref, N, 1e30, 1e30, &c);
+  CHECK(c.wrong == 1 && c.nonfinite == 1 && c.first_bad == 900);
+  got[900] = (float)ref[900];
+
+  /* Relative Frobenius error: every element off by 1e-3 relative. */
+  for (int i = 0; i < N; ++i) got[i] = (float)(ref[i] * (1 + 1e-3));
+  weave_check_result(WEAVE_FP32, got, ref, N, 0, 1.0, &c);
+  CHECK_MSG(fabs(c.rel_err - 1e-3) < 1e-6, "rel_err %.9g", c.rel_err);
+  CHECK(c.wrong == 0); /* rtol 1 */
+  weave_check_result(WEAVE_FP32, got, ref, N, 0, 1e-4, &c);
+  CHECK(c.wrong > 900); /* tolerance tighter than the error: almost all are wrong */
+
+  /* All-zero reference: rel_err is the absolute norm. */
+  double zero[4] = {0, 0, 0, 0};
+  float g4[4] = {0, 0, 3, 4};
+  weave_check_result(WEAVE_FP32, g4, zero, 4, 0, 0, &c);
+  CHECK(c.wrong == 2 && c.first_bad == 2 && fabs(c.rel_err - 5.0) < 1e-12);
+
+  /* bf16 / fp16: rounding the reference to the dtype is within the tolerance; one ulp-scale planted
+   * error beyond it is not. */
+  for (int t = WEAVE_BF16; t <= WEAVE_FP16; ++t) {
+    weave_tolerance((weave_dtype_t)t, 4096, &atol, &rtol);
+    for (int i = 0; i < N; ++i) weave_host_set((weave_dtype_t)t, got16, (size_t)i, ref[i]);
+    weave_check_result((weave_dtype_t)t, got16, ref, N, atol, rtol, &c);
+    CHECK_MSG(c.wrong == 0, "dtype %d: %zu rounded values outside the tolerance", t, c.wrong);
+    weave_host_set((weave_dtype_t)t, got16, 10, ref[10] + 4.0); /* well beyond atol (~0.58 for bf16 at K 4096) */
+    weave_check_result((weave_dtype_t)t, got16, ref, N, atol, rtol, &c);
+    CHECK(c.wrong == 1 && c.first_bad == 10);
+    got16[20] = t == WEAVE_BF16 ? 0x7fc0 : 0x7e00; /* NaN */
+    weave_check_result((weave_dtype_t)t, got16, ref, N, atol, rtol, &c);
+    CHECK(c.wrong == 2 && c.nonfinite == 1 && isinf(c.rel_err));
+  }
+  /* Tolerances: looser for lower precision, growing with K. */
+  double a_bf, r_bf, a_h, r_h, a_f, r_f, a_big, r_big;
+  weave_tolerance(WEAVE_BF16, 1024, &a_bf, &r_bf);
+  weave_tolerance(WEAVE_FP16, 1024, &a_h, &r_h);
+  weave_tolerance(WEAVE_FP32, 1024, &a_f, &r_f);
+  weave_tolerance(WEAVE_BF16, 65536, &a_big, &r_big);
+  CHECK(a_bf > a_h && a_h > a_f && r_bf > r_h && r_h > r_f);
+  CHECK(a_big > a_bf);
+}
+
+static void test_fill_random(void) {
+  enum { N = 20000 };
+  float a[N], b[N];
+  uint16_t h[N];
+  weave_fill_random(WEAVE_FP32, a, N, 123);
+  weave_fill_random(WEAVE_FP32, b, N, 123);
+  CHECK(memcmp(a, b, sizeof(a)) == 0); /* deterministic */
+  weave_fill_random(WEAVE_FP32, b, N, 124);
+  CHECK(memcmp(a, b, sizeof(a)) != 0);
+  double sum = 0, mn = 1, mx = -1;
+  int out = 0;
+  for (int i = 0; i < N; ++i) {
+    if (!(a[i] >= -1.0f && a[i] <= 1.0f)) out++; /* float rounding may reach 1.0 */
+    sum += a[i];
+    if (a[i] < mn) mn = a[i];
+    if (a[i] > mx) mx = a[i];
+  }
+  CHECK(out == 0);
+  CHECK(fabs(sum / N) < 0.05 && mn < -0.99 && mx > 0.99);
+  for (int t = WEAVE_BF16; t <= WEAVE_FP16; ++t) {
+    weave_fill_random((weave_dtype_t)t, h, N, 7);
+    int bad = 0;
+    for (int i = 0; i < N; ++i) {
+      double v = weave_host_get((weave_dtype_t)t, h, (size_t)i);
+      if (!(v >= -1.0 && v <= 1.0)) bad++;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+int main(void) {
+  test_bf16();
+  test_fp16();
+  test_host_get_set();
+  test_ref_gemm();
+  test_checker();
+  test_fill_random();
+  return check_summary("test_reference");
+}

@@ -1,0 +1,270 @@
+/* CPU test of the tile schedule (src/schedule.h), the very functions the kernels run: row split,
+ * row owner, per-owner tiling in grouped order, each rank's rotated walk over all tiles, and the
+ * wrap-safe epoch comparison. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "schedule.h"
+#include "weave.h"
+
+static void test_row_split(void) {
+  int bad_cover = 0, bad_contig = 0, bad_sizes = 0, bad_owner = 0, cases = 0;
+  static int owner_of[5000];
+  for (int world = 1; world <= WEAVE_MAX_WORLD; world = world < 9 ? world + 1 : world * 2) {
+    for (int M = 0; M <= 700; M += (M < 80 ? 1 : 37)) {
+      cases++;
+      for (int i = 0; i < M; ++i) owner_of[i] = -1;
+      int next = 0;
+      for (int r = 0; r < world; ++r) {
+        int b = -1, rows = -1;
+        weave_split_rows_of(M, world, r, &b, &rows);
+        if (b != next) bad_contig++;
+        int want = M / world + (r < M % world ? 1 : 0);
+        if (rows != want) bad_sizes++;
+        for (int i = b; i < b + rows && i < M; ++i) {
+          if (i < 0 || owner_of[i] != -1) bad_cover++;
+          else owner_of[i] = r;
+        }
+        next = b + rows;
+      }
+      if (next != M) bad_contig++;
+      for (int i = 0; i < M; ++i) {
+        if (owner_of[i] < 0) bad_cover++;
+        if (weave_row_owner(M, world, i) != owner_of[i]) bad_owner++;
+      }
+    }
+  }
+  CHECK_MSG(bad_cover == 0, "%d rows owned by zero or two ranks", bad_cover);
+  CHECK_MSG(bad_contig == 0, "%d non-contiguous splits", bad_contig);
+  CHECK_MSG(bad_sizes == 0, "%d wrong chunk sizes", bad_sizes);
+  CHECK_MSG(bad_owner == 0, "%d rows where weave_row_owner disagrees", bad_owner);
+  CHECK(cases > 500);
+  /* Spot values. */
+  int b, rows;
+  weave_split_rows_of(10, 4, 0, &b, &rows);
+  CHECK(b == 0 && rows == 3);
+  weave_split_rows_of(10, 4, 1, &b, &rows);
+  CHECK(b == 3 && rows == 3);
+  weave_split_rows_of(10, 4, 2, &b, &rows);
+  CHECK(b == 6 && rows == 2);
+  weave_split_rows_of(10, 4, 3, &b, &rows);
+  CHECK(b == 8 && rows == 2);
+  CHECK(weave_row_owner(10, 4, 5) == 1 && weave_row_owner(10, 4, 6) == 2 && weave_row_owner(10, 4, 9) == 3);
+  /* Large M, no overflow. */
+  weave_split_rows_of(1 << 30, 8, 7, &b, &rows);
+  CHECK(b == 7 * (1 << 27) && rows == 1 << 27);
+  CHECK(weave_row_owner(1 << 30, 8, (1 << 30) - 1) == 7);
+}
+
+/* Checks one tiling: per-owner coordinates are a bijection and cover the owner's rows/cols once; every
+ * rank's walk visits each (owner, j) exactly once; the owner order is the rotation asked for. */
+static int check_tiling(const weave_tiling_t *t) {
+  int errors = 0;
+  int world = t->world, tiles_n = weave_tiles_n(t);
+  if (tiles_n != (t->N + t->tile_n - 1) / t->tile_n) errors++;
+  int total = 0, max_tiles = 0;
+  for (int o = 0; o < world; ++o) {
+    int b, rows;
+    weave_split_rows_of(t->M, world, o, &b, &rows);
+    int tiles_m = weave_owner_tiles_m(t, o);
+    if (tiles_m != (rows + t->tile_m - 1) / t->tile_m) errors++;
+    int n = weave_owner_tiles(t, o);
+    if (n != tiles_m * tiles_n) errors++;
+    total += n;
+    if (n > max_tiles) max_tiles = n;
+    /* Bijection j -> (tm, tn) onto [0, tiles_m) x [0, tiles_n). */
+    unsigned char *seen = calloc((size_t)n + 1, 1);
+    /* Element coverage only on small chunks (the grid bijection plus tiles_m = cdiv(rows, tile_m)
+     * already implies it; this checks the clipping arithmetic directly). */
+    int do_cover = (size_t)rows * t->N <= 100000 && t->order == 0;
+    unsigned short *cover = calloc(do_cover ? (size_t)rows * t->N + 1 : 1, sizeof(unsigned short));
+    for (int j = 0; j < n; ++j) {
+      int tm = -1, tn = -1;
+      weave_owner_tile_coords(t, o, j, &tm, &tn);
+      if (tm < 0 || tm >= tiles_m || tn < 0 || tn >= tiles_n) {
+        errors++;
+        continue;
+      }
+      if (seen[tm * tiles_n + tn]++) errors++;
+      /* Rows/cols the tile covers, clipped to the chunk. */
+      if (do_cover)
+        for (int i = tm * t->tile_m; i < (tm + 1) * t->tile_m && i < rows; ++i)
+          for (int c = tn * t->tile_n; c < (tn + 1) * t->tile_n && c < t->N; ++c) cover[(size_t)i * t->N + c]++;
+    }
+    for (size_t e = 0; do_cover && e < (size_t)rows * t->N; ++e)
+      if (cover[e] != 1) {
+        errors++;
+        break;
+      }
+    /* Grouped order: tiles j in [g*GROUP*tiles_n, (g+1)*GROUP*tiles_n) stay within tile-rows of group g. */
+    for (int j = 0; j < n; ++j) {
+      int tm, tn;
+      weave_owner_tile_coords(t, o, j, &tm, &tn);
+      if (tm / WEAVE_GROUP_M != j / (WEAVE_GROUP_M * tiles_n)) {
+        errors++;
+        break;
+      }
+    }
+    free(seen);
+    free(cover);
+  }
+  if (weave_total_tiles(t) != total) errors++;
+  if (weave_max_owner_tiles(t) != max_tiles) errors++;
+
+  /* Every rank's walk: each (owner, j) exactly once; owners in rotated order, contiguous. */
+  int *offset = calloc((size_t)world + 1, sizeof(int));
+  for (int o = 0; o < world; ++o) offset[o + 1] = offset[o] + weave_owner_tiles(t, o);
+  unsigned char *seen = calloc((size_t)total + 1, 1);
+  for (int r = 0; r < world; ++r) {
+    memset(seen, 0, (size_t)total + 1);
+    int prev_owner = -1, k = -1;
+    for (int seq = 0; seq < total; ++seq) {
+      int o = -1, j = -1;
+      if (weave_seq_tile(t, r, seq, &o, &j) != 0 || o < 0 || o >= world || j < 0 || j >= weave_owner_tiles(t, o)) {
+        errors++;
+        continue;
+      }
+      if (seen[offset[o] + j]++) errors++;
+      if (o != prev_owner) {
+        /* Next owner of the rotation (skipping owners with no tiles). */
+        do k++;
+        while (k < world && weave_owner_tiles(t, weave_visit_owner(t, r, k)) == 0);
+        if (k >= world || o != weave_visit_owner(t, r, k)) errors++;
+        prev_owner = o;
+      }
+    }
+    for (int i = 0; i < total; ++i)
+      if (seen[i] != 1) {
+        errors++;
+        break;
+      }
+    int o, j;
+    if (weave_seq_tile(t, r, total, &o, &j) != -1) errors++;
+    if (weave_seq_tile(t, r, total + 100, &o, &j) != -1) errors++;
+    /* Rotation: a permutation of the owners, starting at r (OWN_FIRST) or r+1 (OWN_LAST). */
+    int *hit = calloc((size_t)world, sizeof(int));
+    for (int kk = 0; kk < world; ++kk) hit[weave_visit_owner(t, r, kk)]++;
+    for (int kk = 0; kk < world; ++kk)
+      if (hit[kk] != 1) errors++;
+    free(hit);
+    if (t->order == WEAVE_ORDER_OWN_LAST) {
+      if (weave_visit_owner(t, r, 0) != (r + 1) % world || weave_visit_owner(t, r, world - 1) != r) errors++;
+      /* Own tiles are the last ones of the walk. */
+      int n_own = weave_owner_tiles(t, r);
+      for (int s = total - n_own; s < total; ++s)
+        if (weave_seq_tile(t, r, s, &o, &j) != 0 || o != r || j != s - (total - n_own)) {
+          errors++;
+          break;
+        }
+    } else {
+      if (weave_visit_owner(t, r, 0) != r) errors++;
+      int n_own = weave_owner_tiles(t, r);
+      for (int s = 0; s < n_own; ++s)
+        if (weave_seq_tile(t, r, s, &o, &j) != 0 || o != r || j != s) {
+          errors++;
+          break;
+        }
+    }
+  }
+  /* At each rotation step k, the ranks visit distinct owners (no two push to the same owner). */
+  for (int k = 0; k < world; ++k) {
+    int *hit = calloc((size_t)world, sizeof(int));
+    for (int r = 0; r < world; ++r) hit[weave_visit_owner(t, r, k)]++;
+    for (int o = 0; o < world; ++o)
+      if (hit[o] != 1) errors++;
+    free(hit);
+  }
+  free(seen);
+  free(offset);
+  return errors;
+}
+
+static void test_tilings(void) {
+  static const int Ms[] = {1, 2, 7, 63, 64, 65, 127, 128, 129, 200, 513, 1000, 1031, 4096};
+  static const int Ns[] = {1, 17, 64, 128, 130, 384, 1000};
+  static const int worlds[] = {1, 2, 3, 4, 5, 8};
+  static const int tiles[][2] = {{64, 64}, {128, 128}, {128, 256}, {16, 8}};
+  int cases = 0, failed = 0;
+  for (size_t a = 0; a < sizeof(Ms) / sizeof(Ms[0]); ++a)
+    for (size_t b = 0; b < sizeof(Ns) / sizeof(Ns[0]); ++b)
+      for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); ++w)
+        for (size_t ti = 0; ti < sizeof(tiles) / sizeof(tiles[0]); ++ti)
+          for (int order = 0; order <= 1; ++order) {
+            if (Ms[a] < worlds[w]) continue; /* plans reject M < world */
+            weave_tiling_t t = {Ms[a], Ns[b], worlds[w], tiles[ti][0], tiles[ti][1], order};
+            int e = check_tiling(&t);
+            cases++;
+            if (e) {
+              failed++;
+              if (failed < 10)
+                fprintf(stderr, "tiling M %d N %d world %d tile %dx%d order %d: %d errors\n", t.M, t.N, t.world,
+                        t.tile_m, t.tile_n, t.order, e);
+            }
+          }
+  CHECK_MSG(failed == 0, "%d of %d tilings wrong", failed, cases);
+  /* A larger world, and M < tile (one partial tile per owner). */
+  weave_tiling_t big = {1000, 300, WEAVE_MAX_WORLD, 128, 128, WEAVE_ORDER_OWN_LAST};
+  CHECK(check_tiling(&big) == 0);
+  big.order = WEAVE_ORDER_OWN_FIRST;
+  CHECK(check_tiling(&big) == 0);
+  weave_tiling_t small = {24, 40, 3, 128, 256, WEAVE_ORDER_OWN_LAST};
+  CHECK(check_tiling(&small) == 0);
+  CHECK(weave_total_tiles(&small) == 3);
+  /* Spot values: M 1000, world 4 -> 250 rows each, tile 128 -> 2 tile-rows; N 384 / 128 -> 3. */
+  weave_tiling_t t = {1000, 384, 4, 128, 128, WEAVE_ORDER_OWN_LAST};
+  CHECK(weave_owner_tiles_m(&t, 0) == 2 && weave_tiles_n(&t) == 3 && weave_owner_tiles(&t, 3) == 6);
+  CHECK(weave_total_tiles(&t) == 24);
+  int o, j;
+  CHECK(weave_seq_tile(&t, 3, 0, &o, &j) == 0 && o == 0 && j == 0);
+  CHECK(weave_seq_tile(&t, 3, 23, &o, &j) == 0 && o == 3 && j == 5);
+  CHECK(weave_seq_tile(&t, 1, 6, &o, &j) == 0 && o == 3 && j == 0);
+  /* Grouped order within an owner: column-major inside a group of WEAVE_GROUP_M tile-rows. */
+  weave_tiling_t g = {64 * 20, 64 * 3, 1, 64, 64, 0};
+  int tm, tn;
+  weave_owner_tile_coords(&g, 0, 0, &tm, &tn);
+  CHECK(tm == 0 && tn == 0);
+  weave_owner_tile_coords(&g, 0, 1, &tm, &tn);
+  CHECK(tm == 1 && tn == 0);
+  weave_owner_tile_coords(&g, 0, WEAVE_GROUP_M, &tm, &tn);
+  CHECK(tm == 0 && tn == 1);
+  weave_owner_tile_coords(&g, 0, 3 * WEAVE_GROUP_M, &tm, &tn);
+  CHECK(tm == WEAVE_GROUP_M && tn == 0);
+  /* Last, partial group (20 = 8 + 8 + 4 tile-rows). */
+  weave_owner_tile_coords(&g, 0, 6 * WEAVE_GROUP_M + 4, &tm, &tn);
+  CHECK(tm == 16 && tn == 1);
+  CHECK(weave_cdiv(0, 64) == 0 && weave_cdiv(1, 64) == 1 && weave_cdiv(64, 64) == 1 && weave_cdiv(65, 64) == 2);
+}
+
+static void test_epochs(void) {
+  CHECK(weave_epoch_reached(0, 0));
+  CHECK(weave_epoch_reached(1, 0));
+  CHECK(!weave_epoch_reached(0, 1));
+  CHECK(weave_epoch_reached(0, 0xFFFFFFFFu)); /* wrapped: 0 comes after 0xFFFFFFFF */
+  CHECK(!weave_epoch_reached(0xFFFFFFFFu, 0));
+  CHECK(weave_epoch_reached(5, 0xFFFFFFF0u));
+  CHECK(!weave_epoch_reached(0xFFFFFFF0u, 5));
+  CHECK(weave_epoch_reached(0x80000000u, 0x7FFFFFFFu));
+  CHECK(!weave_epoch_reached(0x7FFFFFFFu, 0x80000000u));
+  CHECK(weave_epoch_reached(0xFFFFFFFFu, 0xFFFFFFFFu));
+  /* Any a at distance d in [0, 2^31) after b is reached, before it is not. */
+  uint32_t s = 0x9e3779b9u;
+  int bad = 0;
+  for (int i = 0; i < 100000; ++i) {
+    s = s * 1664525u + 1013904223u;
+    uint32_t b = s;
+    s = s * 1664525u + 1013904223u;
+    uint32_t d = s & 0x7FFFFFFFu;
+    if (!weave_epoch_reached(b + d, b)) bad++;
+    if (d && weave_epoch_reached(b, b + d)) bad++;
+  }
+  CHECK_MSG(bad == 0, "%d wrong epoch comparisons", bad);
+}
+
+int main(void) {
+  test_row_split();
+  test_tilings();
+  test_epochs();
+  return check_summary("test_schedule");
+}
