@@ -21,45 +21,75 @@
 /* ---------------------------------------------------------------------------------------------
  * Standalone sink
  * ------------------------------------------------------------------------------------------- */
-template <int DT>
-struct WeaveHgemmStandaloneSink {
+typedef struct {
   void *C;
   const void *bias;
   float alpha;
   int M, N;
   int tiles_m, tiles_n;
   int group_m;
-  int pair_ok; /* N even and C 4-byte aligned: store pairs */
+  int pair_ok;   /* N even and C 4-byte aligned: store pairs */
+  int tma_store; /* C 16-byte aligned and N*2 % 16 == 0: smem + TMA-store epilogue */
+} WeaveHgemmSinkArgs;
 
+template <int DT, int CL>
+struct WeaveHgemmStandaloneSink {
+  static constexpr bool kWeaveTmaStore = true;
+  WeaveHgemmSinkArgs a;
+  const CUtensorMap *cmap; /* in kernel-parameter space */
+
+  /* CL == 2: tiles come in pairs (2q, 2q + 1) = tile rows (2i, 2i + 1) of one tile column */
   __device__ __forceinline__ void coords(int seq, int *tm, int *tn) {
-    weave_hgemm_grouped_coords(seq, tiles_m, tiles_n, group_m, tm, tn);
+    if (CL == 1) {
+      weave_hgemm_grouped_coords(seq, a.tiles_m, a.tiles_n, a.group_m, tm, tn);
+    } else {
+      int pm;
+      weave_hgemm_grouped_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, tn);
+      *tm = 2 * pm + (seq & 1);
+    }
   }
   __device__ __forceinline__ void begin(int) {}
   __device__ __forceinline__ void end(int) {}
+  __device__ __forceinline__ bool tma_store() const { return a.tma_store != 0; }
+  __device__ __forceinline__ const CUtensorMap *c_map() const { return cmap; }
   __device__ __forceinline__ float bias_at(int col) {
-    if (DT == WEAVE_BF16) return __bfloat162float(((const __nv_bfloat16 *)bias)[col]);
-    return __half2float(((const __half *)bias)[col]);
+    if (DT == WEAVE_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.bias)[col]);
+    return __half2float(((const __half *)a.bias)[col]);
+  }
+  __device__ __forceinline__ uint32_t pack2(int col, float v0, float v1) {
+    v0 *= a.alpha;
+    v1 *= a.alpha;
+    if (a.bias) {
+      if (col < a.N) v0 += bias_at(col);
+      if (col + 1 < a.N) v1 += bias_at(col + 1);
+    }
+    if (DT == WEAVE_BF16) {
+      __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+      return *(uint32_t *)&h;
+    }
+    __half2 h = __floats2half2_rn(v0, v1);
+    return *(uint32_t *)&h;
   }
   __device__ __forceinline__ void store2(int row, int col, float v0, float v1) {
-    v0 *= alpha;
-    v1 *= alpha;
-    const bool two = col + 1 < N;
-    if (bias) {
+    v0 *= a.alpha;
+    v1 *= a.alpha;
+    const bool two = col + 1 < a.N;
+    if (a.bias) {
       v0 += bias_at(col);
       if (two) v1 += bias_at(col + 1);
     }
-    const size_t off = (size_t)row * (size_t)N + (size_t)col;
+    const size_t off = (size_t)row * (size_t)a.N + (size_t)col;
     if (DT == WEAVE_BF16) {
-      __nv_bfloat16 *c = (__nv_bfloat16 *)C + off;
-      if (pair_ok) {
+      __nv_bfloat16 *c = (__nv_bfloat16 *)a.C + off;
+      if (a.pair_ok) {
         *(__nv_bfloat162 *)c = __floats2bfloat162_rn(v0, v1);
       } else {
         c[0] = __float2bfloat16_rn(v0);
         if (two) c[1] = __float2bfloat16_rn(v1);
       }
     } else {
-      __half *c = (__half *)C + off;
-      if (pair_ok) {
+      __half *c = (__half *)a.C + off;
+      if (a.pair_ok) {
         *(__half2 *)c = __floats2half2_rn(v0, v1);
       } else {
         c[0] = __float2half_rn(v0);
@@ -69,15 +99,20 @@ struct WeaveHgemmStandaloneSink {
   }
 };
 
-template <int DT, int BCOL>
+template <int DT, int BCOL, int CL>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hopper_gemm_kernel(const __grid_constant__ WeaveHopperGemmParams p,
-                             WeaveHgemmStandaloneSink<DT> sink) {
+                             const __grid_constant__ CUtensorMap c_map, WeaveHgemmSinkArgs sa) {
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem =
       (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
-  weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT>, DT, BCOL>(
-      p, smem, blockIdx.x, gridDim.x, p.tiles_m * p.tiles_n, sink);
+  WeaveHgemmStandaloneSink<DT, CL> sink;
+  sink.a = sa;
+  sink.cmap = &c_map;
+  const int seq_count =
+      CL == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+  weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL>(
+      p, smem, blockIdx.x, gridDim.x, seq_count, sink);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -174,6 +209,9 @@ extern "C" int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t 
   if (b_layout == WEAVE_LAYOUT_COL) {
     r = hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
                      WEAVE_HGEMM_BK, WEAVE_HGEMM_BN, errmsg, errlen);
+    if (!r)
+      r = hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 2, errmsg, errlen);
   } else {
     r = hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64,
                      WEAVE_HGEMM_BK, errmsg, errlen);
@@ -195,35 +233,61 @@ extern "C" int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t 
   return WEAVE_SUCCESS;
 }
 
-template <int DT, int BCOL>
-static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const weave_hopper_gemm_args_t *a,
-                                  int grid, cudaStream_t stream) {
-  WeaveHgemmStandaloneSink<DT> sink;
-  sink.C = a->C;
-  sink.bias = a->bias;
-  sink.alpha = a->alpha;
-  sink.M = p.M;
-  sink.N = p.N;
-  sink.tiles_m = p.tiles_m;
-  sink.tiles_n = p.tiles_n;
-  sink.group_m = WEAVE_HGEMM_GROUP_M;
-  sink.pair_ok = (p.N % 2 == 0) && (((uintptr_t)a->C & 3) == 0);
+static int hgemm_env_int(const char *name, int def) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : def;
+}
+
+/* launches kernel<DT, BCOL, CL>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
+template <int DT, int BCOL, int CL>
+static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensorMap &c_map,
+                                  const WeaveHgemmSinkArgs &sa, int grid, int dev,
+                                  cudaStream_t stream) {
+  void (*kern)(const WeaveHopperGemmParams, const CUtensorMap, WeaveHgemmSinkArgs) =
+      weave_hopper_gemm_kernel<DT, BCOL, CL>;
   /* once per device and instantiation (ranks of one process may drive several devices) */
   static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
+  static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
   unsigned long long bit = dev < 64 ? 1ull << dev : 0;
-  if (!bit || !(__atomic_load_n(&attr_set, __ATOMIC_ACQUIRE) & bit)) {
-    e = cudaFuncSetAttribute(weave_hopper_gemm_kernel<DT, BCOL>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             WEAVE_HGEMM_SMEM_ALLOC_BYTES);
-    if (e != cudaSuccess) return e;
-    __atomic_fetch_or(&attr_set, bit, __ATOMIC_RELEASE);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES;
+  cfg.stream = stream;
+  if (CL == 2) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
   }
-  weave_hopper_gemm_kernel<DT, BCOL><<<grid, WEAVE_HGEMM_THREADS, WEAVE_HGEMM_SMEM_ALLOC_BYTES, stream>>>(
-      p, sink);
-  return cudaGetLastError();
+  cudaError_t e;
+  int mc = 0;
+  if (!bit || !(__atomic_load_n(&attr_set, __ATOMIC_ACQUIRE) & bit)) {
+    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES);
+    if (e != cudaSuccess) return e;
+    if (CL == 2) {
+      cfg.gridDim = dim3(2, 1, 1);
+      e = cudaOccupancyMaxActiveClusters(&mc, kern, &cfg);
+      if (e != cudaSuccess) return e;
+      if (bit) __atomic_store_n(&max_clusters[dev], mc, __ATOMIC_RELAXED);
+    }
+    __atomic_fetch_or(&attr_set, bit, __ATOMIC_RELEASE);
+  } else if (CL == 2) {
+    mc = __atomic_load_n(&max_clusters[dev], __ATOMIC_RELAXED);
+  }
+  if (CL == 2) {
+    grid &= ~1;
+    if (mc > 0 && grid > 2 * mc) grid = 2 * mc;
+  }
+  if (CL == 1) {
+    kern<<<grid, WEAVE_HGEMM_THREADS, WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, stream>>>(p, c_map, sa);
+    return cudaGetLastError();
+  }
+  cfg.gridDim = dim3(grid, 1, 1);
+  return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 
 extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaStream_t stream,
@@ -249,17 +313,57 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   int r = weave_hopper_gemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p,
                                         errmsg, errlen);
   if (r) return r;
-  int tiles = p.tiles_m * p.tiles_n;
+  /* tuning knobs (documented in docs/hopper_gemm.md), read once */
+  /* WEAVE_HGEMM_CLUSTER=2 and WEAVE_HGEMM_TMA_STORE=1 select EXPERIMENTAL paths that have not yet
+   * run on a GPU (see docs/hopper_gemm.md); the defaults are the verified configuration. */
+  static int knobs_read = 0, cluster_knob = 1, tma_knob = 0, group_knob = WEAVE_HGEMM_GROUP_M;
+  if (!__atomic_load_n(&knobs_read, __ATOMIC_ACQUIRE)) {
+    cluster_knob = hgemm_env_int("WEAVE_HGEMM_CLUSTER", 1);
+    tma_knob = hgemm_env_int("WEAVE_HGEMM_TMA_STORE", 0);
+    group_knob = hgemm_env_int("WEAVE_HGEMM_GROUP_M", WEAVE_HGEMM_GROUP_M);
+    if (group_knob < 2) group_knob = 2;
+    group_knob &= ~1;
+    __atomic_store_n(&knobs_read, 1, __ATOMIC_RELEASE);
+  }
+  WeaveHgemmSinkArgs sa;
+  memset(&sa, 0, sizeof sa);
+  sa.C = a->C;
+  sa.bias = a->bias;
+  sa.alpha = a->alpha;
+  sa.M = p.M;
+  sa.N = p.N;
+  sa.tiles_m = p.tiles_m;
+  sa.tiles_n = p.tiles_n;
+  sa.group_m = group_knob;
+  sa.pair_ok = (p.N % 2 == 0) && (((uintptr_t)a->C & 3) == 0);
+  CUtensorMap c_map;
+  memset(&c_map, 0, sizeof c_map);
+  if (tma_knob && ((uintptr_t)a->C & 15) == 0 && ((size_t)p.N * 2) % 16 == 0) {
+    r = hgemm_encode(&c_map, a->dtype, a->C, (uint64_t)p.N, (uint64_t)p.M, (uint64_t)p.N * 2, 64, 64,
+                     errmsg, errlen);
+    if (r) return r;
+    sa.tma_store = 1;
+  }
   int grid = a->num_blocks <= 0 ? sms : a->num_blocks;
   if (grid > sms) grid = sms;
-  if (grid > tiles) grid = tiles;
+  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
+  const int cl = cluster_knob == 2 && grid >= 2 && p.tiles_m % 2 == 0 ? 2 : 1;
+  const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+  if (grid > seqs) grid = seqs;
   cudaError_t e;
-  if (a->dtype == WEAVE_BF16)
-    e = a->b_layout == WEAVE_LAYOUT_COL ? hgemm_launch_t<WEAVE_BF16, 1>(p, a, grid, stream)
-                                        : hgemm_launch_t<WEAVE_BF16, 0>(p, a, grid, stream);
-  else
-    e = a->b_layout == WEAVE_LAYOUT_COL ? hgemm_launch_t<WEAVE_FP16, 1>(p, a, grid, stream)
-                                        : hgemm_launch_t<WEAVE_FP16, 0>(p, a, grid, stream);
+#define WEAVE_HGEMM_LAUNCH(DT, BC, CL) hgemm_launch_t<DT, BC, CL>(p, c_map, sa, grid, dev, stream)
+  if (a->dtype == WEAVE_BF16) {
+    if (a->b_layout == WEAVE_LAYOUT_COL)
+      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1, 1);
+    else
+      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0, 1);
+  } else {
+    if (a->b_layout == WEAVE_LAYOUT_COL)
+      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 1, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 1, 1);
+    else
+      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 0, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 0, 1);
+  }
+#undef WEAVE_HGEMM_LAUNCH
   if (e != cudaSuccess)
     return hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s",
                       cudaGetErrorString(e));

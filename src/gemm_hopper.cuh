@@ -56,24 +56,24 @@
 /* ---------------------------------------------------------------------------------------------
  * PTX helpers
  * ------------------------------------------------------------------------------------------- */
-static __device__ __forceinline__ uint32_t weave_smem_u32(const void *p) {
+static __device__ __forceinline__ uint32_t weave_hg_smem_u32(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-static __device__ __forceinline__ void weave_mbar_init(uint32_t bar, uint32_t count) {
+static __device__ __forceinline__ void weave_hg_mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 
-static __device__ __forceinline__ void weave_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+static __device__ __forceinline__ void weave_hg_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
 }
 
-static __device__ __forceinline__ void weave_mbar_arrive(uint32_t bar) {
+static __device__ __forceinline__ void weave_hg_mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-static __device__ __forceinline__ void weave_mbar_wait(uint32_t bar, uint32_t parity) {
+static __device__ __forceinline__ void weave_hg_mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
     asm volatile(
@@ -85,7 +85,7 @@ static __device__ __forceinline__ void weave_mbar_wait(uint32_t bar, uint32_t pa
   } while (!done);
 }
 
-static __device__ __forceinline__ void weave_tma_load_2d(uint32_t dst, const CUtensorMap *map,
+static __device__ __forceinline__ void weave_hg_tma_load_2d(uint32_t dst, const CUtensorMap *map,
                                                          uint32_t bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -94,53 +94,52 @@ static __device__ __forceinline__ void weave_tma_load_2d(uint32_t dst, const CUt
       : "memory");
 }
 
-static __device__ __forceinline__ void weave_tma_prefetch_map(const CUtensorMap *map) {
+static __device__ __forceinline__ void weave_hg_tma_prefetch_map(const CUtensorMap *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)map) : "memory");
 }
 
-static __device__ __forceinline__ void weave_wgmma_fence() {
+static __device__ __forceinline__ void weave_hg_wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
-static __device__ __forceinline__ void weave_wgmma_commit() {
+static __device__ __forceinline__ void weave_hg_wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 template <int N>
-static __device__ __forceinline__ void weave_wgmma_wait() {
+static __device__ __forceinline__ void weave_hg_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
 template <int REGS>
-static __device__ __forceinline__ void weave_setmaxnreg_inc() {
+static __device__ __forceinline__ void weave_hg_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
 }
 template <int REGS>
-static __device__ __forceinline__ void weave_setmaxnreg_dec() {
+static __device__ __forceinline__ void weave_hg_setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
 }
 
-static __device__ __forceinline__ void weave_named_barrier_sync(int id, int threads) {
+static __device__ __forceinline__ void weave_hg_named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 /* ---- clusters (2-CTA TMA multicast) ---- */
-static __device__ __forceinline__ uint32_t weave_cluster_ctarank() {
+static __device__ __forceinline__ uint32_t weave_hg_cluster_ctarank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
-static __device__ __forceinline__ void weave_cluster_sync() {
+static __device__ __forceinline__ void weave_hg_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 /* arrive on the mbarrier at the same smem offset in CTA `rank` of the cluster */
-static __device__ __forceinline__ void weave_mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+static __device__ __forceinline__ void weave_hg_mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 /* TMA load written to the same smem offset (and signalling the same mbarrier offset) in every CTA
  * of `mask` */
-static __device__ __forceinline__ void weave_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map,
+static __device__ __forceinline__ void weave_hg_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map,
                                                             uint32_t bar, int c0, int c1,
                                                             uint16_t mask) {
   asm volatile(
@@ -151,29 +150,29 @@ static __device__ __forceinline__ void weave_tma_load_2d_mc(uint32_t dst, const 
 }
 
 /* ---- TMA store (standalone epilogue) ---- */
-static __device__ __forceinline__ void weave_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0,
+static __device__ __forceinline__ void weave_hg_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0,
                                                           int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
                    (uint64_t)map),
                "r"(src), "r"(c0), "r"(c1)
                : "memory");
 }
-static __device__ __forceinline__ void weave_bulk_commit() {
+static __device__ __forceinline__ void weave_hg_bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 template <int N>
-static __device__ __forceinline__ void weave_bulk_wait_read() {
+static __device__ __forceinline__ void weave_hg_bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
-static __device__ __forceinline__ void weave_bulk_wait_all() {
+static __device__ __forceinline__ void weave_hg_bulk_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-static __device__ __forceinline__ void weave_st_shared_u32(uint32_t addr, uint32_t v) {
+static __device__ __forceinline__ void weave_hg_st_shared_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 
 /* Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits. */
-static __device__ __forceinline__ void weave_fence_regs(float *d) {
+static __device__ __forceinline__ void weave_hg_fence_regs(float *d) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
@@ -183,11 +182,11 @@ static __device__ __forceinline__ void weave_fence_regs(float *d) {
  * K-major 128B swizzle: rows of 128 bytes, 8-row core groups 1024 bytes apart (SBO), LBO unused. */
 #define WEAVE_HGEMM_DESC_KMAJOR_SW128 ((1ull << 62) | (64ull << 32) | (1ull << 16))
 
-static __device__ __forceinline__ uint64_t weave_desc(uint32_t smem_addr, uint64_t base) {
+static __device__ __forceinline__ uint64_t weave_hg_desc(uint32_t smem_addr, uint64_t base) {
   return base | (uint64_t)((smem_addr & 0x3FFFF) >> 4);
 }
 
-#define WEAVE_WGMMA_M64N256K16_BF16(d, desc_a, desc_b, scale_d, TNSPB) \
+#define WEAVE_HGEMM_WGMMA_M64N256K16_BF16(d, desc_a, desc_b, scale_d, TNSPB) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
@@ -217,7 +216,7 @@ static __device__ __forceinline__ uint64_t weave_desc(uint32_t smem_addr, uint64
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
 
-#define WEAVE_WGMMA_M64N256K16_F16(d, desc_a, desc_b, scale_d, TNSPB) \
+#define WEAVE_HGEMM_WGMMA_M64N256K16_F16(d, desc_a, desc_b, scale_d, TNSPB) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
@@ -261,39 +260,64 @@ static __host__ __device__ __forceinline__ void weave_hgemm_grouped_coords(int s
   *tile_n = r / gm;
 }
 
+/* Optional sink capability (used by the standalone kernel only): a sink that declares
+ *   static constexpr bool kWeaveTmaStore = true;
+ *   __device__ bool tma_store() const;                       // run time: use it for this call
+ *   __device__ const CUtensorMap* c_map() const;             // C [M, N], box {64, 64}, 128B swizzle
+ *   __device__ uint32_t pack2(int col, float v0, float v1);  // alpha, bias, cast -> 2 x 16 bit
+ * gets its tiles written through WEAVE_HGEMM_EPI_BYTES of smem at smem + WEAVE_HGEMM_EPI_OFFSET and
+ * TMA stores, instead of store2 calls. begin/end are still called around each tile. */
+template <class S, class = void>
+struct weave_hgemm_sink_tma : std::false_type {};
+template <class S>
+struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
+    : std::integral_constant<bool, S::kWeaveTmaStore> {};
+
 /* ---------------------------------------------------------------------------------------------
- * The role, for one (dtype, B layout). DT: WEAVE_BF16 or WEAVE_FP16; BCOL: 1 for WEAVE_LAYOUT_COL.
+ * The role, for one (dtype, B layout, cluster size).
+ *   DT: WEAVE_BF16 or WEAVE_FP16; BCOL: 1 for WEAVE_LAYOUT_COL; CL: 1 or 2 CTAs per cluster.
+ * CL == 2 (the kernel is launched with cluster dims (2,1,1)): the two CTAs of a cluster compute two
+ * tiles with the same tile_n at the same time, each loads its own A and one half of B and multicasts
+ * that half to both, halving the B traffic from L2. Requirements: seq_stride and seq_count even, the
+ * CTA of cluster rank r passes seq_begin = 2j + r, and coords(seq) and coords(seq ^ 1) have the same
+ * tile_n, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
+ * even. Every thread of both CTAs returns only after a cluster barrier.
  * ------------------------------------------------------------------------------------------- */
-template <class Sink, int DT, int BCOL>
+template <class Sink, int DT, int BCOL, int CL>
 __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmParams &p,
                                                          unsigned char *smem, int seq_begin,
                                                          int seq_stride, int seq_count, Sink &sink) {
-  const uint32_t smem_base = weave_smem_u32(smem);
+  static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
+  const uint32_t smem_base = weave_hg_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
   const uint32_t empty_bar = full_bar + WEAVE_HGEMM_STAGES * 8;
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
+  const uint32_t cta_rank = CL == 2 ? weave_hg_cluster_ctarank() : 0;
 
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < WEAVE_HGEMM_STAGES; ++s) {
-      weave_mbar_init(full_bar + 8 * s, 1);
-      weave_mbar_init(empty_bar + 8 * s, 2);
+      weave_hg_mbar_init(full_bar + 8 * s, 1);
+      weave_hg_mbar_init(empty_bar + 8 * s, 2 * CL); /* one arrival per consumer warpgroup per CTA */
     }
-    /* make the inits visible to the async proxy (TMA complete_tx) */
+    /* make the inits visible to the async proxy (TMA complete_tx) and to the cluster */
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  __syncthreads();
+  if (CL == 2)
+    weave_hg_cluster_sync();
+  else
+    __syncthreads();
 
   const int k_blocks = p.k_blocks;
 
   if (wg == 0) {
     /* ---------------- producer ---------------- */
-    weave_setmaxnreg_dec<WEAVE_HGEMM_PRODUCER_REGS>();
+    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_PRODUCER_REGS>();
     if (tid == 0) {
-      weave_tma_prefetch_map(&p.tmap_a);
-      weave_tma_prefetch_map(&p.tmap_b);
+      weave_hg_tma_prefetch_map(&p.tmap_a);
+      weave_hg_tma_prefetch_map(&p.tmap_b);
       int stage = 0;
       uint32_t phase = 0;
       for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
@@ -301,19 +325,33 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
         sink.coords(seq, &tm, &tn);
         const int m0 = tm * WEAVE_HGEMM_BM, n0 = tn * WEAVE_HGEMM_BN;
         for (int kb = 0; kb < k_blocks; ++kb) {
-          weave_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+          weave_hg_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
           const uint32_t fb = full_bar + 8 * stage;
-          weave_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
+          weave_hg_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
           const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES;
           const uint32_t sb = sa + WEAVE_HGEMM_A_STAGE_BYTES;
           const int k0 = kb * WEAVE_HGEMM_BK;
-          weave_tma_load_2d(sa, &p.tmap_a, fb, k0, m0);
-          if (BCOL) {
-            weave_tma_load_2d(sb, &p.tmap_b, fb, k0, n0);
-          } else {
+          weave_hg_tma_load_2d(sa, &p.tmap_a, fb, k0, m0);
+          if (CL == 1) {
+            if (BCOL) {
+              weave_hg_tma_load_2d(sb, &p.tmap_b, fb, k0, n0);
+            } else {
 #pragma unroll
-            for (int j = 0; j < WEAVE_HGEMM_BN / 64; ++j)
-              weave_tma_load_2d(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, n0 + 64 * j, k0);
+              for (int j = 0; j < WEAVE_HGEMM_BN / 64; ++j)
+                weave_hg_tma_load_2d(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, n0 + 64 * j, k0);
+            }
+          } else {
+            /* this CTA's half of B (128 of the 256 columns), multicast to both CTAs */
+            const int h = (int)cta_rank;
+            if (BCOL) {
+              weave_hg_tma_load_2d_mc(sb + h * (WEAVE_HGEMM_B_STAGE_BYTES / 2), &p.tmap_b_half, fb, k0,
+                                   n0 + h * (WEAVE_HGEMM_BN / 2), 0x3);
+            } else {
+#pragma unroll
+              for (int j = 2 * h; j < 2 * h + 2; ++j)
+                weave_hg_tma_load_2d_mc(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, n0 + 64 * j,
+                                     k0, 0x3);
+            }
           }
           if (++stage == WEAVE_HGEMM_STAGES) {
             stage = 0;
@@ -324,7 +362,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     }
   } else {
     /* ---------------- consumers ---------------- */
-    weave_setmaxnreg_inc<WEAVE_HGEMM_CONSUMER_REGS>();
+    weave_hg_setmaxnreg_inc<WEAVE_HGEMM_CONSUMER_REGS>();
     const int cw = wg - 1;            /* 0 or 1: which 64-row half of the tile */
     const int ltid = tid & 127;
     const int warp = ltid >> 5, lane = ltid & 31;
@@ -340,70 +378,141 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       sink.coords(seq, &tm, &tn);
       int prev_stage = 0;
       for (int kb = 0; kb < k_blocks; ++kb) {
-        weave_mbar_wait(full_bar + 8 * stage, phase);
+        weave_hg_mbar_wait(full_bar + 8 * stage, phase);
         const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
         const uint32_t sb = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
-        const uint64_t da = weave_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
-        const uint64_t db = weave_desc(sb, b_base);
-        weave_fence_regs(acc);
-        weave_wgmma_fence();
+        const uint64_t da = weave_hg_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
+        const uint64_t db = weave_hg_desc(sb, b_base);
+        weave_hg_fence_regs(acc);
+        weave_hg_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
           const uint32_t scale_d = (kb > 0 || k > 0) ? 1u : 0u;
           if (DT == WEAVE_BF16) {
-            WEAVE_WGMMA_M64N256K16_BF16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+            WEAVE_HGEMM_WGMMA_M64N256K16_BF16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
           } else {
-            WEAVE_WGMMA_M64N256K16_F16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+            WEAVE_HGEMM_WGMMA_M64N256K16_F16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
           }
         }
-        weave_wgmma_commit();
-        weave_fence_regs(acc);
-        weave_wgmma_wait<1>();
-        if (kb > 0 && ltid == 0) weave_mbar_arrive(empty_bar + 8 * prev_stage);
+        weave_hg_wgmma_commit();
+        weave_hg_fence_regs(acc);
+        weave_hg_wgmma_wait<1>();
+        if (kb > 0 && ltid == 0) {
+          if (CL == 1) {
+            weave_hg_mbar_arrive(empty_bar + 8 * prev_stage);
+          } else {
+            weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 0);
+            weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 1);
+          }
+        }
         prev_stage = stage;
         if (++stage == WEAVE_HGEMM_STAGES) {
           stage = 0;
           phase ^= 1;
         }
       }
-      weave_wgmma_wait<0>();
-      weave_fence_regs(acc);
-      if (ltid == 0 && k_blocks > 0) weave_mbar_arrive(empty_bar + 8 * prev_stage);
+      weave_hg_wgmma_wait<0>();
+      weave_hg_fence_regs(acc);
+      if (ltid == 0) {
+        if (CL == 1) {
+          weave_hg_mbar_arrive(empty_bar + 8 * prev_stage);
+        } else {
+          weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 0);
+          weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 1);
+        }
+      }
 
       /* epilogue: accumulator fragment of m64nNk16: d[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}),
        * d[4j + {2,3}] at row + 8, with row = 16*warp + lane/4 inside the warpgroup's 64 rows. */
       sink.begin(seq);
-      const int row0 = tm * WEAVE_HGEMM_BM + cw * 64 + warp * 16 + (lane >> 2);
+      const int lrow = warp * 16 + (lane >> 2); /* row inside this warpgroup's 64 rows */
+      const int row0 = tm * WEAVE_HGEMM_BM + cw * 64 + lrow;
       const int col0 = tn * WEAVE_HGEMM_BN + (lane & 3) * 2;
+      bool done = false;
+      if constexpr (weave_hgemm_sink_tma<Sink>::value) {
+        if (sink.tma_store()) {
+          /* 4 chunks of 64 x 64 through two 8 KiB buffers per warpgroup, 128B-swizzled rows
+           * (conflict-free 4-byte stores), each sent by one TMA store */
+          const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
 #pragma unroll
-      for (int j = 0; j < WEAVE_HGEMM_BN / 8; ++j) {
-        const int col = col0 + 8 * j;
-        if (col < N) {
-          if (row0 < M) sink.store2(row0, col, acc[4 * j + 0], acc[4 * j + 1]);
-          if (row0 + 8 < M) sink.store2(row0 + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+          for (int c = 0; c < WEAVE_HGEMM_BN / 64; ++c) {
+            const uint32_t b = ebuf + (c & 1) * 8192;
+            if (ltid == 0) weave_hg_bulk_wait_read<1>(); /* the store that used this buffer has read it */
+            weave_hg_named_barrier_sync(2 + cw, 128);
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+              const int j = 8 * c + jj;
+              const int col = col0 + 8 * j;
+              const uint32_t off = (uint32_t)((jj ^ (lrow & 7)) * 16 + (lane & 3) * 4);
+              weave_hg_st_shared_u32(b + lrow * 128 + off, sink.pack2(col, acc[4 * j], acc[4 * j + 1]));
+              weave_hg_st_shared_u32(b + (lrow + 8) * 128 + off,
+                                  sink.pack2(col, acc[4 * j + 2], acc[4 * j + 3]));
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            weave_hg_named_barrier_sync(2 + cw, 128);
+            if (ltid == 0) {
+              weave_hg_tma_store_2d(sink.c_map(), b, tn * WEAVE_HGEMM_BN + 64 * c,
+                                 tm * WEAVE_HGEMM_BM + cw * 64);
+              weave_hg_bulk_commit();
+            }
+          }
+          done = true;
         }
       }
-      weave_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
+      if (!done) {
+#pragma unroll
+        for (int j = 0; j < WEAVE_HGEMM_BN / 8; ++j) {
+          const int col = col0 + 8 * j;
+          if (col < N) {
+            if (row0 < M) sink.store2(row0, col, acc[4 * j + 0], acc[4 * j + 1]);
+            if (row0 + 8 < M) sink.store2(row0 + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+          }
+        }
+      }
+      weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
       if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
     }
+    if constexpr (weave_hgemm_sink_tma<Sink>::value) {
+      if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
+    }
   }
+  if (CL == 2) weave_hg_cluster_sync(); /* no CTA leaves while its peer may still signal it */
 }
 
-/* The role for the (dtype, layout) in p, chosen at run time (one uniform branch). */
+/* The role for the (dtype, layout) in p, chosen at run time (one uniform branch); no cluster. */
 template <class Sink>
 __device__ __forceinline__ void weave_hopper_gemm_role(const WeaveHopperGemmParams &p,
                                                        unsigned char *smem, int seq_begin,
                                                        int seq_stride, int seq_count, Sink &sink) {
   if (p.dtype == WEAVE_BF16) {
     if (p.b_layout == WEAVE_LAYOUT_COL)
-      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 1, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
     else
-      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 0>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 0, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
   } else {
     if (p.b_layout == WEAVE_LAYOUT_COL)
-      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 1, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
     else
-      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 0>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 0, 1>(p, smem, seq_begin, seq_stride, seq_count, sink);
+  }
+}
+
+/* Same, for kernels launched with 2-CTA clusters (see the requirements above the role). */
+template <class Sink>
+__device__ __forceinline__ void weave_hopper_gemm_role_cluster2(const WeaveHopperGemmParams &p,
+                                                                unsigned char *smem, int seq_begin,
+                                                                int seq_stride, int seq_count,
+                                                                Sink &sink) {
+  if (p.dtype == WEAVE_BF16) {
+    if (p.b_layout == WEAVE_LAYOUT_COL)
+      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 1, 2>(p, smem, seq_begin, seq_stride, seq_count, sink);
+    else
+      weave_hopper_gemm_role_t<Sink, WEAVE_BF16, 0, 2>(p, smem, seq_begin, seq_stride, seq_count, sink);
+  } else {
+    if (p.b_layout == WEAVE_LAYOUT_COL)
+      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 1, 2>(p, smem, seq_begin, seq_stride, seq_count, sink);
+    else
+      weave_hopper_gemm_role_t<Sink, WEAVE_FP16, 0, 2>(p, smem, seq_begin, seq_stride, seq_count, sink);
   }
 }
 

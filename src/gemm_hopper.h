@@ -40,7 +40,13 @@ extern "C" {
 #define WEAVE_HGEMM_SMEM_BYTES (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES + 2 * WEAVE_HGEMM_STAGES * 8)
 /* Dynamic smem to request when the kernel aligns its own extern buffer up to 1024 bytes. */
 #define WEAVE_HGEMM_SMEM_ALLOC_BYTES (WEAVE_HGEMM_SMEM_BYTES + 1024)
-/* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads). */
+/* Standalone kernel only: C staging for the TMA-store epilogue (2 warpgroups x 2 x 64x64 x 2 B),
+ * placed after the stages and barriers at a 1024-byte boundary. */
+#define WEAVE_HGEMM_EPI_OFFSET (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES + 1024)
+#define WEAVE_HGEMM_EPI_BYTES (2 * 2 * 64 * 64 * 2)
+#define WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES (WEAVE_HGEMM_EPI_OFFSET + WEAVE_HGEMM_EPI_BYTES + 1024)
+/* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads); the
+ * standalone TMA-store epilogue also uses ids 2 and 3 (128 threads each). */
 #define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
 /* Default tile-row group of the standalone kernel's grouped tile order. */
 #define WEAVE_HGEMM_GROUP_M 8
@@ -50,6 +56,7 @@ extern "C" {
 typedef struct WeaveHopperGemmParams {
   CUtensorMap tmap_a;      /* A [M, K]: box {BK, BM}, 128B swizzle */
   CUtensorMap tmap_b;      /* COL: [N, K] box {BK, BN}; ROW: [K, N] box {64, BK} (4 per stage) */
+  CUtensorMap tmap_b_half; /* COL only: [N, K] box {BK, BN/2}, used by 2-CTA clusters */
   uint64_t b_desc_base;    /* wgmma smem-descriptor bits of B without the address (LBO/SBO/swizzle) */
   int M, N, K;
   int tiles_m, tiles_n;    /* ceil(M / BM), ceil(N / BN) */

@@ -56,21 +56,21 @@ static uint16_t to16(float f, weave_dtype_t dt) {
   uint16_t r;
   if (dt == WEAVE_BF16) {
     __nv_bfloat16 b = __float2bfloat16(f);
-    memcpy(&r, &b, 2);
+    memcpy(&r, (const void *)&b, 2);
   } else {
     __half h = __float2half(f);
-    memcpy(&r, &h, 2);
+    memcpy(&r, (const void *)&h, 2);
   }
   return r;
 }
 static double from16(uint16_t v, weave_dtype_t dt) {
   if (dt == WEAVE_BF16) {
     __nv_bfloat16 b;
-    memcpy(&b, &v, 2);
+    memcpy((void *)&b, &v, 2);
     return (double)__bfloat162float(b);
   }
   __half h;
-  memcpy(&h, &v, 2);
+  memcpy((void *)&h, &v, 2);
   return (double)__half2float(h);
 }
 
@@ -236,6 +236,7 @@ static void expect_invalid(int M, int N, int K, weave_layout_t ly) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     printf("SKIP: no CUDA device\n");

@@ -99,6 +99,7 @@ struct LtPlan {
 /* row-major C[M,N] = A[M,K] . B  ==  col-major C^T[N,M] = op(B) . A^T ; sm_target 0: default */
 static int lt_plan(cublasLtHandle_t h, LtPlan *p, int M, int N, int K, weave_dtype_t dt,
                    weave_layout_t ly, int sm_target, void *ws, size_t ws_bytes) {
+  (void)ws;
   cudaDataType_t t = dt == WEAVE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
   BCKL(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = ly == WEAVE_LAYOUT_ROW ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -286,7 +287,11 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
          "rotated over > 2x L2, launches queued behind a GPU spin\n",
          WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
-         WEAVE_HGEMM_SMEM_ALLOC_BYTES, warm, iters);
+         WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, warm, iters);
+  printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s (unset: defaults)\n",
+         getenv("WEAVE_HGEMM_CLUSTER") ? getenv("WEAVE_HGEMM_CLUSTER") : "-",
+         getenv("WEAVE_HGEMM_TMA_STORE") ? getenv("WEAVE_HGEMM_TMA_STORE") : "-",
+         getenv("WEAVE_HGEMM_GROUP_M") ? getenv("WEAVE_HGEMM_GROUP_M") : "-");
   printf("# TFLOP/s = 2MNK / time. lt_def: cuBLASLt default heuristic; lt_sm: SM_COUNT_TARGET = blocks;\n"
          "# scal: (TFLOP/s / TFLOP/s at first block count) / (blocks / first block count)\n");
   printf("#%7s %6s %6s %6s %9s %8s %8s %8s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "time(ms)",
