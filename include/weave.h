@@ -150,7 +150,7 @@ typedef struct {
   weave_layout_t b_layout;
   weave_strategy_t strategy;
   weave_reduce_t reduce;
-  weave_dtype_t slot_dtype;  /* deterministic slots: dtype or WEAVE_FP32 */
+  int fp32_slots;            /* deterministic / bulk partials in fp32 (exact, twice the bytes) instead of dtype */
   weave_tile_order_t tile_order;
   float alpha;
   int has_bias;
@@ -160,7 +160,7 @@ typedef struct {
 
 #define WEAVE_GEMM_RS_DESC_INIT                                                                 \
   {sizeof(weave_gemm_rs_desc_t), WEAVE_BF16, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_AUTO,             \
-   WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0}
+   WEAVE_REDUCE_DETERMINISTIC, 0, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0}
 
 typedef struct weave_gemm_rs_plan *weave_gemm_rs_plan_t;
 

@@ -1,11 +1,39 @@
 /* weave_gemm: the local GEMM on its own (world = 1, and the GEMM of the bulk strategy). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cuda_runtime_api.h>
 
+#include "gemm_hopper.h"
 #include "internal.h"
 #include "kernels.h"
+#include "plan_math.h"
+
+/* The local GEMM on the fastest role the arguments allow: TMA + wgmma for 16-bit inputs with
+ * 16-byte aligned rows and an output of the input dtype, else mma.sync / SIMT. */
+weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                                   const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
+                                   int num_blocks, weave_stream_t stream, char *msg, size_t msglen) {
+  size_t e = weave_dtype_size(dtype);
+  size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
+  int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
+  if (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K)) {
+    weave_hopper_gemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks};
+    return (weave_result_t)weave_hopper_gemm_launch(&a, (cudaStream_t)stream, msg, msglen);
+  }
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  int per_sm = weave_kernel_blocks_per_sm(dtype, 0, 0, NULL);
+  if (num_blocks <= 0 || num_blocks > per_sm * sms) num_blocks = per_sm * sms;
+  int err = weave_launch_gemm(M, N, K, dtype, b_layout, alpha, A, B, bias, C, out_dtype, num_blocks, vec_ok, stream);
+  if (err) {
+    snprintf(msg, msglen, "GEMM launch: %s", weave_cuda_error_string(err));
+    return WEAVE_ERROR_CUDA;
+  }
+  return WEAVE_SUCCESS;
+}
 
 weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
                           const void *A, const void *B, const void *bias, void *C, int num_blocks,
@@ -21,16 +49,14 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
   size_t e = dtype == WEAVE_FP32 ? 4 : 2;
   if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)bias) % e)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: pointers must be %zu-byte aligned", e);
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError();
     return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave_gemm: no CUDA device");
   }
-  int per_sm = weave_kernel_blocks_per_sm(dtype, b_layout, 0, NULL);
-  if (num_blocks == 0 || num_blocks > per_sm * sms) num_blocks = per_sm * sms;
-  size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
-  int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
-  int err = weave_launch_gemm(M, N, K, dtype, b_layout, alpha, A, B, bias, C, dtype, num_blocks, vec_ok, stream);
-  if (err) return weave_fail(NULL, WEAVE_ERROR_CUDA, "weave_gemm: launch: %s", weave_cuda_error_string(err));
+  char msg[256] = "";
+  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, bias, C, dtype, num_blocks, stream, msg,
+                                          sizeof(msg));
+  if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "weave_gemm: %s", msg);
   return WEAVE_SUCCESS;
 }

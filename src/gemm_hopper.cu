@@ -39,14 +39,17 @@ struct WeaveHgemmStandaloneSink {
   const CUtensorMap *cmap; /* in kernel-parameter space */
 
   /* CL == 2: tiles come in pairs (2q, 2q + 1) = tile rows (2i, 2i + 1) of one tile column */
-  __device__ __forceinline__ void coords(int seq, int *tm, int *tn) {
+  __device__ __forceinline__ void coords(int seq, int *row0, int *col0) {
+    int tm, tn;
     if (CL == 1) {
-      weave_hgemm_grouped_coords(seq, a.tiles_m, a.tiles_n, a.group_m, tm, tn);
+      weave_hgemm_grouped_coords(seq, a.tiles_m, a.tiles_n, a.group_m, &tm, &tn);
     } else {
       int pm;
-      weave_hgemm_grouped_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, tn);
-      *tm = 2 * pm + (seq & 1);
+      weave_hgemm_grouped_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, &tn);
+      tm = 2 * pm + (seq & 1);
     }
+    *row0 = tm * WEAVE_HGEMM_BM;
+    *col0 = tn * WEAVE_HGEMM_BN;
   }
   __device__ __forceinline__ void begin(int) {}
   __device__ __forceinline__ void end(int) {}

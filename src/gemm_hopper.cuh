@@ -20,7 +20,9 @@
  *   work; stores are masked (row < M, col < N) by the role before it calls the sink.
  *
  * Sink contract (a struct the caller passes by reference):
- *   __device__ void coords(int seq, int* tile_m, int* tile_n);   // tile indices of tile `seq`
+ *   __device__ void coords(int seq, int* row0, int* col0);   // first row / column of C of tile `seq`
+ *       // (element offsets: any row0, so a caller may tile row ranges that do not start at a
+ *       //  multiple of BM, e.g. each owner's chunk of rows in the fused GEMM+RS kernel)
  *   __device__ void begin(int seq);   // every consumer thread, before its first store2 of the tile
  *   __device__ void store2(int row, int col, float v0, float v1);
  *       // raw fp32 accumulators of C[row][col], C[row][col+1]; col even; row < M, col < N;
@@ -280,7 +282,7 @@ struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
  * tiles with the same tile_n at the same time, each loads its own A and one half of B and multicasts
  * that half to both, halving the B traffic from L2. Requirements: seq_stride and seq_count even, the
  * CTA of cluster rank r passes seq_begin = 2j + r, and coords(seq) and coords(seq ^ 1) have the same
- * tile_n, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
+ * col0, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
  * even. Every thread of both CTAs returns only after a cluster barrier.
  * ------------------------------------------------------------------------------------------- */
 template <class Sink, int DT, int BCOL, int CL>
@@ -321,9 +323,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       int stage = 0;
       uint32_t phase = 0;
       for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
-        int tm, tn;
-        sink.coords(seq, &tm, &tn);
-        const int m0 = tm * WEAVE_HGEMM_BM, n0 = tn * WEAVE_HGEMM_BN;
+        int m0, n0;
+        sink.coords(seq, &m0, &n0);
         for (int kb = 0; kb < k_blocks; ++kb) {
           weave_hg_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
           const uint32_t fb = full_bar + 8 * stage;
@@ -374,8 +375,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     int stage = 0;
     uint32_t phase = 0;
     for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
-      int tm, tn;
-      sink.coords(seq, &tm, &tn);
+      int m0, n0;
+      sink.coords(seq, &m0, &n0);
       int prev_stage = 0;
       for (int kb = 0; kb < k_blocks; ++kb) {
         weave_hg_mbar_wait(full_bar + 8 * stage, phase);
@@ -426,8 +427,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
        * d[4j + {2,3}] at row + 8, with row = 16*warp + lane/4 inside the warpgroup's 64 rows. */
       sink.begin(seq);
       const int lrow = warp * 16 + (lane >> 2); /* row inside this warpgroup's 64 rows */
-      const int row0 = tm * WEAVE_HGEMM_BM + cw * 64 + lrow;
-      const int col0 = tn * WEAVE_HGEMM_BN + (lane & 3) * 2;
+      const int row0 = m0 + cw * 64 + lrow;
+      const int col0 = n0 + (lane & 3) * 2;
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
@@ -451,8 +452,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             weave_hg_named_barrier_sync(2 + cw, 128);
             if (ltid == 0) {
-              weave_hg_tma_store_2d(sink.c_map(), b, tn * WEAVE_HGEMM_BN + 64 * c,
-                                 tm * WEAVE_HGEMM_BM + cw * 64);
+              weave_hg_tma_store_2d(sink.c_map(), b, n0 + 64 * c,
+                                 m0 + cw * 64);
               weave_hg_bulk_commit();
             }
           }

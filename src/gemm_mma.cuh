@@ -37,9 +37,7 @@ typedef struct {
   int vec_ok; /* 16-byte aligned rows: cp.async */
 } weave_mma_args_t;
 
-__device__ __forceinline__ uint32_t weave_smem_u32(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
+__device__ __forceinline__ uint32_t weave_mma_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void weave_cp_async16(uint32_t dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
@@ -97,7 +95,7 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
       unsigned char *dst = sA + weave_swz(r, c, 4);
       if (a.vec_ok) {
         bool in = gr < a.M && gk < a.K;
-        weave_cp_async16(weave_smem_u32(dst), in ? (const void *)(A + (size_t)gr * a.K + gk) : a.A, in ? 16 : 0);
+        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(A + (size_t)gr * a.K + gk) : a.A, in ? 16 : 0);
       } else {
         T v[8];
 #pragma unroll
@@ -112,7 +110,7 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
       unsigned char *dst = sB + weave_swz(r, c, 4);
       if (a.vec_ok) {
         bool in = gn < a.N && gk < a.K;
-        weave_cp_async16(weave_smem_u32(dst), in ? (const void *)(B + (size_t)gn * a.K + gk) : a.B, in ? 16 : 0);
+        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gn * a.K + gk) : a.B, in ? 16 : 0);
       } else {
         T v[8];
 #pragma unroll
@@ -126,7 +124,7 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
       unsigned char *dst = sB + weave_swz(r, c, 16);
       if (a.vec_ok) {
         bool in = gk < a.K && gn < a.N;
-        weave_cp_async16(weave_smem_u32(dst), in ? (const void *)(B + (size_t)gk * a.N + gn) : a.B, in ? 16 : 0);
+        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gk * a.N + gn) : a.B, in ? 16 : 0);
       } else {
         T v[8];
 #pragma unroll
@@ -181,17 +179,17 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
           int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-          weave_ldmatrix_x4(weave_smem_u32(tA + weave_swz(r, c, 4)), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+          weave_ldmatrix_x4(weave_mma_smem(tA + weave_swz(r, c, 4)), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
         }
 #pragma unroll
         for (int nj = 0; nj < 2; ++nj) {
           if (a.b_col) {
             int n = wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-            weave_ldmatrix_x4(weave_smem_u32(tB + weave_swz(n, c, 4)), bf[2 * nj][0], bf[2 * nj][1],
+            weave_ldmatrix_x4(weave_mma_smem(tB + weave_swz(n, c, 4)), bf[2 * nj][0], bf[2 * nj][1],
                               bf[2 * nj + 1][0], bf[2 * nj + 1][1]);
           } else {
             int k = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), c = (wn * 32 + nj * 16) / 8 + (lane >> 4);
-            weave_ldmatrix_x4_trans(weave_smem_u32(tB + weave_swz(k, c, 16)), bf[2 * nj][0], bf[2 * nj][1],
+            weave_ldmatrix_x4_trans(weave_mma_smem(tB + weave_swz(k, c, 16)), bf[2 * nj][0], bf[2 * nj][1],
                                     bf[2 * nj + 1][0], bf[2 * nj + 1][1]);
           }
         }

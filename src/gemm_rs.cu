@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "gemm_hopper.cuh"
 #include "gemm_mma.cuh"
 #include "kernels.h"
 #include "schedule.h"
@@ -259,22 +260,37 @@ __device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsig
   else weave_mma_gemm_role<T>(a, smem, begin, stride, count, sink);
 }
 
+/* The GEMM role of the fused kernel: TMA + wgmma (384 threads) or mma.sync / SIMT (256 threads). */
+template <typename T, bool HOPPER, class Sink>
+__device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, unsigned char *smem_raw, int total,
+                                                 Sink &sink) {
+  if constexpr (HOPPER && sizeof(T) == 2) {
+    unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    weave_hopper_gemm_role(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
+  } else {
+    weave_mma_args_t a = {p.M, p.N, p.K, p.A, p.B, p.b_layout == WEAVE_LAYOUT_COL, p.vec_ok};
+    weave_gemm_role<T>(a, smem_raw, blockIdx.x, p.gemm_blocks, total, sink);
+  }
+}
+
+#define WEAVE_FUSED_THREADS(H) ((H) ? WEAVE_HGEMM_THREADS : WEAVE_MMA_THREADS)
+
 /* S: slot type (deterministic) or float (atomic accumulator); T: input/output type. */
-template <typename T, typename S, bool ATOMIC>
-__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_fused_kernel(const weave_fused_params_t p) {
-  extern __shared__ __align__(128) unsigned char smem[];
+template <typename T, typename S, bool ATOMIC, bool HOPPER>
+__global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
+    weave_fused_kernel(const __grid_constant__ weave_fused_params_t p) {
+  extern __shared__ __align__(1024) unsigned char smem[];
   const weave_device_team_t &t = p.team;
   if ((int)blockIdx.x < p.gemm_blocks) {
-    weave_mma_args_t a = {p.M, p.N, p.K, p.A, p.B, p.b_layout == WEAVE_LAYOUT_COL, p.vec_ok};
     int total = weave_total_tiles(&p.tiling);
     if constexpr (ATOMIC) {
       weave_atomic_sink sink;
       sink.init(&p);
-      weave_gemm_role<T>(a, smem, blockIdx.x, p.gemm_blocks, total, sink);
+      weave_fused_gemm<T, HOPPER>(p, smem, total, sink);
     } else {
       weave_slot_sink<S> sink;
       sink.init(&p);
-      weave_gemm_role<T>(a, smem, blockIdx.x, p.gemm_blocks, total, sink);
+      weave_fused_gemm<T, HOPPER>(p, smem, total, sink);
     }
   } else {
     int row_begin, rows;
@@ -300,7 +316,7 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_fused_kernel(const we
 }
 
 template <typename T, typename O>
-__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_gemm_kernel(weave_mma_args_t a, weave_store_sink<O> sink) {
+__global__ void __launch_bounds__(WEAVE_MMA_THREADS, 1) weave_gemm_kernel(weave_mma_args_t a, weave_store_sink<O> sink) {
   extern __shared__ __align__(128) unsigned char smem[];
   int tiles = weave_cdiv(a.M, WEAVE_MMA_BM) * weave_cdiv(a.N, WEAVE_MMA_BN);
   weave_gemm_role<T>(a, smem, blockIdx.x, gridDim.x, tiles, sink);
@@ -341,7 +357,8 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel
 /* ------------------------------------------------------------------------------------------------
  * launchers
  * ---------------------------------------------------------------------------------------------- */
-static size_t weave_gemm_smem(int dtype) {
+static size_t weave_gemm_smem(int dtype, bool hopper) {
+  if (hopper) return (size_t)WEAVE_HGEMM_SMEM_ALLOC_BYTES;
   return dtype == WEAVE_FP32 ? (size_t)2 * WEAVE_SIMT_BK * WEAVE_MMA_BM * sizeof(float) : (size_t)WEAVE_MMA_SMEM;
 }
 
@@ -349,53 +366,54 @@ template <typename K> static int weave_prepare(K kernel, size_t smem) {
   return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
-template <typename T, typename S, bool ATOMIC> static int weave_fused_occupancy(size_t smem) {
+template <typename K> static int weave_occupancy(K kernel, int threads, size_t smem) {
   int n = 0;
-  if (weave_prepare(weave_fused_kernel<T, S, ATOMIC>, smem)) return 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_fused_kernel<T, S, ATOMIC>, WEAVE_MMA_THREADS, smem))
-    return 0;
+  if (weave_prepare(kernel, smem)) return 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem)) return 0;
   return n;
 }
 
-extern "C" int weave_kernel_tile_shape(int dtype, int *tile_m, int *tile_n) {
-  (void)dtype;
-  *tile_m = WEAVE_MMA_BM;
-  *tile_n = WEAVE_MMA_BN;
-  return 0;
+extern "C" int weave_kernel_hopper_ok(int dtype, int b_layout, int N, int K) {
+  if (dtype == WEAVE_FP32) return 0;
+  size_t b_row = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * 2;
+  return ((size_t)K * 2) % 16 == 0 && b_row % 16 == 0;
 }
 
-extern "C" int weave_kernel_blocks_per_sm(int dtype, int b_layout, int fused, size_t *smem_bytes) {
-  (void)b_layout;
-  size_t smem = weave_gemm_smem(dtype);
+extern "C" void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n) {
+  *tile_m = hopper ? WEAVE_HGEMM_BM : WEAVE_MMA_BM;
+  *tile_n = hopper ? WEAVE_HGEMM_BN : WEAVE_MMA_BN;
+}
+
+extern "C" int weave_kernel_blocks_per_sm(int dtype, int hopper, int fused, size_t *smem_bytes) {
+  size_t smem = weave_gemm_smem(dtype, hopper && fused);
   if (smem_bytes) *smem_bytes = smem;
-  int n = 0;
-  /* Every instantiation shares the role and its resources; ask the one this dtype uses. */
+  /* Every instantiation of a kernel shares the role and its resources: ask one of them. */
   if (fused) {
-    if (dtype == WEAVE_BF16) n = weave_fused_occupancy<__nv_bfloat16, __nv_bfloat16, false>(smem);
-    else if (dtype == WEAVE_FP16) n = weave_fused_occupancy<__half, __half, false>(smem);
-    else n = weave_fused_occupancy<float, float, false>(smem);
-  } else {
-    cudaError_t e;
-    if (dtype == WEAVE_BF16) {
-      weave_prepare(weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, smem);
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, WEAVE_MMA_THREADS, smem);
-    } else if (dtype == WEAVE_FP16) {
-      weave_prepare(weave_gemm_kernel<__half, __half>, smem);
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_gemm_kernel<__half, __half>, WEAVE_MMA_THREADS, smem);
-    } else {
-      weave_prepare(weave_gemm_kernel<float, float>, smem);
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_gemm_kernel<float, float>, WEAVE_MMA_THREADS, smem);
-    }
-    if (e != cudaSuccess) n = 0;
+    if (dtype == WEAVE_FP32)
+      return weave_occupancy(weave_fused_kernel<float, float, false, false>, WEAVE_MMA_THREADS, smem);
+    if (hopper)
+      return weave_occupancy(weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true>, WEAVE_HGEMM_THREADS, smem);
+    return weave_occupancy(weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, false>, WEAVE_MMA_THREADS, smem);
   }
-  return n;
+  if (dtype == WEAVE_FP32) return weave_occupancy(weave_gemm_kernel<float, float>, WEAVE_MMA_THREADS, smem);
+  return weave_occupancy(weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, WEAVE_MMA_THREADS, smem);
 }
 
-template <typename T, typename S, bool ATOMIC> static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
-  size_t smem = weave_gemm_smem(p->dtype);
-  int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC>, smem);
+template <typename T, typename S, bool ATOMIC>
+static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
+  size_t smem = weave_gemm_smem(p->dtype, p->hopper);
+  if (p->hopper) {
+    if constexpr (sizeof(T) == 2) {
+      int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC, true>, smem);
+      if (e) return e;
+      weave_fused_kernel<T, S, ATOMIC, true><<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*p);
+      return (int)cudaGetLastError();
+    }
+    return (int)cudaErrorInvalidValue;
+  }
+  int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC, false>, smem);
   if (e) return e;
-  weave_fused_kernel<T, S, ATOMIC><<<p->gemm_blocks + p->comm_blocks, WEAVE_MMA_THREADS, smem, s>>>(*p);
+  weave_fused_kernel<T, S, ATOMIC, false><<<p->gemm_blocks + p->comm_blocks, WEAVE_MMA_THREADS, smem, s>>>(*p);
   return (int)cudaGetLastError();
 }
 
@@ -419,7 +437,7 @@ extern "C" int weave_launch_fused(const weave_fused_params_t *p, struct CUstream
 template <typename T, typename O>
 static int weave_launch_gemm_t(const weave_mma_args_t &a, float alpha, const void *bias, int bias_dtype, void *out,
                                int blocks, cudaStream_t s) {
-  size_t smem = weave_gemm_smem(sizeof(T) == 4 ? WEAVE_FP32 : WEAVE_BF16);
+  size_t smem = weave_gemm_smem(sizeof(T) == 4 ? WEAVE_FP32 : WEAVE_BF16, false);
   int e = weave_prepare(weave_gemm_kernel<T, O>, smem);
   if (e) return e;
   weave_store_sink<O> sink;

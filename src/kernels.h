@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gemm_hopper.h"
 #include "schedule.h"
 #include "weave.h"
 
@@ -40,11 +41,16 @@ typedef struct {
   uint32_t epoch;
   int gemm_blocks, comm_blocks;
   int vec_ok;      /* rows of A and B are 16-byte aligned: cp.async path */
+  int hopper;      /* GEMM role: TMA + wgmma (hg below) instead of mma.sync */
+  WeaveHopperGemmParams hg; /* tensor maps of this call's A and B (hopper only) */
 } weave_fused_params_t;
 
-/* Occupancy (blocks per SM) and dynamic shared memory of the GEMM kernels for `dtype`. */
-int weave_kernel_blocks_per_sm(int dtype, int b_layout, int fused, size_t *smem_bytes);
-int weave_kernel_tile_shape(int dtype, int *tile_m, int *tile_n);
+/* The GEMM role a shape can use: the Hopper role (TMA + wgmma) needs 16-bit inputs and 16-byte
+ * aligned rows of A and B; everything else runs on the mma.sync / SIMT role. */
+int weave_kernel_hopper_ok(int dtype, int b_layout, int N, int K);
+/* Occupancy (blocks per SM) and dynamic shared memory of the fused (or plain GEMM) kernel. */
+int weave_kernel_blocks_per_sm(int dtype, int hopper, int fused, size_t *smem_bytes);
+void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n);
 
 /* Return 0 or a cudaError_t value. */
 int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream);
@@ -58,6 +64,11 @@ int weave_launch_wait_done(const weave_fused_params_t *p, struct CUstream_st *st
 int weave_launch_signal_ready(const weave_fused_params_t *p, struct CUstream_st *stream);
 int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
+
+/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). */
+weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                                   const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
+                                   int num_blocks, weave_stream_t stream, char *msg, size_t msglen);
 
 #ifdef __cplusplus
 }

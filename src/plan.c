@@ -25,6 +25,8 @@
 
 struct weave_gemm_rs_plan {
   weave_team_t team;
+  weave_dtype_t slot_dtype; /* of the partials: dtype, or fp32 (fp32_slots, atomic accumulator) */
+  int hopper;               /* GEMM role: TMA + wgmma */
   int M, N, K;
   weave_gemm_rs_desc_t desc;
   weave_strategy_t strategy;
@@ -45,7 +47,7 @@ weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *
   return WEAVE_SUCCESS;
 }
 
-/* Argument checks that need no device: exposed to the CPU tests through plan_check.h. */
+/* Argument checks that need no device (the CPU tests call it directly). */
 weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int N, int K,
                                         const weave_gemm_rs_desc_t *d) {
   const char *fn = "weave_gemm_rs_plan_create";
@@ -67,9 +69,8 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
   if ((unsigned)d->reduce > WEAVE_REDUCE_ATOMIC)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: reduce %d unknown", fn, (int)d->reduce);
-  if (d->slot_dtype != d->dtype && d->slot_dtype != WEAVE_FP32)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: slot_dtype %s must be the dtype (%s) or fp32", fn,
-                      weave_dtype_name(d->slot_dtype), weave_dtype_name(d->dtype));
+  if (d->fp32_slots != 0 && d->fp32_slots != 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: fp32_slots %d must be 0 or 1", fn, d->fp32_slots);
   if ((unsigned)d->tile_order > WEAVE_ORDER_OWN_FIRST)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: tile_order %d unknown", fn, (int)d->tile_order);
   if (!isfinite(d->alpha))
@@ -112,7 +113,10 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
   weave_result_t rc = weave_gemm_rs_check_args(team, team->world, M, N, K, desc);
   WEAVE_CHECK(weave_team_agree(team, rc));
-  struct { int M, N, K; weave_gemm_rs_desc_t d; } same = {M, N, K, *desc};
+  struct { int M, N, K, pad; weave_gemm_rs_desc_t d; } same;
+  memset(&same, 0, sizeof(same)); /* no uninitialised padding in the hash */
+  same.M = M; same.N = N; same.K = K;
+  same.d = *desc;
   WEAVE_CHECK(weave_team_check_same(team, &same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
 
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
@@ -128,17 +132,21 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   int have_tune = weave_tune_lookup(team, M, N, K, desc, &tuned) == 0;
   p->strategy = desc->strategy;
   if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = have_tune ? tuned.strategy : WEAVE_STRATEGY_BASELINE;
-  if (p->strategy == WEAVE_STRATEGY_BASELINE) p->desc.slot_dtype = desc->dtype; /* cuBLASLt writes dtype */
+  p->slot_dtype = desc->fp32_slots ? WEAVE_FP32 : desc->dtype;
+  if (p->strategy == WEAVE_STRATEGY_BASELINE) p->slot_dtype = desc->dtype; /* cuBLASLt writes dtype */
+  if (p->strategy == WEAVE_STRATEGY_FUSED && desc->reduce == WEAVE_REDUCE_ATOMIC) p->slot_dtype = WEAVE_FP32;
+  /* The fused kernel uses the Hopper role when rows allow TMA; execute then wants aligned A, B. */
+  p->hopper = p->strategy == WEAVE_STRATEGY_FUSED && weave_kernel_hopper_ok(desc->dtype, desc->b_layout, N, K);
 
   int tm, tn;
-  weave_kernel_tile_shape(desc->dtype, &tm, &tn);
+  weave_kernel_tile_shape(p->hopper, &tm, &tn);
   p->tiling = (weave_tiling_t){M, N, team->world, tm, tn, (int)desc->tile_order};
   p->rows_cap = weave_cdiv(M, team->world);
   p->tiles_cap = weave_max_owner_tiles(&p->tiling);
 
   /* Co-residency: a rank may use its share of the GPU's resident blocks. */
   size_t smem = 0;
-  int per_sm = weave_kernel_blocks_per_sm(desc->dtype, desc->b_layout, p->strategy == WEAVE_STRATEGY_FUSED, &smem);
+  int per_sm = weave_kernel_blocks_per_sm(desc->dtype, p->hopper, p->strategy == WEAVE_STRATEGY_FUSED, &smem);
   p->budget = per_sm * team->info.sm_count / team->info.ranks_on_device;
   rc = WEAVE_SUCCESS;
   if (per_sm < 1 || p->budget < (p->strategy == WEAVE_STRATEGY_FUSED ? 2 : 1))
@@ -156,7 +164,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
     } else {
       weave_split_inputs_t in;
       split_inputs(team, desc->dtype, per_sm, p->budget, &in);
-      size_t slot = p->desc.reduce == WEAVE_REDUCE_ATOMIC ? 4 : weave_dtype_size(p->desc.slot_dtype);
+      size_t slot = weave_dtype_size(p->slot_dtype);
       p->comm_blocks = weave_split_comm_blocks(&in, weave_plan_gemm_flops(M, N, K, team->world),
                                                weave_plan_comm_bytes(M, N, team->world, slot, weave_dtype_size(desc->dtype)));
       p->gemm_blocks = p->budget - p->comm_blocks;
@@ -172,7 +180,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   }
 
   /* Symmetric memory. */
-  size_t flags = 0, data = 0, slot_bytes = weave_dtype_size(p->desc.slot_dtype);
+  size_t flags = 0, data = 0, slot_bytes = weave_dtype_size(p->slot_dtype);
   if (p->strategy == WEAVE_STRATEGY_FUSED) {
     if (desc->reduce == WEAVE_REDUCE_ATOMIC) {
       flags = (size_t)p->tiles_cap * 4;
@@ -214,7 +222,8 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   fp->M = M; fp->N = N; fp->K = K;
   fp->dtype = desc->dtype;
   fp->b_layout = desc->b_layout;
-  fp->slot_dtype = p->desc.slot_dtype;
+  fp->slot_dtype = p->slot_dtype;
+  fp->hopper = p->hopper;
   fp->reduce = desc->reduce;
   fp->alpha = desc->alpha;
   weave_team_device_view(team, &fp->team);
@@ -258,6 +267,15 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
   fp.vec_ok = aligned16(A) && aligned16(B) && rowb_a % 16 == 0 && rowb_b % 16 == 0;
 
   int err = 0;
+  if (p->hopper) {
+    char msg[256];
+    if (!aligned16(A) || !aligned16(B))
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                        "weave_gemm_rs_execute: this plan runs the TMA GEMM: A %p and B %p must be 16-byte aligned", A, B);
+    int rc = weave_hopper_gemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg,
+                                           sizeof(msg));
+    if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "weave_gemm_rs_execute: %s", msg);
+  }
   switch (p->strategy) {
     case WEAVE_STRATEGY_FUSED:
       err = weave_launch_fused(&fp, stream);
@@ -266,10 +284,12 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
     case WEAVE_STRATEGY_BASELINE:
       err = weave_launch_wait_done(&fp, stream);
       if (!err) {
-        if (p->strategy == WEAVE_STRATEGY_BULK)
-          err = weave_launch_gemm(p->M, p->N, p->K, fp.dtype, fp.b_layout, 1.0f, A, B, NULL, fp.data, fp.slot_dtype,
-                                  p->gemm_blocks, fp.vec_ok, stream);
-        else if (weave_lt_run(p->lt, 1.0f, A, B, fp.data, stream) != WEAVE_SUCCESS)
+        char msg[256] = "";
+        if (p->strategy == WEAVE_STRATEGY_BULK) {
+          weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, 1.0f, A, B, NULL,
+                                                  fp.data, p->slot_dtype, p->gemm_blocks, stream, msg, sizeof(msg));
+          if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);
+        } else if (weave_lt_run(p->lt, 1.0f, A, B, fp.data, stream) != WEAVE_SUCCESS)
           return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
       }
       if (!err) err = weave_launch_signal_ready(&fp, stream);
@@ -295,8 +315,7 @@ weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_inf
   info->gemm_blocks = p->gemm_blocks;
   info->comm_blocks = p->comm_blocks;
   info->heap_bytes = p->mem_bytes;
-  size_t slot = p->strategy == WEAVE_STRATEGY_FUSED && p->desc.reduce == WEAVE_REDUCE_ATOMIC
-                    ? 4 : weave_dtype_size(p->desc.slot_dtype);
+  size_t slot = weave_dtype_size(p->slot_dtype);
   info->bytes_sent = weave_plan_bytes_sent(p->M, p->N, p->team->world, p->team->rank, slot);
   return WEAVE_SUCCESS;
 }

@@ -177,7 +177,7 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
   }
   if (all == WEAVE_SUCCESS) all = weave_team_agree(team, map_heaps(team));
   if (all != WEAVE_SUCCESS) {
-    weave_fail(NULL, all, "%s", team->last_error);
+    weave_fail(NULL, all, "%s", strchr(team->last_error, ':') ? strchr(team->last_error, ':') + 2 : team->last_error);
     team_release(team);
     return all;
   }

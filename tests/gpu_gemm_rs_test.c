@@ -58,7 +58,7 @@ static void counted(test_case_t *c, long n) {
 
 static const char *desc_name(const weave_gemm_rs_desc_t *d, char *buf, size_t len) {
   snprintf(buf, len, "%s/%s/slot=%s/%s", weave_strategy_name(d->strategy),
-           d->reduce == WEAVE_REDUCE_ATOMIC ? "atomic" : "det", weave_dtype_name(d->slot_dtype),
+           d->reduce == WEAVE_REDUCE_ATOMIC ? "atomic" : "det", d->fp32_slots ? "fp32" : weave_dtype_name(d->dtype),
            d->tile_order == WEAVE_ORDER_OWN_FIRST ? "own-first" : "own-last");
   return buf;
 }
@@ -197,7 +197,7 @@ static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, 
   d.b_layout = c->layout;
   d.strategy = s;
   d.reduce = red;
-  d.slot_dtype = slot;
+  d.fp32_slots = slot == WEAVE_FP32 && c->dtype != WEAVE_FP32;
   d.tile_order = order;
   d.alpha = c->alpha;
   d.has_bias = c->has_bias;

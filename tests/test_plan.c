@@ -61,12 +61,10 @@ static void test_check_args(void) {
   expect_bad("strategy 4", 2, 64, 64, 64, &d, "strategy");
   d = init; d.reduce = (weave_reduce_t)2;
   expect_bad("reduce 2", 2, 64, 64, 64, &d, "reduce");
-  d = init; d.slot_dtype = WEAVE_FP16; /* dtype bf16 */
-  expect_bad("slot fp16 for bf16", 2, 64, 64, 64, &d, "slot_dtype");
-  d = init; d.dtype = WEAVE_FP16; /* slot left at the default bf16 */
-  expect_bad("slot bf16 for fp16", 2, 64, 64, 64, &d, "slot_dtype");
-  d = init; d.slot_dtype = (weave_dtype_t)9;
-  expect_bad("slot 9", 2, 64, 64, 64, &d, "slot_dtype");
+  d = init; d.fp32_slots = 2;
+  expect_bad("fp32_slots 2", 2, 64, 64, 64, &d, "fp32_slots");
+  d = init; d.fp32_slots = -1;
+  expect_bad("fp32_slots -1", 2, 64, 64, 64, &d, "fp32_slots");
   d = init; d.tile_order = (weave_tile_order_t)2;
   expect_bad("tile order 2", 2, 64, 64, 64, &d, "tile_order");
   d = init; d.alpha = NAN;
@@ -100,7 +98,7 @@ static void test_check_args(void) {
     for (int slot = 0; slot < 2; ++slot) {
       d = init;
       d.dtype = (weave_dtype_t)t;
-      d.slot_dtype = slot ? WEAVE_FP32 : (weave_dtype_t)t;
+      d.fp32_slots = slot;
       expect_good("dtype/slot", 2, 64, 64, 64, &d);
     }
   for (int s = WEAVE_STRATEGY_AUTO; s <= WEAVE_STRATEGY_BASELINE; ++s)

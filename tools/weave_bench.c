@@ -212,7 +212,7 @@ static int rank_fn(harness_rank_t *hr) {
     d.b_layout = b->layout;
     d.strategy = v->strategy;
     d.reduce = v->reduce;
-    d.slot_dtype = v->slot;
+    d.fp32_slots = v->slot == WEAVE_FP32 && b->dtype != WEAVE_FP32;
     d.tile_order = b->order;
     d.gemm_blocks = v->gemm_blocks;
     d.comm_blocks = v->comm_blocks;
