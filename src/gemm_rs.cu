@@ -51,6 +51,13 @@ template <> __device__ __forceinline__ float weave_from_f<float>(float v) { retu
 template <> __device__ __forceinline__ __nv_bfloat16 weave_from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half weave_from_f<__half>(float v) { return __float2half_rn(v); }
 
+__device__ __forceinline__ float weave_bias_at(const void *bias, int dtype, int c) {
+  if (!bias) return 0.f;
+  if (dtype == WEAVE_FP32) return ((const float *)bias)[c];
+  if (dtype == WEAVE_FP16) return __half2float(((const __half *)bias)[c]);
+  return __bfloat162float(((const __nv_bfloat16 *)bias)[c]);
+}
+
 /* Two adjacent elements; vector store when both exist and the pair is aligned (even column, even
  * N). */
 template <typename T> __device__ __forceinline__ void weave_store_pair(T *dst, float v0, float v1, bool two, bool vec) {
@@ -106,16 +113,10 @@ template <typename O> struct weave_store_sink {
     *col0 = tn * tiling.tile_n;
   }
   __device__ void begin(int) {}
-  __device__ float bias_at(int c) const {
-    if (!bias) return 0.f;
-    if (bias_dtype == WEAVE_FP32) return ((const float *)bias)[c];
-    if (bias_dtype == WEAVE_FP16) return __half2float(((const __half *)bias)[c]);
-    return __bfloat162float(((const __nv_bfloat16 *)bias)[c]);
-  }
   __device__ void store2(int row, int col, float v0, float v1) {
     bool two = col + 1 < N;
-    v0 = alpha * v0 + bias_at(col);
-    if (two) v1 = alpha * v1 + bias_at(col + 1);
+    v0 = alpha * v0 + weave_bias_at(bias, bias_dtype, col);
+    if (two) v1 = alpha * v1 + weave_bias_at(bias, bias_dtype, col + 1);
     weave_store_pair(out + (size_t)row * N + col, v0, v1, two, (N & 1) == 0);
   }
   __device__ void end(int) {}
@@ -183,13 +184,6 @@ struct weave_atomic_sink : weave_owner_walk {
 /* ------------------------------------------------------------------------------------------------
  * owner-side reduction of one tile region from `world` sources, rank order, fp32
  * ---------------------------------------------------------------------------------------------- */
-__device__ __forceinline__ float weave_bias_at(const void *bias, int dtype, int c) {
-  if (!bias) return 0.f;
-  if (dtype == WEAVE_FP32) return ((const float *)bias)[c];
-  if (dtype == WEAVE_FP16) return __half2float(((const __half *)bias)[c]);
-  return __bfloat162float(((const __nv_bfloat16 *)bias)[c]);
-}
-
 /* Rows [r0, r1) and columns [c0, c1) of the owner's chunk. src(s) is source s's partial for the
  * chunk's first row (row stride N). zero_after: clear src(0) after reading (atomic accumulator). */
 template <typename S, typename T, class Src>

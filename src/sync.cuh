@@ -27,18 +27,4 @@ __device__ __forceinline__ void weave_block_arrive_and_signal(const weave_device
   }
 }
 
-/* Thread p < world waits until flags[p] reached `epoch`; returns non-zero (block-uniform) when any
- * wait failed. Called by all threads. */
-__device__ __forceinline__ int weave_block_wait_all(const weave_device_team_t &t, const uint32_t *flags,
-                                                    uint32_t epoch, int item) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
-  if ((int)threadIdx.x < t.world) {
-    if (weave_wait_until(&t, flags + threadIdx.x, WEAVE_CMP_GE, epoch, (int)threadIdx.x, item) != 0) failed = 1;
-  }
-  __syncthreads();
-  return failed;
-}
-
 #endif
