@@ -12,5 +12,5 @@ cmake --build build -j "$jobs"
 
 # The CPU suite again under AddressSanitizer + UBSan (host code only).
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DWEAVE_SANITIZE=ON >/dev/null
-cmake --build build-asan -j "$jobs"
+cmake --build build-asan -j "$jobs" --target weave_cpu_tests
 (cd build-asan && ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 ctest --output-on-failure -L cpu)
