@@ -20,14 +20,14 @@ for mode in "$@"; do
       ;;
     san)
       for tool in memcheck racecheck synccheck; do
-        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --quick --world 1 \
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 1 \
           > "$out/san_$tool.log" 2>&1
         echo "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed' "$out/san_$tool.log" | tr '\n' ' ')"
       done
       ;;
     bench)
       for g in 1 2 4 8; do
-        timeout 150 $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 \
+        timeout 120 $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 \
           -J "$out/bench_g$g.json" 2>&1 | tee "$out/bench_g$g.log" | grep -v "^#   "
       done
       ;;
