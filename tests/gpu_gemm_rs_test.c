@@ -257,8 +257,10 @@ int main(int argc, char **argv) {
         if (tiny && dt == WEAVE_FP16) continue;
         test_case_t c;
         memset(&c, 0, sizeof(c));
-        c.name = "tails 1000x1000x300";
-        c.M = 1000; c.N = 1000; c.K = 300;
+        c.name = (dt + lay) % 2 ? "tails 1000x1000x304" : "tails 1000x1000x300";
+        /* K_local 300 (rows not 16-byte aligned: the mma.sync role) or 304 (the TMA + wgmma role),
+         * alternating so that every dtype and layout meets both roles across the two. */
+        c.M = 1000; c.N = 1000; c.K = (dt + lay) % 2 ? 304 : 300;
         if (tiny) { c.M = 300; c.N = 264; c.K = 72; } /* K, N multiples of 8: the TMA role too */
         c.dtype = (weave_dtype_t)dt;
         c.layout = (weave_layout_t)lay;
