@@ -492,4 +492,20 @@ extern "C" int weave_launch_reduce_scatter(const weave_fused_params_t *p, int bl
   return (int)cudaGetLastError();
 }
 
+template <typename T> __global__ void weave_add_bias_kernel(T *C, size_t n, int N, const T *bias) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    C[i] = weave_from_f<T>(weave_to_f(C[i]) + weave_to_f(bias[i % N]));
+}
+
+extern "C" int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream) {
+  size_t n = (size_t)rows * N;
+  int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+  if (blocks < 1) return 0;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (dtype == WEAVE_BF16) weave_add_bias_kernel<<<blocks, 256, 0, s>>>((__nv_bfloat16 *)C, n, N, (const __nv_bfloat16 *)bias);
+  else if (dtype == WEAVE_FP16) weave_add_bias_kernel<<<blocks, 256, 0, s>>>((__half *)C, n, N, (const __half *)bias);
+  else weave_add_bias_kernel<<<blocks, 256, 0, s>>>((float *)C, n, N, (const float *)bias);
+  return (int)cudaGetLastError();
+}
+
 extern "C" const char *weave_cuda_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }

@@ -63,6 +63,8 @@ int weave_launch_gemm(int M, int N, int K, int dtype, int b_layout, float alpha,
 int weave_launch_wait_done(const weave_fused_params_t *p, struct CUstream_st *stream);
 int weave_launch_signal_ready(const weave_fused_params_t *p, struct CUstream_st *stream);
 int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struct CUstream_st *stream);
+/* C[rows, N] += bias[N] (the NCCL baseline's bias, added once by the owner). */
+int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
 
 /* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). */

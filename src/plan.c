@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "kernels.h"
 #include "lt.h"
+#include "nccl_rt.h"
 #include "plan_math.h"
 #include "tune.h"
 
@@ -37,6 +38,7 @@ struct weave_gemm_rs_plan {
   size_t mem_bytes;
   weave_fused_params_t params; /* everything but the per-call pointers and epoch */
   weave_lt_t *lt;  /* baseline GEMM */
+  weave_nccl_t *nccl; /* baseline reduce-scatter when every rank has a GPU of its own and M % world == 0 */
   uint32_t epoch;
 };
 
@@ -209,10 +211,20 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
       if (local != WEAVE_SUCCESS) weave_fail(team, local, "plan: cuBLASLt: %s", msg);
     }
     rc = weave_team_agree(team, local);
+    /* NCCL refuses two ranks on one GPU and wants equal chunks; otherwise weave's reduce-scatter. */
+    int shared = team->info.ranks_on_device > 1, any_shared = 0, all_shared[WEAVE_MAX_WORLD];
+    if (rc == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE && team->world > 1 && M % team->world == 0 &&
+        team->bootstrap->allgather(team->bootstrap, team->rank, &shared, all_shared, sizeof(int)) == WEAVE_SUCCESS) {
+      for (int r = 0; r < team->world; ++r) any_shared |= all_shared[r];
+      if (!any_shared && weave_nccl_create(team, &p->nccl) != WEAVE_SUCCESS)
+        weave_log(WEAVE_LOG_INFO, team, "plan: baseline without NCCL (%s): weave's reduce-scatter instead",
+                  weave_get_last_error(team));
+    }
     if (rc != WEAVE_SUCCESS) weave_free(team, p->mem);
   }
   if (rc != WEAVE_SUCCESS) {
     weave_lt_destroy(p->lt);
+    weave_nccl_destroy(p->nccl);
     free(p);
     return rc;
   }
@@ -276,6 +288,17 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
                                            sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "weave_gemm_rs_execute: %s", msg);
   }
+  if (p->nccl) { /* cuBLASLt (alpha) -> ncclReduceScatter -> bias */
+    int rb, rows;
+    weave_split_rows_of(p->M, team->world, team->rank, &rb, &rows);
+    if (weave_lt_run(p->lt, p->desc.alpha, A, B, fp.data, stream) != WEAVE_SUCCESS)
+      return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
+    if (weave_nccl_reduce_scatter(p->nccl, fp.data, C_out, (size_t)rows * p->N, p->desc.dtype, stream) != WEAVE_SUCCESS)
+      return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: ncclReduceScatter failed");
+    err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->desc.dtype, bias, stream) : 0;
+    if (err) return cuda_fail(team, err, "weave_gemm_rs_execute: bias");
+    return WEAVE_SUCCESS;
+  }
   switch (p->strategy) {
     case WEAVE_STRATEGY_FUSED:
       err = weave_launch_fused(&fp, stream);
@@ -324,6 +347,7 @@ weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
   weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
   weave_lt_destroy(p->lt);
+  weave_nccl_destroy(p->nccl);
   free(p);
   return rc;
 }
