@@ -189,7 +189,7 @@ struct weave_atomic_sink : weave_owner_walk {
 template <typename S, typename T, class Src>
 __device__ void weave_reduce_region(const weave_fused_params_t &p, Src src, int nsrc, int r0, int r1, int c0, int c1,
                                     bool zero_after) {
-  const int N = p.N, w = c1 - c0, vec = (N % 4) == 0;
+  const int N = p.N, w = c1 - c0, vec = (N % 4) == 0 && p.out_vec;
   T *out = (T *)p.C_out;
   if (vec) {
     const int groups = w / 4, items = (r1 - r0) * groups;

@@ -41,6 +41,7 @@ typedef struct {
   uint32_t epoch;
   int gemm_blocks, comm_blocks;
   int vec_ok;      /* rows of A and B are 16-byte aligned: cp.async path */
+  int out_vec;     /* C_out is 16-byte aligned: vector stores in the reduction */
   int hopper;      /* GEMM role: TMA + wgmma (hg below) instead of mma.sync */
   WeaveHopperGemmParams hg; /* tensor maps of this call's A and B (hopper only) */
 } weave_fused_params_t;

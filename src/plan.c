@@ -276,6 +276,7 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
   fp.A = A; fp.B = B; fp.bias = bias; fp.C_out = C_out;
   fp.epoch = ++p->epoch;
   size_t rowb_a = (size_t)p->K * e, rowb_b = (p->desc.b_layout == WEAVE_LAYOUT_ROW ? (size_t)p->N : (size_t)p->K) * e;
+  fp.out_vec = aligned16(C_out);
   fp.vec_ok = aligned16(A) && aligned16(B) && rowb_a % 16 == 0 && rowb_b % 16 == 0;
 
   int err = 0;
