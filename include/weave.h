@@ -156,11 +156,12 @@ typedef struct {
   int has_bias;
   int gemm_blocks;           /* 0: from the cost model / tune file */
   int comm_blocks;           /* 0: from the cost model / tune file */
+  int trace;                 /* record per-tile events of each fused call (also on with WEAVE_TRACE) */
 } weave_gemm_rs_desc_t;
 
 #define WEAVE_GEMM_RS_DESC_INIT                                                                 \
   {sizeof(weave_gemm_rs_desc_t), WEAVE_BF16, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_AUTO,             \
-   WEAVE_REDUCE_DETERMINISTIC, 0, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0}
+   WEAVE_REDUCE_DETERMINISTIC, 0, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0, 0}
 
 typedef struct weave_gemm_rs_plan *weave_gemm_rs_plan_t;
 
@@ -185,6 +186,13 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t plan, const void *A, c
                                      const void *bias, void *C_out, weave_stream_t stream);
 weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t plan, weave_gemm_rs_info_t *info);
 weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t plan); /* collective */
+
+/* Tracing (desc.trace or WEAVE_TRACE=path): waits for `stream`, then copies the events of the last
+ * fused call (weave_trace_event_t of weave_trace.h, at most `capacity`) to host memory `events`.
+ * *count gets the number of events recorded (it may exceed capacity). With WEAVE_TRACE=path each
+ * rank also writes path.rank<r>.json when the plan is destroyed. */
+weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, weave_stream_t stream, void *events,
+                                         size_t capacity, size_t *count);
 
 /* Row split used by every strategy: contiguous chunks of whole rows, the first M % world ranks one
  * row more. */

@@ -1,38 +1,58 @@
 #!/usr/bin/env bash
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
-# benchmark tables; logs under $OUT (or ./device-out). Usage: scripts/device_run.sh [quick|full|bench|san]...
+# benchmark tables, a trace picture; logs under $OUT (or ./device-out), at most 8 files.
+# Usage: scripts/device_run.sh [quick|full|san|bench|gemm|trace]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
 mkdir -p "$out"
 export CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32
 b=build
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
+log=$out/gpu_tests.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
   case $mode in
-    quick)
-      timeout 240 $b/tests/gpu_gemm_rs --quick 2>&1 | tee "$out/gemm_rs_quick.log" | grep -E "FAIL|passed|timeout" | head -40
-      ;;
-    full)
-      timeout 400 $b/tests/gpu_gemm_rs 2>&1 | tee "$out/gemm_rs_full.log" | grep -E "FAIL|passed" | head -40
-      timeout 120 $b/gpu_hopper_gemm_test 2>&1 | tail -3 | tee "$out/hopper.log"
-      timeout 120 $b/gpu_rma_test --quick 2>&1 | tail -3 | tee "$out/rma.log"
+    quick|full)
+      flag=--quick; [ "$mode" = full ] && flag=
+      WEAVE_TIMEOUT_MS=3000 timeout 300 $b/tests/gpu_gemm_rs $flag > "$out/gemm_rs.log" 2>&1
+      echo "gpu_gemm_rs $mode: rc=$?"; grep -E "^FAIL" "$out/gemm_rs.log" | head -12; grep -E "cases passed" "$out/gemm_rs.log"
+      if [ "$mode" = full ]; then
+        timeout 120 $b/gpu_hopper_gemm_test >> "$log" 2>&1; echo "hopper gemm test rc=$?"
+        timeout 120 $b/gpu_rma_test --quick >> "$log" 2>&1; echo "rma test rc=$?"
+      fi
       ;;
     san)
       for tool in memcheck racecheck synccheck; do
-        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 1 \
-          > "$out/san_$tool.log" 2>&1
-        echo "sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed' "$out/san_$tool.log" | tr '\n' ' ')"
+        timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 1 >> "$log" 2>&1
+        echo "sanitizer $tool: rc=$?"
       done
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases passed" "$log"
       ;;
     bench)
-      for g in 1 2 4 8; do
-        timeout 120 $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 \
-          -J "$out/bench_g$g.json" 2>&1 | tee "$out/bench_g$g.log" | grep -v "^#   "
+      for g in 1 4 8; do
+        extra=; [ $g = 4 ] && extra="--trace $out/trace_g4.json"
+        timeout 120 $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 $extra \
+          -J "$out/bench_g$g.json" > "$out/bench_g$g.log" 2>&1
+        echo "bench g=$g rc=$?"; grep -v "^#   " "$out/bench_g$g.log" | grep -v "^# rank ->" | tail -14
       done
+      python3 - "$out" <<'PY'
+import json, sys, glob, os
+out = sys.argv[1]; rows = []
+for f in sorted(glob.glob(os.path.join(out, "bench_g*.json"))):
+    d = json.load(open(f)); d["file"] = os.path.basename(f); rows.append(d); os.remove(f)
+json.dump(rows, open(os.path.join(out, "bench.json"), "w"), indent=1)
+PY
+      ;;
+    trace)
+      if [ -f "$out/trace_g4.json.csv" ]; then
+        python3 scripts/trace_png.py "$out/trace_g4.json.csv" "$out/trace_g4.png" && echo "trace png ok"
+        rm -f "$out/trace_g4.json.csv"
+      fi
       ;;
     gemm)
-      timeout 200 $b/weave-bench --op gemm -J "$out/bench_gemm.json" 2>&1 | tee "$out/bench_gemm.log" | tail -30
+      timeout 200 $b/weave-bench --op gemm -J "$out/bench_gemm.json" > "$out/bench_gemm.log" 2>&1
+      tail -30 "$out/bench_gemm.log"
       ;;
   esac
 done
+ls -la "$out"

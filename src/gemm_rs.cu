@@ -74,23 +74,29 @@ template <typename T> __device__ __forceinline__ void weave_store_pair(T *dst, f
   }
 }
 
-/* Four consecutive elements as floats (16-byte aligned for fp32, 8-byte for 16-bit types). */
-template <typename T> __device__ __forceinline__ float4 weave_load4_cg(const T *p) {
+/* Eight consecutive elements as floats, 16-byte aligned (32 for fp32), cache-global loads: the data
+ * was written by other SMs or GPUs and is read once. */
+template <typename T> __device__ __forceinline__ void weave_load8_cg(const T *p, float *v) {
   if constexpr (sizeof(T) == 4) {
-    return __ldcg((const float4 *)p);
+    float4 a = __ldcg((const float4 *)p), b = __ldcg((const float4 *)p + 1);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
   } else {
-    uint2 u = __ldcg((const uint2 *)p);
-    T e[4];
-    *(uint2 *)e = u;
-    return make_float4(weave_to_f(e[0]), weave_to_f(e[1]), weave_to_f(e[2]), weave_to_f(e[3]));
+    uint4 u = __ldcg((const uint4 *)p);
+    const T *e = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = weave_to_f(e[i]);
   }
 }
-template <typename T> __device__ __forceinline__ void weave_store4(T *p, float4 v) {
+template <typename T> __device__ __forceinline__ void weave_store8(T *p, const float *v) {
   if constexpr (sizeof(T) == 4) {
-    *(float4 *)p = v;
+    ((float4 *)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    ((float4 *)p)[1] = make_float4(v[4], v[5], v[6], v[7]);
   } else {
-    T e[4] = {weave_from_f<T>(v.x), weave_from_f<T>(v.y), weave_from_f<T>(v.z), weave_from_f<T>(v.w)};
-    *(uint2 *)p = *(uint2 *)e;
+    uint4 u;
+    T *e = (T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = weave_from_f<T>(v[i]);
+    *(uint4 *)p = u;
   }
 }
 
@@ -126,6 +132,7 @@ template <typename O> struct weave_store_sink {
 struct weave_owner_walk {
   const weave_fused_params_t *p;
   int owner, j, row_begin, row_end;
+  uint64_t t_tile; /* start of the tile (tracing) */
   uint64_t credit; /* owners whose previous call is known finished */
   bool dead;       /* a wait failed: stop publishing */
   __device__ void init(const weave_fused_params_t *pp) {
@@ -141,6 +148,12 @@ struct weave_owner_walk {
     row_end = row_begin + rows;
     *row0 = row_begin + tm * p->tiling.tile_m;
     *col0 = tn * p->tiling.tile_n;
+    if (p->trace) t_tile = weave_trace_now();
+  }
+  __device__ void trace_tile() const {
+    if (p->trace)
+      weave_trace_put(p->trace, p->trace_cap, p->trace_count, t_tile, weave_trace_now(), WEAVE_TRACE_GEMM,
+                      p->team.rank, j, owner);
   }
   __device__ void begin(int) {
     if (dead || ((credit >> owner) & 1)) return;
@@ -160,6 +173,7 @@ template <typename S> struct weave_slot_sink : weave_owner_walk {
     if (dead) return;
     uint32_t *flag = p->tile_flags + (size_t)p->team.rank * p->tiles_cap + j;
     weave_atomic_xchg<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, flag, owner), p->epoch);
+    trace_tile();
   }
 };
 
@@ -178,6 +192,7 @@ struct weave_atomic_sink : weave_owner_walk {
   __device__ void end(int) {
     if (dead) return;
     weave_red_add<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, p->tile_flags + j, owner), 1u);
+    trace_tile();
   }
 };
 
@@ -186,28 +201,51 @@ struct weave_atomic_sink : weave_owner_walk {
  * ---------------------------------------------------------------------------------------------- */
 /* Rows [r0, r1) and columns [c0, c1) of the owner's chunk. src(s) is source s's partial for the
  * chunk's first row (row stride N). zero_after: clear src(0) after reading (atomic accumulator). */
+#define WEAVE_REDUCE_UNROLL 4 /* 16-byte vectors in flight per thread and source */
+
 template <typename S, typename T, class Src>
 __device__ void weave_reduce_region(const weave_fused_params_t &p, Src src, int nsrc, int r0, int r1, int c0, int c1,
                                     bool zero_after) {
-  const int N = p.N, w = c1 - c0, vec = (N % 4) == 0 && p.out_vec;
+  const int N = p.N, w = c1 - c0;
   T *out = (T *)p.C_out;
-  if (vec) {
-    const int groups = w / 4, items = (r1 - r0) * groups;
-    for (int it = threadIdx.x; it < items; it += blockDim.x) {
-      int r = r0 + it / groups, c = c0 + (it % groups) * 4;
-      size_t off = (size_t)r * N + c;
-      float4 acc = weave_load4_cg(src(0) + off);
-      for (int s = 1; s < nsrc; ++s) {
-        float4 v = weave_load4_cg(src(s) + off);
-        acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+  if ((N % 8) == 0 && p.out_vec) {
+    /* Vectors of 8 elements; consecutive threads take consecutive vectors (coalesced); each thread
+     * keeps UNROLL vectors of every source in flight before it adds, in rank order. */
+    const int groups = w / 8, items = (r1 - r0) * groups, step = blockDim.x * WEAVE_REDUCE_UNROLL;
+    for (int it0 = 0; it0 < items; it0 += step) {
+      float acc[WEAVE_REDUCE_UNROLL][8];
+      size_t off[WEAVE_REDUCE_UNROLL];
+      bool ok[WEAVE_REDUCE_UNROLL];
+#pragma unroll
+      for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u) {
+        int it = it0 + u * blockDim.x + threadIdx.x;
+        ok[u] = it < items;
+        off[u] = ok[u] ? (size_t)(r0 + it / groups) * N + c0 + (it % groups) * 8 : 0;
+        if (ok[u]) weave_load8_cg(src(0) + off[u], acc[u]);
       }
-      float4 o;
-      o.x = p.alpha * acc.x + weave_bias_at(p.bias, p.dtype, c);
-      o.y = p.alpha * acc.y + weave_bias_at(p.bias, p.dtype, c + 1);
-      o.z = p.alpha * acc.z + weave_bias_at(p.bias, p.dtype, c + 2);
-      o.w = p.alpha * acc.w + weave_bias_at(p.bias, p.dtype, c + 3);
-      weave_store4(out + off, o);
-      if (zero_after) *(float4 *)((float *)src(0) + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s = 1; s < nsrc; ++s) {
+        float v[WEAVE_REDUCE_UNROLL][8];
+#pragma unroll
+        for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u)
+          if (ok[u]) weave_load8_cg(src(s) + off[u], v[u]);
+#pragma unroll
+        for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[u][i] += v[u][i];
+      }
+#pragma unroll
+      for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u) {
+        if (!ok[u]) continue;
+        int c = (int)(off[u] % N);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[u][i] = p.alpha * acc[u][i] + weave_bias_at(p.bias, p.dtype, c + i);
+        weave_store8(out + off[u], acc[u]);
+        if (zero_after) {
+          float *z = (float *)src(0) + off[u];
+          ((float4 *)z)[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+          ((float4 *)z)[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
     }
   } else {
     const int items = (r1 - r0) * w;
@@ -295,14 +333,24 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
       weave_owner_tile_coords(&p.tiling, t.rank, j, &tm, &tn);
       int r0 = tm * p.tiling.tile_m, r1 = min(r0 + p.tiling.tile_m, rows);
       int c0 = tn * p.tiling.tile_n, c1 = min(c0 + p.tiling.tile_n, p.N);
+      uint64_t t0 = p.trace ? weave_trace_now() : 0, t1 = 0;
       if constexpr (ATOMIC) {
         if (weave_block_wait_sources(t, p.tile_flags + j, 0, 1, (uint32_t)t.world * p.epoch, j)) break;
+        if (p.trace) t1 = weave_trace_now();
         weave_local_slots<float> src = {(const float *)p.data, 0};
         weave_reduce_region<float, T>(p, src, 1, r0, r1, c0, c1, true);
       } else {
         if (weave_block_wait_sources(t, p.tile_flags + j, (size_t)p.tiles_cap, t.world, p.epoch, j)) break;
+        if (p.trace) t1 = weave_trace_now();
         weave_local_slots<S> src = {(const S *)p.data, (size_t)p.rows_cap * p.N};
         weave_reduce_region<S, T>(p, src, t.world, r0, r1, c0, c1, false);
+      }
+      if (p.trace) { /* uniform branch, once per tile */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          weave_trace_put(p.trace, p.trace_cap, p.trace_count, t0, t1, WEAVE_TRACE_WAIT, t.rank, j, -1);
+          weave_trace_put(p.trace, p.trace_cap, p.trace_count, t1, weave_trace_now(), WEAVE_TRACE_REDUCE, t.rank, j, -1);
+        }
       }
     }
   }

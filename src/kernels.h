@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "gemm_hopper.h"
+#include "weave_trace.h"
 #include "schedule.h"
 #include "weave.h"
 
@@ -43,6 +44,9 @@ typedef struct {
   int vec_ok;      /* rows of A and B are 16-byte aligned: cp.async path */
   int out_vec;     /* C_out is 16-byte aligned: vector stores in the reduction */
   int hopper;      /* GEMM role: TMA + wgmma (hg below) instead of mma.sync */
+  weave_trace_event_t *trace; /* per-tile events (NULL: tracing off; one uniform branch per tile) */
+  unsigned *trace_count;
+  unsigned trace_cap;
   WeaveHopperGemmParams hg; /* tensor maps of this call's A and B (hopper only) */
 } weave_fused_params_t;
 

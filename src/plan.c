@@ -39,6 +39,9 @@ struct weave_gemm_rs_plan {
   weave_fused_params_t params; /* everything but the per-call pointers and epoch */
   weave_lt_t *lt;  /* baseline GEMM */
   weave_nccl_t *nccl; /* baseline reduce-scatter when every rank has a GPU of its own and M % world == 0 */
+  weave_trace_event_t *trace; /* device: events of the last traced call, then the counter */
+  unsigned trace_cap;
+  char trace_path[512];       /* WEAVE_TRACE */
   uint32_t epoch;
 };
 
@@ -94,9 +97,10 @@ static weave_result_t cuda_fail(weave_team_t team, int err, const char *what) {
 }
 
 /* Tensor-core rate of one block and memory rate of one communication block, from the device: an
- * sm_90 SM does 4096 dense 16-bit FLOP per clock (1024 for fp32 FMA); the mma.sync role reaches
- * about half of it. Memory: the whole chip's bandwidth over its SMs, twice (few SMs stream faster
- * than an even share). */
+ * sm_90 SM does 4096 dense 16-bit FLOP per clock (128 for fp32 FMA); the GEMM roles reach about
+ * half of the 16-bit peak in this model. Memory: half of an even share of the chip's bandwidth per
+ * block (a reduction block is latency-bound: on the H200 the first version moved ~10 GB/s per
+ * block, which made the model's 1-block split 5x too slow; weave-bench --tune measures the split). */
 static void split_inputs(weave_team_t team, weave_dtype_t dtype, int per_sm, int budget, weave_split_inputs_t *in) {
   int clock_khz = 1500000, mem_khz = 2600000, bus_bits = 5120;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, team->info.device);
@@ -106,7 +110,7 @@ static void split_inputs(weave_team_t team, weave_dtype_t dtype, int per_sm, int
   double hbm = 2.0 * mem_khz * 1e3 * bus_bits / 8.0;
   in->blocks = budget;
   in->flops_per_block = sm_flops / per_sm;
-  in->bytes_per_block = 2.0 * hbm / team->info.sm_count / per_sm;
+  in->bytes_per_block = 0.5 * hbm / team->info.sm_count / per_sm;
 }
 
 weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
@@ -149,7 +153,10 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   /* Co-residency: a rank may use its share of the GPU's resident blocks. */
   size_t smem = 0;
   int per_sm = weave_kernel_blocks_per_sm(desc->dtype, p->hopper, p->strategy == WEAVE_STRATEGY_FUSED, &smem);
-  p->budget = per_sm * team->info.sm_count / team->info.ranks_on_device;
+  /* Ranks sharing a GPU leave one SM each free, so the short kernels around the calls (memsets, the
+   * bulk strategy's signal kernels) never take the place of a block that others wait for. */
+  int spare = team->info.ranks_on_device > 1 ? team->info.ranks_on_device : 0;
+  p->budget = (per_sm * team->info.sm_count - spare) / team->info.ranks_on_device;
   rc = WEAVE_SUCCESS;
   if (per_sm < 1 || p->budget < (p->strategy == WEAVE_STRATEGY_FUSED ? 2 : 1))
     rc = weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
@@ -247,6 +254,21 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   fp->data = (char *)p->mem + head;
   fp->gemm_blocks = p->gemm_blocks;
   fp->comm_blocks = p->comm_blocks;
+  weave_env_t env;
+  if (weave_env_load(&env) == WEAVE_SUCCESS) snprintf(p->trace_path, sizeof(p->trace_path), "%s", env.trace);
+  if ((desc->trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED) {
+    /* One GEMM event per tile of the walk, WAIT + REDUCE per owned tile, and room to spare. */
+    p->trace_cap = (unsigned)(weave_total_tiles(&p->tiling) + 2 * p->tiles_cap + 64);
+    if (cudaMalloc((void **)&p->trace, sizeof(weave_trace_event_t) * p->trace_cap + 64) != cudaSuccess) {
+      cudaGetLastError();
+      p->trace = NULL;
+      weave_log(WEAVE_LOG_WARN, team, "plan: no device memory for the trace: tracing off");
+    } else {
+      fp->trace = p->trace;
+      fp->trace_count = (unsigned *)(p->trace + p->trace_cap);
+      fp->trace_cap = p->trace_cap;
+    }
+  }
   weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes",
             M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
             p->budget, p->mem_bytes);
@@ -300,6 +322,8 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
     if (err) return cuda_fail(team, err, "weave_gemm_rs_execute: bias");
     return WEAVE_SUCCESS;
   }
+  if (p->trace && cudaMemsetAsync(fp.trace_count, 0, sizeof(unsigned), (cudaStream_t)stream) != cudaSuccess)
+    return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: clearing the trace counter");
   switch (p->strategy) {
     case WEAVE_STRATEGY_FUSED:
       err = weave_launch_fused(&fp, stream);
@@ -344,8 +368,42 @@ weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_inf
   return WEAVE_SUCCESS;
 }
 
+weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t stream, void *events,
+                                         size_t capacity, size_t *count) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_trace_fetch: plan is NULL");
+  if (!count || (!events && capacity))
+    return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_trace_fetch: count/events is NULL");
+  if (!p->trace)
+    return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
+                      "weave_gemm_rs_trace_fetch: the plan records no trace (desc.trace, WEAVE_TRACE; fused only)");
+  unsigned n = 0;
+  if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess ||
+      cudaMemcpy(&n, p->params.trace_count, sizeof(n), cudaMemcpyDeviceToHost) != cudaSuccess)
+    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
+  size_t take = n < p->trace_cap ? n : p->trace_cap;
+  if (take > capacity) take = capacity;
+  if (take && cudaMemcpy(events, p->trace, take * sizeof(weave_trace_event_t), cudaMemcpyDeviceToHost) != cudaSuccess)
+    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
+  *count = n;
+  return WEAVE_SUCCESS;
+}
+
 weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
+  if (p->trace && p->trace_path[0] && p->epoch > 0) { /* WEAVE_TRACE: this rank's last call */
+    weave_trace_event_t *ev = (weave_trace_event_t *)malloc(sizeof(*ev) * p->trace_cap);
+    size_t n = 0;
+    if (ev && weave_gemm_rs_trace_fetch(p, NULL, ev, p->trace_cap, &n) == WEAVE_SUCCESS) {
+      char path[600];
+      snprintf(path, sizeof(path), "%s.rank%d.json", p->trace_path, p->team->rank);
+      const weave_trace_event_t *per[1] = {ev};
+      size_t cnt[1] = {n < p->trace_cap ? n : p->trace_cap};
+      if (weave_trace_write_json(path, per, cnt, 1, "weave fused GEMM+RS") != 0)
+        weave_log(WEAVE_LOG_WARN, p->team, "WEAVE_TRACE: cannot write %s", path);
+    }
+    free(ev);
+  }
+  if (p->trace) cudaFree(p->trace);
   weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
   weave_lt_destroy(p->lt);
   weave_nccl_destroy(p->nccl);

@@ -1,5 +1,5 @@
 /* Host side of the per-tile trace: Chrome trace-event JSON, CSV and summary (see trace.h). */
-#include "trace.h"
+#include "weave_trace.h"
 
 #include <stdlib.h>
 #include <string.h>

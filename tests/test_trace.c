@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "trace.h"
+#include "weave_trace.h"
 
 #define BASE 1000000000000ull /* a %globaltimer-like origin */
 

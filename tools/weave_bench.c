@@ -24,6 +24,7 @@
 #include "reference.h"
 #include "tune.h"
 #include "weave.h"
+#include "weave_trace.h"
 
 /* --op gemm lives in tools/bench_gemm.cu; this weak stand-in answers when it is not built. */
 __attribute__((weak)) int weave_bench_gemm_main(int argc, char **argv) {
@@ -40,6 +41,7 @@ typedef struct {
   weave_reduce_t reduce;
   weave_dtype_t slot;
   int gemm_blocks, comm_blocks;
+  int trace;
   const char *label;
 } bench_variant_t;
 
@@ -63,6 +65,11 @@ typedef struct {
   char device_name[256];
   int sm_count;
   size_t l2;
+  /* --trace: events of the traced variant's last call, per rank */
+  const char *trace_path;
+  int traced_vi;
+  weave_trace_event_t *tev[WEAVE_MAX_WORLD];
+  size_t tcount[WEAVE_MAX_WORLD];
 } bench_t;
 
 static void usage(void) {
@@ -70,7 +77,7 @@ static void usage(void) {
          "                   [--layout row|col] [--strategy all|auto|fused|bulk|baseline] [--reduce det|atomic|both]\n"
          "                   [--slot dtype|fp32] [--order own-last|own-first] [--gemm-blocks G --comm-blocks C]\n"
          "                   [-b minM -e maxM -f factor] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [--tune]\n"
-         "                   [--op gemm ...]\n");
+         "                   [--trace out.json] [--op gemm ...]\n");
 }
 
 static int parse_devices(const char *s, int *out) {
@@ -216,6 +223,7 @@ static int rank_fn(harness_rank_t *hr) {
     d.tile_order = b->order;
     d.gemm_blocks = v->gemm_blocks;
     d.comm_blocks = v->comm_blocks;
+    d.trace = v->trace;
     weave_gemm_rs_plan_t plan;
     if (weave_gemm_rs_plan_create(hr->team, b->M, b->N, K, &d, &plan) != WEAVE_SUCCESS) {
       fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
@@ -255,6 +263,13 @@ static int rank_fn(harness_rank_t *hr) {
       fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
       b->failed[vi] = 1;
     }
+    if (v->trace) {
+      size_t cap = 4 * (size_t)(b->info[vi][r].tiles_total + b->info[vi][r].tiles_owned) + 256, n = 0;
+      b->tev[r] = (weave_trace_event_t *)calloc(cap, sizeof(weave_trace_event_t));
+      if (weave_gemm_rs_trace_fetch(plan, hr->stream, b->tev[r], cap, &n) == WEAVE_SUCCESS)
+        b->tcount[r] = n < cap ? n : cap;
+      b->traced_vi = vi;
+    }
     weave_gemm_rs_plan_destroy(plan);
   }
   for (int s = 0; s < nsets; ++s) {
@@ -281,7 +296,8 @@ static double call_median(double per_rank[][256], int world, int n) {
   return harness_median(v, n);
 }
 
-static void add_variant(bench_t *b, weave_strategy_t s, weave_reduce_t red, weave_dtype_t slot, int g, int c) {
+static bench_variant_t *add_variant(bench_t *b, weave_strategy_t s, weave_reduce_t red, weave_dtype_t slot, int g,
+                                    int c) {
   bench_variant_t *v = &b->v[b->nv++];
   v->strategy = s;
   v->reduce = red;
@@ -296,6 +312,7 @@ static void add_variant(bench_t *b, weave_strategy_t s, weave_reduce_t red, weav
   else if (s == WEAVE_STRATEGY_BULK) snprintf(l, 64, "bulk/%s", weave_dtype_name(slot));
   else snprintf(l, 64, "%s", weave_strategy_name(s));
   v->label = l;
+  return v;
 }
 
 int main(int argc, char **argv) {
@@ -339,6 +356,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "-c")) b.check = atoi(NEXT());
     else if (!strcmp(a, "-J")) json = NEXT();
     else if (!strcmp(a, "--tune")) tune = 1;
+    else if (!strcmp(a, "--trace")) b.trace_path = NEXT();
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
     else { fprintf(stderr, "unknown argument %s\n", a); usage(); return 2; }
   }
@@ -379,6 +397,11 @@ int main(int argc, char **argv) {
     if (want_det && all && b.dtype != WEAVE_FP32 && slot_t != WEAVE_FP32)
       add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, gb, cb);
     if (want_atomic) add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, b.dtype, gb, cb);
+  }
+  if (b.trace_path) { /* the deterministic fused kernel once more, traced: overhead and timeline */
+    bench_variant_t *tv = add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, gb, cb);
+    tv->trace = 1;
+    tv->label = "fused/det +trace";
   }
   if (all || !strcmp(strategy, "bulk")) add_variant(&b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot_t, 0, 0);
   if (all || !strcmp(strategy, "auto")) add_variant(&b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b.dtype, 0, 0);
@@ -451,6 +474,28 @@ int main(int argc, char **argv) {
                 first_row ? "" : ",\n", b.M, b.v[vi].label, b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t,
                 tf, algbw, busbw, b.wrong[vi], t_base / t, t_gemm, b.device_name, gpus);
       first_row = 0;
+    }
+    if (b.trace_path && b.tcount[0]) {
+      char title[512], csv[600];
+      snprintf(title, sizeof(title), "weave fused GEMM+RS M=%d N=%d K=%d, %d rank(s), %s", b.M, b.N, b.K_total, b.world,
+               b.device_name);
+      const weave_trace_event_t *per[WEAVE_MAX_WORLD];
+      for (int r = 0; r < b.world; ++r) per[r] = b.tev[r];
+      snprintf(csv, sizeof(csv), "%s.csv", b.trace_path);
+      if (weave_trace_write_json(b.trace_path, per, b.tcount, b.world, title) || weave_trace_write_csv(csv, per, b.tcount, b.world, title))
+        fprintf(stderr, "weave-bench: cannot write %s / %s\n", b.trace_path, csv);
+      else
+        printf("# trace of the last '%s' call: %s (ui.perfetto.dev), %s (scripts/trace_png.sh)\n",
+               b.v[b.traced_vi].label, b.trace_path, csv);
+      for (int r = 0; r < b.world; ++r) {
+        weave_trace_summary_t s;
+        weave_trace_summary(b.tev[r], b.tcount[r], b.info[b.traced_vi][r].gemm_blocks,
+                            b.info[b.traced_vi][r].comm_blocks, &s);
+        weave_trace_print_summary(stdout, r, &s);
+        free(b.tev[r]);
+        b.tev[r] = NULL;
+        b.tcount[r] = 0;
+      }
     }
     if (tune) {
       const char *path = getenv("WEAVE_TUNE_FILE");
