@@ -24,10 +24,11 @@
  *   between the ranks that share it); every wait is bounded by the team's timeout and the first
  *   expiry is recorded in the heap header; later waits give up at once, so the kernel always ends.
  *
- * Bulk (strategy 2 and the baseline's one-GPU path): wait_done (peers finished reading the previous
- *   call's partials) -> GEMM into this rank's partial P (or cuBLASLt) -> signal_ready (release
- *   ready[rank] = epoch to every peer) -> reduce_scatter (wait ready from all, pull this rank's rows
- *   from every P in rank order, sum in fp32, write C_out, last block publishes done).
+ * Bulk (strategy 2 and the baseline's one-GPU path): wait_done (one block: peers finished reading
+ *   the previous call's partials) -> GEMM into this rank's partial P (or cuBLASLt) -> ready_barrier
+ *   (one block: release ready[rank] = epoch to every peer, wait for all) -> reduce_scatter (no waits:
+ *   pull this rank's rows from every P in rank order, sum in fp32, write C_out; the last block
+ *   publishes done). Only one-block kernels spin, so the GEMMs of ranks sharing a GPU always find SMs.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -368,13 +369,18 @@ __global__ void weave_wait_done_kernel(const weave_fused_params_t p) {
   weave_block_wait_sources(p.team, p.ctl->done, 1, p.team.world, p.epoch - 1u, -1);
 }
 
-__global__ void weave_signal_ready_kernel(const weave_fused_params_t p) {
+/* One block: publish this rank's partial (ready[rank] = epoch into every peer), then wait for every
+ * peer's. Only this block spins: the reduce-scatter kernel after it in stream order does not, so no
+ * spinning block of one rank can hold an SM that another rank's GEMM (cuBLASLt's included, whose
+ * kernels may need all their CTAs resident) is waiting for. */
+__global__ void weave_ready_barrier_kernel(const weave_fused_params_t p) {
   /* The GEMM before this kernel in stream order wrote P; fence at system scope so the release below
    * carries those writes to the peers of other GPUs too. */
   __threadfence_system();
   if ((int)threadIdx.x < p.team.world)
     weave_st<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p.team, &p.ctl->ready[p.team.rank], (int)threadIdx.x),
                                                  p.epoch);
+  weave_block_wait_sources(p.team, p.ctl->ready, 1, p.team.world, p.epoch, -1);
 }
 
 template <typename S, typename T>
@@ -382,7 +388,7 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel
   const weave_device_team_t &t = p.team;
   int row_begin, rows;
   weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
-  if (!weave_block_wait_sources(t, p.ctl->ready, 1, t.world, p.epoch, -1)) {
+  if (!weave_device_failed(&t)) { /* the ready barrier before this kernel gave up: skip the reads */
     weave_peer_partials<S> src = {&t, (const S *)p.data + (size_t)row_begin * p.N};
     const int mine = weave_owner_tiles(&p.tiling, t.rank);
     for (int j = blockIdx.x; j < mine; j += gridDim.x) {
@@ -517,8 +523,8 @@ extern "C" int weave_launch_wait_done(const weave_fused_params_t *p, struct CUst
   return (int)cudaGetLastError();
 }
 
-extern "C" int weave_launch_signal_ready(const weave_fused_params_t *p, struct CUstream_st *stream) {
-  weave_signal_ready_kernel<<<1, 32 * ((p->team.world + 31) / 32), 0, (cudaStream_t)stream>>>(*p);
+extern "C" int weave_launch_ready_barrier(const weave_fused_params_t *p, struct CUstream_st *stream) {
+  weave_ready_barrier_kernel<<<1, 32 * ((p->team.world + 31) / 32), 0, (cudaStream_t)stream>>>(*p);
   return (int)cudaGetLastError();
 }
 

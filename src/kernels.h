@@ -63,10 +63,11 @@ int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream
 int weave_launch_gemm(int M, int N, int K, int dtype, int b_layout, float alpha, const void *A, const void *B,
                       const void *bias, void *out, int out_dtype, int blocks, int vec_ok,
                       struct CUstream_st *stream);
-/* Bulk pieces: wait for peers' done[] >= epoch-1; signal ready[] = epoch to peers; reduce-scatter
- * of the partials P (dtype p->slot_dtype) into C_out, which signals done[] when finished. */
+/* Bulk pieces (one block each for the waits): wait for peers' done[] >= epoch-1; ready barrier
+ * (signal ready[] = epoch to peers, wait for theirs); reduce-scatter of the partials P (dtype
+ * p->slot_dtype) into C_out, which signals done[] when finished. */
 int weave_launch_wait_done(const weave_fused_params_t *p, struct CUstream_st *stream);
-int weave_launch_signal_ready(const weave_fused_params_t *p, struct CUstream_st *stream);
+int weave_launch_ready_barrier(const weave_fused_params_t *p, struct CUstream_st *stream);
 int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struct CUstream_st *stream);
 /* C[rows, N] += bias[N] (the NCCL baseline's bias, added once by the owner). */
 int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);

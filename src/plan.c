@@ -340,7 +340,7 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
         } else if (weave_lt_run(p->lt, 1.0f, A, B, fp.data, stream) != WEAVE_SUCCESS)
           return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
       }
-      if (!err) err = weave_launch_signal_ready(&fp, stream);
+      if (!err) err = weave_launch_ready_barrier(&fp, stream);
       if (!err) err = weave_launch_reduce_scatter(&fp, p->comm_blocks, stream);
       break;
     default:
