@@ -113,13 +113,14 @@ static int check_tiling(const weave_tiling_t *t) {
   if (weave_total_tiles(t) != total) errors++;
   if (weave_max_owner_tiles(t) != max_tiles) errors++;
 
-  /* Every rank's walk: each (owner, j) exactly once; owners in rotated order, contiguous. */
+  /* Every rank's walk: each (owner, j) exactly once; owners interleaved in rotated order. */
   int *offset = calloc((size_t)world + 1, sizeof(int));
   for (int o = 0; o < world; ++o) offset[o + 1] = offset[o] + weave_owner_tiles(t, o);
   unsigned char *seen = calloc((size_t)total + 1, 1);
   for (int r = 0; r < world; ++r) {
     memset(seen, 0, (size_t)total + 1);
-    int prev_owner = -1, k = -1;
+    const int least = weave_owner_tiles(t, world - 1);
+    int *next_j = calloc((size_t)world, sizeof(int));
     for (int seq = 0; seq < total; ++seq) {
       int o = -1, j = -1;
       if (weave_seq_tile(t, r, seq, &o, &j) != 0 || o < 0 || o >= world || j < 0 || j >= weave_owner_tiles(t, o)) {
@@ -127,14 +128,12 @@ static int check_tiling(const weave_tiling_t *t) {
         continue;
       }
       if (seen[offset[o] + j]++) errors++;
-      if (o != prev_owner) {
-        /* Next owner of the rotation (skipping owners with no tiles). */
-        do k++;
-        while (k < world && weave_owner_tiles(t, weave_visit_owner(t, r, k)) == 0);
-        if (k >= world || o != weave_visit_owner(t, r, k)) errors++;
-        prev_owner = o;
-      }
+      /* Each owner's tiles come in order j = 0, 1, ...; in the interleaved rounds step seq goes to
+       * the (seq % world)-th owner of the rotation. */
+      if (j != next_j[o]++) errors++;
+      if (seq < least * world && o != weave_visit_owner(t, r, seq % world)) errors++;
     }
+    free(next_j);
     for (int i = 0; i < total; ++i)
       if (seen[i] != 1) {
         errors++;
@@ -149,24 +148,16 @@ static int check_tiling(const weave_tiling_t *t) {
     for (int kk = 0; kk < world; ++kk)
       if (hit[kk] != 1) errors++;
     free(hit);
-    if (t->order == WEAVE_ORDER_OWN_LAST) {
-      if (weave_visit_owner(t, r, 0) != (r + 1) % world || weave_visit_owner(t, r, world - 1) != r) errors++;
-      /* Own tiles are the last ones of the walk. */
-      int n_own = weave_owner_tiles(t, r);
-      for (int s = total - n_own; s < total; ++s)
-        if (weave_seq_tile(t, r, s, &o, &j) != 0 || o != r || j != s - (total - n_own)) {
-          errors++;
-          break;
-        }
-    } else {
-      if (weave_visit_owner(t, r, 0) != r) errors++;
-      int n_own = weave_owner_tiles(t, r);
-      for (int s = 0; s < n_own; ++s)
-        if (weave_seq_tile(t, r, s, &o, &j) != 0 || o != r || j != s) {
-          errors++;
-          break;
-        }
-    }
+    /* OWN_LAST: the walk starts with rank r+1 and r's own tile closes every round; OWN_FIRST: own
+     * tile opens every round. */
+    int own_k = t->order == WEAVE_ORDER_OWN_LAST ? world - 1 : 0;
+    if (t->order == WEAVE_ORDER_OWN_LAST && weave_visit_owner(t, r, 0) != (r + 1) % world) errors++;
+    if (weave_visit_owner(t, r, own_k) != r) errors++;
+    for (int round = 0; round < least; ++round)
+      if (weave_seq_tile(t, r, round * world + own_k, &o, &j) != 0 || o != r || j != round) {
+        errors++;
+        break;
+      }
   }
   /* At each rotation step k, the ranks visit distinct owners (no two push to the same owner). */
   for (int k = 0; k < world; ++k) {
@@ -219,7 +210,9 @@ static void test_tilings(void) {
   int o, j;
   CHECK(weave_seq_tile(&t, 3, 0, &o, &j) == 0 && o == 0 && j == 0);
   CHECK(weave_seq_tile(&t, 3, 23, &o, &j) == 0 && o == 3 && j == 5);
-  CHECK(weave_seq_tile(&t, 1, 6, &o, &j) == 0 && o == 3 && j == 0);
+  CHECK(weave_seq_tile(&t, 1, 6, &o, &j) == 0 && o == 0 && j == 1);  /* round 1, step 2: (r+1+2) % 4 */
+  CHECK(weave_seq_tile(&t, 1, 3, &o, &j) == 0 && o == 1 && j == 0);  /* own tile closes round 0 */
+  CHECK(weave_seq_tile(&t, 1, -1, &o, &j) == -1);
   /* Grouped order within an owner: column-major inside a group of WEAVE_GROUP_M tile-rows. */
   weave_tiling_t g = {64 * 20, 64 * 3, 1, 64, 64, 0};
   int tm, tn;
