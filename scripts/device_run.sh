@@ -14,7 +14,7 @@ for mode in "$@"; do
   case $mode in
     quick|full)
       flag=--quick; [ "$mode" = full ] && flag=
-      WEAVE_TIMEOUT_MS=3000 timeout 300 $b/tests/gpu_gemm_rs $flag > "$out/gemm_rs.log" 2>&1
+      WEAVE_TIMEOUT_MS=3000 timeout ${TEST_TIMEOUT:-300} $b/tests/gpu_gemm_rs $flag > "$out/gemm_rs.log" 2>&1
       echo "gpu_gemm_rs $mode: rc=$?"; grep -E "^FAIL" "$out/gemm_rs.log" | head -12; grep -E "cases passed" "$out/gemm_rs.log"
       timeout 120 $b/gpu_hopper_gemm_test >> "$log" 2>&1; echo "hopper gemm test rc=$?"
       timeout 120 $b/gpu_rma_test --quick >> "$log" 2>&1; echo "rma test rc=$?"
@@ -29,7 +29,7 @@ for mode in "$@"; do
     bench)
       for g in ${BENCH_G:-1 4 8}; do
         extra=; [ $g = 4 ] && extra="--trace $out/trace_g4.json"
-        timeout 120 $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 $extra \
+        timeout ${BENCH_TIMEOUT:-120} $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 $extra \
           -J "$out/bench_g$g.json" > "$out/bench_g$g.log" 2>&1
         echo "bench g=$g rc=$?"; grep -v "^#   " "$out/bench_g$g.log" | grep -v "^# rank ->" | tail -14
       done
