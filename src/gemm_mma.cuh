@@ -79,44 +79,59 @@ __device__ __forceinline__ int weave_swz(int r, int c, int chunks) {
   return chunks == 4 ? (r * 4 + (c ^ ((r >> 1) & 3))) * 16 : (r * chunks + (c ^ (r & 7))) * 16;
 }
 
-/* One 16-byte shared chunk from 8 elements at `src`, of which `valid` (0..8) are in bounds: cp.async
- * with zero fill (aligned rows: valid is 0 or 8), else bounds-checked scalar loads. */
-template <typename T>
-__device__ __forceinline__ void weave_mma_chunk(bool vec, unsigned char *dst, const T *src, int valid,
-                                                const void *any_valid_address) {
-  if (vec) {
-    weave_cp_async16(weave_mma_smem(dst), valid > 0 ? (const void *)src : any_valid_address, valid > 0 ? 16 : 0);
-  } else {
-    T v[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = e < valid ? src[e] : T(0.0f);
-    *(uint4 *)dst = *(uint4 *)v;
-  }
-}
-
-__device__ __forceinline__ int weave_clamp8(int n) { return n < 0 ? 0 : n > 8 ? 8 : n; }
-
 /* Loads one K-step stage: A [128][32] and B ([128 n][32 k] for COL, [32 k][128 n] for ROW). */
 template <typename T>
 __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, unsigned char *sA, unsigned char *sB,
                                                      int row0, int col0, int k0) {
   const T *A = (const T *)a.A, *B = (const T *)a.B;
-  const bool vec = a.vec_ok;
+  const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    int idx = threadIdx.x + i * WEAVE_MMA_THREADS; /* 512 chunks per operand */
-    int r = idx >> 2, c = idx & 3;                 /* A (and COL B): row, chunk of 8 k */
-    int gr = row0 + r, gk = k0 + c * 8;
-    weave_mma_chunk<T>(vec, sA + weave_swz(r, c, 4), A + (size_t)gr * a.K + gk, gr < a.M ? weave_clamp8(a.K - gk) : 0,
-                       a.A);
+    int idx = tid + i * WEAVE_MMA_THREADS;   /* 512 chunks per operand */
+    /* A: row = idx / 4, chunk = idx % 4 */
+    {
+      int r = idx >> 2, c = idx & 3;
+      int gr = row0 + r, gk = k0 + c * 8;
+      unsigned char *dst = sA + weave_swz(r, c, 4);
+      if (a.vec_ok) {
+        bool in = gr < a.M && gk < a.K;
+        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(A + (size_t)gr * a.K + gk) : a.A, in ? 16 : 0);
+      } else {
+        T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          v[e] = (gr < a.M && gk + e < a.K) ? A[(size_t)gr * a.K + gk + e] : T(0.0f);
+        *(uint4 *)dst = *(uint4 *)v;
+      }
+    }
     if (a.b_col) { /* B [N][K]: row n, 4 chunks of k */
-      int gn = col0 + r;
-      weave_mma_chunk<T>(vec, sB + weave_swz(r, c, 4), B + (size_t)gn * a.K + gk,
-                         gn < a.N ? weave_clamp8(a.K - gk) : 0, a.B);
+      int r = idx >> 2, c = idx & 3;
+      int gn = col0 + r, gk = k0 + c * 8;
+      unsigned char *dst = sB + weave_swz(r, c, 4);
+      if (a.vec_ok) {
+        bool in = gn < a.N && gk < a.K;
+        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gn * a.K + gk) : a.B, in ? 16 : 0);
+      } else {
+        T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          v[e] = (gn < a.N && gk + e < a.K) ? B[(size_t)gn * a.K + gk + e] : T(0.0f);
+        *(uint4 *)dst = *(uint4 *)v;
+      }
     } else { /* B [K][N]: row k, 16 chunks of n */
-      int rk = idx >> 4, cn = idx & 15, gkb = k0 + rk, gn = col0 + cn * 8;
-      weave_mma_chunk<T>(vec, sB + weave_swz(rk, cn, 16), B + (size_t)gkb * a.N + gn,
-                         gkb < a.K ? weave_clamp8(a.N - gn) : 0, a.B);
+      int r = idx >> 4, c = idx & 15;
+      int gk = k0 + r, gn = col0 + c * 8;
+      unsigned char *dst = sB + weave_swz(r, c, 16);
+      if (a.vec_ok) {
+        bool in = gk < a.K && gn < a.N;
+        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gk * a.N + gn) : a.B, in ? 16 : 0);
+      } else {
+        T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          v[e] = (gk < a.K && gn + e < a.N) ? B[(size_t)gk * a.N + gn + e] : T(0.0f);
+        *(uint4 *)dst = *(uint4 *)v;
+      }
     }
   }
 }
