@@ -20,6 +20,7 @@
 #include "plan_math.h"
 #include "reference.h"
 #include "weave.h"
+#include "weave_trace.h"
 
 #define MAX_DESCS 8
 
@@ -143,6 +144,26 @@ static int rank_fn(harness_rank_t *hr) {
       }
     }
 
+    if (d.trace) { /* one traced call: one GEMM event per tile of the walk, WAIT + REDUCE per owned tile */
+      weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
+      size_t cap = 4 * (size_t)(info.tiles_total + info.tiles_owned) + 64, n = 0;
+      weave_trace_event_t *ev = (weave_trace_event_t *)calloc(cap, sizeof(*ev));
+      if (weave_gemm_rs_trace_fetch(plan, hr->stream, ev, cap, &n) != WEAVE_SUCCESS) fail(c, r, dn, weave_get_last_error(hr->team));
+      size_t per_role[4] = {0, 0, 0, 0};
+      int bad = 0;
+      for (size_t i = 0; i < n && i < cap; ++i) {
+        if (ev[i].role < 0 || ev[i].role > 3 || ev[i].rank != r || ev[i].t_end < ev[i].t_begin) bad++;
+        else per_role[ev[i].role]++;
+      }
+      if (bad || per_role[WEAVE_TRACE_GEMM] != (size_t)info.tiles_total ||
+          per_role[WEAVE_TRACE_WAIT] != (size_t)info.tiles_owned || per_role[WEAVE_TRACE_REDUCE] != (size_t)info.tiles_owned) {
+        snprintf(msg, sizeof(msg), "trace: %zu GEMM / %zu WAIT / %zu REDUCE events (%d malformed), want %d / %d / %d",
+                 per_role[0], per_role[1], per_role[2], bad, info.tiles_total, info.tiles_owned, info.tiles_owned);
+        fail(c, r, dn, msg);
+      }
+      free(ev);
+      counted(c, 1);
+    }
     for (int call = 0; call < c->calls; ++call) {
       harness_poison(dC, (size_t)rows * c->N * e, hr->stream);
       rc = weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
@@ -317,6 +338,8 @@ int main(int argc, char **argv) {
       c.skip_rank = -1;
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++].trace = 1; /* traced: the events are counted too */
       failed += run_case(&c, world, seed ^ 0x5eed5eedull); total++;
       test_case_t b = c;
       b.name = "atomic, 20 calls";
