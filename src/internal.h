@@ -39,7 +39,7 @@ typedef struct {
   char trace[512];
 } weave_env_t;
 
-/* Reads every WEAVE_* variable once per process; a bad value is WEAVE_ERROR_ENV (message in
+/* Reads every WEAVE_* variable (at each team/plan creation); a bad value is WEAVE_ERROR_ENV (message in
  * weave_get_last_error(NULL)), never a silent default. */
 weave_result_t weave_env_load(weave_env_t *env);
 /* Parsers, exposed for tests. Return 0 on success, -1 on a malformed value. */

@@ -270,9 +270,11 @@ weave_result_t weave_malloc(weave_team_t team, size_t bytes, void **ptr) {
 weave_result_t weave_free(weave_team_t team, void *ptr) {
   WEAVE_CHECK(check_team(team, "weave_free"));
   weave_result_t local = WEAVE_SUCCESS;
-  size_t off = (size_t)((char *)ptr - (char *)team->heap_base);
+  size_t off = 0;
   if (!ptr || !in_heap(team, ptr))
     local = weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_free: %p is not in rank %d's heap", ptr, team->rank);
+  else
+    off = (size_t)((char *)ptr - (char *)team->heap_base);
   WEAVE_CHECK(weave_team_agree(team, local));
   WEAVE_CHECK(weave_team_check_same(team, &off, sizeof(off), "weave_free offset"));
 #ifdef WEAVE_HAVE_CUDA

@@ -29,8 +29,8 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
   char *fields[10];
   int n = 0;
   char *save = NULL;
-  char *tok = strtok_r(buf, "\t\n", &save);
-  for (; tok && n < 10; tok = strtok_r(NULL, "\t\n", &save)) fields[n++] = tok;
+  char *tok = strtok_r(buf, "\t\r\n", &save);
+  for (; tok && n < 10; tok = strtok_r(NULL, "\t\r\n", &save)) fields[n++] = tok;
   if (n != 10 || tok) return -1; /* fewer or more than 10 fields */
   memset(e, 0, sizeof(*e));
   snprintf(e->device, sizeof(e->device), "%s", fields[0]);
