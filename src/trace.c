@@ -92,19 +92,26 @@ static int finish(FILE *f) {
   return bad ? -1 : 0;
 }
 
+/* The events of every rank sorted by (rank, block, begin), and `path` opened for writing; NULL on
+ * any failure (nothing left open or allocated). */
+static FILE *open_sorted(const char *path, const weave_trace_event_t *const *events_per_rank, const size_t *counts,
+                         int world, ref_t **refs, size_t *n, uint64_t *t0) {
+  int err;
+  if (!path) return NULL;
+  *refs = collect(events_per_rank, counts, world, n, t0, &err);
+  if (err) return NULL;
+  FILE *f = fopen(path, "w");
+  if (!f) free(*refs);
+  return f;
+}
+
 int weave_trace_write_json(const char *path, const weave_trace_event_t *const *events_per_rank, const size_t *counts,
                            int world, const char *title) {
-  if (!path) return -1;
   size_t n;
   uint64_t t0;
-  int err;
-  ref_t *refs = collect(events_per_rank, counts, world, &n, &t0, &err);
-  if (err) return -1;
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    free(refs);
-    return -1;
-  }
+  ref_t *refs;
+  FILE *f = open_sorted(path, events_per_rank, counts, world, &refs, &n, &t0);
+  if (!f) return -1;
   fputs("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"title\":", f);
   put_json_string(f, title);
   fputs("},\n\"traceEvents\":[\n", f);
@@ -149,17 +156,11 @@ int weave_trace_write_json(const char *path, const weave_trace_event_t *const *e
 
 int weave_trace_write_csv(const char *path, const weave_trace_event_t *const *events_per_rank, const size_t *counts,
                           int world, const char *title) {
-  if (!path) return -1;
   size_t n;
   uint64_t t0;
-  int err;
-  ref_t *refs = collect(events_per_rank, counts, world, &n, &t0, &err);
-  if (err) return -1;
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    free(refs);
-    return -1;
-  }
+  ref_t *refs;
+  FILE *f = open_sorted(path, events_per_rank, counts, world, &refs, &n, &t0);
+  if (!f) return -1;
   fputs("# ", f);
   for (const char *p = title ? title : ""; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);
   fputs("\nrank,block,role,tile,peer,begin_us,end_us\n", f);
