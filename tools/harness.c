@@ -38,6 +38,15 @@ int harness_device_count(void) {
   return n;
 }
 
+int harness_sm_count(int device) {
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 typedef struct {
   harness_rank_t r;
   weave_bootstrap_t *bs;

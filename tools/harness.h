@@ -24,6 +24,8 @@ typedef int (*harness_fn)(harness_rank_t *r);
 
 /* 0: no device (callers exit 77), else the number of devices. Never fails hard. */
 int harness_device_count(void);
+/* SMs of CUDA device `device` (0 when it cannot be read). */
+int harness_sm_count(int device);
 /* Runs fn on every rank; returns the largest rank result, HARNESS_SKIP without a device, or 1 when
  * a team could not be created. config may be NULL. */
 int harness_run(int world, const int *devices, const weave_config_t *config, harness_fn fn, void *user);

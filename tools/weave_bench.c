@@ -406,7 +406,14 @@ int main(int argc, char **argv) {
   if (all || !strcmp(strategy, "bulk")) add_variant(&b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot_t, 0, 0);
   if (all || !strcmp(strategy, "auto")) add_variant(&b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b.dtype, 0, 0);
   if (tune) { /* sweep the split of the deterministic fused kernel */
-    int budget_guess = 132 / b.world;
+    /* The plan's budget: the SMs less one per rank when ranks share a GPU, shared by those ranks. */
+    int sms = 132, ranks_here = 0;
+    int dev0 = b.devices[0];
+    for (int r = 0; r < b.world; ++r) ranks_here += b.devices[r] == dev0;
+    if (ndev > 0) {
+      sms = harness_sm_count(dev0);
+    }
+    int budget_guess = (sms - (ranks_here > 1 ? ranks_here : 0)) / ranks_here;
     for (int c = 1; c < budget_guess && b.nv < MAX_STRATS + 60; c = c < 4 ? c + 1 : c * 3 / 2)
       add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, budget_guess - c, c);
   }
