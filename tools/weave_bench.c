@@ -411,7 +411,8 @@ int main(int argc, char **argv) {
     int dev0 = b.devices[0];
     for (int r = 0; r < b.world; ++r) ranks_here += b.devices[r] == dev0;
     if (ndev > 0) {
-      sms = harness_sm_count(dev0);
+      int n = harness_sm_count(dev0);
+      if (n > 0) sms = n;
     }
     int budget_guess = (sms - (ranks_here > 1 ? ranks_here : 0)) / ranks_here;
     for (int c = 1; c < budget_guess && b.nv < MAX_STRATS + 60; c = c < 4 ? c + 1 : c * 3 / 2)
