@@ -75,6 +75,8 @@ static void test_null_team_calls(void) {
   EXPECT_INVALID(weave_gemm_rs_execute(NULL, &i, &i, NULL, &i, NULL), "weave_gemm_rs_execute", "plan");
   EXPECT_INVALID(weave_gemm_rs_plan_info(NULL, &pinfo), "weave_gemm_rs_plan_info", "plan");
   EXPECT_INVALID(weave_gemm_rs_plan_destroy(NULL), "weave_gemm_rs_plan_destroy", "plan");
+  size_t n = 0;
+  EXPECT_INVALID(weave_gemm_rs_trace_fetch(NULL, NULL, &i, 1, &n), "weave_gemm_rs_trace_fetch", "plan");
 }
 
 static void test_row_split(void) {

@@ -280,6 +280,9 @@ static void test_tune(void) {
     }
   /* Without the trailing newline too. */
   CHECK(weave_tune_parse_line("dev\t1\t64\t64\t64\tbf16\tbulk\t0\t0\t1.0", &p) == 0 && p.strategy == WEAVE_STRATEGY_BULK);
+  /* A file written on Windows: lines end in CRLF. */
+  CHECK(weave_tune_parse_line("dev\t1\t64\t64\t64\tbf16\tfused\t120\t12\t1.3\r\n", &p) == 0 &&
+        p.strategy == WEAVE_STRATEGY_FUSED && p.comm_blocks == 12 && p.speedup > 1.29);
 
   static const char *bad[] = {
       "",
