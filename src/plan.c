@@ -99,21 +99,14 @@ static weave_result_t cuda_fail(weave_team_t team, int err, const char *what) {
   return weave_fail(team, WEAVE_ERROR_CUDA, "%s: %s", what, weave_cuda_error_string(err));
 }
 
-/* Tensor-core rate of one block and memory rate of one communication block, from the device: an
- * sm_90 SM does 4096 dense 16-bit FLOP per clock (128 for fp32 FMA); the GEMM roles reach about
- * half of the 16-bit peak in this model. Memory: half of an even share of the chip's bandwidth per
- * block (a reduction block is latency-bound: on the H200 the first version moved ~10 GB/s per
- * block, which made the model's 1-block split 5x too slow; weave-bench --tune measures the split). */
+/* The split model's rates from this device's clock and memory attributes. */
 static void split_inputs(weave_team_t team, weave_dtype_t dtype, int per_sm, int budget, weave_split_inputs_t *in) {
   int clock_khz = 1500000, mem_khz = 2600000, bus_bits = 5120;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, team->info.device);
   cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, team->info.device);
   cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, team->info.device);
-  double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.5) * clock_khz * 1e3;
-  double hbm = 2.0 * mem_khz * 1e3 * bus_bits / 8.0;
-  in->blocks = budget;
-  in->flops_per_block = sm_flops / per_sm;
-  in->bytes_per_block = 0.5 * hbm / team->info.sm_count / per_sm;
+  weave_split_inputs_from_device(team->info.sm_count, clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0, dtype,
+                                 per_sm, budget, in);
 }
 
 weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,

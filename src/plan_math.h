@@ -22,6 +22,13 @@ typedef struct {
   double bytes_per_block;  /* bytes/s one communication block moves through memory */
 } weave_split_inputs_t;
 
+/* Rates of one block from the device: an sm_90 SM does 4096 dense 16-bit FLOP per clock (128 for
+ * fp32 FMA) and the GEMM roles reach about half of that in this model; a reduction block moves half
+ * of an even share of the chip's memory bandwidth (it is latency-bound: on the H200 the first version
+ * moved ~10 GB/s per block, which made a 1-block split 5x too slow; weave-bench --tune measures). */
+void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
+                                    int blocks_per_sm, int budget, weave_split_inputs_t *in);
+
 /* Communication blocks that balance the owner-side reduction (reads world partial tiles, writes one
  * output tile) against the GEMM on the remaining blocks: argmin_c max(t_gemm(blocks-c), t_comm(c)),
  * at least 1 and at most blocks-1. */

@@ -34,6 +34,15 @@ const char *weave_strategy_name(weave_strategy_t s) {
   return "?";
 }
 
+void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
+                                    int blocks_per_sm, int budget, weave_split_inputs_t *in) {
+  double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.5) * clock_hz;
+  if (blocks_per_sm < 1) blocks_per_sm = 1;
+  in->blocks = budget;
+  in->flops_per_block = sm_flops / blocks_per_sm;
+  in->bytes_per_block = 0.5 * hbm_bytes_per_s / (sm_count > 0 ? sm_count : 1) / blocks_per_sm;
+}
+
 int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes) {
   if (!in || in->blocks < 2) return in && in->blocks == 1 ? 0 : -1;
   int best = 1;

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "kernels.h"
 #include "plan_math.h"
 #include "reference.h"
 #include "tune.h"
@@ -98,33 +99,38 @@ static int parse_devices(const char *s, int *out) {
  * no-GPU mode: the plan and the roofline
  * ---------------------------------------------------------------------------------------------- */
 static void print_dry(const bench_t *b) {
-  int K = b->K_total / b->world;
-  weave_tiling_t t = {b->M, b->N, b->world, 128, 128, (int)b->order};
-  printf("# plan (tiles %dx%d, per-owner tiling, order %s)\n", t.tile_m, t.tile_n,
-         b->order == WEAVE_ORDER_OWN_FIRST ? "own-first" : "own-last");
-  printf("#  rank  rows[begin,+n)     tiles_owned  first owners visited      bytes sent/call (bf16 slots)\n");
+  int K = b->K_total / b->world, tm, tn;
+  int hopper = weave_kernel_hopper_ok(b->dtype, b->layout, b->N, K);
+  weave_kernel_tile_shape(hopper, &tm, &tn);
+  weave_tiling_t t = {b->M, b->N, b->world, tm, tn, (int)b->order};
+  printf("# plan of the fused kernel: %s role, tiles %dx%d, each owner's rows tiled on their own, owners\n"
+         "# interleaved tile by tile in an order rotated per rank (%s)\n",
+         hopper ? "TMA + wgmma" : "mma.sync", t.tile_m, t.tile_n,
+         b->order == WEAVE_ORDER_OWN_FIRST ? "own tile first in each round" : "own tile last in each round");
+  printf("#  rank  rows[begin,+n)     tiles_owned  owners in a round          bytes sent/call (%s slots)\n",
+         weave_dtype_name(b->dtype));
   for (int r = 0; r < b->world; ++r) {
     int rb, rows;
     weave_split_rows_of(b->M, b->world, r, &rb, &rows);
     char owners[64] = "";
-    for (int k = 0; k < b->world && k < 6; ++k) {
+    for (int k = 0; k < b->world && k < 8; ++k) {
       char x[16];
       snprintf(x, sizeof(x), "%d ", weave_visit_owner(&t, r, k));
       strncat(owners, x, sizeof(owners) - strlen(owners) - 1);
     }
-    printf("#  %4d  [%6d,+%6d)  %11d  %-24s  %zu\n", r, rb, rows, weave_owner_tiles(&t, r), owners,
+    printf("#  %4d  [%6d,+%6d)  %11d  %-25s  %zu\n", r, rb, rows, weave_owner_tiles(&t, r), owners,
            weave_plan_bytes_sent(b->M, b->N, b->world, r, weave_dtype_size(b->dtype)));
   }
   printf("#  total tiles %d; symmetric memory per rank (deterministic, %s slots): %.1f MB\n", weave_total_tiles(&t),
          weave_dtype_name(b->dtype),
          (double)b->world * weave_cdiv(b->M, b->world) * b->N * weave_dtype_size(b->dtype) / 1e6);
-  for (int sms = 132; sms >= 132; sms -= 1) {
-    weave_split_inputs_t in = {sms / (b->world > 0 ? 1 : 1), 4096.0 * 0.5 * 1.98e9, 2.0 * 4.8e12 / 132};
-    int c = weave_split_comm_blocks(&in, weave_plan_gemm_flops(b->M, b->N, K, b->world),
-                                    weave_plan_comm_bytes(b->M, b->N, b->world, weave_dtype_size(b->dtype),
-                                                          weave_dtype_size(b->dtype)));
-    printf("#  cost-model split on a 132-SM H200, one rank per GPU: %d GEMM + %d communication blocks\n", sms - c, c);
-  }
+  /* The plan's split model with an H200's datasheet clock and bandwidth, one rank per GPU. */
+  weave_split_inputs_t in;
+  weave_split_inputs_from_device(132, 1.98e9, 4.8e12, b->dtype, 1, 132, &in);
+  int c = weave_split_comm_blocks(&in, weave_plan_gemm_flops(b->M, b->N, K, b->world),
+                                  weave_plan_comm_bytes(b->M, b->N, b->world, weave_dtype_size(b->dtype),
+                                                        weave_dtype_size(b->dtype)));
+  printf("#  cost-model split on a 132-SM H200, one rank per GPU: %d GEMM + %d communication blocks\n", 132 - c, c);
   printf("# roofline per GPU (datasheet rates; M=%d N=%d K_total=%d world=%d %s)\n", b->M, b->N, b->K_total, b->world,
          weave_dtype_name(b->dtype));
   printf("#  %-10s %10s %10s %14s %12s %8s\n", "device", "gemm_ms", "rs_ms", "gemm+rs_ms", "overlap_ms", "bound");
