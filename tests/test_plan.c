@@ -133,6 +133,19 @@ static double urand(void) {
 }
 
 static void test_split(void) {
+  /* Rates from device attributes: per block, shared by the blocks of an SM; fp32 much slower. */
+  weave_split_inputs_t d1, d2, d32;
+  weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_BF16, 1, 132, &d1);
+  weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_BF16, 2, 264, &d2);
+  weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_FP32, 1, 132, &d32);
+  CHECK(d1.blocks == 132 && d2.blocks == 264);
+  CHECK(fabs(d1.flops_per_block - 2 * d2.flops_per_block) < 1 && fabs(d1.bytes_per_block - 2 * d2.bytes_per_block) < 1);
+  CHECK(d1.flops_per_block > 10 * d32.flops_per_block && d1.bytes_per_block == d32.bytes_per_block);
+  CHECK(d1.flops_per_block > 1e12 && d1.flops_per_block < 1e13 && d1.bytes_per_block > 1e9 && d1.bytes_per_block < 1e11);
+  /* The 8-rank 8192 x 8192 x 3584 shape of the benchmark leaves a handful of blocks to communication. */
+  int c8 = weave_split_comm_blocks(&d1, weave_plan_gemm_flops(8192, 8192, 3584, 8),
+                                   weave_plan_comm_bytes(8192, 8192, 8, 2, 2));
+  CHECK_MSG(c8 >= 2 && c8 <= 20, "split %d", c8);
   weave_split_inputs_t in = {10, 1.0, 1.0};
   CHECK(weave_split_comm_blocks(NULL, 1, 1) == -1);
   in.blocks = 0;
