@@ -130,8 +130,10 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
 
   /* Strategy: an explicit one, else the tuned one, else the baseline (it is never slower than
    * itself; the fused kernel is chosen only where weave-bench --tune measured it faster). */
+  weave_env_t env;
+  if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */
   weave_tune_entry_t tuned;
-  int have_tune = weave_tune_lookup(team, M, N, K, desc, &tuned) == 0;
+  int have_tune = weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, &tuned) == 0;
   p->strategy = desc->strategy;
   if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = have_tune ? tuned.strategy : WEAVE_STRATEGY_BASELINE;
   p->slot_dtype = desc->fp32_slots ? WEAVE_FP32 : desc->dtype;
@@ -250,8 +252,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   fp->data = (char *)p->mem + head;
   fp->gemm_blocks = p->gemm_blocks;
   fp->comm_blocks = p->comm_blocks;
-  weave_env_t env;
-  if (weave_env_load(&env) == WEAVE_SUCCESS) snprintf(p->trace_path, sizeof(p->trace_path), "%s", env.trace);
+  snprintf(p->trace_path, sizeof(p->trace_path), "%s", env.trace);
   if ((desc->trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED) {
     /* One GEMM event per tile of the walk, WAIT + REDUCE per owned tile, and room to spare. */
     p->trace_cap = (unsigned)(weave_total_tiles(&p->tiling) + 2 * p->tiles_cap + 64);
@@ -405,11 +406,4 @@ weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   weave_nccl_destroy(p->nccl);
   free(p);
   return rc;
-}
-
-int weave_tune_lookup(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
-                      weave_tune_entry_t *out) {
-  weave_env_t env;
-  if (weave_env_load(&env) != WEAVE_SUCCESS) return -1;
-  return weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, out);
 }

@@ -28,8 +28,4 @@ int weave_tune_find(const char *path, const char *device, int world, int M, int 
                     weave_tune_entry_t *out);
 int weave_tune_append(const char *path, const weave_tune_entry_t *e);
 
-/* The plan's lookup: WEAVE_TUNE_FILE, this team's device and world. */
-int weave_tune_lookup(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
-                      weave_tune_entry_t *out);
-
 #endif

@@ -150,15 +150,13 @@ static int rank_fn(harness_rank_t *hr) {
   const int r = hr->rank, world = hr->world, K = b->K_total / world;
   const size_t e = weave_dtype_size(b->dtype);
   const size_t a_n = (size_t)b->M * K, b_n = (size_t)K * b->N;
+  weave_device_info_t di;
+  weave_team_device_info(hr->team, &di);
   if (r == 0) {
-    weave_device_info_t di;
-    weave_team_device_info(hr->team, &di);
     snprintf(b->device_name, sizeof(b->device_name), "%s", di.name);
     b->sm_count = di.sm_count;
     b->l2 = di.l2_bytes;
   }
-  weave_device_info_t di;
-  weave_team_device_info(hr->team, &di);
   /* Input sets rotated so that all ranks' sets together exceed twice the L2. */
   size_t set_bytes = (a_n + b_n) * e;
   int nsets = (int)((2 * di.l2_bytes) / (set_bytes * (size_t)di.ranks_on_device) + 1);
