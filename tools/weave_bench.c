@@ -5,7 +5,8 @@
  *               [-b 1024 -e 16384 -f 2] [-n 20 -w 5 -c 1] [-J out.json] [--tune] [--op gemm]
  *
  * K is the total reduction length (K_local = K / ranks). Rows: one per strategy (baseline first),
- * median time over -n timed calls after -w warm-ups (each call: max over ranks), TFLOP/s per GPU,
+ * median time over -n timed calls after -w warm-ups (each call: max over ranks; the variants are
+ * timed round-robin, one call of each per iteration, so drift hits them alike), TFLOP/s per GPU,
  * reduce-scatter algbw/busbw, #wrong from the validated call, speed-up over the baseline measured in
  * the same run. Inputs: random, several sets rotated so the working set exceeds twice the L2.
  * Without a GPU it prints the plan and the roofline for H100/H200 and exits 0.
@@ -203,19 +204,11 @@ static int rank_fn(harness_rank_t *hr) {
   double atol, rtol;
   weave_tolerance(b->dtype, b->K_total, &atol, &rtol);
 
-  /* The local GEMM alone on all blocks (1 rank: the fused kernel's protocol overhead is measured
-   * against it). */
-  gemm_out = harness_dev_alloc((size_t)b->M * b->N * e);
-  for (int it = 0; it < b->warmup + n; ++it) {
-    weave_barrier(hr->team);
-    harness_timer_start(tm, hr->stream);
-    weave_gemm(b->M, b->N, K, b->dtype, b->layout, 1.0f, dA[it % nsets], dB[it % nsets], NULL, gemm_out, 0, hr->stream);
-    harness_timer_stop(tm, hr->stream);
-    float ms = harness_timer_ms(tm);
-    if (it >= b->warmup) b->gemm_alone_ms[r][it - b->warmup] = ms;
-  }
-  harness_dev_free(gemm_out);
-
+  /* Variants are timed round-robin, one call of each per iteration, so that clock and power drift
+   * over the run biases them all alike (timed one block after the other, two identical variants
+   * measured 5.09 and 6.21 ms on an H200). Hence every plan is alive for the whole run. */
+  weave_gemm_rs_plan_t plan[MAX_STRATS + 64] = {NULL};
+  int live[MAX_STRATS + 64] = {0}; /* this rank's copy of the agreed outcome: the same on all ranks */
   for (int vi = 0; vi < b->nv; ++vi) {
     bench_variant_t *v = &b->v[vi];
     weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
@@ -228,17 +221,23 @@ static int rank_fn(harness_rank_t *hr) {
     d.gemm_blocks = v->gemm_blocks;
     d.comm_blocks = v->comm_blocks;
     d.trace = v->trace;
-    weave_gemm_rs_plan_t plan;
-    if (weave_gemm_rs_plan_create(hr->team, b->M, b->N, K, &d, &plan) != WEAVE_SUCCESS) {
+    /* Plan creation is collective and agreed inside: it fails on every rank or on none. */
+    if (weave_gemm_rs_plan_create(hr->team, b->M, b->N, K, &d, &plan[vi]) != WEAVE_SUCCESS) {
       fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
+      plan[vi] = NULL;
+      pthread_mutex_lock(&b->mu);
       b->failed[vi] = 1;
+      pthread_mutex_unlock(&b->mu);
       continue;
     }
-    weave_gemm_rs_plan_info(plan, &b->info[vi][r]);
-    int bad = 0;
-    if (b->check) { /* validated call, output poisoned first */
+    weave_gemm_rs_plan_info(plan[vi], &b->info[vi][r]);
+  }
+  for (int vi = 0; vi < b->nv; ++vi) {
+    bench_variant_t *v = &b->v[vi];
+    if (plan[vi] && b->check) { /* validated call, output poisoned first */
+      int bad = 0;
       harness_poison(dC, (size_t)rows * b->N * e, hr->stream);
-      weave_gemm_rs_execute(plan, dA[0], dB[0], NULL, dC, hr->stream);
+      weave_gemm_rs_execute(plan[vi], dA[0], dB[0], NULL, dC, hr->stream);
       if (weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
         fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
         bad = 1;
@@ -253,29 +252,64 @@ static int rank_fn(harness_rank_t *hr) {
       }
       pthread_mutex_lock(&b->mu);
       b->wrong[vi] += wrong + bad;
+      if (bad) b->failed[vi] = 1;
       pthread_mutex_unlock(&b->mu);
     }
-    for (int it = 0; it < b->warmup + n && !bad; ++it) {
+    /* Agree: a variant that failed on any rank is skipped by all (else the others would wait for it
+     * in the barriers below). Every rank has written its outcome before the barrier. */
+    weave_barrier(hr->team);
+    pthread_mutex_lock(&b->mu);
+    live[vi] = plan[vi] && !b->failed[vi];
+    pthread_mutex_unlock(&b->mu);
+  }
+
+  /* Timed calls. vi = -1 is the local GEMM alone on all blocks (1 rank: the fused kernel's protocol
+   * overhead is measured against it). live[] does not change in the loop, so all ranks make the same
+   * calls in the same order. Consecutive calls take different input sets (the previous call's inputs
+   * may still sit in L2); the counter advances alike on every rank. */
+  gemm_out = harness_dev_alloc((size_t)b->M * b->N * e);
+  int reported[MAX_STRATS + 64] = {0}, call = 0;
+  for (int it = 0; it < b->warmup + n; ++it) {
+    for (int vi = -1; vi < b->nv; ++vi) {
+      if (vi >= 0 && !live[vi]) continue;
+      const int s = call++ % nsets;
       weave_barrier(hr->team); /* ranks start each call together */
       harness_timer_start(tm, hr->stream);
-      weave_gemm_rs_execute(plan, dA[it % nsets], dB[it % nsets], NULL, dC, hr->stream);
+      if (vi < 0)
+        weave_gemm(b->M, b->N, K, b->dtype, b->layout, 1.0f, dA[s], dB[s], NULL, gemm_out, 0, hr->stream);
+      else
+        weave_gemm_rs_execute(plan[vi], dA[s], dB[s], NULL, dC, hr->stream);
       harness_timer_stop(tm, hr->stream);
       float ms = harness_timer_ms(tm);
-      if (it >= b->warmup) b->ms[vi][r][it - b->warmup] = ms;
+      /* The team's device error record is shared by all plans: read it after every call (outside the
+       * timed span) so that a timeout is charged to the plan that ran. */
+      if (vi >= 0 && weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
+        if (!reported[vi]) fprintf(stderr, "rank %d %s: %s\n", r, b->v[vi].label, weave_get_last_error(hr->team));
+        reported[vi] = 1;
+        pthread_mutex_lock(&b->mu);
+        b->failed[vi] = 1;
+        pthread_mutex_unlock(&b->mu);
+      }
+      if (it >= b->warmup) {
+        double *row = vi < 0 ? b->gemm_alone_ms[r] : b->ms[vi][r];
+        row[it - b->warmup] = ms;
+      }
     }
-    if (weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
-      fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
-      b->failed[vi] = 1;
-    }
-    if (v->trace) {
-      size_t cap = 4 * (size_t)(b->info[vi][r].tiles_total + b->info[vi][r].tiles_owned) + 256, n = 0;
+  }
+  harness_dev_free(gemm_out);
+
+  for (int vi = 0; vi < b->nv; ++vi) {
+    if (!plan[vi]) continue;
+    if (b->v[vi].trace) { /* the traced variant's last call */
+      size_t cap = 4 * (size_t)(b->info[vi][r].tiles_total + b->info[vi][r].tiles_owned) + 256, got = 0;
       b->tev[r] = (weave_trace_event_t *)calloc(cap, sizeof(weave_trace_event_t));
-      if (weave_gemm_rs_trace_fetch(plan, hr->stream, b->tev[r], cap, &n) == WEAVE_SUCCESS)
-        b->tcount[r] = n < cap ? n : cap;
+      if (weave_gemm_rs_trace_fetch(plan[vi], hr->stream, b->tev[r], cap, &got) == WEAVE_SUCCESS)
+        b->tcount[r] = got < cap ? got : cap;
       b->traced_vi = vi;
     }
-    weave_gemm_rs_plan_destroy(plan);
   }
+  for (int vi = 0; vi < b->nv; ++vi) /* collective: the same plans in the same order on every rank */
+    if (plan[vi]) weave_gemm_rs_plan_destroy(plan[vi]);
   for (int s = 0; s < nsets; ++s) {
     harness_dev_free(dA[s]);
     harness_dev_free(dB[s]);
@@ -380,18 +414,7 @@ int main(int argc, char **argv) {
   if (minM == 0) minM = maxM = b.M;
   if (maxM < minM) maxM = minM;
 
-  printf("# weave-bench  GEMM + ReduceScatter   %s\n", weave_dtype_name(b.dtype));
-  printf("# M %d..%d (x%.2g)  N %d  K_total %d  ranks %d  B %s  iters %d  warmup %d  check %d\n", minM, maxM, factor,
-         b.N, b.K_total, b.world, b.layout == WEAVE_LAYOUT_ROW ? "[K,N]" : "[N,K]", b.iters, b.warmup, b.check);
-  printf("# rank -> device:");
-  for (int r = 0; r < b.world; ++r) printf(" %d->%d", r, b.devices[r]);
-  printf("\n");
-  if (ndev == 0) {
-    printf("# no CUDA device visible (the driver reports none): printing the plan and roofline only\n");
-    b.M = minM;
-    print_dry(&b);
-    return 0;
-  }
+  /* The variants first: the symmetric heap below is sized for all of them (--tune's included). */
   int all = !strcmp(strategy, "all");
   weave_dtype_t slot_t = !strcmp(slot, "fp32") ? WEAVE_FP32 : b.dtype;
   int want_det = strcmp(reduce, "atomic") != 0, want_atomic = strcmp(reduce, "det") != 0;
@@ -421,6 +444,41 @@ int main(int argc, char **argv) {
     int budget_guess = (sms - (ranks_here > 1 ? ranks_here : 0)) / ranks_here;
     for (int c = 1; c < budget_guess && b.nv < MAX_STRATS + 60; c = c < 4 ? c + 1 : c * 3 / 2)
       add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, budget_guess - c, c);
+  }
+
+  /* All plans of a run are alive at once (round-robin timing), so the symmetric heap must hold every
+   * variant's memory at the largest M: at most world slots of ceil(M/world) x N fp32 each (the
+   * deterministic kernel with fp32 slots; the others need as much or less), +25% and 256 MiB for
+   * flags, control words and alignment. Set before the teams, which read it at creation; a value
+   * the user set wins. */
+  char heap_note[160];
+  const char *heap_env = getenv("WEAVE_HEAP_SIZE");
+  if (heap_env && *heap_env) {
+    snprintf(heap_note, sizeof(heap_note), "%s (WEAVE_HEAP_SIZE as set)", heap_env);
+  } else {
+    double per_variant = (double)b.world * (double)(((long)maxM + b.world - 1) / b.world) * b.N * 4.0;
+    double mib = ceil((b.nv * per_variant * 1.25 + 256.0 * 1048576.0) / 1048576.0);
+    unsigned long long heap_mib = mib < 1024 ? 1024 : (unsigned long long)mib;
+    char val[32];
+    snprintf(val, sizeof(val), "%lluM", heap_mib);
+    setenv("WEAVE_HEAP_SIZE", val, 1);
+    snprintf(heap_note, sizeof(heap_note), "%s (for %d variants at M=%d; set WEAVE_HEAP_SIZE to override)", val, b.nv,
+             maxM);
+  }
+
+  printf("# weave-bench  GEMM + ReduceScatter   %s\n", weave_dtype_name(b.dtype));
+  printf("# M %d..%d (x%.2g)  N %d  K_total %d  ranks %d  B %s  iters %d  warmup %d  check %d\n", minM, maxM, factor,
+         b.N, b.K_total, b.world, b.layout == WEAVE_LAYOUT_ROW ? "[K,N]" : "[N,K]", b.iters, b.warmup, b.check);
+  printf("# rank -> device:");
+  for (int r = 0; r < b.world; ++r) printf(" %d->%d", r, b.devices[r]);
+  printf("\n");
+  printf("# symmetric heap per rank: %s\n", heap_note);
+  printf("# variants timed round-robin (one call of each per iteration), median over iterations of the slowest rank\n");
+  if (ndev == 0) {
+    printf("# no CUDA device visible (the driver reports none): printing the plan and roofline only\n");
+    b.M = minM;
+    print_dry(&b);
+    return 0;
   }
 
   FILE *jf = json ? fopen(json, "w") : NULL;
