@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
-# benchmark tables, a trace picture; logs under $OUT (or ./device-out), at most 8 files.
+# benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
+# bench.log, bench.json, trace_g4.json, trace_g4.png (the device tool brings back at most 8 files).
 # Usage: scripts/device_run.sh [quick|full|san|bench|gemm|trace]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,16 +30,20 @@ for mode in "$@"; do
     bench)
       for g in ${BENCH_G:-1 4 8}; do
         extra=; [ $g = 4 ] && extra="--trace $out/trace_g4.json"
+        echo "=== weave-bench g=$g" >> "$out/bench.log"
         timeout ${BENCH_TIMEOUT:-120} $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 $extra \
-          -J "$out/bench_g$g.json" > "$out/bench_g$g.log" 2>&1
-        echo "bench g=$g rc=$?"; grep -v "^#   " "$out/bench_g$g.log" | grep -v "^# rank ->" | tail -14
+          -J "$out/bench_g$g.json" > "$out/bench_g$g.tmp" 2>&1
+        echo "bench g=$g rc=$?"; grep -v "^#   " "$out/bench_g$g.tmp" | grep -v "^# rank ->" | tail -14
+        cat "$out/bench_g$g.tmp" >> "$out/bench.log"; rm -f "$out/bench_g$g.tmp"
       done
       python3 - "$out" <<'PY'
 import json, sys, glob, os
 out = sys.argv[1]; rows = []
+path = os.path.join(out, "bench.json")
+if os.path.exists(path): rows = json.load(open(path))
 for f in sorted(glob.glob(os.path.join(out, "bench_g*.json"))):
     d = json.load(open(f)); d["file"] = os.path.basename(f); rows.append(d); os.remove(f)
-json.dump(rows, open(os.path.join(out, "bench.json"), "w"), indent=1)
+json.dump(rows, open(path, "w"), indent=1)
 PY
       ;;
     trace)
@@ -48,8 +53,19 @@ PY
       fi
       ;;
     gemm)
-      timeout 200 $b/weave-bench --op gemm -J "$out/bench_gemm.json" > "$out/bench_gemm.log" 2>&1
-      tail -30 "$out/bench_gemm.log"
+      echo "=== weave-bench --op gemm" >> "$out/bench.log"
+      timeout ${GEMM_TIMEOUT:-200} $b/weave-bench --op gemm -J "$out/bench_gemm.json" > "$out/bench_gemm.tmp" 2>&1
+      echo "gemm bench rc=$?"; tail -30 "$out/bench_gemm.tmp"
+      cat "$out/bench_gemm.tmp" >> "$out/bench.log"; rm -f "$out/bench_gemm.tmp"
+      # the GEMM table joins bench.json (at most 8 files come back)
+      python3 - "$out" <<'PY'
+import json, sys, os
+out = sys.argv[1]; path = os.path.join(out, "bench.json"); g = os.path.join(out, "bench_gemm.json")
+rows = json.load(open(path)) if os.path.exists(path) else []
+if os.path.exists(g):
+    d = json.load(open(g)); d["file"] = "bench_gemm.json"; rows.append(d); os.remove(g)
+json.dump(rows, open(path, "w"), indent=1)
+PY
       ;;
   esac
 done

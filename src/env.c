@@ -20,7 +20,8 @@
   X(WEAVE_TIMEOUT_MS, "int", "10000", "bound of every host and device wait, in ms (1..3600000)")   \
   X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                       \
   X(WEAVE_TUNE_FILE, "path", "", "tuning cache written by weave-bench --tune, read by plans")      \
-  X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")
+  X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                 \
+  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)")
 
 typedef struct {
   const char *name, *type, *def, *doc;
@@ -116,6 +117,9 @@ weave_result_t weave_env_load(weave_env_t *env) {
   if (strlen(v) >= sizeof(env->trace))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TRACE is longer than %zu bytes", sizeof(env->trace) - 1);
   strcpy(env->trace, v);
+  v = env_value("WEAVE_TMA_EPILOGUE", "1");
+  if (weave_parse_bool(v, &env->tma_epilogue))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TMA_EPILOGUE='%s': expected 0/1/true/false/yes/no/on/off", v);
   return WEAVE_SUCCESS;
 }
 

@@ -172,6 +172,19 @@ static __device__ __forceinline__ void weave_hg_bulk_wait_all() {
 static __device__ __forceinline__ void weave_hg_st_shared_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
+/* Two adjacent elements of C, cast to E, at a shared address (4 bytes for 16-bit E, 8 for float). */
+template <typename E>
+static __device__ __forceinline__ void weave_hg_st_shared_pair(uint32_t addr, float v0, float v1) {
+  if constexpr (sizeof(E) == 4) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+  } else if constexpr (std::is_same<E, __half>::value) {
+    __half2 h = __floats2half2_rn(v0, v1);
+    weave_hg_st_shared_u32(addr, *(uint32_t *)&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+    weave_hg_st_shared_u32(addr, *(uint32_t *)&h);
+  }
+}
 
 /* Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits. */
 static __device__ __forceinline__ void weave_hg_fence_regs(float *d) {
@@ -262,13 +275,21 @@ static __host__ __device__ __forceinline__ void weave_hgemm_grouped_coords(int s
   *tile_n = r / gm;
 }
 
-/* Optional sink capability (used by the standalone kernel only): a sink that declares
+/* Optional sink capability: a sink that declares
  *   static constexpr bool kWeaveTmaStore = true;
- *   __device__ bool tma_store() const;                       // run time: use it for this call
- *   __device__ const CUtensorMap* c_map() const;             // C [M, N], box {64, 64}, 128B swizzle
- *   __device__ uint32_t pack2(int col, float v0, float v1);  // alpha, bias, cast -> 2 x 16 bit
- * gets its tiles written through WEAVE_HGEMM_EPI_BYTES of smem at smem + WEAVE_HGEMM_EPI_OFFSET and
- * TMA stores, instead of store2 calls. begin/end are still called around each tile. */
+ *   static constexpr bool kWeaveTmaPublish;                  // end() publishes the tile to others
+ *   typedef ... TmaElem;                                     // __nv_bfloat16, __half or float
+ *   __device__ bool tma_store() const;                       // run time, uniform: use it for this call
+ *   __device__ bool tma_issue() const;                       // issuing thread: send (false: drop)
+ *   __device__ const CUtensorMap* c_map() const;             // target of the current tile: box
+ *                                                            // {128 / sizeof(TmaElem), 64}, 128B swizzle
+ *   __device__ int tma_row(int row0) const;                  // map row of C row row0 (current tile)
+ *   __device__ void epi(int col, float& v0, float& v1);      // alpha, bias (in place) before the cast
+ * gets its tiles written through WEAVE_HGEMM_EPI_BYTES of smem at smem + WEAVE_HGEMM_EPI_OFFSET
+ * (the kernel asks for WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES) and TMA stores, instead of store2 calls.
+ * begin/end are still called around each tile. With kWeaveTmaPublish the issuing threads wait for
+ * their stores to complete (cp.async.bulk.wait_group 0, then a proxy fence) before the consumer
+ * barrier that precedes end(), so a release in end() covers the tile's data. */
 template <class S, class = void>
 struct weave_hgemm_sink_tma : std::false_type {};
 template <class S>
@@ -432,29 +453,42 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
-          /* 4 chunks of 64 x 64 through two 8 KiB buffers per warpgroup, 128B-swizzled rows
-           * (conflict-free 4-byte stores), each sent by one TMA store */
+          /* 64-row x 128-byte chunks (64 columns of 2-byte or 32 of 4-byte elements) through two
+           * buffers per warpgroup, 128B-swizzled rows (16-byte unit u of row r at u ^ (r % 8): the
+           * warp's stores spread over all banks), each chunk sent by one TMA store */
+          typedef typename Sink::TmaElem E;
+          constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
+          const int trow = sink.tma_row(m0) + cw * 64;
+          const int pos = (lane & 3) * 2 * EB; /* byte of this thread's pair in an 8-column group */
 #pragma unroll
-          for (int c = 0; c < WEAVE_HGEMM_BN / 64; ++c) {
-            const uint32_t b = ebuf + (c & 1) * 8192;
+          for (int c = 0; c < WEAVE_HGEMM_BN / CC; ++c) {
+            const uint32_t b = ebuf + (c & 1) * WEAVE_HGEMM_EPI_BUF_BYTES;
             if (ltid == 0) weave_hg_bulk_wait_read<1>(); /* the store that used this buffer has read it */
             weave_hg_named_barrier_sync(2 + cw, 128);
 #pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-              const int j = 8 * c + jj;
+            for (int jj = 0; jj < G; ++jj) {
+              const int j = G * c + jj;
               const int col = col0 + 8 * j;
-              const uint32_t off = (uint32_t)((jj ^ (lrow & 7)) * 16 + (lane & 3) * 4);
-              weave_hg_st_shared_u32(b + lrow * 128 + off, sink.pack2(col, acc[4 * j], acc[4 * j + 1]));
-              weave_hg_st_shared_u32(b + (lrow + 8) * 128 + off,
-                                  sink.pack2(col, acc[4 * j + 2], acc[4 * j + 3]));
+              float v0 = acc[4 * j], v1 = acc[4 * j + 1], v2 = acc[4 * j + 2], v3 = acc[4 * j + 3];
+              sink.epi(col, v0, v1);
+              sink.epi(col, v2, v3);
+              const int unit = jj * (EB / 2) + pos / 16;
+              const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
+              weave_hg_st_shared_pair<E>(at, v0, v1);
+              weave_hg_st_shared_pair<E>(at + 8 * 128, v2, v3); /* row + 8: same swizzle phase */
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             weave_hg_named_barrier_sync(2 + cw, 128);
-            if (ltid == 0) {
-              weave_hg_tma_store_2d(sink.c_map(), b, n0 + 64 * c,
-                                 m0 + cw * 64);
+            if (ltid == 0 && sink.tma_issue()) {
+              weave_hg_tma_store_2d(sink.c_map(), b, n0 + CC * c, trow);
               weave_hg_bulk_commit();
+            }
+          }
+          if constexpr (Sink::kWeaveTmaPublish) {
+            if (ltid == 0) { /* the tile's data complete and ordered before end()'s release */
+              weave_hg_bulk_wait_all();
+              asm volatile("fence.proxy.async.global;" ::: "memory");
             }
           }
           done = true;

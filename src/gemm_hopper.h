@@ -40,13 +40,18 @@ extern "C" {
 #define WEAVE_HGEMM_SMEM_BYTES (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES + 2 * WEAVE_HGEMM_STAGES * 8)
 /* Dynamic smem to request when the kernel aligns its own extern buffer up to 1024 bytes. */
 #define WEAVE_HGEMM_SMEM_ALLOC_BYTES (WEAVE_HGEMM_SMEM_BYTES + 1024)
-/* Standalone kernel only: C staging for the TMA-store epilogue (2 warpgroups x 2 x 64x64 x 2 B),
- * placed after the stages and barriers at a 1024-byte boundary. */
+/* TMA-store epilogue (sinks that declare kWeaveTmaStore): C staging, per consumer warpgroup two
+ * buffers of 64 rows x 128 bytes (64 columns of 2-byte or 32 of 4-byte elements), placed after the
+ * stages and barriers at a 1024-byte boundary. A kernel whose sink may store through TMA asks for
+ * WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES. */
 #define WEAVE_HGEMM_EPI_OFFSET (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES + 1024)
-#define WEAVE_HGEMM_EPI_BYTES (2 * 2 * 64 * 64 * 2)
-#define WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES (WEAVE_HGEMM_EPI_OFFSET + WEAVE_HGEMM_EPI_BYTES + 1024)
+#define WEAVE_HGEMM_EPI_ROWS 64
+#define WEAVE_HGEMM_EPI_BUF_BYTES (WEAVE_HGEMM_EPI_ROWS * 128)
+#define WEAVE_HGEMM_EPI_BYTES (2 * 2 * WEAVE_HGEMM_EPI_BUF_BYTES)
+#define WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES (WEAVE_HGEMM_EPI_OFFSET + WEAVE_HGEMM_EPI_BYTES + 1024)
+#define WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES
 /* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads); the
- * standalone TMA-store epilogue also uses ids 2 and 3 (128 threads each). */
+ * TMA-store epilogue also uses ids 2 and 3 (128 threads each). */
 #define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
 /* Default tile-row group of the standalone kernel's grouped tile order. */
 #define WEAVE_HGEMM_GROUP_M 8
@@ -81,6 +86,13 @@ typedef struct {
 int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
                                   const void *A, const void *B, WeaveHopperGemmParams *params,
                                   char *errmsg, size_t errlen);
+
+/* Tensor map for the TMA-store epilogue: a row-major [rows, cols] matrix of `elem` (bf16, fp16 or
+ * fp32) at `base` with `pitch` bytes per row, box = one staging buffer (128 bytes x 64 rows), 128B
+ * swizzle. base and pitch must be 16-byte aligned. Stores outside [rows, cols] are dropped by the TMA
+ * unit, which is how partial tiles (and tiles that cross an owner's last row) are clipped. */
+int weave_hopper_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
+                                  uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond

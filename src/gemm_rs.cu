@@ -8,7 +8,9 @@
  *        (o pushed done[o] = epoch-1 into this rank's control words) -- the credit that lets slots
  *        be reused without a reset;
  *     2. write the partial tile straight into o's memory:
- *          deterministic: o's slot for this source rank (slot dtype), plain stores;
+ *          deterministic: o's slot for this source rank (slot dtype): TMA stores from a swizzled
+ *                         smem staging buffer (Hopper role, rows of 16-byte multiples), waited for
+ *                         with cp.async.bulk.wait_group 0 + fence.proxy.async; else plain stores;
  *          atomic:        o's fp32 accumulator, red.relaxed.sys.add (v2 where aligned);
  *     3. block barrier, then one thread publishes with a release atomic at system scope:
  *          deterministic: flags_o[rank][tile] <- epoch      (atom.release.sys.exch)
@@ -164,6 +166,16 @@ struct weave_owner_walk {
 };
 
 template <typename S> struct weave_slot_sink : weave_owner_walk {
+  /* TMA-store epilogue (gemm_hopper.cuh): the tile goes to o's slot through slot_map[o], clipped
+   * at o's last row by the map; the role waits for the stores before end() publishes. */
+  static constexpr bool kWeaveTmaStore = true;
+  static constexpr bool kWeaveTmaPublish = true;
+  typedef S TmaElem;
+  __device__ bool tma_store() const { return p->tma_slots != 0; }
+  __device__ bool tma_issue() const { return !dead; }
+  __device__ const CUtensorMap *c_map() const { return &p->slot_map[owner]; }
+  __device__ int tma_row(int row0) const { return row0 - row_begin; }
+  __device__ void epi(int, float &, float &) {} /* raw partials: alpha and bias are the owner's */
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;
@@ -406,7 +418,8 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel
  * launchers
  * ---------------------------------------------------------------------------------------------- */
 static size_t weave_gemm_smem(int dtype, bool hopper) {
-  if (hopper) return (size_t)WEAVE_HGEMM_SMEM_ALLOC_BYTES;
+  /* the fused Hopper kernel always has room for the TMA-store staging (one block per SM either way) */
+  if (hopper) return (size_t)WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
   return dtype == WEAVE_FP32 ? (size_t)2 * WEAVE_SIMT_BK * WEAVE_MMA_BM * sizeof(float) : (size_t)WEAVE_MMA_SMEM;
 }
 

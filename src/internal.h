@@ -37,6 +37,7 @@ typedef struct {
   int info;
   char tune_file[512];
   char trace[512];
+  int tma_epilogue;
 } weave_env_t;
 
 /* Reads every WEAVE_* variable (at each team/plan creation); a bad value is WEAVE_ERROR_ENV (message in

@@ -48,6 +48,9 @@ typedef struct {
   unsigned *trace_count;
   unsigned trace_cap;
   WeaveHopperGemmParams hg; /* tensor maps of this call's A and B (hopper only) */
+  int tma_slots;   /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
+  /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
+  CUtensorMap slot_map[WEAVE_MAX_WORLD];
 } weave_fused_params_t;
 
 /* The GEMM role a shape can use: the Hopper role (TMA + wgmma) needs 16-bit inputs and 16-byte

@@ -252,6 +252,24 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   fp->data = (char *)p->mem + head;
   fp->gemm_blocks = p->gemm_blocks;
   fp->comm_blocks = p->comm_blocks;
+  /* TMA-store epilogue: one store map per owner onto this rank's slot in that owner's heap (the
+   * addresses are fixed for the plan's life). Rows of 16-byte multiples, every owner non-empty. */
+  if (p->hopper && desc->reduce == WEAVE_REDUCE_DETERMINISTIC && env.tma_epilogue && M >= team->world &&
+      ((size_t)N * slot_bytes) % 16 == 0) {
+    int ok = 1;
+    for (int o = 0; o < team->world && ok; ++o) {
+      int rb, rows;
+      void *slot = NULL;
+      char msg[256];
+      weave_split_rows_of(M, team->world, o, &rb, &rows);
+      ok = weave_ptr(team, (char *)fp->data + (size_t)team->rank * p->rows_cap * N * slot_bytes, o, &slot) ==
+               WEAVE_SUCCESS &&
+           weave_hopper_encode_store_map(&fp->slot_map[o], p->slot_dtype, slot, (uint64_t)N, (uint64_t)rows,
+                                         (uint64_t)N * slot_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
+      if (!ok) weave_log(WEAVE_LOG_WARN, team, "plan: no TMA store map for owner %d (%s): plain stores", o, msg);
+    }
+    fp->tma_slots = ok; /* every rank decides alike: same shape, same heap layout */
+  }
   snprintf(p->trace_path, sizeof(p->trace_path), "%s", env.trace);
   if ((desc->trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED) {
     /* One GEMM event per tile of the walk, WAIT + REDUCE per owned tile, and room to spare. */
@@ -266,9 +284,10 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
       fp->trace_cap = p->trace_cap;
     }
   }
-  weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes",
+  weave_log(WEAVE_LOG_INFO, team,
+            "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes, %s epilogue",
             M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
-            p->budget, p->mem_bytes);
+            p->budget, p->mem_bytes, fp->tma_slots ? "TMA-store" : "register-store");
   *plan_out = p;
   return WEAVE_SUCCESS;
 }

@@ -112,7 +112,8 @@ static void test_parse_bool_level(void) {
 }
 
 static const char *const vars[] = {"WEAVE_DEBUG", "WEAVE_HEAP_SIZE", "WEAVE_TIMEOUT_MS",
-                                   "WEAVE_INFO",  "WEAVE_TUNE_FILE", "WEAVE_TRACE"};
+                                   "WEAVE_INFO",  "WEAVE_TUNE_FILE", "WEAVE_TRACE",
+                                   "WEAVE_TMA_EPILOGUE"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -128,6 +129,7 @@ static void test_env_load(void) {
   CHECK(env.timeout_ms == 10000);
   CHECK(env.info == 0);
   CHECK(env.tune_file[0] == '\0' && env.trace[0] == '\0');
+  CHECK(env.tma_epilogue == 1);
 
   /* Empty values are the defaults too. */
   for (int i = 0; i < NVARS; ++i) setenv(vars[i], "", 1);
@@ -140,7 +142,9 @@ static void test_env_load(void) {
   setenv("WEAVE_INFO", "yes", 1);
   setenv("WEAVE_TUNE_FILE", "/tmp/weave.tune", 1);
   setenv("WEAVE_TRACE", "/tmp/trace.json", 1);
+  setenv("WEAVE_TMA_EPILOGUE", "off", 1);
   CHECK(weave_env_load(&env) == WEAVE_SUCCESS);
+  CHECK(env.tma_epilogue == 0);
   CHECK(env.debug == WEAVE_LOG_TRACE);
   CHECK(env.heap_size == (512ull << 20));
   CHECK(env.timeout_ms == 250);
@@ -169,7 +173,7 @@ static void test_env_load(void) {
       {"WEAVE_TIMEOUT_MS", "-5"},     {"WEAVE_TIMEOUT_MS", "3600001"},
       {"WEAVE_TIMEOUT_MS", "10s"},    {"WEAVE_INFO", "maybe"},
       {"WEAVE_INFO", "2"},            {"WEAVE_TUNE_FILE", NULL},
-      {"WEAVE_TRACE", NULL},
+      {"WEAVE_TRACE", NULL},          {"WEAVE_TMA_EPILOGUE", "2"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     const char *value = bad[i].value ? bad[i].value : longpath;
