@@ -411,7 +411,9 @@ int main(int argc, char **argv) {
   int ndev = harness_device_count();
   if (!ndev_list)
     for (int r = 0; r < b.world; ++r) b.devices[r] = ndev ? r % ndev : 0;
-  if (minM == 0) minM = maxM = b.M;
+  /* -b/-e default to -M: "-e 16384" alone sweeps from -M up, "-b 1024" alone from there up to -M */
+  if (minM == 0) minM = maxM ? (maxM < b.M ? maxM : b.M) : b.M;
+  if (maxM == 0) maxM = minM > b.M ? minM : b.M;
   if (maxM < minM) maxM = minM;
 
   /* The variants first: the symmetric heap below is sized for all of them (--tune's included). */
