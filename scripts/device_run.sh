@@ -30,6 +30,7 @@ for mode in "$@"; do
     bench)
       for g in ${BENCH_G:-1 4 8}; do
         extra=; [ $g = 4 ] && extra="--trace $out/trace_g4.json"
+        [ $g = 1 ] && extra="--trace /tmp/weave_trace_g1.json" # its per-rank summary lands in bench.log
         echo "=== weave-bench g=$g" >> "$out/bench.log"
         timeout ${BENCH_TIMEOUT:-120} $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 $extra \
           -J "$out/bench_g$g.json" > "$out/bench_g$g.tmp" 2>&1

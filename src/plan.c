@@ -196,9 +196,9 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
       flags = (size_t)team->world * p->tiles_cap * 4;
       data = (size_t)team->world * p->rows_cap * N * slot_bytes;
     }
-  } else {
+  } else if (team->world > 1) {
     data = (size_t)M * N * slot_bytes;
-  }
+  } /* one rank: baseline and bulk write C_out directly (the reduce-scatter of one rank is a copy) */
   size_t head = sizeof(weave_plan_ctl_t) + (flags + 255) / 256 * 256;
   p->mem_bytes = head + data;
   if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
@@ -337,6 +337,21 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
     err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->desc.dtype, bias, stream) : 0;
     if (err) return cuda_fail(team, err, "weave_gemm_rs_execute: bias");
     return WEAVE_SUCCESS;
+  }
+  if (team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED) {
+    /* One rank owns every row: the GEMM itself is the answer. The strongest baseline is cuBLASLt
+     * straight into C_out, and bulk is weave's GEMM straight into C_out; only the fused kernel runs
+     * its protocol (to measure its overhead against the same GEMM alone). */
+    if (p->strategy == WEAVE_STRATEGY_BULK) {
+      char msg[256] = "";
+      weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
+                                              bias, C_out, p->desc.dtype, p->gemm_blocks, stream, msg, sizeof(msg));
+      return rc == WEAVE_SUCCESS ? rc : weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);
+    }
+    if (weave_lt_run(p->lt, p->desc.alpha, A, B, C_out, stream) != WEAVE_SUCCESS)
+      return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
+    err = bias ? weave_launch_add_bias(C_out, p->M, p->N, p->desc.dtype, bias, stream) : 0;
+    return err ? cuda_fail(team, err, "weave_gemm_rs_execute: bias") : WEAVE_SUCCESS;
   }
   if (p->trace && cudaMemsetAsync(fp.trace_count, 0, sizeof(unsigned), (cudaStream_t)stream) != cudaSuccess)
     return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: clearing the trace counter");
