@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
-# bench.log, bench.json, trace_g4.json, trace_g4.png (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|san|bench|gemm|trace]...
+# bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
+# Usage: scripts/device_run.sh [quick|full|san|tune|bench|gemm|trace]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -27,12 +27,22 @@ for mode in "$@"; do
       done
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases passed" "$log"
       ;;
+    tune) # sweep strategies and the fused split per world; the winners go to $out/weave.tune, which
+          # later modes of this batch read (AUTO and the fused split come from it)
+      export WEAVE_TUNE_FILE=$out/weave.tune
+      for g in ${BENCH_G:-1 4 8}; do
+        echo "=== weave-bench --tune g=$g" >> "$out/bench.log"
+        timeout ${BENCH_TIMEOUT:-120} $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --tune -n 10 -w 3 -c 1 \
+          >> "$out/bench.log" 2>&1
+        echo "tune g=$g rc=$?"; grep "^# tune" "$out/bench.log" | tail -1
+      done
+      ;;
     bench)
       for g in ${BENCH_G:-1 4 8}; do
         extra=; [ $g = 4 ] && extra="--trace $out/trace_g4.json"
         [ $g = 1 ] && extra="--trace /tmp/weave_trace_g1.json" # its per-rank summary lands in bench.log
         echo "=== weave-bench g=$g" >> "$out/bench.log"
-        timeout ${BENCH_TIMEOUT:-120} $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n 20 -w 5 -c 1 $extra \
+        timeout ${BENCH_TIMEOUT:-120} $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d bf16 --strategy all -n ${BENCH_N:-20} -w 5 -c 1 $extra \
           -J "$out/bench_g$g.json" > "$out/bench_g$g.tmp" 2>&1
         echo "bench g=$g rc=$?"; grep -v "^#   " "$out/bench_g$g.tmp" | grep -v "^# rank ->" | tail -14
         cat "$out/bench_g$g.tmp" >> "$out/bench.log"; rm -f "$out/bench_g$g.tmp"

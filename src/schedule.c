@@ -38,13 +38,14 @@ void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_by
                                     int blocks_per_sm, int budget, weave_split_inputs_t *in) {
   /* Calibrated on the H200 (2026-12-02): weave's TMA + wgmma GEMM sustains ~0.72 of 4096 dense
    * 16-bit FLOP/clock/SM at the maximum clock (~780 TFLOP/s on 132 SMs); a communication block
-   * reduces ~19 GB/s (trace of 4 ranks: 168 MB per rank over 2 blocks busy 4.4 ms each), about half
-   * of an even share of HBM bandwidth. */
+   * moves ~15-19 GB/s (traces: 1 rank 268 MB over 3 blocks busy 6.1 ms, 4 ranks 168 MB per rank
+   * over 2 blocks busy 4.4 ms), 0.45 of an even share of HBM bandwidth. With these rates the model
+   * picks the splits --tune measured best at 1, 4 and 8 ranks (4, 2, 2 blocks). */
   double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.72) * clock_hz;
   if (blocks_per_sm < 1) blocks_per_sm = 1;
   in->blocks = budget;
   in->flops_per_block = sm_flops / blocks_per_sm;
-  in->bytes_per_block = 0.5 * hbm_bytes_per_s / (sm_count > 0 ? sm_count : 1) / blocks_per_sm;
+  in->bytes_per_block = 0.45 * hbm_bytes_per_s / (sm_count > 0 ? sm_count : 1) / blocks_per_sm;
 }
 
 int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes) {

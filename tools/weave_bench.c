@@ -59,6 +59,7 @@ typedef struct {
   /* results, filled by the ranks */
   double ms[MAX_STRATS + 64][WEAVE_MAX_WORLD][256];
   long wrong[MAX_STRATS + 64];
+  double relerr[MAX_STRATS + 64]; /* largest ||got - ref|| / ||ref|| (fp64 reference) over the checked rows */
   int failed[MAX_STRATS + 64];
   weave_gemm_rs_info_t info[MAX_STRATS + 64][WEAVE_MAX_WORLD];
   double gemm_alone_ms[WEAVE_MAX_WORLD][256]; /* cuBLASLt-free reference: weave_gemm alone, all blocks */
@@ -244,14 +245,17 @@ static int rank_fn(harness_rank_t *hr) {
       }
       harness_download(hC, dC, (size_t)rows * b->N * e);
       long wrong = 0;
+      double relerr = 0;
       for (int i = 0; i < 3 && rcnt > 0; ++i) {
         weave_check_t chk;
         weave_check_result(b->dtype, hC + (size_t)rbeg[i] * b->N * e, ref + (size_t)i * rcnt * b->N,
                            (size_t)rcnt * b->N, atol, rtol, &chk);
         wrong += (long)chk.wrong;
+        if (!(chk.rel_err <= relerr)) relerr = chk.rel_err; /* NaN sticks */
       }
       pthread_mutex_lock(&b->mu);
       b->wrong[vi] += wrong + bad;
+      if (!(relerr <= b->relerr[vi])) b->relerr[vi] = relerr;
       if (bad) b->failed[vi] = 1;
       pthread_mutex_unlock(&b->mu);
     }
@@ -495,6 +499,7 @@ int main(int argc, char **argv) {
   for (long M = minM; M <= maxM; M = (long)ceil(M * factor)) {
     b.M = (int)M;
     memset(b.wrong, 0, sizeof(b.wrong));
+    memset(b.relerr, 0, sizeof(b.relerr));
     memset(b.failed, 0, sizeof(b.failed));
     pthread_mutex_init(&b.mu, NULL);
     b.seed = harness_seed();
@@ -517,8 +522,8 @@ int main(int argc, char **argv) {
     double t_base = call_median(b.ms[0], b.world, n);
     printf("# %s, %d SMs, %d rank(s) on %d GPU(s); weave_gemm alone (K_local, all blocks): %.3f ms\n", b.device_name,
            b.sm_count, b.world, gpus, t_gemm);
-    printf("#%8s %-18s %6s %6s %10s %10s %9s %9s %8s %8s\n", "M", "strategy", "gemm", "comm", "time(ms)", "TFLOP/s",
-           "algbw", "busbw", "#wrong", "speedup");
+    printf("#%8s %-18s %6s %6s %10s %10s %9s %9s %8s %8s %9s\n", "M", "strategy", "gemm", "comm", "time(ms)",
+           "TFLOP/s", "algbw", "busbw", "#wrong", "speedup", b.check ? "relerr" : "");
     double best = 1e30;
     int best_v = 0;
     for (int vi = 0; vi < b.nv; ++vi) {
@@ -531,8 +536,10 @@ int main(int argc, char **argv) {
       double tf = flops / gpus / (t * 1e-3) / 1e12;
       double algbw = (double)b.M * b.N * weave_dtype_size(b.dtype) / (t * 1e-3) / 1e9;
       double busbw = algbw * (b.world - 1) / b.world;
-      printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx\n", b.M, b.v[vi].label,
+      printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b.M, b.v[vi].label,
              b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t, tf, algbw, busbw, b.wrong[vi], t_base / t);
+      if (b.check) printf(" %9.2e", b.relerr[vi]);
+      printf("\n");
       total_wrong += b.wrong[vi];
       if (b.v[vi].strategy != WEAVE_STRATEGY_AUTO && t < best) {
         best = t;
@@ -542,9 +549,9 @@ int main(int argc, char **argv) {
         fprintf(jf,
                 "%s{\"M\":%d,\"strategy\":\"%s\",\"gemm_blocks\":%d,\"comm_blocks\":%d,\"time_ms\":%.5f,"
                 "\"tflops_per_gpu\":%.2f,\"algbw_GBps\":%.2f,\"busbw_GBps\":%.2f,\"wrong\":%ld,\"speedup\":%.4f,"
-                "\"gemm_alone_ms\":%.5f,\"device\":\"%s\",\"gpus\":%d}",
+                "\"rel_err\":%.3e,\"gemm_alone_ms\":%.5f,\"device\":\"%s\",\"gpus\":%d}",
                 first_row ? "" : ",\n", b.M, b.v[vi].label, b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t,
-                tf, algbw, busbw, b.wrong[vi], t_base / t, t_gemm, b.device_name, gpus);
+                tf, algbw, busbw, b.wrong[vi], t_base / t, b.relerr[vi], t_gemm, b.device_name, gpus);
       first_row = 0;
     }
     if (b.trace_path && b.tcount[0]) {
