@@ -2,7 +2,8 @@
  * GPU tests of GEMM + ReduceScatter, with 1, 2, 4 and 8 ranks sharing the visible GPU(s):
  *   - every strategy x reduction x slot dtype x dtype x B layout on a shape with tails
  *     (M=1000, N=1000, K_local=300) against the fp64 CPU reference, alpha and bias included;
- *   - 8192 x 8192 x 1024 (per rank) against fp64 on sampled row ranges;
+ *   - 8192 x 8192 x 1024 (per rank) against fp64 on sampled row ranges and, every row, against cuBLASLt
+ *     over the gathered K;
  *   - 1000 back-to-back calls on one plan, every result checked, no reset;
  *   - deterministic mode bitwise identical over 20 runs;
  *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works.
@@ -35,7 +36,7 @@ typedef struct {
   int ndescs;
   int calls;         /* executes per plan, each checked */
   int bitwise;       /* also require bitwise equality across calls */
-  int sample;        /* check only 3 ranges of 4 rows per rank */
+  int sample;        /* fp64 on 3 ranges of 4 rows per rank, every row against cuBLASLt */
   int skip_rank;     /* this rank never executes: the others must time out */
   /* host data */
   void *A[WEAVE_MAX_WORLD], *B[WEAVE_MAX_WORLD], *bias;
@@ -108,6 +109,13 @@ static int rank_fn(harness_rank_t *hr) {
   }
   double atol, rtol;
   weave_tolerance(c->dtype, c->K * world, &atol, &rtol);
+  /* Sampled shapes: every row is checked too, against cuBLASLt over the gathered K. */
+  double *ref_all = NULL;
+  if (c->sample) {
+    ref_all = harness_ref_rows_lt(c->N, c->K, world, c->dtype, c->layout, c->alpha, As, Bs,
+                                  c->has_bias ? c->bias : NULL, row_begin, rows);
+    if (!ref_all) fail(c, r, "reference", "cuBLASLt over the gathered K could not run");
+  }
 
   for (int di = 0; di < c->ndescs; ++di) {
     weave_gemm_rs_desc_t d = c->descs[di];
@@ -187,6 +195,19 @@ static int rank_fn(harness_rank_t *hr) {
           break;
         }
       }
+      if (ref_all) {
+        weave_check_t chk;
+        weave_check_result(c->dtype, hC, ref_all, (size_t)rows * c->N, atol, rtol, &chk);
+        if (chk.wrong) {
+          size_t fb = chk.first_bad;
+          snprintf(msg, sizeof(msg),
+                   "call %d: %zu wrong (%zu non-finite) of all %d x %d rows vs cuBLASLt, rel err %.3g, first bad row %d "
+                   "col %d: got %g want %g",
+                   call, chk.wrong, chk.nonfinite, rows, c->N, chk.rel_err, row_begin + (int)(fb / c->N),
+                   (int)(fb % c->N), weave_host_get(c->dtype, hC, fb), ref_all[fb]);
+          fail(c, r, dn, msg);
+        }
+      }
       if (c->bitwise) {
         if (call == 0) memcpy(first, hC, (size_t)rows * c->N * e);
         else if (memcmp(first, hC, (size_t)rows * c->N * e) != 0) {
@@ -200,6 +221,7 @@ static int rank_fn(harness_rank_t *hr) {
     if (rc != WEAVE_SUCCESS) fail(c, r, "plan destroy", weave_get_last_error(hr->team));
   }
   for (int i = 0; i < nr; ++i) free(ref[i]);
+  free(ref_all);
   free(hC);
   free(first);
   harness_dev_free(dA);

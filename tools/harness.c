@@ -160,3 +160,71 @@ uint64_t harness_seed(void) {
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
 }
+
+/* ------------------------------------------------------------------------------------------------
+ * Full check of a rank's rows against cuBLASLt over the gathered K
+ * ---------------------------------------------------------------------------------------------- */
+#include "lt.h"
+#include "plan_math.h"
+#include "reference.h"
+
+double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layout_t lay, float alpha,
+                            const void *const *A, const void *const *B, const void *bias, int row_begin, int rows) {
+  if (rows <= 0) return (double *)malloc(sizeof(double));
+  const size_t e = weave_dtype_size(t), Kt = (size_t)K * world;
+  /* A_cat[rows, Kt]: this rank's rows of every A_s side by side; B_cat: the B_s stacked along K
+   * ([Kt, N] row-major for ROW, [N, Kt] for COL). */
+  unsigned char *a = (unsigned char *)malloc((size_t)rows * Kt * e), *b = (unsigned char *)malloc(Kt * N * e);
+  float *c = (float *)malloc(sizeof(float) * (size_t)rows * N);
+  double *ref = (double *)malloc(sizeof(double) * (size_t)rows * N);
+  int ok = 0;
+  if (!a || !b || !c || !ref) goto out;
+  for (int i = 0; i < rows; ++i)
+    for (int s = 0; s < world; ++s)
+      memcpy(a + ((size_t)i * Kt + (size_t)s * K) * e, (const unsigned char *)A[s] + (size_t)(row_begin + i) * K * e,
+             (size_t)K * e);
+  for (int s = 0; s < world; ++s) {
+    if (lay == WEAVE_LAYOUT_ROW)
+      memcpy(b + (size_t)s * K * N * e, B[s], (size_t)K * N * e);
+    else
+      for (int n = 0; n < N; ++n)
+        memcpy(b + ((size_t)n * Kt + (size_t)s * K) * e, (const unsigned char *)B[s] + (size_t)n * K * e,
+               (size_t)K * e);
+  }
+  weave_lt_t *lt = NULL;
+  char msg[256];
+  if (weave_lt_create(rows, N, (int)Kt, t, WEAVE_FP32, lay, 0, &lt, msg, sizeof(msg)) != WEAVE_SUCCESS) {
+    fprintf(stderr, "harness: cuBLASLt reference: %s\n", msg);
+    goto out;
+  }
+  void *dA = harness_dev_alloc((size_t)rows * Kt * e), *dB = harness_dev_alloc(Kt * N * e);
+  void *dC = harness_dev_alloc(sizeof(float) * (size_t)rows * N);
+  harness_upload(dA, a, (size_t)rows * Kt * e);
+  harness_upload(dB, b, Kt * N * e);
+  weave_result_t rc = weave_lt_run(lt, alpha, dA, dB, dC, NULL);
+  HCUDA(cudaDeviceSynchronize());
+  harness_download(c, dC, sizeof(float) * (size_t)rows * N);
+  harness_dev_free(dA);
+  harness_dev_free(dB);
+  harness_dev_free(dC);
+  weave_lt_destroy(lt);
+  if (rc != WEAVE_SUCCESS) {
+    fprintf(stderr, "harness: cuBLASLt reference run failed\n");
+    goto out;
+  }
+  for (size_t i = 0; i < (size_t)rows * N; ++i) {
+    double v = c[i];
+    if (bias) v += weave_host_get(t, bias, i % (size_t)N);
+    ref[i] = v;
+  }
+  ok = 1;
+out:
+  free(a);
+  free(b);
+  free(c);
+  if (!ok) {
+    free(ref);
+    ref = NULL;
+  }
+  return ref;
+}

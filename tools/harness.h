@@ -46,6 +46,13 @@ void harness_timer_stop(harness_timer_t *t, weave_stream_t s);
 float harness_timer_ms(harness_timer_t *t); /* synchronizes */
 void harness_timer_destroy(harness_timer_t *t);
 
+/* Reference for every one of this rank's rows of C, for large shapes where the fp64 CPU reference can
+ * only sample rows: cuBLASLt over the gathered K (A_cat = this rank's rows of all A_s side by side,
+ * B_cat = the B_s stacked along K), fp32 output, alpha applied, bias added in fp64. Returns a malloc'd
+ * [rows, N] array for weave_check_result, or NULL (message on stderr) if it could not run. */
+double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layout_t lay, float alpha,
+                            const void *const *A, const void *const *B, const void *bias, int row_begin, int rows);
+
 double harness_median(double *v, int n); /* sorts v */
 uint64_t harness_seed(void);             /* fresh per process (time and pid) unless WEAVE_TEST_SEED */
 

@@ -7,8 +7,10 @@
  * K is the total reduction length (K_local = K / ranks). Rows: one per strategy (baseline first),
  * median time over -n timed calls after -w warm-ups (each call: max over ranks; the variants are
  * timed round-robin, one call of each per iteration, so drift hits them alike), TFLOP/s per GPU,
- * reduce-scatter algbw/busbw, #wrong from the validated call, speed-up over the baseline measured in
- * the same run. Inputs: random, several sets rotated so the working set exceeds twice the L2.
+ * reduce-scatter algbw/busbw, #wrong from the validated call (-c 1: output poisoned first; 3 ranges
+ * of 4 rows per rank against the fp64 CPU reference, and every row against cuBLASLt over the gathered
+ * K), speed-up over the baseline measured in the same run, relerr (largest relative Frobenius error
+ * of those checks). Inputs: random, several sets rotated so the working set exceeds twice the L2.
  * Without a GPU it prints the plan and the roofline for H100/H200 and exits 0.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -181,8 +183,9 @@ static int rank_fn(harness_rank_t *hr) {
   int n = b->iters < 256 ? b->iters : 256;
 
   /* Reference for the check: set 0 of every rank is needed; every rank regenerates the others' set 0
-   * on the host (cheap next to the fp64 product) and checks 3 ranges of 4 of its rows. */
-  double *ref = NULL;
+   * on the host (cheap next to the fp64 product) and checks 3 ranges of 4 of its rows in fp64, and
+   * every one of its rows against cuBLASLt over the gathered K (fp32 output). */
+  double *ref = NULL, *ref_full = NULL;
   int rbeg[3] = {0, rows / 2, rows > 4 ? rows - 4 : 0}, rcnt = rows < 4 ? rows : 4;
   if (b->check) {
     void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
@@ -196,6 +199,9 @@ static int rank_fn(harness_rank_t *hr) {
     for (int i = 0; i < 3; ++i)
       weave_ref_gemm_rs(b->M, b->N, K, world, b->dtype, b->layout, 1.0, (const void *const *)As,
                         (const void *const *)Bs, NULL, rb + rbeg[i], rcnt, ref + (size_t)i * rcnt * b->N);
+    ref_full = harness_ref_rows_lt(b->N, K, world, b->dtype, b->layout, 1.0f, (const void *const *)As,
+                                   (const void *const *)Bs, NULL, rb, rows);
+    if (!ref_full) fprintf(stderr, "rank %d: no cuBLASLt reference: every variant counts as wrong\n", r);
     for (int s = 0; s < world; ++s) {
       free(As[s]);
       free(Bs[s]);
@@ -252,6 +258,14 @@ static int rank_fn(harness_rank_t *hr) {
                            (size_t)rcnt * b->N, atol, rtol, &chk);
         wrong += (long)chk.wrong;
         if (!(chk.rel_err <= relerr)) relerr = chk.rel_err; /* NaN sticks */
+      }
+      if (ref_full) { /* all rows */
+        weave_check_t chk;
+        weave_check_result(b->dtype, hC, ref_full, (size_t)rows * b->N, atol, rtol, &chk);
+        wrong += (long)chk.wrong;
+        if (!(chk.rel_err <= relerr)) relerr = chk.rel_err;
+      } else {
+        wrong += 1;
       }
       pthread_mutex_lock(&b->mu);
       b->wrong[vi] += wrong + bad;
@@ -324,6 +338,7 @@ static int rank_fn(harness_rank_t *hr) {
   free(hB);
   free(hC);
   free(ref);
+  free(ref_full);
   return 0;
 }
 
