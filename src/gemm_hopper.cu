@@ -60,7 +60,6 @@ struct WeaveHgemmStandaloneSink {
   __device__ __forceinline__ bool tma_issue() const { return true; }
   __device__ __forceinline__ const CUtensorMap *c_map() const { return cmap; }
   __device__ __forceinline__ int tma_row(int row0) const { return row0; }
-  __device__ __forceinline__ void issued(int) {}
   __device__ __forceinline__ float bias_at(int col) {
     if (DT == WEAVE_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.bias)[col]);
     return __half2float(((const __half *)a.bias)[col]);

@@ -285,34 +285,16 @@ static __host__ __device__ __forceinline__ void weave_hgemm_grouped_coords(int s
  *                                                            // {128 / sizeof(TmaElem), 64}, 128B swizzle
  *   __device__ int tma_row(int row0) const;                  // map row of C row row0 (current tile)
  *   __device__ void epi(int col, float& v0, float& v1);      // alpha, bias (in place) before the cast
- *   __device__ void issued(int seq);                         // the end() thread: tile computed and
- *                                                            // its stores issued (tracing)
  * gets its tiles written through WEAVE_HGEMM_EPI_BYTES of smem at smem + WEAVE_HGEMM_EPI_OFFSET
  * (the kernel asks for WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES) and TMA stores, instead of store2 calls.
- * begin/end are still called around each tile. With kWeaveTmaPublish, end(seq) comes one tile
- * late: in the next tile's epilogue each issuing thread completes its stores (cp.async.bulk.wait_group
- * 0, then a proxy fence) before its first chunk, the consumers meet after the chunks, and end(seq)
- * runs (after the last tile: at once), so a release in end() covers the tile's data while the
- * completion wait overlaps the next main loop.
- * end(seq) must therefore not rely on state set by coords() (a later tile's coords() has run). */
+ * begin/end are still called around each tile. With kWeaveTmaPublish the issuing threads wait for
+ * their stores to complete (cp.async.bulk.wait_group 0, then a proxy fence) before the consumer
+ * barrier that precedes end(), so a release in end() covers the tile's data. */
 template <class S, class = void>
 struct weave_hgemm_sink_tma : std::false_type {};
 template <class S>
 struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
     : std::integral_constant<bool, S::kWeaveTmaStore> {};
-
-/* Completes the TMA stores of tile `seq` (each warpgroup's issuing thread: wait_group 0, then a
- * proxy fence so that the async-proxy writes are ordered before generic-proxy operations), then the
- * 256 consumer threads meet and one thread calls end(seq), whose release covers the tile. */
-template <class Sink>
-__device__ __forceinline__ void weave_hg_publish_pending(Sink &sink, int seq, int tid, int ltid) {
-  if (ltid == 0) {
-    weave_hg_bulk_wait_all();
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-  }
-  weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-  if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
-}
 
 /* ---------------------------------------------------------------------------------------------
  * The role, for one (dtype, B layout, cluster size).
@@ -413,7 +395,6 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     float acc[128];
     int stage = 0;
     uint32_t phase = 0;
-    int pend = -1; /* kWeaveTmaPublish: the tile whose TMA stores are in flight, published one tile late */
     for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
       int m0, n0;
       sink.coords(seq, &m0, &n0);
@@ -483,16 +464,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
 #pragma unroll
           for (int c = 0; c < WEAVE_HGEMM_BN / CC; ++c) {
             const uint32_t b = ebuf + (c & 1) * WEAVE_HGEMM_EPI_BUF_BYTES;
-            if (ltid == 0) {
-              if (Sink::kWeaveTmaPublish && c == 0) {
-                /* The previous tile's stores had this tile's main loop to land: complete them and
-                 * order them before generic-proxy operations; that tile is published below. */
-                weave_hg_bulk_wait_all();
-                asm volatile("fence.proxy.async.global;" ::: "memory");
-              } else {
-                weave_hg_bulk_wait_read<1>(); /* the store that used this buffer has read it */
-              }
-            }
+            if (ltid == 0) weave_hg_bulk_wait_read<1>(); /* the store that used this buffer has read it */
             weave_hg_named_barrier_sync(2 + cw, 128);
 #pragma unroll
             for (int jj = 0; jj < G; ++jj) {
@@ -514,17 +486,10 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
             }
           }
           if constexpr (Sink::kWeaveTmaPublish) {
-            /* Both warpgroups are past chunk 0, so the previous tile's stores are complete: publish
-             * it (the accumulators are dead here: no register pressure); this tile's stores land
-             * during the next main loop and it is published after that. */
-            weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-            if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) {
-              if (pend >= 0) sink.end(pend);
-              sink.issued(seq);
+            if (ltid == 0) { /* the tile's data complete and ordered before end()'s release */
+              weave_hg_bulk_wait_all();
+              asm volatile("fence.proxy.async.global;" ::: "memory");
             }
-            pend = seq;
-          } else if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) {
-            sink.issued(seq);
           }
           done = true;
         }
@@ -539,18 +504,10 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
           }
         }
       }
-      if (pend != seq) { /* stored from registers (or a sink that publishes nothing): end it now */
-        weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-        if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) {
-          if constexpr (weave_hgemm_sink_tma<Sink>::value) {
-            if (!done) sink.issued(seq);
-          }
-          sink.end(seq);
-        }
-      }
+      weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
+      if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
     }
     if constexpr (weave_hgemm_sink_tma<Sink>::value) {
-      if (pend >= 0) weave_hg_publish_pending(sink, pend, tid, ltid); /* the last tile, now */
       if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
     }
   }

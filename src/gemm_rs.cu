@@ -12,8 +12,7 @@
  *                         smem staging buffer (Hopper role, rows of 16-byte multiples), waited for
  *                         with cp.async.bulk.wait_group 0 + fence.proxy.async; else plain stores;
  *          atomic:        o's fp32 accumulator, red.relaxed.sys.add (v2 where aligned);
- *     3. consumer barrier, then one thread publishes with a release atomic at system scope (with TMA
- *        stores one tile late: their completion wait overlaps the next tile's main loop):
+ *     3. block barrier, then one thread publishes with a release atomic at system scope:
  *          deterministic: flags_o[rank][tile] <- epoch      (atom.release.sys.exch)
  *          atomic:        count_o[tile] += 1                (red.release.sys.add; world per call)
  *   Communication blocks (the rest) own this rank's tiles: for each, one thread per source polls the
@@ -144,15 +143,13 @@ struct weave_owner_walk {
     credit = 0;
     dead = false;
   }
-  /* coords() keeps nothing but the trace time: the tile's owner and rows are derived again in
-   * begin(), so no state of the walk stays live across the main loop (register pressure next to
-   * the 128 accumulators per thread of the Hopper role). */
   __device__ void coords(int seq, int *row0, int *col0) {
-    int o, jt, tm, tn, rb, rows;
-    weave_seq_tile(&p->tiling, p->team.rank, seq, &o, &jt);
-    weave_owner_tile_coords(&p->tiling, o, jt, &tm, &tn);
-    weave_split_rows_of(p->M, p->team.world, o, &rb, &rows);
-    *row0 = rb + tm * p->tiling.tile_m;
+    weave_seq_tile(&p->tiling, p->team.rank, seq, &owner, &j);
+    int tm, tn, rows;
+    weave_owner_tile_coords(&p->tiling, owner, j, &tm, &tn);
+    weave_split_rows_of(p->M, p->team.world, owner, &row_begin, &rows);
+    row_end = row_begin + rows;
+    *row0 = row_begin + tm * p->tiling.tile_m;
     *col0 = tn * p->tiling.tile_n;
     if (p->trace) t_tile = weave_trace_now();
   }
@@ -161,12 +158,7 @@ struct weave_owner_walk {
       weave_trace_put(p->trace, p->trace_cap, p->trace_count, t_tile, weave_trace_now(), WEAVE_TRACE_GEMM,
                       p->team.rank, j, owner);
   }
-  /* Every consumer thread, before the tile's stores: owner, tile and row range, then the credit. */
-  __device__ void begin(int seq) {
-    int rows;
-    weave_seq_tile(&p->tiling, p->team.rank, seq, &owner, &j);
-    weave_split_rows_of(p->M, p->team.world, owner, &row_begin, &rows);
-    row_end = row_begin + rows;
+  __device__ void begin(int) {
     if (dead || ((credit >> owner) & 1)) return;
     if (weave_wait_until(&p->team, &p->ctl->done[owner], WEAVE_CMP_GE, p->epoch - 1u, owner, -1) != 0) dead = true;
     credit |= 1ull << owner;
@@ -184,20 +176,17 @@ template <typename S> struct weave_slot_sink : weave_owner_walk {
   __device__ const CUtensorMap *c_map() const { return &p->slot_map[owner]; }
   __device__ int tma_row(int row0) const { return row0 - row_begin; }
   __device__ void epi(int, float &, float &) {} /* raw partials: alpha and bias are the owner's */
-  __device__ void issued(int) const { trace_tile(); } /* GEMM event: tile computed, stores issued */
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;
     S *slot = (S *)p->data + ((size_t)p->team.rank * p->rows_cap + (row - row_begin)) * N + col;
     weave_store_pair(weave_peer_ptr(&p->team, slot, owner), v0, v1, col + 1 < N, (N & 1) == 0);
   }
-  /* May run one tile late (after a later tile's coords): owner and tile come from seq again. */
-  __device__ void end(int seq) {
+  __device__ void end(int) {
     if (dead) return;
-    int o, jt;
-    weave_seq_tile(&p->tiling, p->team.rank, seq, &o, &jt);
-    uint32_t *flag = p->tile_flags + (size_t)p->team.rank * p->tiles_cap + jt;
-    weave_atomic_xchg<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, flag, o), p->epoch);
+    uint32_t *flag = p->tile_flags + (size_t)p->team.rank * p->tiles_cap + j;
+    weave_atomic_xchg<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, flag, owner), p->epoch);
+    trace_tile();
   }
 };
 
