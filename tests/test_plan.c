@@ -146,6 +146,18 @@ static void test_split(void) {
   int c8 = weave_split_comm_blocks(&d1, weave_plan_gemm_flops(8192, 8192, 3584, 8),
                                    weave_plan_comm_bytes(8192, 8192, 8, 2, 2));
   CHECK_MSG(c8 >= 2 && c8 <= 20, "split %d", c8);
+  /* Calibration (H200, 2026-12-02): the model picks the splits weave-bench --tune measured best for
+   * M=N=8192, K_total=28672, bf16 slots: 1 rank -> 4 communication blocks of 132; 4 and 8 ranks
+   * sharing the GPU (budgets (132-4)/4 = 32 and (132-8)/8 = 15 blocks per rank) -> 2. */
+  static const struct { int world, budget, want; } cal[] = {{1, 132, 4}, {4, 32, 2}, {8, 15, 2}};
+  for (int i = 0; i < 3; ++i) {
+    weave_split_inputs_t ci;
+    weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_BF16, 1, cal[i].budget, &ci);
+    int c = weave_split_comm_blocks(&ci, weave_plan_gemm_flops(8192, 8192, 28672 / cal[i].world, cal[i].world),
+                                    weave_plan_comm_bytes(8192, 8192, cal[i].world, 2, 2));
+    CHECK_MSG(c == cal[i].want, "world %d budget %d: split %d, measured best %d", cal[i].world, cal[i].budget, c,
+              cal[i].want);
+  }
   weave_split_inputs_t in = {10, 1.0, 1.0};
   CHECK(weave_split_comm_blocks(NULL, 1, 1) == -1);
   in.blocks = 0;

@@ -6,7 +6,8 @@
  * weave against its own rate at the first (largest) block count, and #wrong (elements of weave's
  * output outside |w - c| <= 2e-2 |c| + 2e-2 rms(c) against cuBLASLt, NaN counted wrong).
  * Inputs: uniform random in [-1, 1); several sets of A/B so that one pass over them exceeds 2x L2,
- * rotated every launch. Timing: CUDA events around each launch, -w warm-up launches, median of -n.
+ * rotated every launch. Timing: CUDA events around each launch, -w warm-up launches, median of -n;
+ * weave and both cuBLASLt variants are launched round-robin, so drift hits the three alike.
  *
  * Flags: --op gemm (only op), -d bf16|fp16, -l row|col (B layout), -s MxNxK (repeatable; default the
  * six shapes below), -B b1,b2,... (block counts, capped at the SM count; default 132,124,116,100),
@@ -174,23 +175,36 @@ __global__ void bench_spin(unsigned long long ns) {
   do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
 
-static int time_ms(Ctx &c, int which, int blocks, LtPlan *lp, int warm, int iters, double *med) {
-  std::vector<cudaEvent_t> ev(iters + 1);
+/* One kernel to time: which = 0 weave (blocks), 1 cuBLASLt (plan lp). */
+struct TimedKernel {
+  int which, blocks;
+  LtPlan *lp;
+};
+
+/* Times the kernels round-robin (one launch of each per iteration), so that clock and power drift
+ * over the measurement hits them alike; med[k] = median of kernel k's `iters` launches. */
+static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, double *med) {
+  std::vector<cudaEvent_t> ev((size_t)iters * nk + 1);
   for (auto &e : ev) BCK(cudaEventCreate(&e));
   int it = 0;
   for (int i = 0; i < warm; ++i)
-    if (launch(c, which, blocks, lp, it++ % c.sets, which ? c.Cref : c.C)) return 1;
-  bench_spin<<<1, 1, 0, c.st>>>(200000ull + 60000ull * iters);
+    for (int j = 0; j < nk; ++j)
+      if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which ? c.Cref : c.C)) return 1;
+  bench_spin<<<1, 1, 0, c.st>>>(200000ull + 60000ull * iters * nk);
   BCK(cudaEventRecord(ev[0], c.st));
-  for (int i = 0; i < iters; ++i) {
-    if (launch(c, which, blocks, lp, it++ % c.sets, which ? c.Cref : c.C)) return 1;
-    BCK(cudaEventRecord(ev[i + 1], c.st));
+  for (int i = 0; i < iters; ++i)
+    for (int j = 0; j < nk; ++j) {
+      if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which ? c.Cref : c.C)) return 1;
+      BCK(cudaEventRecord(ev[(size_t)i * nk + j + 1], c.st));
+    }
+  BCK(cudaEventSynchronize(ev.back()));
+  for (int j = 0; j < nk; ++j) {
+    std::vector<float> t(iters);
+    for (int i = 0; i < iters; ++i)
+      BCK(cudaEventElapsedTime(&t[i], ev[(size_t)i * nk + j], ev[(size_t)i * nk + j + 1]));
+    std::sort(t.begin(), t.end());
+    med[j] = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
   }
-  BCK(cudaEventSynchronize(ev[iters]));
-  std::vector<float> t(iters);
-  for (int i = 0; i < iters; ++i) BCK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
-  std::sort(t.begin(), t.end());
-  *med = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
   for (auto &e : ev) cudaEventDestroy(e);
   return 0;
 }
@@ -285,7 +299,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d, cuBLASLt %d\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor, rtv, cublas_ver);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
-         "rotated over > 2x L2, launches queued behind a GPU spin\n",
+         "rotated over > 2x L2, launches queued behind a GPU spin, weave / lt_def / lt_sm round-robin\n",
          WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
          WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, warm, iters);
   printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s (unset: defaults)\n",
@@ -322,17 +336,17 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
     double flop = 2.0 * c.M * c.N * c.K;
     LtPlan def;
     if (lt_plan(c.lt, &def, c.M, c.N, c.K, dt, ly, 0, c.ws, c.ws_bytes)) return 1;
-    double t_def;
-    if (time_ms(c, 1, 0, &def, warm, iters, &t_def)) return 1;
-    double tf_def = flop / t_def * 1e-9, tf_first = 0;
+    double tf_first = 0;
     for (size_t bi = 0; bi < blist.size(); ++bi) {
       int b = blist[bi];
-      double t_w, t_sm;
-      if (time_ms(c, 0, b, NULL, warm, iters, &t_w)) return 1;
       LtPlan smp;
       if (lt_plan(c.lt, &smp, c.M, c.N, c.K, dt, ly, b, c.ws, c.ws_bytes)) return 1;
-      if (time_ms(c, 1, 0, &smp, warm, iters, &t_sm)) return 1;
+      /* weave, cuBLASLt default and cuBLASLt at this SM count, interleaved launch by launch */
+      const TimedKernel tk[3] = {{0, b, NULL}, {1, 0, &def}, {1, 0, &smp}};
+      double med[3];
+      if (time_ms(c, tk, 3, warm, iters, med)) return 1;
       lt_destroy(&smp);
+      const double t_w = med[0], t_def = med[1], t_sm = med[2], tf_def = flop / t_def * 1e-9;
       unsigned long long wrong = 0;
       if (check && count_wrong(c, b, &def, &wrong)) return 1;
       total_wrong += wrong;
