@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "gemm_hopper.h"
 #include "internal.h"
 
 static const char *last(void) { return weave_get_last_error(NULL); }
@@ -141,6 +142,47 @@ static void test_gemm_args(int have_device) {
     CHECK_MSG(rc == WEAVE_ERROR_NO_DEVICE, "weave_gemm without a GPU: %d (%s)", (int)rc, last());
     CHECK(strstr(last(), "weave_gemm") != NULL);
   }
+}
+
+/* The Hopper GEMM's host checks (tensor-map encoding is refused before any driver call); `call`
+ * writes its message into msg. */
+#define EXPECT_HGEMM_INVALID(call, needle)                                                          \
+  do {                                                                                              \
+    msg[0] = '\0';                                                                                  \
+    int rc_ = (call);                                                                               \
+    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, rc_, msg);               \
+    CHECK_MSG(strstr(msg, needle) != NULL, "%s: message '%s' lacks '%s'", #call, msg, needle);      \
+  } while (0)
+
+static void test_hopper_args(void) {
+  static _Alignas(16) unsigned char mem[4096];
+  CUtensorMap map;
+  WeaveHopperGemmParams hp;
+  char msg[256];
+  void *base = mem;
+  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(NULL, WEAVE_BF16, base, 64, 64, 128, msg, sizeof msg), "store map");
+  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, (weave_dtype_t)3, base, 64, 64, 128, msg, sizeof msg),
+                       "bf16/fp16/fp32");
+  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_BF16, mem + 8, 64, 64, 128, msg, sizeof msg),
+                       "16-byte aligned");
+  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_FP32, base, 64, 64, 100, msg, sizeof msg),
+                       "16-byte aligned");
+  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_FP16, base, 64, 0, 128, msg, sizeof msg), "non-empty");
+  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(0, 256, 64, WEAVE_BF16, WEAVE_LAYOUT_ROW, base, base, &hp, msg,
+                                                     sizeof msg),
+                       "positive");
+  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 256, 64, WEAVE_FP32, WEAVE_LAYOUT_ROW, base, base, &hp, msg,
+                                                     sizeof msg),
+                       "dtype");
+  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 256, 64, WEAVE_BF16, WEAVE_LAYOUT_COL, mem + 2, base, &hp, msg,
+                                                     sizeof msg),
+                       "16-byte aligned");
+  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 256, 60, WEAVE_BF16, WEAVE_LAYOUT_COL, base, base, &hp, msg,
+                                                     sizeof msg),
+                       "rows of A");
+  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 260, 64, WEAVE_FP16, WEAVE_LAYOUT_ROW, base, base, &hp, msg,
+                                                     sizeof msg),
+                       "rows of B");
 }
 
 static void test_print_env(void) {
@@ -324,6 +366,7 @@ int main(void) {
   test_print_env();
   int have_device = test_team_create();
   test_gemm_args(have_device);
+  test_hopper_args();
   test_team_args();
   return check_summary("test_api");
 }
