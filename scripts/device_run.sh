@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|san|tune|bench|gemm|trace]...
+# Usage: scripts/device_run.sh [quick|full|san|tune|bench|gemm|trace|multi]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -62,6 +62,27 @@ PY
         python3 scripts/trace_png.py "$out/trace_g4.json.csv" "$out/trace_g4.png" && echo "trace png ok"
         rm -f "$out/trace_g4.json.csv"
       fi
+      ;;
+    multi) # issue 5, on a machine with several GPUs (one rank per GPU): topology, the GPU suite on
+           # distinct GPUs, compute-sanitizer at world 2, the M x (N, K_total) sweep of every strategy
+           # against cuBLASLt + ncclReduceScatter (bench.log; the '# ... hides' lines give the share of
+           # the reduce-scatter each fused variant hides)
+      ng=$(nvidia-smi -L | wc -l)
+      nvidia-smi topo -m >> "$log" 2>&1
+      for w in 2 4 8; do
+        [ $w -le $ng ] || continue
+        WEAVE_TIMEOUT_MS=3000 timeout ${TEST_TIMEOUT:-300} $b/tests/gpu_gemm_rs --world $w >> "$out/gemm_rs.log" 2>&1
+        echo "gpu_gemm_rs world $w on $ng GPUs: rc=$?"
+      done
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 2 >> "$log" 2>&1
+      echo "memcheck world 2: rc=$?"
+      for nk in "8192 28672" "4096 14336" "8192 8192" "4608 36864"; do
+        set -- $nk
+        echo "=== weave-bench multi N=$1 K=$2 g=$ng" >> "$out/bench.log"
+        timeout ${BENCH_TIMEOUT:-300} $b/weave-bench -b 1024 -e 32768 -f 2 -N $1 -K $2 -g $ng -d bf16 --strategy all \
+          -n ${BENCH_N:-20} -w 5 -c 1 >> "$out/bench.log" 2>&1
+        echo "sweep N=$1 K=$2: rc=$?"
+      done
       ;;
     gemm)
       echo "=== weave-bench --op gemm" >> "$out/bench.log"

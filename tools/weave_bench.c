@@ -10,7 +10,9 @@
  * reduce-scatter algbw/busbw, #wrong from the validated call (-c 1: output poisoned first; 3 ranges
  * of 4 rows per rank against the fp64 CPU reference, and every row against cuBLASLt over the gathered
  * K), speed-up over the baseline measured in the same run, relerr (largest relative Frobenius error
- * of those checks). Inputs: random, several sets rotated so the working set exceeds twice the L2.
+ * of those checks). After the table: cuBLASLt alone on the local shape, the baseline's reduce-scatter
+ * part (baseline - that GEMM) and the share of it each fused variant hides. Inputs: random, several
+ * sets rotated so the working set exceeds twice the L2.
  * Without a GPU it prints the plan and the roofline for H100/H200 and exits 0.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -24,6 +26,7 @@
 
 #include "harness.h"
 #include "kernels.h"
+#include "lt.h"
 #include "plan_math.h"
 #include "reference.h"
 #include "tune.h"
@@ -65,6 +68,8 @@ typedef struct {
   int failed[MAX_STRATS + 64];
   weave_gemm_rs_info_t info[MAX_STRATS + 64][WEAVE_MAX_WORLD];
   double gemm_alone_ms[WEAVE_MAX_WORLD][256]; /* cuBLASLt-free reference: weave_gemm alone, all blocks */
+  double lt_alone_ms[WEAVE_MAX_WORLD][256];   /* cuBLASLt alone: the baseline's GEMM part */
+  int lt_failed;                              /* some rank could not plan cuBLASLt alone: skipped */
   pthread_mutex_t mu;
   uint64_t seed;
   char device_name[256];
@@ -286,14 +291,31 @@ static int rank_fn(harness_rank_t *hr) {
    * calls in the same order. Consecutive calls take different input sets (the previous call's inputs
    * may still sit in L2); the counter advances alike on every rank. */
   gemm_out = harness_dev_alloc((size_t)b->M * b->N * e);
+  /* vi = -2 is cuBLASLt alone on the local shape: the baseline's GEMM part, from which the summary
+   * derives the reduce-scatter's time (baseline - GEMM) and the share of it a fused kernel hides. Its
+   * plan is agreed like the variants' (a rank that cannot plan it makes every rank skip it). */
+  weave_lt_t *lt = NULL;
+  char lt_msg[256] = "";
+  int lt_live = weave_lt_create(b->M, b->N, K, b->dtype, b->dtype, b->layout, 0, &lt, lt_msg, sizeof(lt_msg)) ==
+                WEAVE_SUCCESS;
+  if (!lt_live) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", r, lt_msg);
+  pthread_mutex_lock(&b->mu);
+  if (!lt_live) b->lt_failed = 1;
+  pthread_mutex_unlock(&b->mu);
+  weave_barrier(hr->team);
+  pthread_mutex_lock(&b->mu);
+  lt_live = !b->lt_failed;
+  pthread_mutex_unlock(&b->mu);
   int reported[MAX_STRATS + 64] = {0}, call = 0;
   for (int it = 0; it < b->warmup + n; ++it) {
-    for (int vi = -1; vi < b->nv; ++vi) {
-      if (vi >= 0 && !live[vi]) continue;
+    for (int vi = -2; vi < b->nv; ++vi) {
+      if ((vi >= 0 && !live[vi]) || (vi == -2 && !lt_live)) continue;
       const int s = call++ % nsets;
       weave_barrier(hr->team); /* ranks start each call together */
       harness_timer_start(tm, hr->stream);
-      if (vi < 0)
+      if (vi == -2)
+        weave_lt_run(lt, 1.0f, dA[s], dB[s], gemm_out, hr->stream);
+      else if (vi == -1)
         weave_gemm(b->M, b->N, K, b->dtype, b->layout, 1.0f, dA[s], dB[s], NULL, gemm_out, 0, hr->stream);
       else
         weave_gemm_rs_execute(plan[vi], dA[s], dB[s], NULL, dC, hr->stream);
@@ -309,12 +331,13 @@ static int rank_fn(harness_rank_t *hr) {
         pthread_mutex_unlock(&b->mu);
       }
       if (it >= b->warmup) {
-        double *row = vi < 0 ? b->gemm_alone_ms[r] : b->ms[vi][r];
+        double *row = vi == -2 ? b->lt_alone_ms[r] : vi == -1 ? b->gemm_alone_ms[r] : b->ms[vi][r];
         row[it - b->warmup] = ms;
       }
     }
   }
   harness_dev_free(gemm_out);
+  weave_lt_destroy(lt);
 
   for (int vi = 0; vi < b->nv; ++vi) {
     if (!plan[vi]) continue;
@@ -516,6 +539,7 @@ int main(int argc, char **argv) {
     memset(b.wrong, 0, sizeof(b.wrong));
     memset(b.relerr, 0, sizeof(b.relerr));
     memset(b.failed, 0, sizeof(b.failed));
+    b.lt_failed = 0;
     pthread_mutex_init(&b.mu, NULL);
     b.seed = harness_seed();
     int rc = harness_run(b.world, b.devices, NULL, rank_fn, &b);
@@ -564,10 +588,23 @@ int main(int argc, char **argv) {
         fprintf(jf,
                 "%s{\"M\":%d,\"strategy\":\"%s\",\"gemm_blocks\":%d,\"comm_blocks\":%d,\"time_ms\":%.5f,"
                 "\"tflops_per_gpu\":%.2f,\"algbw_GBps\":%.2f,\"busbw_GBps\":%.2f,\"wrong\":%ld,\"speedup\":%.4f,"
-                "\"rel_err\":%.3e,\"gemm_alone_ms\":%.5f,\"device\":\"%s\",\"gpus\":%d}",
+                "\"rel_err\":%.3e,\"gemm_alone_ms\":%.5f,\"lt_alone_ms\":%.5f,\"device\":\"%s\",\"gpus\":%d}",
                 first_row ? "" : ",\n", b.M, b.v[vi].label, b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t,
-                tf, algbw, busbw, b.wrong[vi], t_base / t, b.relerr[vi], t_gemm, b.device_name, gpus);
+                tf, algbw, busbw, b.wrong[vi], t_base / t, b.relerr[vi], t_gemm,
+                b.lt_failed ? 0.0 : call_median(b.lt_alone_ms, b.world, n), b.device_name, gpus);
       first_row = 0;
+    }
+    if (!b.lt_failed && !b.failed[0]) {
+      /* The baseline is GEMM then reduce-scatter: t_rs = t_baseline - t_gemm (cuBLASLt alone), and a
+       * fused variant hides (t_gemm + t_rs - t_fused) / t_rs of it (1: all, 0: none, < 0: slower). */
+      double t_lt = call_median(b.lt_alone_ms, b.world, n), t_rs = t_base - t_lt;
+      printf("# cuBLASLt alone (local GEMM, all ranks at once): %.3f ms; reduce-scatter part of the baseline: %.3f ms\n",
+             t_lt, t_rs);
+      if (t_rs > 0.01 * t_base)
+        for (int vi = 0; vi < b.nv; ++vi)
+          if (!b.failed[vi] && b.v[vi].strategy == WEAVE_STRATEGY_FUSED)
+            printf("#   %-18s hides %5.2f of the reduce-scatter\n", b.v[vi].label,
+                   (t_lt + t_rs - call_median(b.ms[vi], b.world, n)) / t_rs);
     }
     if (b.trace_path && b.tcount[0]) {
       char title[512], csv[600];
