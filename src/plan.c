@@ -260,7 +260,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
     for (int o = 0; o < team->world && ok; ++o) {
       int rb, rows;
       void *slot = NULL;
-      char msg[256];
+      char msg[256] = "no address of the slot in that owner's heap";
       weave_split_rows_of(M, team->world, o, &rb, &rows);
       ok = weave_ptr(team, (char *)fp->data + (size_t)team->rank * p->rows_cap * N * slot_bytes, o, &slot) ==
                WEAVE_SUCCESS &&
@@ -268,7 +268,9 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
                                          (uint64_t)N * slot_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
       if (!ok) weave_log(WEAVE_LOG_WARN, team, "plan: no TMA store map for owner %d (%s): plain stores", o, msg);
     }
-    fp->tma_slots = ok; /* every rank decides alike: same shape, same heap layout */
+    /* This rank's GEMM blocks only: how a tile reaches its owner does not change the protocol, so
+     * ranks may differ here. */
+    fp->tma_slots = ok;
   }
   snprintf(p->trace_path, sizeof(p->trace_path), "%s", env.trace);
   if ((desc->trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED) {
