@@ -329,31 +329,27 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
                                            sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "weave_gemm_rs_execute: %s", msg);
   }
-  if (p->nccl) { /* cuBLASLt (alpha) -> ncclReduceScatter -> bias */
+  /* One rank owns every row, so its reduce-scatter is a copy: baseline and bulk write C_out straight
+   * from their GEMM; only the fused kernel runs its protocol (to measure its overhead against the
+   * same GEMM alone). */
+  const int direct = team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED;
+  if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE)) {
+    /* cuBLASLt (alpha) -> ncclReduceScatter (distinct GPUs; none for one rank) -> bias on our rows */
     int rb, rows;
     weave_split_rows_of(p->M, team->world, team->rank, &rb, &rows);
-    if (weave_lt_run(p->lt, p->desc.alpha, A, B, fp.data, stream) != WEAVE_SUCCESS)
+    if (weave_lt_run(p->lt, p->desc.alpha, A, B, p->nccl ? fp.data : C_out, stream) != WEAVE_SUCCESS)
       return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
-    if (weave_nccl_reduce_scatter(p->nccl, fp.data, C_out, (size_t)rows * p->N, p->desc.dtype, stream) != WEAVE_SUCCESS)
+    if (p->nccl &&
+        weave_nccl_reduce_scatter(p->nccl, fp.data, C_out, (size_t)rows * p->N, p->desc.dtype, stream) != WEAVE_SUCCESS)
       return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: ncclReduceScatter failed");
     err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->desc.dtype, bias, stream) : 0;
-    if (err) return cuda_fail(team, err, "weave_gemm_rs_execute: bias");
-    return WEAVE_SUCCESS;
-  }
-  if (team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED) {
-    /* One rank owns every row: the GEMM itself is the answer. The strongest baseline is cuBLASLt
-     * straight into C_out, and bulk is weave's GEMM straight into C_out; only the fused kernel runs
-     * its protocol (to measure its overhead against the same GEMM alone). */
-    if (p->strategy == WEAVE_STRATEGY_BULK) {
-      char msg[256] = "";
-      weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
-                                              bias, C_out, p->desc.dtype, p->gemm_blocks, stream, msg, sizeof(msg));
-      return rc == WEAVE_SUCCESS ? rc : weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);
-    }
-    if (weave_lt_run(p->lt, p->desc.alpha, A, B, C_out, stream) != WEAVE_SUCCESS)
-      return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
-    err = bias ? weave_launch_add_bias(C_out, p->M, p->N, p->desc.dtype, bias, stream) : 0;
     return err ? cuda_fail(team, err, "weave_gemm_rs_execute: bias") : WEAVE_SUCCESS;
+  }
+  if (direct) { /* bulk: weave's GEMM with alpha and bias */
+    char msg[256] = "";
+    weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
+                                            bias, C_out, p->desc.dtype, p->gemm_blocks, stream, msg, sizeof(msg));
+    return rc == WEAVE_SUCCESS ? rc : weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);
   }
   if (p->trace && cudaMemsetAsync(fp.trace_count, 0, sizeof(unsigned), (cudaStream_t)stream) != cudaSuccess)
     return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: clearing the trace counter");

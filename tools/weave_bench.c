@@ -154,6 +154,20 @@ static void print_dry(const bench_t *b) {
 /* ------------------------------------------------------------------------------------------------
  * the timed run
  * ---------------------------------------------------------------------------------------------- */
+/* Collective over the rank threads: each says whether its step went well (*failed, shared, is set by
+ * any that failed), and all then take the same decision, so that no rank skips a call the others
+ * wait for in a barrier. */
+static int agree_ok(bench_t *b, harness_rank_t *hr, int *failed, int ok) {
+  pthread_mutex_lock(&b->mu);
+  if (!ok) *failed = 1;
+  pthread_mutex_unlock(&b->mu);
+  weave_barrier(hr->team);
+  pthread_mutex_lock(&b->mu);
+  ok = !*failed;
+  pthread_mutex_unlock(&b->mu);
+  return ok;
+}
+
 static int rank_fn(harness_rank_t *hr) {
   bench_t *b = (bench_t *)hr->user;
   const int r = hr->rank, world = hr->world, K = b->K_total / world;
@@ -236,16 +250,14 @@ static int rank_fn(harness_rank_t *hr) {
     /* Plan creation is collective and agreed inside: it fails on every rank or on none. */
     if (weave_gemm_rs_plan_create(hr->team, b->M, b->N, K, &d, &plan[vi]) != WEAVE_SUCCESS) {
       fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
-      plan[vi] = NULL;
-      pthread_mutex_lock(&b->mu);
-      b->failed[vi] = 1;
-      pthread_mutex_unlock(&b->mu);
+      plan[vi] = NULL; /* marked failed by the agreement below */
       continue;
     }
     weave_gemm_rs_plan_info(plan[vi], &b->info[vi][r]);
   }
   for (int vi = 0; vi < b->nv; ++vi) {
     bench_variant_t *v = &b->v[vi];
+    int plan_ok = plan[vi] != NULL;
     if (plan[vi] && b->check) { /* validated call, output poisoned first */
       int bad = 0;
       harness_poison(dC, (size_t)rows * b->N * e, hr->stream);
@@ -275,15 +287,10 @@ static int rank_fn(harness_rank_t *hr) {
       pthread_mutex_lock(&b->mu);
       b->wrong[vi] += wrong + bad;
       if (!(relerr <= b->relerr[vi])) b->relerr[vi] = relerr;
-      if (bad) b->failed[vi] = 1;
       pthread_mutex_unlock(&b->mu);
+      if (bad) plan_ok = 0;
     }
-    /* Agree: a variant that failed on any rank is skipped by all (else the others would wait for it
-     * in the barriers below). Every rank has written its outcome before the barrier. */
-    weave_barrier(hr->team);
-    pthread_mutex_lock(&b->mu);
-    live[vi] = plan[vi] && !b->failed[vi];
-    pthread_mutex_unlock(&b->mu);
+    live[vi] = agree_ok(b, hr, &b->failed[vi], plan_ok); /* every rank calls it: no short circuit */
   }
 
   /* Timed calls. vi = -1 is the local GEMM alone on all blocks (1 rank: the fused kernel's protocol
@@ -296,16 +303,10 @@ static int rank_fn(harness_rank_t *hr) {
    * plan is agreed like the variants' (a rank that cannot plan it makes every rank skip it). */
   weave_lt_t *lt = NULL;
   char lt_msg[256] = "";
-  int lt_live = weave_lt_create(b->M, b->N, K, b->dtype, b->dtype, b->layout, 0, &lt, lt_msg, sizeof(lt_msg)) ==
-                WEAVE_SUCCESS;
-  if (!lt_live) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", r, lt_msg);
-  pthread_mutex_lock(&b->mu);
-  if (!lt_live) b->lt_failed = 1;
-  pthread_mutex_unlock(&b->mu);
-  weave_barrier(hr->team);
-  pthread_mutex_lock(&b->mu);
-  lt_live = !b->lt_failed;
-  pthread_mutex_unlock(&b->mu);
+  int lt_ok = weave_lt_create(b->M, b->N, K, b->dtype, b->dtype, b->layout, 0, &lt, lt_msg, sizeof(lt_msg)) ==
+              WEAVE_SUCCESS;
+  if (!lt_ok) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", r, lt_msg);
+  const int lt_live = agree_ok(b, hr, &b->lt_failed, lt_ok);
   int reported[MAX_STRATS + 64] = {0}, call = 0;
   for (int it = 0; it < b->warmup + n; ++it) {
     for (int vi = -2; vi < b->nv; ++vi) {
@@ -559,6 +560,7 @@ int main(int argc, char **argv) {
     }
     double t_gemm = call_median(b.gemm_alone_ms, b.world, n);
     double t_base = call_median(b.ms[0], b.world, n);
+    double t_lt = b.lt_failed ? 0.0 : call_median(b.lt_alone_ms, b.world, n); /* 0: not measured */
     printf("# %s, %d SMs, %d rank(s) on %d GPU(s); weave_gemm alone (K_local, all blocks): %.3f ms\n", b.device_name,
            b.sm_count, b.world, gpus, t_gemm);
     printf("#%8s %-18s %6s %6s %10s %10s %9s %9s %8s %8s %9s\n", "M", "strategy", "gemm", "comm", "time(ms)",
@@ -591,13 +593,13 @@ int main(int argc, char **argv) {
                 "\"rel_err\":%.3e,\"gemm_alone_ms\":%.5f,\"lt_alone_ms\":%.5f,\"device\":\"%s\",\"gpus\":%d}",
                 first_row ? "" : ",\n", b.M, b.v[vi].label, b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t,
                 tf, algbw, busbw, b.wrong[vi], t_base / t, b.relerr[vi], t_gemm,
-                b.lt_failed ? 0.0 : call_median(b.lt_alone_ms, b.world, n), b.device_name, gpus);
+                t_lt, b.device_name, gpus);
       first_row = 0;
     }
     if (!b.lt_failed && !b.failed[0]) {
       /* The baseline is GEMM then reduce-scatter: t_rs = t_baseline - t_gemm (cuBLASLt alone), and a
        * fused variant hides (t_gemm + t_rs - t_fused) / t_rs of it (1: all, 0: none, < 0: slower). */
-      double t_lt = call_median(b.lt_alone_ms, b.world, n), t_rs = t_base - t_lt;
+      double t_rs = t_base - t_lt;
       printf("# cuBLASLt alone (local GEMM, all ranks at once): %.3f ms; reduce-scatter part of the baseline: %.3f ms\n",
              t_lt, t_rs);
       if (t_rs > 0.01 * t_base)
