@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|san|tune|bench|gemm|trace|multi]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|trace|multi]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -20,10 +20,17 @@ for mode in "$@"; do
       timeout 120 $b/gpu_hopper_gemm_test >> "$log" 2>&1; echo "hopper gemm test rc=$?"
       timeout 120 $b/gpu_rma_test --quick >> "$log" 2>&1; echo "rma test rc=$?"
       ;;
+    hgemm) # the Hopper GEMM's test alone (every layout x dtype, tails, stream-K, vs fp64 and cuBLASLt)
+      timeout 300 $b/gpu_hopper_gemm_test > "$out/hgemm_test.log" 2>&1; echo "hopper gemm test rc=$?"
+      grep -E "^FAIL" "$out/hgemm_test.log" | head -12; tail -1 "$out/hgemm_test.log"
+      ;;
     san)
       for tool in memcheck racecheck synccheck; do
         timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 1 >> "$log" 2>&1
         echo "sanitizer $tool: rc=$?"
+        # the Hopper GEMM's small shapes, data-parallel and stream-K (HGEMM_TEST_QUICK: no large cases)
+        HGEMM_TEST_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $b/gpu_hopper_gemm_test >> "$log" 2>&1
+        echo "sanitizer $tool (hopper gemm): rc=$?"
       done
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases passed" "$log"
       ;;

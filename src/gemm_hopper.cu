@@ -111,9 +111,10 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
   WeaveHgemmStandaloneSink<DT, CL> sink;
   sink.a = sa;
   sink.cmap = &c_map;
+  /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
   const int seq_count =
-      CL == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-  weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL>(
+      CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+  weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL, CL == 1>(
       p, smem, blockIdx.x, gridDim.x, seq_count, sink);
 }
 
@@ -249,6 +250,7 @@ extern "C" int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t 
   p->k_blocks = (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK;
   p->dtype = (int)dtype;
   p->b_layout = (int)b_layout;
+  p->sk = weave_hgemm_sk_plan(p->tiles_m * p->tiles_n, 1, p->k_blocks, WEAVE_HGEMM_SK_OFF); /* all tiles whole */
   return WEAVE_SUCCESS;
 }
 
@@ -309,6 +311,42 @@ static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensor
   return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 
+/* the call's stream-K mode: an explicit OFF/ON wins; AUTO follows WEAVE_HGEMM_STREAMK (0 off, 1 auto,
+ * 2 on) */
+static int hgemm_streamk_mode(int requested, int knob) {
+  if (requested == WEAVE_HGEMM_SK_OFF || requested == WEAVE_HGEMM_SK_ON) return requested;
+  return knob == 0 ? WEAVE_HGEMM_SK_OFF : knob == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
+}
+
+extern "C" size_t weave_hopper_gemm_workspace_max(int num_blocks) {
+  if (num_blocks <= 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&num_blocks, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      num_blocks = 132;
+    }
+  }
+  return weave_hgemm_sk_workspace_max(num_blocks);
+}
+
+extern "C" size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  if (num_blocks <= 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&num_blocks, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+  }
+  const int tiles = ((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM) * ((N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN);
+  const int kt = (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK;
+  const int knob = hgemm_env_int("WEAVE_HGEMM_STREAMK", 1);
+  weave_hgemm_sk_t sk = weave_hgemm_sk_plan(tiles, num_blocks, kt, hgemm_streamk_mode(streamk, knob));
+  return weave_hgemm_sk_workspace_bytes(&sk);
+}
+
 extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaStream_t stream,
                                         char *errmsg, size_t errlen) {
   if (!a) return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL args");
@@ -335,13 +373,14 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   /* tuning knobs (documented in docs/hopper_gemm.md), read once */
   /* TMA-store epilogue on by default (measured: 0.75 -> 0.97x cuBLASLt at 8192x8192x1024); 2-CTA
    * clusters verified but off (within noise at 132 blocks, slower at 116; docs/hopper_gemm.md). */
-  static int knobs_read = 0, cluster_knob = 1, tma_knob = 1, group_knob = WEAVE_HGEMM_GROUP_M;
+  static int knobs_read = 0, cluster_knob = 1, tma_knob = 1, group_knob = WEAVE_HGEMM_GROUP_M, streamk_knob = 1;
   if (!__atomic_load_n(&knobs_read, __ATOMIC_ACQUIRE)) {
     cluster_knob = hgemm_env_int("WEAVE_HGEMM_CLUSTER", 1);
     tma_knob = hgemm_env_int("WEAVE_HGEMM_TMA_STORE", 1);
     group_knob = hgemm_env_int("WEAVE_HGEMM_GROUP_M", WEAVE_HGEMM_GROUP_M);
     if (group_knob < 2) group_knob = 2;
     group_knob &= ~1;
+    streamk_knob = hgemm_env_int("WEAVE_HGEMM_STREAMK", 1);
     __atomic_store_n(&knobs_read, 1, __ATOMIC_RELEASE);
   }
   WeaveHgemmSinkArgs sa;
@@ -368,7 +407,20 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
   const int cl = cluster_knob == 2 && grid >= 2 && p.tiles_m % 2 == 0 ? 2 : 1;
   const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-  if (grid > seqs) grid = seqs;
+  /* stream-K tail (no clusters): needs a workspace; with fewer tiles than blocks it spreads each
+   * tile's k-blocks over several blocks, so the grid is not trimmed to the tile count then */
+  const int mode = hgemm_streamk_mode(a->streamk, streamk_knob);
+  if (cl == 1) {
+    weave_hgemm_sk_t sk = weave_hgemm_sk_plan(seqs, grid, p.k_blocks, mode);
+    const size_t need = weave_hgemm_sk_workspace_bytes(&sk);
+    if (sk.sk_tiles && a->workspace && ((uintptr_t)a->workspace & 255) == 0 && a->workspace_bytes >= need) {
+      p.sk = sk;
+      p.sk_counters = (unsigned *)a->workspace;
+      p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
+    }
+  }
+  if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
+  if (cl == 1 && !p.sk.sk_tiles) p.sk = weave_hgemm_sk_plan(seqs, grid, p.k_blocks, WEAVE_HGEMM_SK_OFF);
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC, CL) hgemm_launch_t<DT, BC, CL>(p, c_map, sa, grid, dev, stream)
   if (a->dtype == WEAVE_BF16) {

@@ -296,6 +296,98 @@ template <class S>
 struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
     : std::integral_constant<bool, S::kWeaveTmaStore> {};
 
+/* ---- stream-K split tiles (gemm_streamk.h) ---- */
+#ifndef WEAVE_HGEMM_SK_CHUNK
+#define WEAVE_HGEMM_SK_CHUNK 4 /* float4 loads per thread in flight while summing partials */
+#endif
+static __device__ __forceinline__ unsigned weave_hg_ld_acquire_gpu(const unsigned *p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+static __device__ __forceinline__ unsigned weave_hg_atom_add_acq_rel_gpu(unsigned *p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+/* bar.sync of the 256 consumer threads that also ORs a predicate across them */
+static __device__ __forceinline__ bool weave_hg_consumer_bar_or(bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred q, p;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(r)
+      : "r"((uint32_t)pred), "n"(WEAVE_HGEMM_CONSUMER_BARRIER_ID), "n"(WEAVE_HGEMM_CONSUMER_THREADS)
+      : "memory");
+  return r != 0;
+}
+
+/* Called by all 256 consumer threads after the main loop of a split item (SK tile t, block b,
+ * k-blocks from kb0) with the item's accumulators. Returns false if another segment of the tile is
+ * still to come (this one's accumulators are in its workspace slot); true for the last segment, with
+ * acc = the sum of all segments in k order (bitwise the same whoever is last). Never waits. */
+static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const WeaveHopperGemmParams &p, float *acc, int t,
+                                                          int b, int kb0, int cw, int ltid) {
+  int first, segs;
+  weave_hgemm_sk_segments(&p.sk, t, &first, &segs);
+  const int s = b - first;
+  unsigned *cnt = p.sk_counters + t;
+  const bool leader = cw == 0 && ltid == 0;
+  /* every other segment already arrived: last without writing the slot */
+  bool last = weave_hg_consumer_bar_or(leader && weave_hg_ld_acquire_gpu(cnt) == (unsigned)(segs - 1));
+  if (!last) {
+    float4 *dst = (float4 *)(p.sk_partials + (size_t)weave_hgemm_sk_slot(b, kb0) * WEAVE_HGEMM_SK_SLOT_FLOATS) +
+                  cw * 32 * 128 + ltid;
+#pragma unroll
+    for (int g = 0; g < 32; ++g)
+      __stcg(dst + g * 128, make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]));
+    weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
+    /* release (cumulative over the barrier) of every thread's slot writes; acquire of the others' */
+    last = weave_hg_consumer_bar_or(leader && weave_hg_atom_add_acq_rel_gpu(cnt, 1u) == (unsigned)(segs - 1));
+    if (!last) return false;
+  }
+  /* acc = ((seg 0 + seg 1) + seg 2) + ... in this order, own segment s from the registers:
+   * pre = seg 0 + ... + seg s-1, acc = pre + acc, then acc += seg s+1, ... (in place) */
+  /* in chunks of WEAVE_HGEMM_SK_CHUNK float4 per thread, each slot's loads of a chunk issued
+   * together (one L2 round trip per slot and chunk, not per element) */
+  const float4 *base = (const float4 *)p.sk_partials + cw * 32 * 128 + ltid;
+  const size_t slot_f4 = WEAVE_HGEMM_SK_SLOT_FLOATS / 4;
+#pragma unroll
+  for (int c = 0; c < 32; c += WEAVE_HGEMM_SK_CHUNK) {
+    float4 pre[WEAVE_HGEMM_SK_CHUNK], v[WEAVE_HGEMM_SK_CHUNK];
+    if (s > 0) {
+      const float4 *src = base + (size_t)weave_hgemm_sk_slot(first, 0) * slot_f4 + c * 128;
+#pragma unroll
+      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) pre[j] = __ldcg(src + j * 128);
+      for (int q = 1; q < s; ++q) {
+        src = base + (size_t)weave_hgemm_sk_slot(first + q, 1) * slot_f4 + c * 128;
+#pragma unroll
+        for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) v[j] = __ldcg(src + j * 128);
+#pragma unroll
+        for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) {
+          pre[j].x += v[j].x; pre[j].y += v[j].y; pre[j].z += v[j].z; pre[j].w += v[j].w;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) {
+        float *a = acc + 4 * (c + j);
+        a[0] = pre[j].x + a[0]; a[1] = pre[j].y + a[1]; a[2] = pre[j].z + a[2]; a[3] = pre[j].w + a[3];
+      }
+    }
+    for (int q = s + 1; q < segs; ++q) {
+      const float4 *src = base + (size_t)weave_hgemm_sk_slot(first + q, 1) * slot_f4 + c * 128;
+#pragma unroll
+      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) v[j] = __ldcg(src + j * 128);
+#pragma unroll
+      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) {
+        float *a = acc + 4 * (c + j);
+        a[0] += v[j].x; a[1] += v[j].y; a[2] += v[j].z; a[3] += v[j].w;
+      }
+    }
+  }
+  if (leader) *(volatile unsigned *)cnt = 0u; /* all segs arrived: nobody else touches it this call */
+  return true;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The role, for one (dtype, B layout, cluster size).
  *   DT: WEAVE_BF16 or WEAVE_FP16; BCOL: 1 for WEAVE_LAYOUT_COL; CL: 1 or 2 CTAs per cluster.
@@ -306,11 +398,12 @@ struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
  * col0, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
  * even. Every thread of both CTAs returns only after a cluster barrier.
  * ------------------------------------------------------------------------------------------- */
-template <class Sink, int DT, int BCOL, int CL>
+template <class Sink, int DT, int BCOL, int CL, bool SK = false>
 __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmParams &p,
                                                          unsigned char *smem, int seq_begin,
                                                          int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
+  static_assert(!SK || CL == 1, "stream-K runs without clusters");
   const uint32_t smem_base = weave_hg_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
   const uint32_t empty_bar = full_bar + WEAVE_HGEMM_STAGES * 8;
@@ -333,7 +426,12 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
   else
     __syncthreads();
 
-  const int k_blocks = p.k_blocks;
+  /* data-parallel tiles seq_begin, +seq_stride, ... < seq_count; with SK, then this block's
+   * stream-K range (gemm_streamk.h). Producer and consumers walk the same items. */
+  const weave_hgemm_sk_t sk_off = weave_hgemm_sk_plan(0, 0, p.k_blocks, WEAVE_HGEMM_SK_OFF);
+  weave_hgemm_walk_t walk =
+      weave_hgemm_walk_begin(SK ? &p.sk : &sk_off, seq_begin, seq_begin, seq_stride, seq_count);
+  int seq, kb0, kb1;
 
   if (wg == 0) {
     /* ---------------- producer ---------------- */
@@ -343,10 +441,10 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       weave_hg_tma_prefetch_map(&p.tmap_b);
       int stage = 0;
       uint32_t phase = 0;
-      for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
+      while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
         int m0, n0;
         sink.coords(seq, &m0, &n0);
-        for (int kb = 0; kb < k_blocks; ++kb) {
+        for (int kb = kb0; kb < kb1; ++kb) {
           weave_hg_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
           const uint32_t fb = full_bar + 8 * stage;
           weave_hg_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
@@ -395,11 +493,11 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     float acc[128];
     int stage = 0;
     uint32_t phase = 0;
-    for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
+    while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
       int m0, n0;
       sink.coords(seq, &m0, &n0);
       int prev_stage = 0;
-      for (int kb = 0; kb < k_blocks; ++kb) {
+      for (int kb = kb0; kb < kb1; ++kb) {
         weave_hg_mbar_wait(full_bar + 8 * stage, phase);
         const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
         const uint32_t sb = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
@@ -409,7 +507,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
         weave_hg_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
-          const uint32_t scale_d = (kb > 0 || k > 0) ? 1u : 0u;
+          const uint32_t scale_d = (kb > kb0 || k > 0) ? 1u : 0u;
           if (DT == WEAVE_BF16) {
             WEAVE_HGEMM_WGMMA_M64N256K16_BF16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
           } else {
@@ -419,7 +517,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
         weave_hg_wgmma_commit();
         weave_hg_fence_regs(acc);
         weave_hg_wgmma_wait<1>();
-        if (kb > 0 && ltid == 0) {
+        if (kb > kb0 && ltid == 0) {
           if (CL == 1) {
             weave_hg_mbar_arrive(empty_bar + 8 * prev_stage);
           } else {
@@ -442,6 +540,12 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
           weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 0);
           weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 1);
         }
+      }
+      if constexpr (SK) {
+        /* a split tile: only its last segment to arrive goes on, with the summed accumulators */
+        if ((kb0 != 0 || kb1 != p.k_blocks) &&
+            !weave_hgemm_sk_reduce(p, acc, seq - seq_count, seq_begin, kb0, cw, ltid))
+          continue;
       }
 
       /* epilogue: accumulator fragment of m64nNk16: d[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}),

@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "weave.h"
+#include "gemm_streamk.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +72,11 @@ typedef struct WeaveHopperGemmParams {
   int k_blocks;            /* ceil(K / BK) */
   int dtype;               /* weave_dtype_t: WEAVE_BF16 or WEAVE_FP16 */
   int b_layout;            /* weave_layout_t */
+  /* stream-K tail (gemm_streamk.h); sk.sk_tiles == 0: data-parallel only (what the fused kernel
+   * uses: make_params leaves it so). Set by the standalone launcher. */
+  weave_hgemm_sk_t sk;
+  float *sk_partials;      /* 2 * sk.sk_blocks slots of WEAVE_HGEMM_SK_SLOT_FLOATS */
+  unsigned *sk_counters;   /* sk.sk_tiles counters, zero between calls */
 } WeaveHopperGemmParams;
 
 typedef struct {
@@ -82,6 +88,14 @@ typedef struct {
   const void *bias;          /* [N] or NULL */
   void *C;
   int num_blocks;            /* persistent CTAs; <= 0: SM count; clamped to SM count and tile count */
+  /* Stream-K tail (gemm_streamk.h): used when the workspace is large enough for the schedule
+   * (weave_hopper_gemm_workspace_size), else data-parallel tiles only. The workspace must be zeroed
+   * once before its first use (cudaMemset) and used by one stream at a time; every call leaves it
+   * ready for the next. streamk: WEAVE_HGEMM_SK_AUTO (cost model; env WEAVE_HGEMM_STREAMK=0|1|2 =
+   * off|auto|on overrides), WEAVE_HGEMM_SK_OFF or WEAVE_HGEMM_SK_ON. */
+  void *workspace;
+  size_t workspace_bytes;
+  int streamk;
 } weave_hopper_gemm_args_t;
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
@@ -96,6 +110,11 @@ int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t dtype, weav
  * unit, which is how partial tiles (and tiles that cross an owner's last row) are clipped. */
 int weave_hopper_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
                                   uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen);
+
+/* Workspace the standalone GEMM's stream-K tail needs for this call (0: it runs data-parallel), and
+ * the most any shape can need on num_blocks blocks (<= 0: all SMs of the current device). */
+size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk);
+size_t weave_hopper_gemm_workspace_max(int num_blocks);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond

@@ -153,12 +153,19 @@ struct Bufs {
   void *A, *B, *C, *bias, *Cref;
 };
 
+/* the stream-K workspace (zeroed once, as the launcher requires) and the mode of the next cases */
+static void *g_sk_ws = NULL;
+static size_t g_sk_bytes = 0;
+static int g_streamk = WEAVE_HGEMM_SK_OFF;
+
 static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, float alpha,
                      int use_bias, int blocks, int vs_cublas, cublasLtHandle_t lt, void *ws,
                      size_t ws_bytes) {
-  char what[160];
-  snprintf(what, sizeof what, "%s %s %dx%dx%d alpha %.2f bias %d blocks %d%s", dtname(dt), lyname(ly),
-           M, N, K, alpha, use_bias, blocks, vs_cublas ? " (vs cuBLASLt)" : "");
+  char what[200];
+  const size_t sk_need = g_streamk == WEAVE_HGEMM_SK_OFF ? 0 : weave_hopper_gemm_workspace_size(M, N, K, blocks, g_streamk);
+  snprintf(what, sizeof what, "%s %s %dx%dx%d alpha %.2f bias %d blocks %d%s%s", dtname(dt), lyname(ly),
+           M, N, K, alpha, use_bias, blocks, vs_cublas ? " (vs cuBLASLt)" : "",
+           sk_need ? " stream-K" : g_streamk != WEAVE_HGEMM_SK_OFF ? " (stream-K not planned)" : "");
   std::vector<uint16_t> hA((size_t)M * K), hB((size_t)K * N), hbias(N);
   for (auto &v : hA) v = to16(frand(), dt);
   for (auto &v : hB) v = to16(frand(), dt);
@@ -177,6 +184,7 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
   memset(&a, 0, sizeof a);
   a.M = M; a.N = N; a.K = K; a.dtype = dt; a.b_layout = ly; a.alpha = alpha;
   a.A = b.A; a.B = b.B; a.bias = use_bias ? b.bias : NULL; a.C = b.C; a.num_blocks = blocks;
+  a.workspace = g_sk_ws; a.workspace_bytes = g_sk_bytes; a.streamk = g_streamk;
   char err[256] = "";
   int r = weave_hopper_gemm_launch(&a, 0, err, sizeof err);
   if (r != WEAVE_SUCCESS) {
@@ -186,6 +194,18 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> out((size_t)M * N + GUARD);
     CK(cudaMemcpy(out.data(), b.C, cbytes, cudaMemcpyDeviceToHost));
+    if (sk_need) {
+      /* stream-K: a second call (re-poisoned output, the workspace as the first call left it) must
+       * be bitwise the same: the split tiles' sum order is fixed, the counters reset themselves */
+      CK(cudaMemset(b.C, 0xFF, cbytes));
+      r = weave_hopper_gemm_launch(&a, 0, err, sizeof err);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> again((size_t)M * N + GUARD);
+      CK(cudaMemcpy(again.data(), b.C, cbytes, cudaMemcpyDeviceToHost));
+      const int same = r == WEAVE_SUCCESS && memcmp(again.data(), out.data(), (size_t)M * N * 2) == 0;
+      printf("%-4s %s: second call bitwise equal\n", same ? "ok" : "FAIL", what);
+      if (!same) g_fail = 1;
+    }
     std::vector<double> ref((size_t)M * N);
     if (vs_cublas) {
       CK(cudaMalloc(&b.Cref, (size_t)M * N * 2));
@@ -277,6 +297,32 @@ int main(void) {
       run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 100, 1, lt, ws, ws_bytes);
       run_case(1500, 2072, 1112, dts[d], lys[l], 1.0f, 0, 0, 1, lt, ws, ws_bytes);
     }
+  /* stream-K tail, forced on (the cost model would skip some of these small shapes): tiles left
+   * over a few blocks, fewer tiles than blocks (each tile's k-blocks over up to 8 blocks), K tails,
+   * alpha and bias; then the large cases against cuBLASLt under the cost model */
+  g_sk_bytes = weave_hopper_gemm_workspace_max(0);
+  CK(cudaMalloc(&g_sk_ws, g_sk_bytes));
+  CK(cudaMemset(g_sk_ws, 0, g_sk_bytes));
+  struct { int M, N, K, blocks; } skc[] = {{1000, 1000, 304, 3}, {1000, 1000, 304, 5}, {129, 264, 1000, 7},
+                                           {256, 512, 2048, 0},  {300, 520, 200, 0},  {77, 520, 1000, 2}};
+  for (int d = 0; d < 2; ++d)
+    for (int l = 0; l < 2; ++l) {
+      g_streamk = WEAVE_HGEMM_SK_ON;
+      for (size_t s = 0; s < sizeof skc / sizeof skc[0]; ++s)
+        run_case(skc[s].M, skc[s].N, skc[s].K, dts[d], lys[l], s % 2 ? 0.5f : 1.0f, (int)(s % 3 != 0),
+                 skc[s].blocks, 0, lt, ws, ws_bytes);
+      if (!only) {
+        g_streamk = WEAVE_HGEMM_SK_AUTO;
+        run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 100, 1, lt, ws, ws_bytes);
+        run_case(4096, 8192, 3584, dts[d], lys[l], 1.0f, 1, 124, 1, lt, ws, ws_bytes);
+        run_case(1500, 2072, 1112, dts[d], lys[l], 1.0f, 0, 0, 1, lt, ws, ws_bytes);
+      }
+      g_streamk = WEAVE_HGEMM_SK_OFF;
+    }
+  CK(cudaFree(g_sk_ws));
+  g_sk_ws = NULL;
+  g_sk_bytes = 0;
+
   expect_invalid(129, 257, 72, WEAVE_LAYOUT_ROW); /* N*2 % 16 != 0 for [K, N] rows */
   expect_invalid(128, 256, 60, WEAVE_LAYOUT_COL); /* K*2 % 16 != 0 */
   expect_invalid(128, 256, 60, WEAVE_LAYOUT_ROW);

@@ -145,17 +145,22 @@ struct Ctx {
   std::vector<void *> A, B;
   void *C, *Cref, *ws;
   size_t ws_bytes;
+  void *sk_ws; /* weave's stream-K workspace (zeroed once) */
+  size_t sk_bytes;
   cublasLtHandle_t lt;
   cudaStream_t st;
 };
 
-/* which: 0 weave (blocks), 1 cuBLASLt plan */
+/* which: 0 weave (blocks; stream-K tail as its cost model decides), 2 weave data-parallel only,
+ * 1 cuBLASLt plan */
 static int launch(Ctx &c, int which, int blocks, LtPlan *lp, int set, void *C) {
-  if (which == 0) {
+  if (which != 1) {
     weave_hopper_gemm_args_t a;
     memset(&a, 0, sizeof a);
     a.M = c.M; a.N = c.N; a.K = c.K; a.dtype = c.dt; a.b_layout = c.ly; a.alpha = 1.f;
     a.A = c.A[set]; a.B = c.B[set]; a.C = C; a.num_blocks = blocks;
+    a.workspace = c.sk_ws; a.workspace_bytes = c.sk_bytes;
+    a.streamk = which == 2 ? WEAVE_HGEMM_SK_OFF : WEAVE_HGEMM_SK_AUTO;
     char err[256];
     int r = weave_hopper_gemm_launch(&a, c.st, err, sizeof err);
     if (r) { fprintf(stderr, "bench_gemm: weave: %s\n", err); return 1; }
@@ -175,7 +180,7 @@ __global__ void bench_spin(unsigned long long ns) {
   do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
 
-/* One kernel to time: which = 0 weave (blocks), 1 cuBLASLt (plan lp). */
+/* One kernel to time: which = 0 weave (blocks), 2 weave data-parallel, 1 cuBLASLt (plan lp). */
 struct TimedKernel {
   int which, blocks;
   LtPlan *lp;
@@ -189,12 +194,12 @@ static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, do
   int it = 0;
   for (int i = 0; i < warm; ++i)
     for (int j = 0; j < nk; ++j)
-      if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which ? c.Cref : c.C)) return 1;
+      if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which == 1 ? c.Cref : c.C)) return 1;
   bench_spin<<<1, 1, 0, c.st>>>(200000ull + 60000ull * iters * nk);
   BCK(cudaEventRecord(ev[0], c.st));
   for (int i = 0; i < iters; ++i)
     for (int j = 0; j < nk; ++j) {
-      if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which ? c.Cref : c.C)) return 1;
+      if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which == 1 ? c.Cref : c.C)) return 1;
       BCK(cudaEventRecord(ev[(size_t)i * nk + j + 1], c.st));
     }
   BCK(cudaEventSynchronize(ev.back()));
@@ -289,6 +294,9 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   c.ly = ly;
   c.ws_bytes = 32u << 20;
   BCK(cudaMalloc(&c.ws, c.ws_bytes));
+  c.sk_bytes = weave_hopper_gemm_workspace_max(0);
+  BCK(cudaMalloc(&c.sk_ws, c.sk_bytes));
+  BCK(cudaMemset(c.sk_ws, 0, c.sk_bytes));
   BCKL(cublasLtCreate(&c.lt));
   BCK(cudaStreamCreateWithFlags(&c.st, cudaStreamNonBlocking));
   int rtv = 0, cublas_ver = (int)cublasLtGetVersion();
@@ -299,17 +307,20 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d, cuBLASLt %d\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor, rtv, cublas_ver);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
-         "rotated over > 2x L2, launches queued behind a GPU spin, weave / lt_def / lt_sm round-robin\n",
+         "rotated over > 2x L2, launches queued behind a GPU spin, weave / weave_dp / lt_def / lt_sm round-robin\n",
          WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
          WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, warm, iters);
-  printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s (unset: defaults)\n",
+  printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s WEAVE_HGEMM_STREAMK=%s "
+         "(unset: defaults)\n",
          getenv("WEAVE_HGEMM_CLUSTER") ? getenv("WEAVE_HGEMM_CLUSTER") : "-",
          getenv("WEAVE_HGEMM_TMA_STORE") ? getenv("WEAVE_HGEMM_TMA_STORE") : "-",
-         getenv("WEAVE_HGEMM_GROUP_M") ? getenv("WEAVE_HGEMM_GROUP_M") : "-");
-  printf("# TFLOP/s = 2MNK / time. lt_def: cuBLASLt default heuristic; lt_sm: SM_COUNT_TARGET = blocks;\n"
-         "# scal: (TFLOP/s / TFLOP/s at first block count) / (blocks / first block count)\n");
-  printf("#%7s %6s %6s %6s %9s %8s %8s %8s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "time(ms)",
-         "TFLOP/s", "lt_def", "lt_sm", "vs_def", "vs_sm", "scal", "#wrong");
+         getenv("WEAVE_HGEMM_GROUP_M") ? getenv("WEAVE_HGEMM_GROUP_M") : "-",
+         getenv("WEAVE_HGEMM_STREAMK") ? getenv("WEAVE_HGEMM_STREAMK") : "-");
+  printf("# TFLOP/s = 2MNK / time. weave: stream-K tail where its cost model says so (sk = tiles in the\n"
+         "# tail, 0: none); weave_dp: the same kernel, whole tiles only; lt_def: cuBLASLt default heuristic;\n"
+         "# lt_sm: SM_COUNT_TARGET = blocks; scal: (TFLOP/s / TFLOP/s at first block count) / (blocks / first)\n");
+  printf("#%7s %6s %6s %6s %4s %9s %8s %8s %8s %8s %7s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "sk",
+         "time(ms)", "TFLOP/s", "dp", "lt_def", "lt_sm", "vs_dp", "vs_def", "vs_sm", "scal", "#wrong");
   FILE *jf = json ? fopen(json, "w") : NULL;
   if (json && !jf) { fprintf(stderr, "bench_gemm: cannot open %s\n", json); return 1; }
   if (jf)
@@ -361,27 +372,36 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
       int b = blist[bi];
       LtPlan smp;
       if (lt_plan(c.lt, &smp, c.M, c.N, c.K, dt, ly, b, c.ws, c.ws_bytes)) return 1;
-      /* weave, cuBLASLt default and cuBLASLt at this SM count, interleaved launch by launch */
-      const TimedKernel tk[3] = {{0, b, NULL}, {1, 0, &def}, {1, 0, &smp}};
-      double med[3];
-      if (time_ms(c, tk, 3, warm, iters, med)) return 1;
+      /* weave, weave data-parallel, cuBLASLt default and cuBLASLt at this SM count, interleaved
+       * launch by launch */
+      const TimedKernel tk[4] = {{0, b, NULL}, {2, b, NULL}, {1, 0, &def}, {1, 0, &smp}};
+      double med[4];
+      if (time_ms(c, tk, 4, warm, iters, med)) return 1;
       lt_destroy(&smp);
-      const double t_w = med[0], t_def = med[1], t_sm = med[2], tf_def = flop / t_def * 1e-9;
+      const double t_w = med[0], t_dp = med[1], t_def = med[2], t_sm = med[3], tf_def = flop / t_def * 1e-9;
+      const double tf_dp = flop / t_dp * 1e-9;
+      const size_t skb = weave_hopper_gemm_workspace_size(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO);
+      int sk_tiles = 0;
+      if (skb) {
+        const int T = ((c.M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM) * ((c.N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN);
+        sk_tiles = weave_hgemm_sk_plan(T, b, (c.K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+      }
       unsigned long long wrong = 0;
       if (check && count_wrong(c, b, &def, &wrong)) return 1;
       total_wrong += wrong;
       double tf = flop / t_w * 1e-9, tf_sm = flop / t_sm * 1e-9;
       if (bi == 0) tf_first = tf;
       double scal = (tf / tf_first) / ((double)b / blist[0]);
-      printf(" %7d %6d %6d %6d %9.4f %8.1f %8.1f %8.1f %7.3f %7.3f %6.3f %7llu\n", c.M, c.N, c.K, b,
-             t_w, tf, tf_def, tf_sm, tf / tf_def, tf / tf_sm, scal, wrong);
+      printf(" %7d %6d %6d %6d %4d %9.4f %8.1f %8.1f %8.1f %8.1f %7.3f %7.3f %7.3f %6.3f %7llu\n", c.M, c.N,
+             c.K, b, sk_tiles, t_w, tf, tf_dp, tf_def, tf_sm, tf / tf_dp, tf / tf_def, tf / tf_sm, scal, wrong);
       fflush(stdout);
       if (jf) {
-        fprintf(jf, "%s\n{\"M\":%d,\"N\":%d,\"K\":%d,\"blocks\":%d,\"time_ms\":%.5f,\"tflops\":%.2f,"
-                    "\"cublaslt_default_tflops\":%.2f,\"cublaslt_sm_target_tflops\":%.2f,"
+        fprintf(jf, "%s\n{\"M\":%d,\"N\":%d,\"K\":%d,\"blocks\":%d,\"sk_tiles\":%d,\"time_ms\":%.5f,"
+                    "\"tflops\":%.2f,\"dp_tflops\":%.2f,"
+                    "\"cublaslt_default_tflops\":%.2f,\"cublaslt_sm_target_tflops\":%.2f,\"vs_dp\":%.4f,"
                     "\"vs_default\":%.4f,\"vs_sm_target\":%.4f,\"scaling\":%.4f,\"wrong\":%llu}",
-                first_json ? "" : ",", c.M, c.N, c.K, b, t_w, tf, tf_def, tf_sm, tf / tf_def,
-                tf / tf_sm, scal, wrong);
+                first_json ? "" : ",", c.M, c.N, c.K, b, sk_tiles, t_w, tf, tf_dp, tf_def, tf_sm, tf / tf_dp,
+                tf / tf_def, tf / tf_sm, scal, wrong);
         first_json = 0;
       }
     }
@@ -395,5 +415,6 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   cublasLtDestroy(c.lt);
   cudaStreamDestroy(c.st);
   cudaFree(c.ws);
+  cudaFree(c.sk_ws);
   return total_wrong ? 1 : 0;
 }

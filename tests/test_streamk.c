@@ -1,0 +1,153 @@
+/* CPU test of the Hopper GEMM's stream-K tail schedule (src/gemm_streamk.h), the very functions the
+ * kernel runs: every (tile, k-block) is computed exactly once, data-parallel tiles are whole, each
+ * block has at most two split items with distinct slots inside the workspace, the segments of a split
+ * tile are the blocks that cover it in k order (what the last segment sums), the units are balanced,
+ * the last-arriver protocol picks exactly one segment whatever the arrival order and leaves the
+ * counter at zero, and the cost model's choices on the benchmark's shapes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gemm_streamk.h"
+
+#define MAXT 4096
+#define MAXK 160
+
+static unsigned char covered[MAXT][MAXK];
+/* per tile: which block computed k-block kb (to rebuild the segments) */
+static int by_block[MAXT][MAXK];
+
+static int check_schedule(int T, int P, int kt, int mode) {
+  const int before = check_failures;
+  weave_hgemm_sk_t s = weave_hgemm_sk_plan(T, P, kt, mode);
+  CHECK(s.dp_tiles + s.sk_tiles == T);
+  CHECK(s.sk_tiles == 0 || s.dp_tiles % P == 0);
+  CHECK(s.sk_tiles == 0 || (s.sk_blocks >= 2 && s.sk_blocks <= P));
+  CHECK(s.sk_tiles <= WEAVE_HGEMM_SK_COUNTERS);
+  CHECK(weave_hgemm_sk_workspace_bytes(&s) <= weave_hgemm_sk_workspace_max(P));
+  CHECK(s.sk_tiles == 0 || weave_hgemm_sk_workspace_bytes(&s) > WEAVE_HGEMM_SK_SLOTS_OFFSET);
+  for (int t = 0; t < T; ++t) memset(covered[t], 0, (size_t)kt);
+  int min_units = 1 << 30, max_units = 0;
+  unsigned char *slot_used = calloc((size_t)2 * P, 1);
+  for (int b = 0; b < P; ++b) {
+    weave_hgemm_walk_t w = weave_hgemm_walk_begin(&s, b, b, P, s.dp_tiles);
+    int seq, kb0, kb1, splits = 0, sk_units = 0, items = 0;
+    while (weave_hgemm_walk_next(&w, &seq, &kb0, &kb1)) {
+      CHECK(seq >= 0 && seq < T && kb0 >= 0 && kb0 < kb1 && kb1 <= kt);
+      if (!(seq >= 0 && seq < T && kb0 >= 0 && kb0 < kb1 && kb1 <= kt)) break;
+      if (seq < s.dp_tiles) CHECK(kb0 == 0 && kb1 == kt && seq % P == b);
+      else sk_units += kb1 - kb0;
+      for (int k = kb0; k < kb1; ++k) {
+        covered[seq][k]++;
+        by_block[seq][k] = b;
+      }
+      if (kb0 != 0 || kb1 != kt) {
+        splits++;
+        int slot = weave_hgemm_sk_slot(b, kb0);
+        CHECK(slot >= 0 && slot < 2 * s.sk_blocks);
+        if (slot >= 0 && slot < 2 * P) {
+          CHECK(!slot_used[slot]);
+          slot_used[slot] = 1;
+        }
+      }
+      CHECK(++items < 100000);
+    }
+    CHECK(splits <= 2);
+    if (s.sk_tiles && b < s.sk_blocks) {
+      if (sk_units < min_units) min_units = sk_units;
+      if (sk_units > max_units) max_units = sk_units;
+    }
+  }
+  free(slot_used);
+  if (s.sk_tiles) CHECK(max_units - min_units <= 1); /* balanced */
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < kt; ++k) CHECK_MSG(covered[t][k] == 1, "T %d P %d kt %d: tile %d kb %d done %d times", T, P,
+                                           kt, t, k, covered[t][k]);
+  /* segments of each SK tile: blocks first .. first+segs-1, in k order, segment 0 starts at kb 0 */
+  for (int t = 0; t < s.sk_tiles; ++t) {
+    int first, segs;
+    weave_hgemm_sk_segments(&s, t, &first, &segs);
+    const int seq = s.dp_tiles + t;
+    CHECK(segs >= 1 && first >= 0 && first + segs <= s.sk_blocks);
+    CHECK(by_block[seq][0] == first && by_block[seq][kt - 1] == first + segs - 1);
+    for (int k = 1; k < kt; ++k) CHECK(by_block[seq][k] == by_block[seq][k - 1] || by_block[seq][k] == by_block[seq][k - 1] + 1);
+  }
+  return check_failures == before;
+}
+
+/* The counter protocol for one split tile of `segs` segments arriving in a random order; `peek`:
+ * does a segment look at the counter before writing? Returns the number that went on to store. */
+static int simulate_arrivals(int segs, unsigned seed, int peek, unsigned *counter) {
+  int order[64], lasts = 0;
+  for (int i = 0; i < segs; ++i) order[i] = i;
+  for (int i = segs - 1; i > 0; --i) {
+    seed = seed * 1103515245u + 12345u;
+    int j = (int)((seed >> 16) % (unsigned)(i + 1));
+    int x = order[i]; order[i] = order[j]; order[j] = x;
+  }
+  for (int i = 0; i < segs; ++i) {
+    (void)order[i];
+    int last = peek && *counter == (unsigned)(segs - 1);
+    if (!last) last = (*counter)++ == (unsigned)(segs - 1);
+    if (last) {
+      lasts++;
+      *counter = 0;
+    }
+  }
+  return lasts;
+}
+
+int main(void) {
+  /* exhaustive small cases, forced on and under the cost model */
+  int bad = 0, n = 0;
+  for (int P = 1; P <= 20; ++P)
+    for (int T = 1; T <= 70; T += (T < 30 ? 1 : 7))
+      for (int kt = 1; kt <= 20; kt += (kt < 6 ? 1 : 5)) {
+        bad += !check_schedule(T, P, kt, WEAVE_HGEMM_SK_ON);
+        bad += !check_schedule(T, P, kt, WEAVE_HGEMM_SK_AUTO);
+        n += 2;
+      }
+  /* the benchmark's shapes (128 x 256 tiles, 64-deep k-blocks) at its block counts */
+  static const int shapes[][3] = {{8192, 8192, 8192}, {8192, 8192, 3584}, {8192, 8192, 1024},
+                                  {4096, 8192, 3584}, {16384, 8192, 3584}, {2048, 8192, 3584}};
+  static const int blocks[] = {132, 124, 116, 100, 7};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
+    for (size_t j = 0; j < sizeof blocks / sizeof blocks[0]; ++j) {
+      int T = (shapes[i][0] / 128) * (shapes[i][1] / 256), kt = shapes[i][2] / 64;
+      if (kt > MAXK) kt = MAXK; /* the coverage arrays; the split arithmetic is the same */
+      bad += !check_schedule(T, blocks[j], kt, WEAVE_HGEMM_SK_AUTO);
+      n++;
+    }
+  CHECK_MSG(bad == 0, "%d of %d schedules wrong", bad, n);
+
+  /* cost model: off where tiles divide evenly, where k is one block, or when asked */
+  CHECK(weave_hgemm_sk_plan(2048, 128, 128, WEAVE_HGEMM_SK_AUTO).sk_tiles == 0);
+  CHECK(weave_hgemm_sk_plan(1000, 132, 1, WEAVE_HGEMM_SK_ON).sk_tiles == 0);
+  CHECK(weave_hgemm_sk_plan(1024, 124, 56, WEAVE_HGEMM_SK_OFF).sk_tiles == 0);
+  CHECK(weave_hgemm_sk_plan(1024, 1, 56, WEAVE_HGEMM_SK_ON).sk_tiles == 0);
+  /* on where the last round is mostly empty: 4096x8192x3584 at 124 blocks (8.26 waves), and at 132
+   * (7.76 waves); 2048x8192x3584 at 124 (4.13 waves) */
+  weave_hgemm_sk_t a = weave_hgemm_sk_plan(1024, 124, 56, WEAVE_HGEMM_SK_AUTO);
+  CHECK(a.sk_tiles == 124 + 32 && a.dp_tiles == 868 && a.sk_blocks == 124);
+  CHECK(weave_hgemm_sk_plan(1024, 132, 56, WEAVE_HGEMM_SK_AUTO).sk_tiles == 132 + 100);
+  CHECK(weave_hgemm_sk_plan(512, 124, 56, WEAVE_HGEMM_SK_AUTO).sk_tiles == 124 + 16);
+  /* fewer tiles than blocks: every tile split, blocks capped so each gets >= MIN_UNITS units */
+  weave_hgemm_sk_t f = weave_hgemm_sk_plan(3, 132, 16, WEAVE_HGEMM_SK_ON);
+  CHECK(f.sk_tiles == 3 && f.dp_tiles == 0 && f.sk_blocks == 48 / WEAVE_HGEMM_SK_MIN_UNITS);
+  /* a last round that is almost full is not worth the fixups (3 rounds of 4 k-blocks vs 2.97) */
+  CHECK(weave_hgemm_sk_plan(392, 132, 4, WEAVE_HGEMM_SK_AUTO).sk_tiles == 0);
+  CHECK(weave_hgemm_sk_plan(392, 132, 4, WEAVE_HGEMM_SK_ON).sk_tiles == 260);
+  /* workspace: counters first at a fixed offset, 2 slots per SK block */
+  CHECK(weave_hgemm_sk_workspace_bytes(&a) == (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET + 2u * 124u * 128u * 256u * 4u);
+  CHECK(weave_hgemm_sk_workspace_bytes(&f) < weave_hgemm_sk_workspace_max(132));
+
+  /* last-arriver protocol: exactly one segment stores, counter back at 0, with and without the peek */
+  for (int segs = 1; segs <= 40; ++segs)
+    for (unsigned seed = 1; seed < 50; ++seed)
+      for (int peek = 0; peek < 2; ++peek) {
+        unsigned c = 0;
+        CHECK(simulate_arrivals(segs, seed, peek, &c) == 1);
+        CHECK(c == 0);
+      }
+  return check_summary("test_streamk");
+}
