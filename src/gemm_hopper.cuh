@@ -298,7 +298,7 @@ struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
 
 /* ---- stream-K split tiles (gemm_streamk.h) ---- */
 #ifndef WEAVE_HGEMM_SK_CHUNK
-#define WEAVE_HGEMM_SK_CHUNK 4 /* float4 loads per thread in flight while summing partials */
+#define WEAVE_HGEMM_SK_CHUNK 32 /* float4 loads per thread in flight while adding a later segment */
 #endif
 static __device__ __forceinline__ unsigned weave_hg_ld_acquire_gpu(const unsigned *p) {
   unsigned v;
@@ -346,37 +346,43 @@ static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const WeaveHopperGe
     if (!last) return false;
   }
   /* acc = ((seg 0 + seg 1) + seg 2) + ... in this order, own segment s from the registers:
-   * pre = seg 0 + ... + seg s-1, acc = pre + acc, then acc += seg s+1, ... (in place) */
-  /* in chunks of WEAVE_HGEMM_SK_CHUNK float4 per thread, each slot's loads of a chunk issued
-   * together (one L2 round trip per slot and chunk, not per element) */
+   * pre = seg 0 + ... + seg s-1 and acc = pre + acc (first pass, only when s > 0), then
+   * acc += seg s+1, ... (second pass). Each pass goes in chunks of float4 per thread whose loads are
+   * issued together: one L2 round trip per slot and chunk, not per element. The usual last arriver
+   * is segment 0 (a block's head segment ends its range; the others start theirs), so the second
+   * pass, with the larger chunk, is the one that counts. */
   const float4 *base = (const float4 *)p.sk_partials + cw * 32 * 128 + ltid;
   const size_t slot_f4 = WEAVE_HGEMM_SK_SLOT_FLOATS / 4;
+  if (s > 0) {
 #pragma unroll
-  for (int c = 0; c < 32; c += WEAVE_HGEMM_SK_CHUNK) {
-    float4 pre[WEAVE_HGEMM_SK_CHUNK], v[WEAVE_HGEMM_SK_CHUNK];
-    if (s > 0) {
+    for (int c = 0; c < 32; c += 4) {
+      float4 pre[4], v[4];
       const float4 *src = base + (size_t)weave_hgemm_sk_slot(first, 0) * slot_f4 + c * 128;
 #pragma unroll
-      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) pre[j] = __ldcg(src + j * 128);
+      for (int j = 0; j < 4; ++j) pre[j] = __ldcg(src + j * 128);
       for (int q = 1; q < s; ++q) {
         src = base + (size_t)weave_hgemm_sk_slot(first + q, 1) * slot_f4 + c * 128;
 #pragma unroll
-        for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) v[j] = __ldcg(src + j * 128);
+        for (int j = 0; j < 4; ++j) v[j] = __ldcg(src + j * 128);
 #pragma unroll
-        for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) {
+        for (int j = 0; j < 4; ++j) {
           pre[j].x += v[j].x; pre[j].y += v[j].y; pre[j].z += v[j].z; pre[j].w += v[j].w;
         }
       }
 #pragma unroll
-      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) {
+      for (int j = 0; j < 4; ++j) {
         float *a = acc + 4 * (c + j);
         a[0] = pre[j].x + a[0]; a[1] = pre[j].y + a[1]; a[2] = pre[j].z + a[2]; a[3] = pre[j].w + a[3];
       }
     }
-    for (int q = s + 1; q < segs; ++q) {
-      const float4 *src = base + (size_t)weave_hgemm_sk_slot(first + q, 1) * slot_f4 + c * 128;
+  }
+  for (int q = s + 1; q < segs; ++q) {
+    const float4 *src = base + (size_t)weave_hgemm_sk_slot(first + q, 1) * slot_f4;
 #pragma unroll
-      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) v[j] = __ldcg(src + j * 128);
+    for (int c = 0; c < 32; c += WEAVE_HGEMM_SK_CHUNK) {
+      float4 v[WEAVE_HGEMM_SK_CHUNK];
+#pragma unroll
+      for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) v[j] = __ldcg(src + (c + j) * 128);
 #pragma unroll
       for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) {
         float *a = acc + 4 * (c + j);
@@ -494,8 +500,6 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     int stage = 0;
     uint32_t phase = 0;
     while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
-      int m0, n0;
-      sink.coords(seq, &m0, &n0);
       int prev_stage = 0;
       for (int kb = kb0; kb < kb1; ++kb) {
         weave_hg_mbar_wait(full_bar + 8 * stage, phase);
@@ -547,6 +551,10 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
             !weave_hgemm_sk_reduce(p, acc, seq - seq_count, seq_begin, kb0, cw, ltid))
           continue;
       }
+
+      /* the tile's place only now: nothing of the sink's walk stays live across the main loop */
+      int m0, n0;
+      sink.coords(seq, &m0, &n0);
 
       /* epilogue: accumulator fragment of m64nNk16: d[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}),
        * d[4j + {2,3}] at row + 8, with row = 16*warp + lane/4 inside the warpgroup's 64 rows. */

@@ -135,13 +135,14 @@ template <typename O> struct weave_store_sink {
 struct weave_owner_walk {
   const weave_fused_params_t *p;
   int owner, j, row_begin, row_end;
-  uint64_t t_tile; /* start of the tile (tracing) */
+  uint64_t t_tile; /* start of the tile (tracing): the end of the block's previous tile, or the start */
   uint64_t credit; /* owners whose previous call is known finished */
   bool dead;       /* a wait failed: stop publishing */
   __device__ void init(const weave_fused_params_t *pp) {
     p = pp;
     credit = 0;
     dead = false;
+    t_tile = p->trace ? weave_trace_now() : 0;
   }
   __device__ void coords(int seq, int *row0, int *col0) {
     weave_seq_tile(&p->tiling, p->team.rank, seq, &owner, &j);
@@ -151,12 +152,16 @@ struct weave_owner_walk {
     row_end = row_begin + rows;
     *row0 = row_begin + tm * p->tiling.tile_m;
     *col0 = tn * p->tiling.tile_n;
-    if (p->trace) t_tile = weave_trace_now();
   }
-  __device__ void trace_tile() const {
-    if (p->trace)
-      weave_trace_put(p->trace, p->trace_cap, p->trace_count, t_tile, weave_trace_now(), WEAVE_TRACE_GEMM,
-                      p->team.rank, j, owner);
+  /* the tile's GEMM span: from the end of this block's previous tile (tiles run back to back; the
+   * Hopper role asks for a tile's coordinates only after its main loop, which keeps the walk's state
+   * out of the registers the main loop needs) to now */
+  __device__ void trace_tile() {
+    if (p->trace) {
+      const uint64_t now = weave_trace_now();
+      weave_trace_put(p->trace, p->trace_cap, p->trace_count, t_tile, now, WEAVE_TRACE_GEMM, p->team.rank, j, owner);
+      t_tile = now;
+    }
   }
   __device__ void begin(int) {
     if (dead || ((credit >> owner) & 1)) return;

@@ -48,9 +48,15 @@
 /* Fewest units (k-blocks) an SK block should get: below this the fixed cost of a split tile (one
  * partial written, read back by the last segment) outweighs the work. */
 #define WEAVE_HGEMM_SK_MIN_UNITS 4
-/* Estimated cost of a block's split tiles, in k-blocks of main loop: 2 x 128 KiB of partials
- * through L2 (~1.2 us each at ~100 GB/s per SM) against ~0.8 us per k-block (docs/hopper_gemm.md). */
-#define WEAVE_HGEMM_SK_FIXUP_UNITS 4
+/* Cost of the stream-K tail beyond its units, in k-blocks of main loop, fitted to the H200 run of
+ * 2026-12-02 19:00 (docs/hopper_gemm.md, 24 shapes x block counts, stream-K against data-parallel
+ * round-robin): a block's split tiles write and read 128 KiB of partials through L2, and the
+ * data-parallel last round it replaces runs faster than a full one (fewer SMs busy, higher clocks).
+ * 16 puts every measured loss (K = 1024, 2048x8192x3584 and 4096x8192x3584 at 132 blocks) on the
+ * data-parallel side and every gain of more than 1% on the stream-K side. */
+#define WEAVE_HGEMM_SK_FIXUP_UNITS 16
+/* ... and stream-K must win by at least this share of the data-parallel time (1/100). */
+#define WEAVE_HGEMM_SK_MARGIN_PCT 1
 /* One slot: a whole tile of fp32 accumulators (128 x 256). */
 #define WEAVE_HGEMM_SK_SLOT_FLOATS (128 * 256)
 /* Counters at the start of the workspace (4 KiB); sk_tiles < 2 * blocks, so up to 512 blocks. */
@@ -89,7 +95,7 @@ WEAVE_SK_HD weave_hgemm_sk_t weave_hgemm_sk_plan(int tiles, int blocks, int kt, 
     const long long t_dp = (long long)((tiles + blocks - 1) / blocks) * kt;
     const long long t_sk =
         (long long)((tiles - sk) / blocks) * kt + (U + pb - 1) / pb + WEAVE_HGEMM_SK_FIXUP_UNITS;
-    if (t_sk >= t_dp) return s;
+    if (100 * t_sk > (100 - WEAVE_HGEMM_SK_MARGIN_PCT) * t_dp) return s;
   }
   s.dp_tiles = tiles - sk;
   s.sk_tiles = sk;
