@@ -311,40 +311,74 @@ static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensor
   return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 
-/* the call's stream-K mode: an explicit OFF/ON wins; AUTO follows WEAVE_HGEMM_STREAMK (0 off, 1 auto,
- * 2 on) */
-static int hgemm_streamk_mode(int requested, int knob) {
-  if (requested == WEAVE_HGEMM_SK_OFF || requested == WEAVE_HGEMM_SK_ON) return requested;
-  return knob == 0 ? WEAVE_HGEMM_SK_OFF : knob == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
+/* Tuning knobs (documented in docs/hopper_gemm.md), read once per process. TMA-store epilogue on by
+ * default (measured: 0.75 -> 0.97x cuBLASLt at 8192x8192x1024); 2-CTA clusters verified but off
+ * (within noise at 132 blocks, slower at 116); stream-K tail by its cost model. */
+typedef struct {
+  int cluster, tma_store, group_m, streamk;
+} hgemm_knobs_t;
+
+static hgemm_knobs_t hgemm_knobs(void) {
+  static int read = 0;
+  static hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1};
+  if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) { /* benign race: every thread reads the same values */
+    k.cluster = hgemm_env_int("WEAVE_HGEMM_CLUSTER", 1);
+    k.tma_store = hgemm_env_int("WEAVE_HGEMM_TMA_STORE", 1);
+    k.group_m = hgemm_env_int("WEAVE_HGEMM_GROUP_M", WEAVE_HGEMM_GROUP_M);
+    if (k.group_m < 2) k.group_m = 2;
+    k.group_m &= ~1;
+    k.streamk = hgemm_env_int("WEAVE_HGEMM_STREAMK", 1);
+    __atomic_store_n(&read, 1, __ATOMIC_RELEASE);
+  }
+  return k;
 }
 
-extern "C" size_t weave_hopper_gemm_workspace_max(int num_blocks) {
-  if (num_blocks <= 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&num_blocks, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      num_blocks = 132;
-    }
+/* SMs of the current device, or 0 (no device) */
+static int hgemm_sm_count(void) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
   }
-  return weave_hgemm_sk_workspace_max(num_blocks);
+  return sms;
+}
+
+/* What a call of tiles_m x tiles_n tiles, kt k-blocks, runs with on a device of `sms` SMs: grid
+ * (before trimming to the tile count), cluster size, and the stream-K schedule it uses given a large
+ * enough workspace (no stream-K with clusters). streamk: the call's request; AUTO follows
+ * WEAVE_HGEMM_STREAMK (0 off, 1 cost model, 2 on). The launcher, the workspace query and the bench
+ * all ask here. */
+static weave_hgemm_sk_t hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
+                                   int *grid_out, int *cl_out) {
+  const hgemm_knobs_t k = hgemm_knobs();
+  int grid = num_blocks <= 0 || num_blocks > sms ? sms : num_blocks;
+  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
+  const int cl = k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+  int mode = streamk;
+  if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
+    mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
+  if (cl == 2) mode = WEAVE_HGEMM_SK_OFF;
+  if (grid_out) *grid_out = grid;
+  if (cl_out) *cl_out = cl;
+  return weave_hgemm_sk_plan(tiles_m * tiles_n, grid, kt, mode);
+}
+
+extern "C" weave_hgemm_sk_t weave_hopper_gemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk) {
+  const int sms = hgemm_sm_count();
+  if (M <= 0 || N <= 0 || K <= 0 || sms <= 0) return weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
+  return hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
+                    (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk, NULL, NULL);
 }
 
 extern "C" size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk) {
-  if (M <= 0 || N <= 0 || K <= 0) return 0;
-  if (num_blocks <= 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&num_blocks, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-  }
-  const int tiles = ((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM) * ((N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN);
-  const int kt = (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK;
-  const int knob = hgemm_env_int("WEAVE_HGEMM_STREAMK", 1);
-  weave_hgemm_sk_t sk = weave_hgemm_sk_plan(tiles, num_blocks, kt, hgemm_streamk_mode(streamk, knob));
+  const weave_hgemm_sk_t sk = weave_hopper_gemm_streamk_plan(M, N, K, num_blocks, streamk);
   return weave_hgemm_sk_workspace_bytes(&sk);
+}
+
+extern "C" size_t weave_hopper_gemm_workspace_max(int num_blocks) {
+  if (num_blocks <= 0) num_blocks = hgemm_sm_count();
+  return weave_hgemm_sk_workspace_max(num_blocks > 0 ? num_blocks : 132);
 }
 
 extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaStream_t stream,
@@ -370,19 +404,7 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   int r = weave_hopper_gemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p,
                                         errmsg, errlen);
   if (r) return r;
-  /* tuning knobs (documented in docs/hopper_gemm.md), read once */
-  /* TMA-store epilogue on by default (measured: 0.75 -> 0.97x cuBLASLt at 8192x8192x1024); 2-CTA
-   * clusters verified but off (within noise at 132 blocks, slower at 116; docs/hopper_gemm.md). */
-  static int knobs_read = 0, cluster_knob = 1, tma_knob = 1, group_knob = WEAVE_HGEMM_GROUP_M, streamk_knob = 1;
-  if (!__atomic_load_n(&knobs_read, __ATOMIC_ACQUIRE)) {
-    cluster_knob = hgemm_env_int("WEAVE_HGEMM_CLUSTER", 1);
-    tma_knob = hgemm_env_int("WEAVE_HGEMM_TMA_STORE", 1);
-    group_knob = hgemm_env_int("WEAVE_HGEMM_GROUP_M", WEAVE_HGEMM_GROUP_M);
-    if (group_knob < 2) group_knob = 2;
-    group_knob &= ~1;
-    streamk_knob = hgemm_env_int("WEAVE_HGEMM_STREAMK", 1);
-    __atomic_store_n(&knobs_read, 1, __ATOMIC_RELEASE);
-  }
+  const hgemm_knobs_t knobs = hgemm_knobs();
   WeaveHgemmSinkArgs sa;
   memset(&sa, 0, sizeof sa);
   sa.C = a->C;
@@ -392,35 +414,29 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   sa.N = p.N;
   sa.tiles_m = p.tiles_m;
   sa.tiles_n = p.tiles_n;
-  sa.group_m = group_knob;
+  sa.group_m = knobs.group_m;
   sa.pair_ok = (p.N % 2 == 0) && (((uintptr_t)a->C & 3) == 0);
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);
-  if (tma_knob && ((uintptr_t)a->C & 15) == 0 && ((size_t)p.N * 2) % 16 == 0) {
+  if (knobs.tma_store && ((uintptr_t)a->C & 15) == 0 && ((size_t)p.N * 2) % 16 == 0) {
     r = weave_hopper_encode_store_map(&c_map, a->dtype, a->C, (uint64_t)p.N, (uint64_t)p.M,
                                       (uint64_t)p.N * 2, errmsg, errlen);
     if (r) return r;
     sa.tma_store = 1;
   }
-  int grid = a->num_blocks <= 0 ? sms : a->num_blocks;
-  if (grid > sms) grid = sms;
-  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
-  const int cl = cluster_knob == 2 && grid >= 2 && p.tiles_m % 2 == 0 ? 2 : 1;
-  const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-  /* stream-K tail (no clusters): needs a workspace; with fewer tiles than blocks it spreads each
-   * tile's k-blocks over several blocks, so the grid is not trimmed to the tile count then */
-  const int mode = hgemm_streamk_mode(a->streamk, streamk_knob);
-  if (cl == 1) {
-    weave_hgemm_sk_t sk = weave_hgemm_sk_plan(seqs, grid, p.k_blocks, mode);
-    const size_t need = weave_hgemm_sk_workspace_bytes(&sk);
-    if (sk.sk_tiles && a->workspace && ((uintptr_t)a->workspace & 255) == 0 && a->workspace_bytes >= need) {
-      p.sk = sk;
-      p.sk_counters = (unsigned *)a->workspace;
-      p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
-    }
+  int grid, cl;
+  const weave_hgemm_sk_t sk = hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk, &grid, &cl);
+  /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
+   * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
+   * to the tile count only without it */
+  if (sk.sk_tiles && a->workspace && ((uintptr_t)a->workspace & 255) == 0 &&
+      a->workspace_bytes >= weave_hgemm_sk_workspace_bytes(&sk)) {
+    p.sk = sk;
+    p.sk_counters = (unsigned *)a->workspace;
+    p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
   }
+  const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
-  if (cl == 1 && !p.sk.sk_tiles) p.sk = weave_hgemm_sk_plan(seqs, grid, p.k_blocks, WEAVE_HGEMM_SK_OFF);
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC, CL) hgemm_launch_t<DT, BC, CL>(p, c_map, sa, grid, dev, stream)
   if (a->dtype == WEAVE_BF16) {

@@ -111,8 +111,10 @@ int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t dtype, weav
 int weave_hopper_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
                                   uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen);
 
-/* Workspace the standalone GEMM's stream-K tail needs for this call (0: it runs data-parallel), and
- * the most any shape can need on num_blocks blocks (<= 0: all SMs of the current device). */
+/* The stream-K schedule a call would run with on the current device (given a large enough
+ * workspace; sk_tiles 0: whole tiles only), the workspace it needs (0: none), and the most any shape
+ * can need on num_blocks blocks (<= 0: all SMs of the current device). */
+weave_hgemm_sk_t weave_hopper_gemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk);
 size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk);
 size_t weave_hopper_gemm_workspace_max(int num_blocks);
 

@@ -168,21 +168,20 @@ static void test_hopper_args(void) {
   EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_FP32, base, 64, 64, 100, msg, sizeof msg),
                        "16-byte aligned");
   EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_FP16, base, 64, 0, 128, msg, sizeof msg), "non-empty");
-  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(0, 256, 64, WEAVE_BF16, WEAVE_LAYOUT_ROW, base, base, &hp, msg,
-                                                     sizeof msg),
-                       "positive");
-  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 256, 64, WEAVE_FP32, WEAVE_LAYOUT_ROW, base, base, &hp, msg,
-                                                     sizeof msg),
-                       "dtype");
-  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 256, 64, WEAVE_BF16, WEAVE_LAYOUT_COL, mem + 2, base, &hp, msg,
-                                                     sizeof msg),
-                       "16-byte aligned");
-  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 256, 60, WEAVE_BF16, WEAVE_LAYOUT_COL, base, base, &hp, msg,
-                                                     sizeof msg),
-                       "rows of A");
-  EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(128, 260, 64, WEAVE_FP16, WEAVE_LAYOUT_ROW, base, base, &hp, msg,
-                                                     sizeof msg),
-                       "rows of B");
+  /* make_params: shape, dtype, alignment of A, rows of A, rows of a ROW B */
+  static const struct {
+    int M, N, K, dtype, layout, a_off;
+    const char *needle;
+  } mp[] = {{0, 256, 64, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, "positive"},
+            {128, 256, 64, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0, "dtype"},
+            {128, 256, 64, WEAVE_BF16, WEAVE_LAYOUT_COL, 2, "16-byte aligned"},
+            {128, 256, 60, WEAVE_BF16, WEAVE_LAYOUT_COL, 0, "rows of A"},
+            {128, 260, 64, WEAVE_FP16, WEAVE_LAYOUT_ROW, 0, "rows of B"}};
+  for (size_t i = 0; i < sizeof mp / sizeof mp[0]; ++i)
+    EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(mp[i].M, mp[i].N, mp[i].K, (weave_dtype_t)mp[i].dtype,
+                                                       (weave_layout_t)mp[i].layout, mem + mp[i].a_off, base, &hp,
+                                                       msg, sizeof msg),
+                         mp[i].needle);
 }
 
 static void test_print_env(void) {

@@ -380,12 +380,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
       lt_destroy(&smp);
       const double t_w = med[0], t_dp = med[1], t_def = med[2], t_sm = med[3], tf_def = flop / t_def * 1e-9;
       const double tf_dp = flop / t_dp * 1e-9;
-      const size_t skb = weave_hopper_gemm_workspace_size(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO);
-      int sk_tiles = 0;
-      if (skb) {
-        const int T = ((c.M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM) * ((c.N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN);
-        sk_tiles = weave_hgemm_sk_plan(T, b, (c.K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, WEAVE_HGEMM_SK_AUTO).sk_tiles;
-      }
+      const int sk_tiles = weave_hopper_gemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
       unsigned long long wrong = 0;
       if (check && count_wrong(c, b, &def, &wrong)) return 1;
       total_wrong += wrong;
