@@ -33,8 +33,10 @@
  *   function of seq.
  *
  * Synchronization used: one __syncthreads() at entry (after the mbarrier init; all 384 threads must
- * call the role), then only mbarriers and named barrier WEAVE_HGEMM_CONSUMER_BARRIER_ID among the 256
- * consumer threads. Producer threads other than thread 0 return at once (after setmaxnreg).
+ * call the role), then only mbarriers and named barriers among the consumers:
+ * WEAVE_HGEMM_CONSUMER_BARRIER_ID (256; end of a tile, stream-K fixup) and 2 + warpgroup (128 each;
+ * TMA-store epilogue).
+ * Producer threads other than thread 0 return at once (after setmaxnreg).
  * After the role returns, the producer warpgroup runs with 40 registers and the consumers with 232.
  */
 #ifndef WEAVE_GEMM_HOPPER_CUH
@@ -52,8 +54,13 @@
 #error "gemm_hopper.cuh needs -gencode arch=compute_90a,code=sm_90a (wgmma, setmaxnreg)"
 #endif
 
+static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
+
 #define WEAVE_HGEMM_PRODUCER_REGS 40
 #define WEAVE_HGEMM_CONSUMER_REGS 232
+/* what every thread of a 384-thread block gets at launch (65536 / 384, rounded down to 8); the
+ * split above keeps the block's total: 40 + 2 * 232 = 3 * 168 */
+#define WEAVE_HGEMM_LAUNCH_REGS 168
 
 /* ---------------------------------------------------------------------------------------------
  * PTX helpers
@@ -575,8 +582,9 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
           const int pos = (lane & 3) * 2 * EB; /* byte of this thread's pair in an 8-column group */
 #pragma unroll
           for (int c = 0; c < WEAVE_HGEMM_BN / CC; ++c) {
-            const uint32_t b = ebuf + (c & 1) * WEAVE_HGEMM_EPI_BUF_BYTES;
-            if (ltid == 0) weave_hg_bulk_wait_read<1>(); /* the store that used this buffer has read it */
+            const uint32_t b = ebuf + (c % WEAVE_HGEMM_EPI_BUFS) * WEAVE_HGEMM_EPI_BUF_BYTES;
+            if (ltid == 0) /* the store that used this buffer has read it */
+              weave_hg_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
             weave_hg_named_barrier_sync(2 + cw, 128);
 #pragma unroll
             for (int jj = 0; jj < G; ++jj) {
@@ -624,6 +632,37 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     }
   }
   if (CL == 2) weave_hg_cluster_sync(); /* no CTA leaves while its peer may still signal it */
+}
+
+/* The role's register split on its own: warpgroup 0 down to 40, warpgroups 1-2 up to 232; true on
+ * the latter. For the other blocks of a kernel that runs the role in some blocks (see below). */
+__device__ __forceinline__ bool weave_hopper_gemm_regs_split() {
+  if ((threadIdx.x >> 7) == 0) {
+    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_PRODUCER_REGS>();
+    return false;
+  }
+  weave_hg_setmaxnreg_inc<WEAVE_HGEMM_CONSUMER_REGS>();
+  return true;
+}
+
+/* Give every warpgroup the launch register count back (after the role, before code that all 384
+ * threads run). A kernel whose other blocks do something else should run that under
+ * weave_hopper_gemm_regs_split() too and restore on every path: ptxas (CUDA 13.0) gives the
+ * consumers their 232 registers only when every path of the kernel has the same split; otherwise it
+ * fits them into the launch count and spills (seen in the fused GEMM+RS kernel: up to 204 bytes).
+ * Order matters: warpgroup 0 may take its registers back only after warpgroups 1-2 have taken theirs
+ * (split) and given them back (here). Were its setmaxnreg.inc first, it could take back what it had
+ * just released while warpgroups 1-2 still wait in their own inc, for ever: a first version without
+ * the barrier hung one rank's kernel at call 983 of the 1000-call GPU test (H200). Warpgroups 1-2
+ * give back, then arrive; warpgroup 0 waits for them, then takes. */
+__device__ __forceinline__ void weave_hopper_gemm_regs_restore() {
+  if ((threadIdx.x >> 7) == 0) {
+    weave_hg_named_barrier_sync(WEAVE_HGEMM_RESTORE_BARRIER_ID, WEAVE_HGEMM_THREADS);
+    weave_hg_setmaxnreg_inc<WEAVE_HGEMM_LAUNCH_REGS>();
+  } else {
+    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_LAUNCH_REGS>();
+    asm volatile("bar.arrive %0, %1;" ::"n"(WEAVE_HGEMM_RESTORE_BARRIER_ID), "n"(WEAVE_HGEMM_THREADS) : "memory");
+  }
 }
 
 /* The role for the (dtype, layout) in p, chosen at run time (one uniform branch); no cluster. */

@@ -31,7 +31,9 @@ extern "C" {
 #define WEAVE_HGEMM_BM 128           /* rows of C per tile (2 consumer warpgroups x 64) */
 #define WEAVE_HGEMM_BN 256           /* cols of C per tile (one wgmma m64n256k16 per k16 step) */
 #define WEAVE_HGEMM_BK 64            /* K per smem stage (64 x 2 bytes = one 128-byte swizzle row) */
+#ifndef WEAVE_HGEMM_STAGES
 #define WEAVE_HGEMM_STAGES 4         /* smem pipeline depth */
+#endif
 #define WEAVE_HGEMM_THREADS 384      /* 1 producer warpgroup + 2 consumer warpgroups */
 #define WEAVE_HGEMM_CONSUMER_THREADS 256
 #define WEAVE_HGEMM_A_STAGE_BYTES (WEAVE_HGEMM_BM * WEAVE_HGEMM_BK * 2)  /* 16 KiB */
@@ -48,12 +50,17 @@ extern "C" {
 #define WEAVE_HGEMM_EPI_OFFSET (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES + 1024)
 #define WEAVE_HGEMM_EPI_ROWS 64
 #define WEAVE_HGEMM_EPI_BUF_BYTES (WEAVE_HGEMM_EPI_ROWS * 128)
-#define WEAVE_HGEMM_EPI_BYTES (2 * 2 * WEAVE_HGEMM_EPI_BUF_BYTES)
+#ifndef WEAVE_HGEMM_EPI_BUFS
+#define WEAVE_HGEMM_EPI_BUFS 2       /* staging buffers per consumer warpgroup */
+#endif
+#define WEAVE_HGEMM_EPI_BYTES (2 * WEAVE_HGEMM_EPI_BUFS * WEAVE_HGEMM_EPI_BUF_BYTES)
 #define WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES (WEAVE_HGEMM_EPI_OFFSET + WEAVE_HGEMM_EPI_BYTES + 1024)
 #define WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES
 /* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads); the
  * TMA-store epilogue also uses ids 2 and 3 (128 threads each). */
 #define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
+/* Named barrier id of weave_hopper_gemm_regs_restore (all 384 threads). */
+#define WEAVE_HGEMM_RESTORE_BARRIER_ID 4
 /* Default tile-row group of the standalone kernel's grouped tile order: 16 rows of 128 x ~8 columns
  * of 256 per wave of 132 tiles, a square footprint (2048 rows of A, ~2100 columns of B per wave).
  * Measured 0.978 / 1.005 / 1.009x cuBLASLt at 8192^3 / 8192x8192x3584 / 16384x8192x3584 against

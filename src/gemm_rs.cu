@@ -214,6 +214,24 @@ struct weave_atomic_sink : weave_owner_walk {
   }
 };
 
+/* The threads of a block that run the communication code: the whole block, or (fused Hopper kernel)
+ * the 256 threads of warpgroups 1-2 under the GEMM blocks' register split, with their own named
+ * barrier. */
+struct weave_threads {
+  int tid, n, bar; /* rank in the group, group size (a multiple of 32), named barrier id */
+  __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(n) : "memory"); }
+  /* barrier that also ORs `pred` over the group: a group-uniform answer with no shared memory */
+  __device__ bool sync_or(bool pred) const {
+    uint32_t r;
+    asm volatile("{\n.reg .pred q, p;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(r)
+                 : "r"((uint32_t)pred), "r"(bar), "r"(n)
+                 : "memory");
+    return r != 0;
+  }
+};
+__device__ __forceinline__ weave_threads weave_whole_block() { return {(int)threadIdx.x, (int)blockDim.x, 0}; }
+
 /* ------------------------------------------------------------------------------------------------
  * owner-side reduction of one tile region from `world` sources, rank order, fp32
  * ---------------------------------------------------------------------------------------------- */
@@ -222,21 +240,21 @@ struct weave_atomic_sink : weave_owner_walk {
 #define WEAVE_REDUCE_UNROLL 4 /* 16-byte vectors in flight per thread and source */
 
 template <typename S, typename T, class Src>
-__device__ void weave_reduce_region(const weave_fused_params_t &p, Src src, int nsrc, int r0, int r1, int c0, int c1,
-                                    bool zero_after) {
+__device__ void weave_reduce_region(const weave_fused_params_t &p, const weave_threads &g, Src src, int nsrc, int r0,
+                                    int r1, int c0, int c1, bool zero_after) {
   const int N = p.N, w = c1 - c0;
   T *out = (T *)p.C_out;
   if ((N % 8) == 0 && p.out_vec) {
     /* Vectors of 8 elements; consecutive threads take consecutive vectors (coalesced); each thread
      * keeps UNROLL vectors of every source in flight before it adds, in rank order. */
-    const int groups = w / 8, items = (r1 - r0) * groups, step = blockDim.x * WEAVE_REDUCE_UNROLL;
+    const int groups = w / 8, items = (r1 - r0) * groups, step = g.n * WEAVE_REDUCE_UNROLL;
     for (int it0 = 0; it0 < items; it0 += step) {
       float acc[WEAVE_REDUCE_UNROLL][8];
       size_t off[WEAVE_REDUCE_UNROLL];
       bool ok[WEAVE_REDUCE_UNROLL];
 #pragma unroll
       for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u) {
-        int it = it0 + u * blockDim.x + threadIdx.x;
+        int it = it0 + u * g.n + g.tid;
         ok[u] = it < items;
         off[u] = ok[u] ? (size_t)(r0 + it / groups) * N + c0 + (it % groups) * 8 : 0;
         if (ok[u]) weave_load8_cg(src(0) + off[u], acc[u]);
@@ -267,7 +285,7 @@ __device__ void weave_reduce_region(const weave_fused_params_t &p, Src src, int 
     }
   } else {
     const int items = (r1 - r0) * w;
-    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+    for (int it = g.tid; it < items; it += g.n) {
       int r = r0 + it / w, c = c0 + it % w;
       size_t off = (size_t)r * N + c;
       float acc = weave_to_f(__ldcg(src(0) + off));
@@ -287,17 +305,13 @@ template <typename S> struct weave_peer_partials {
   __device__ const S *operator()(int s) const { return weave_peer_ptr(t, base, s); }
 };
 
-/* Thread s < world waits flags[s * stride] >= value. Block-uniform result: non-zero on failure. */
-__device__ int weave_block_wait_sources(const weave_device_team_t &t, const uint32_t *flags, size_t stride,
-                                        int nsrc, uint32_t value, int item) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
-  if ((int)threadIdx.x < nsrc)
-    if (weave_wait_until(&t, flags + (size_t)threadIdx.x * stride, WEAVE_CMP_GE, value, (int)threadIdx.x, item) != 0)
-      failed = 1;
-  __syncthreads();
-  return failed;
+/* Thread s < nsrc of the group waits flags[s * stride] >= value. Group-uniform result: non-zero on
+ * failure. */
+__device__ int weave_block_wait_sources(const weave_threads &g, const weave_device_team_t &t, const uint32_t *flags,
+                                        size_t stride, int nsrc, uint32_t value, int item) {
+  bool bad = false;
+  if (g.tid < nsrc) bad = weave_wait_until(&t, flags + (size_t)g.tid * stride, WEAVE_CMP_GE, value, g.tid, item) != 0;
+  return g.sync_or(bad);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -317,9 +331,45 @@ __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, 
   if constexpr (HOPPER && sizeof(T) == 2) {
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     weave_hopper_gemm_role(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    weave_hopper_gemm_regs_restore();
   } else {
     weave_mma_args_t a = {p.M, p.N, p.K, p.A, p.B, p.b_layout == WEAVE_LAYOUT_COL, p.vec_ok};
     weave_gemm_role<T>(a, smem_raw, blockIdx.x, p.gemm_blocks, total, sink);
+  }
+}
+
+/* Communication role of the fused kernel (see the top of the file): owner tiles j = blockIdx -
+ * gemm_blocks, + comm_blocks, ... of this rank, each waited for and reduced by the group g. */
+template <typename T, typename S, bool ATOMIC>
+__device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, const weave_threads &g) {
+  const weave_device_team_t &t = p.team;
+  int row_begin, rows;
+  weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
+  const int mine = weave_owner_tiles(&p.tiling, t.rank);
+  for (int j = blockIdx.x - p.gemm_blocks; j < mine; j += p.comm_blocks) {
+    int tm, tn;
+    weave_owner_tile_coords(&p.tiling, t.rank, j, &tm, &tn);
+    int r0 = tm * p.tiling.tile_m, r1 = min(r0 + p.tiling.tile_m, rows);
+    int c0 = tn * p.tiling.tile_n, c1 = min(c0 + p.tiling.tile_n, p.N);
+    uint64_t t0 = p.trace ? weave_trace_now() : 0, t1 = 0;
+    if constexpr (ATOMIC) {
+      if (weave_block_wait_sources(g, t, p.tile_flags + j, 0, 1, (uint32_t)t.world * p.epoch, j)) break;
+      if (p.trace) t1 = weave_trace_now();
+      weave_local_slots<float> src = {(const float *)p.data, 0};
+      weave_reduce_region<float, T>(p, g, src, 1, r0, r1, c0, c1, true);
+    } else {
+      if (weave_block_wait_sources(g, t, p.tile_flags + j, (size_t)p.tiles_cap, t.world, p.epoch, j)) break;
+      if (p.trace) t1 = weave_trace_now();
+      weave_local_slots<S> src = {(const S *)p.data, (size_t)p.rows_cap * p.N};
+      weave_reduce_region<S, T>(p, g, src, t.world, r0, r1, c0, c1, false);
+    }
+    if (p.trace) { /* uniform branch, once per tile */
+      g.sync();
+      if (g.tid == 0) {
+        weave_trace_put(p.trace, p.trace_cap, p.trace_count, t0, t1, WEAVE_TRACE_WAIT, t.rank, j, -1);
+        weave_trace_put(p.trace, p.trace_cap, p.trace_count, t1, weave_trace_now(), WEAVE_TRACE_REDUCE, t.rank, j, -1);
+      }
+    }
   }
 }
 
@@ -343,35 +393,17 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
       weave_fused_gemm<T, HOPPER>(p, smem, total, sink);
     }
   } else {
-    int row_begin, rows;
-    weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
-    const int mine = weave_owner_tiles(&p.tiling, t.rank);
-    for (int j = blockIdx.x - p.gemm_blocks; j < mine; j += p.comm_blocks) {
-      int tm, tn;
-      weave_owner_tile_coords(&p.tiling, t.rank, j, &tm, &tn);
-      int r0 = tm * p.tiling.tile_m, r1 = min(r0 + p.tiling.tile_m, rows);
-      int c0 = tn * p.tiling.tile_n, c1 = min(c0 + p.tiling.tile_n, p.N);
-      uint64_t t0 = p.trace ? weave_trace_now() : 0, t1 = 0;
-      if constexpr (ATOMIC) {
-        if (weave_block_wait_sources(t, p.tile_flags + j, 0, 1, (uint32_t)t.world * p.epoch, j)) break;
-        if (p.trace) t1 = weave_trace_now();
-        weave_local_slots<float> src = {(const float *)p.data, 0};
-        weave_reduce_region<float, T>(p, src, 1, r0, r1, c0, c1, true);
-      } else {
-        if (weave_block_wait_sources(t, p.tile_flags + j, (size_t)p.tiles_cap, t.world, p.epoch, j)) break;
-        if (p.trace) t1 = weave_trace_now();
-        weave_local_slots<S> src = {(const S *)p.data, (size_t)p.rows_cap * p.N};
-        weave_reduce_region<S, T>(p, src, t.world, r0, r1, c0, c1, false);
-      }
-      if (p.trace) { /* uniform branch, once per tile */
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          weave_trace_put(p.trace, p.trace_cap, p.trace_count, t0, t1, WEAVE_TRACE_WAIT, t.rank, j, -1);
-          weave_trace_put(p.trace, p.trace_cap, p.trace_count, t1, weave_trace_now(), WEAVE_TRACE_REDUCE, t.rank, j, -1);
-        }
-      }
+    if constexpr (HOPPER) {
+      /* the GEMM blocks' register split here too (see weave_hopper_gemm_regs_restore): warpgroup 0
+       * idles, warpgroups 1-2 reduce */
+      if (weave_hopper_gemm_regs_split())
+        weave_fused_comm<T, S, ATOMIC>(p, weave_threads{(int)threadIdx.x - (WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS),
+                                                        WEAVE_HGEMM_CONSUMER_THREADS, 1});
+    } else {
+      weave_fused_comm<T, S, ATOMIC>(p, weave_whole_block());
     }
   }
+  if constexpr (HOPPER) weave_hopper_gemm_regs_restore();
   weave_block_arrive_and_signal(t, &p.ctl->arrive[0], gridDim.x, p.epoch, p.ctl->done);
 }
 
@@ -383,7 +415,7 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS, 1) weave_gemm_kernel(weave_
 }
 
 __global__ void weave_wait_done_kernel(const weave_fused_params_t p) {
-  weave_block_wait_sources(p.team, p.ctl->done, 1, p.team.world, p.epoch - 1u, -1);
+  weave_block_wait_sources(weave_whole_block(), p.team, p.ctl->done, 1, p.team.world, p.epoch - 1u, -1);
 }
 
 /* One block: publish this rank's partial (ready[rank] = epoch into every peer), then wait for every
@@ -397,7 +429,7 @@ __global__ void weave_ready_barrier_kernel(const weave_fused_params_t p) {
   if ((int)threadIdx.x < p.team.world)
     weave_st<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p.team, &p.ctl->ready[p.team.rank], (int)threadIdx.x),
                                                  p.epoch);
-  weave_block_wait_sources(p.team, p.ctl->ready, 1, p.team.world, p.epoch, -1);
+  weave_block_wait_sources(weave_whole_block(), p.team, p.ctl->ready, 1, p.team.world, p.epoch, -1);
 }
 
 template <typename S, typename T>
@@ -413,7 +445,7 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel
       weave_owner_tile_coords(&p.tiling, t.rank, j, &tm, &tn);
       int r0 = tm * p.tiling.tile_m, r1 = min(r0 + p.tiling.tile_m, rows);
       int c0 = tn * p.tiling.tile_n, c1 = min(c0 + p.tiling.tile_n, p.N);
-      weave_reduce_region<S, T>(p, src, t.world, r0, r1, c0, c1, false);
+      weave_reduce_region<S, T>(p, weave_whole_block(), src, t.world, r0, r1, c0, c1, false);
     }
   }
   weave_block_arrive_and_signal(t, &p.ctl->arrive[1], gridDim.x, p.epoch, p.ctl->done);
