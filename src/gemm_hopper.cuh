@@ -572,9 +572,9 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
-          /* 64-row x 128-byte chunks (64 columns of 2-byte or 32 of 4-byte elements) through two
-           * buffers per warpgroup, 128B-swizzled rows (16-byte unit u of row r at u ^ (r % 8): the
-           * warp's stores spread over all banks), each chunk sent by one TMA store */
+          /* 64-row x 128-byte chunks (64 columns of 2-byte or 32 of 4-byte elements) through
+           * WEAVE_HGEMM_EPI_BUFS (2) buffers per warpgroup, 128B-swizzled rows (16-byte unit u of
+           * row r at u ^ (r % 8): the warp's stores spread over all banks), one TMA store each */
           typedef typename Sink::TmaElem E;
           constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);

@@ -15,8 +15,10 @@
  *     3. block barrier, then one thread publishes with a release atomic at system scope:
  *          deterministic: flags_o[rank][tile] <- epoch      (atom.release.sys.exch)
  *          atomic:        count_o[tile] += 1                (red.release.sys.add; world per call)
- *   Communication blocks (the rest) own this rank's tiles: for each, one thread per source polls the
- *   flag with ld.acquire.sys (bounded), block barrier, then the block sums the world partials in
+ *   Communication blocks (the rest) own this rank's tiles (in the Hopper kernel only warpgroups 1-2
+ *   of such a block work, under the GEMM blocks' register split: see weave_hopper_gemm_regs_restore):
+ *   for each, one thread per source polls the flag with ld.acquire.sys (bounded), a barrier that ORs
+ *   the failures, then the threads sum the world partials in
  *   rank order 0..world-1 in fp32 (bitwise reproducible), applies alpha and bias once, casts and
  *   writes C_out. Atomic mode waits for count == world*epoch, reads, writes and re-zeroes the
  *   accumulator tile for the next call.
@@ -414,7 +416,7 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS, 1) weave_gemm_kernel(weave_
   weave_gemm_role<T>(a, smem, blockIdx.x, gridDim.x, tiles, sink);
 }
 
-__global__ void weave_wait_done_kernel(const weave_fused_params_t p) {
+__global__ void weave_wait_done_kernel(const __grid_constant__ weave_fused_params_t p) {
   weave_block_wait_sources(weave_whole_block(), p.team, p.ctl->done, 1, p.team.world, p.epoch - 1u, -1);
 }
 
@@ -422,7 +424,7 @@ __global__ void weave_wait_done_kernel(const weave_fused_params_t p) {
  * peer's. Only this block spins: the reduce-scatter kernel after it in stream order does not, so no
  * spinning block of one rank can hold an SM that another rank's GEMM (cuBLASLt's included, whose
  * kernels may need all their CTAs resident) is waiting for. */
-__global__ void weave_ready_barrier_kernel(const weave_fused_params_t p) {
+__global__ void weave_ready_barrier_kernel(const __grid_constant__ weave_fused_params_t p) {
   /* The GEMM before this kernel in stream order wrote P; fence at system scope so the release below
    * carries those writes to the peers of other GPUs too. */
   __threadfence_system();
@@ -433,7 +435,7 @@ __global__ void weave_ready_barrier_kernel(const weave_fused_params_t p) {
 }
 
 template <typename S, typename T>
-__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel(const weave_fused_params_t p) {
+__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel(const __grid_constant__ weave_fused_params_t p) {
   const weave_device_team_t &t = p.team;
   int row_begin, rows;
   weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
