@@ -26,7 +26,9 @@ for mode in "$@"; do
       ;;
     san)
       for tool in memcheck racecheck synccheck; do
-        timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 1 >> "$log" 2>&1
+        # line-buffered: a run cut by the timeout still shows how far it got
+        timeout ${SAN_TIMEOUT:-120} stdbuf -oL -eL \
+          compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 1 >> "$log" 2>&1
         echo "sanitizer $tool: rc=$?"
         # the Hopper GEMM's small shapes, data-parallel and stream-K (HGEMM_TEST_QUICK: no large cases)
         HGEMM_TEST_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $b/gpu_hopper_gemm_test >> "$log" 2>&1
