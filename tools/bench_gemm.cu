@@ -131,6 +131,25 @@ static int lt_plan(cublasLtHandle_t h, LtPlan *p, int M, int N, int K, weave_dty
   p->algo = res.algo;
   return 0;
 }
+/* What cuBLASLt's heuristic picked, as the raw enum values of cublasLt.h (cublasLtMatmulTile_t,
+ * cublasLtMatmulStages_t, cublasLtClusterShape_t, ...): which kernel weave is measured against. The
+ * problem is handed to cuBLASLt transposed (C^T = B^T A^T, column-major), so its tile is N x M. */
+static void lt_describe(const cublasLtMatmulAlgo_t *a, char *buf, size_t len) {
+  static const cublasLtMatmulAlgoConfigAttributes_t what[] = {
+      CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+      CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+      CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME};
+  static const char *name[] = {"algo", "tile", "stages", "cluster", "swizzle", "splitk", "reduction"};
+  static const size_t bytes[] = {4, 4, 4, 2, 4, 4, 4}; /* the cluster shape is a uint16_t */
+  size_t at = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof(what) / sizeof(what[0]) && at < len; ++i) {
+    uint32_t v = 0; /* little-endian: a 2-byte value lands in the low half; a failed query prints -1 */
+    size_t got = 0;
+    const bool ok = cublasLtMatmulAlgoConfigGetAttribute(a, what[i], &v, bytes[i], &got) == CUBLAS_STATUS_SUCCESS;
+    at += (size_t)snprintf(buf + at, len - at, "%s%s %lld", i ? " " : "", name[i], ok ? (long long)v : -1ll);
+  }
+}
 static void lt_destroy(LtPlan *p) {
   cublasLtMatrixLayoutDestroy(p->la);
   cublasLtMatrixLayoutDestroy(p->lb);
@@ -367,6 +386,9 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
     double flop = 2.0 * c.M * c.N * c.K;
     LtPlan def;
     if (lt_plan(c.lt, &def, c.M, c.N, c.K, dt, ly, 0, c.ws, c.ws_bytes)) return 1;
+    char lt_algo[160];
+    lt_describe(&def.algo, lt_algo, sizeof(lt_algo));
+    printf("# lt_def for %dx%dx%d (cublasLt.h enum values): %s\n", c.M, c.N, c.K, lt_algo);
     double tf_first = 0;
     for (size_t bi = 0; bi < blist.size(); ++bi) {
       int b = blist[bi];
