@@ -333,7 +333,6 @@ __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, 
   if constexpr (HOPPER && sizeof(T) == 2) {
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     weave_hopper_gemm_role(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
-    weave_hopper_gemm_regs_restore();
   } else {
     weave_mma_args_t a = {p.M, p.N, p.K, p.A, p.B, p.b_layout == WEAVE_LAYOUT_COL, p.vec_ok};
     weave_gemm_role<T>(a, smem_raw, blockIdx.x, p.gemm_blocks, total, sink);
@@ -405,6 +404,9 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
       weave_fused_comm<T, S, ATOMIC>(p, weave_whole_block());
     }
   }
+  /* both paths ran one split (the role's or the comm blocks'): exactly one restore here. (A second
+   * one would reuse the restore barrier while consumers' non-blocking arrivals of the first may still
+   * be pending, i.e. miscount it; session 4 had that on the GEMM path for a while.) */
   if constexpr (HOPPER) weave_hopper_gemm_regs_restore();
   weave_block_arrive_and_signal(t, &p.ctl->arrive[0], gridDim.x, p.epoch, p.ctl->done);
 }
