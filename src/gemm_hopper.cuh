@@ -317,15 +317,19 @@ static __device__ __forceinline__ unsigned weave_hg_atom_add_acq_rel_gpu(unsigne
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
 }
-/* bar.sync of the 256 consumer threads that also ORs a predicate across them */
-static __device__ __forceinline__ bool weave_hg_consumer_bar_or(bool pred) {
+/* bar.sync of `threads` threads on barrier `id` that also ORs `pred` across them: a uniform answer
+ * without shared memory */
+static __device__ __forceinline__ bool weave_hg_named_barrier_or(int id, int threads, bool pred) {
   uint32_t r;
   asm volatile(
       "{\n.reg .pred q, p;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
       : "=r"(r)
-      : "r"((uint32_t)pred), "n"(WEAVE_HGEMM_CONSUMER_BARRIER_ID), "n"(WEAVE_HGEMM_CONSUMER_THREADS)
+      : "r"((uint32_t)pred), "r"(id), "r"(threads)
       : "memory");
   return r != 0;
+}
+static __device__ __forceinline__ bool weave_hg_consumer_bar_or(bool pred) {
+  return weave_hg_named_barrier_or(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS, pred);
 }
 
 /* Called by all 256 consumer threads after the main loop of a split item (SK tile t, block b,
@@ -401,6 +405,38 @@ static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const WeaveHopperGe
   return true;
 }
 
+/* The role's register split: warpgroup 0 (producer) down to 40, warpgroups 1-2 (consumers) up to
+ * 232; true on the latter. The role starts with it; so must the other blocks of a kernel that runs
+ * the role in some blocks only (see the restore below). */
+__device__ __forceinline__ bool weave_hopper_gemm_regs_split() {
+  if ((threadIdx.x >> 7) == 0) {
+    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_PRODUCER_REGS>();
+    return false;
+  }
+  weave_hg_setmaxnreg_inc<WEAVE_HGEMM_CONSUMER_REGS>();
+  return true;
+}
+
+/* Give every warpgroup the launch register count back (after the role, before code that all 384
+ * threads run). A kernel whose other blocks do something else should run that under
+ * weave_hopper_gemm_regs_split() too and restore on every path: ptxas (CUDA 13.0) gives the
+ * consumers their 232 registers only when every path of the kernel has the same split; otherwise it
+ * fits them into the launch count and spills (seen in the fused GEMM+RS kernel: up to 204 bytes).
+ * Order matters: warpgroup 0 may take its registers back only after warpgroups 1-2 have taken theirs
+ * (split) and given them back (here). Were its setmaxnreg.inc first, it could take back what it had
+ * just released while warpgroups 1-2 still wait in their own inc, for ever: a first version without
+ * the barrier hung one rank's kernel at call 983 of the 1000-call GPU test (H200). Warpgroups 1-2
+ * give back, then arrive; warpgroup 0 waits for them, then takes. */
+__device__ __forceinline__ void weave_hopper_gemm_regs_restore() {
+  if ((threadIdx.x >> 7) == 0) {
+    weave_hg_named_barrier_sync(WEAVE_HGEMM_RESTORE_BARRIER_ID, WEAVE_HGEMM_THREADS);
+    weave_hg_setmaxnreg_inc<WEAVE_HGEMM_LAUNCH_REGS>();
+  } else {
+    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_LAUNCH_REGS>();
+    asm volatile("bar.arrive %0, %1;" ::"n"(WEAVE_HGEMM_RESTORE_BARRIER_ID), "n"(WEAVE_HGEMM_THREADS) : "memory");
+  }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The role, for one (dtype, B layout, cluster size).
  *   DT: WEAVE_BF16 or WEAVE_FP16; BCOL: 1 for WEAVE_LAYOUT_COL; CL: 1 or 2 CTAs per cluster.
@@ -446,9 +482,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       weave_hgemm_walk_begin(SK ? &p.sk : &sk_off, seq_begin, seq_begin, seq_stride, seq_count);
   int seq, kb0, kb1;
 
-  if (wg == 0) {
+  if (!weave_hopper_gemm_regs_split()) {
     /* ---------------- producer ---------------- */
-    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_PRODUCER_REGS>();
     if (tid == 0) {
       weave_hg_tma_prefetch_map(&p.tmap_a);
       weave_hg_tma_prefetch_map(&p.tmap_b);
@@ -495,7 +530,6 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     }
   } else {
     /* ---------------- consumers ---------------- */
-    weave_hg_setmaxnreg_inc<WEAVE_HGEMM_CONSUMER_REGS>();
     const int cw = wg - 1;            /* 0 or 1: which 64-row half of the tile */
     const int ltid = tid & 127;
     const int warp = ltid >> 5, lane = ltid & 31;
@@ -632,37 +666,6 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     }
   }
   if (CL == 2) weave_hg_cluster_sync(); /* no CTA leaves while its peer may still signal it */
-}
-
-/* The role's register split on its own: warpgroup 0 down to 40, warpgroups 1-2 up to 232; true on
- * the latter. For the other blocks of a kernel that runs the role in some blocks (see below). */
-__device__ __forceinline__ bool weave_hopper_gemm_regs_split() {
-  if ((threadIdx.x >> 7) == 0) {
-    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_PRODUCER_REGS>();
-    return false;
-  }
-  weave_hg_setmaxnreg_inc<WEAVE_HGEMM_CONSUMER_REGS>();
-  return true;
-}
-
-/* Give every warpgroup the launch register count back (after the role, before code that all 384
- * threads run). A kernel whose other blocks do something else should run that under
- * weave_hopper_gemm_regs_split() too and restore on every path: ptxas (CUDA 13.0) gives the
- * consumers their 232 registers only when every path of the kernel has the same split; otherwise it
- * fits them into the launch count and spills (seen in the fused GEMM+RS kernel: up to 204 bytes).
- * Order matters: warpgroup 0 may take its registers back only after warpgroups 1-2 have taken theirs
- * (split) and given them back (here). Were its setmaxnreg.inc first, it could take back what it had
- * just released while warpgroups 1-2 still wait in their own inc, for ever: a first version without
- * the barrier hung one rank's kernel at call 983 of the 1000-call GPU test (H200). Warpgroups 1-2
- * give back, then arrive; warpgroup 0 waits for them, then takes. */
-__device__ __forceinline__ void weave_hopper_gemm_regs_restore() {
-  if ((threadIdx.x >> 7) == 0) {
-    weave_hg_named_barrier_sync(WEAVE_HGEMM_RESTORE_BARRIER_ID, WEAVE_HGEMM_THREADS);
-    weave_hg_setmaxnreg_inc<WEAVE_HGEMM_LAUNCH_REGS>();
-  } else {
-    weave_hg_setmaxnreg_dec<WEAVE_HGEMM_LAUNCH_REGS>();
-    asm volatile("bar.arrive %0, %1;" ::"n"(WEAVE_HGEMM_RESTORE_BARRIER_ID), "n"(WEAVE_HGEMM_THREADS) : "memory");
-  }
 }
 
 /* The role for the (dtype, layout) in p, chosen at run time (one uniform branch); no cluster. */

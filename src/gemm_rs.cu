@@ -221,16 +221,8 @@ struct weave_atomic_sink : weave_owner_walk {
  * barrier. */
 struct weave_threads {
   int tid, n, bar; /* rank in the group, group size (a multiple of 32), named barrier id */
-  __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(n) : "memory"); }
-  /* barrier that also ORs `pred` over the group: a group-uniform answer with no shared memory */
-  __device__ bool sync_or(bool pred) const {
-    uint32_t r;
-    asm volatile("{\n.reg .pred q, p;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(r)
-                 : "r"((uint32_t)pred), "r"(bar), "r"(n)
-                 : "memory");
-    return r != 0;
-  }
+  __device__ void sync() const { weave_hg_named_barrier_sync(bar, n); }
+  __device__ bool sync_or(bool pred) const { return weave_hg_named_barrier_or(bar, n, pred); }
 };
 __device__ __forceinline__ weave_threads weave_whole_block() { return {(int)threadIdx.x, (int)blockDim.x, 0}; }
 
