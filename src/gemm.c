@@ -72,7 +72,7 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
   int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
   if (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K)) {
     weave_hopper_gemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
-                                  WEAVE_HGEMM_SK_AUTO};
+                                  WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO};
     const size_t need = weave_hopper_gemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
     if (need) {
       int dev = 0;

@@ -17,7 +17,7 @@
 
 #include <cuda_runtime.h>
 
-#include "gemm_hopper.cuh"
+#include "gemm_hopper_pingpong.cuh"
 
 /* ---------------------------------------------------------------------------------------------
  * Standalone sink
@@ -101,21 +101,28 @@ struct WeaveHgemmStandaloneSink {
   }
 };
 
-template <int DT, int BCOL, int CL>
+/* CL: 1 or 2 CTAs per cluster; PP: the ping-pong schedule (gemm_hopper_pingpong.cuh; CL == 1, no
+ * stream-K) instead of the cooperative one */
+template <int DT, int BCOL, int CL, bool PP>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hopper_gemm_kernel(const __grid_constant__ WeaveHopperGemmParams p,
                              const __grid_constant__ CUtensorMap c_map, WeaveHgemmSinkArgs sa) {
+  static_assert(!PP || CL == 1, "ping-pong runs without clusters");
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem =
       (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
   WeaveHgemmStandaloneSink<DT, CL> sink;
   sink.a = sa;
   sink.cmap = &c_map;
-  /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
-  const int seq_count =
-      CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-  weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL, CL == 1>(
-      p, smem, blockIdx.x, gridDim.x, seq_count, sink);
+  if constexpr (PP) {
+    weave_hopper_gemm_role_pp_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL>(
+        p, smem, blockIdx.x, gridDim.x, p.tiles_m * p.tiles_n, sink);
+  } else {
+    /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
+    const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+    weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL, CL == 1>(
+        p, smem, blockIdx.x, gridDim.x, seq_count, sink);
+  }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -260,12 +267,12 @@ static int hgemm_env_int(const char *name, int def) {
 }
 
 /* launches kernel<DT, BCOL, CL>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
-template <int DT, int BCOL, int CL>
+template <int DT, int BCOL, int CL, bool PP>
 static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensorMap &c_map,
                                   const WeaveHgemmSinkArgs &sa, int grid, int dev,
                                   cudaStream_t stream) {
   void (*kern)(const WeaveHopperGemmParams, const CUtensorMap, WeaveHgemmSinkArgs) =
-      weave_hopper_gemm_kernel<DT, BCOL, CL>;
+      weave_hopper_gemm_kernel<DT, BCOL, CL, PP>;
   /* once per device and instantiation (ranks of one process may drive several devices) */
   static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
   static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
@@ -315,12 +322,12 @@ static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensor
  * default (measured: 0.75 -> 0.97x cuBLASLt at 8192x8192x1024); 2-CTA clusters verified but off
  * (within noise at 132 blocks, slower at 116); stream-K tail by its cost model. */
 typedef struct {
-  int cluster, tma_store, group_m, streamk;
+  int cluster, tma_store, group_m, streamk, pingpong;
 } hgemm_knobs_t;
 
 static hgemm_knobs_t hgemm_knobs(void) {
   static int read = 0;
-  static hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1};
+  static hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1, 1};
   if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) { /* benign race: every thread reads the same values */
     k.cluster = hgemm_env_int("WEAVE_HGEMM_CLUSTER", 1);
     k.tma_store = hgemm_env_int("WEAVE_HGEMM_TMA_STORE", 1);
@@ -328,6 +335,7 @@ static hgemm_knobs_t hgemm_knobs(void) {
     if (k.group_m < 2) k.group_m = 2;
     k.group_m &= ~1;
     k.streamk = hgemm_env_int("WEAVE_HGEMM_STREAMK", 1);
+    k.pingpong = hgemm_env_int("WEAVE_HGEMM_PINGPONG", 1);
     __atomic_store_n(&read, 1, __ATOMIC_RELEASE);
   }
   return k;
@@ -345,30 +353,43 @@ static int hgemm_sm_count(void) {
 }
 
 /* What a call of tiles_m x tiles_n tiles, kt k-blocks, runs with on a device of `sms` SMs: grid
- * (before trimming to the tile count), cluster size, and the stream-K schedule it uses given a large
- * enough workspace (no stream-K with clusters). streamk: the call's request; AUTO follows
- * WEAVE_HGEMM_STREAMK (0 off, 1 cost model, 2 on). The launcher, the workspace query and the bench
- * all ask here. */
+ * (before trimming to the tile count), schedule (ping-pong or cooperative), cluster size, and the
+ * stream-K schedule it uses given a large enough workspace (no stream-K with clusters or ping-pong).
+ * streamk / schedule: the call's requests; AUTO follows WEAVE_HGEMM_STREAMK (0 off, 1 cost model,
+ * 2 on) and WEAVE_HGEMM_PINGPONG (0 off, 1 auto, 2 on). The launcher, the workspace query and the
+ * bench all ask here. */
 static weave_hgemm_sk_t hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
-                                   int *grid_out, int *cl_out) {
+                                   int schedule, int *grid_out, int *cl_out, int *pp_out) {
   const hgemm_knobs_t k = hgemm_knobs();
   int grid = num_blocks <= 0 || num_blocks > sms ? sms : num_blocks;
-  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
-  const int cl = k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
   int mode = streamk;
   if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
     mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
-  if (cl == 2) mode = WEAVE_HGEMM_SK_OFF;
+  const int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
+  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
+  const int cl = !pp && k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+  if (cl == 2 || pp) mode = WEAVE_HGEMM_SK_OFF;
   if (grid_out) *grid_out = grid;
   if (cl_out) *cl_out = cl;
+  if (pp_out) *pp_out = pp;
   return weave_hgemm_sk_plan(tiles_m * tiles_n, grid, kt, mode);
+}
+
+extern "C" int weave_hopper_gemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule) {
+  const int sms = hgemm_sm_count();
+  int pp = 0;
+  if (M > 0 && N > 0 && K > 0 && sms > 0)
+    hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
+               (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk, schedule, NULL, NULL, &pp);
+  return pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
 }
 
 extern "C" weave_hgemm_sk_t weave_hopper_gemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk) {
   const int sms = hgemm_sm_count();
   if (M <= 0 || N <= 0 || K <= 0 || sms <= 0) return weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
   return hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                    (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk, NULL, NULL);
+                    (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk,
+                    WEAVE_HGEMM_SCHED_AUTO, NULL, NULL, NULL);
 }
 
 extern "C" size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk) {
@@ -424,8 +445,9 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
     if (r) return r;
     sa.tma_store = 1;
   }
-  int grid, cl;
-  const weave_hgemm_sk_t sk = hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk, &grid, &cl);
+  int grid, cl, pp;
+  const weave_hgemm_sk_t sk = hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk,
+                                         a->schedule, &grid, &cl, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
    * to the tile count only without it */
@@ -438,17 +460,14 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   cudaError_t e;
-#define WEAVE_HGEMM_LAUNCH(DT, BC, CL) hgemm_launch_t<DT, BC, CL>(p, c_map, sa, grid, dev, stream)
+#define WEAVE_HGEMM_LAUNCH(DT, BC)                                                            \
+  (pp ? hgemm_launch_t<DT, BC, 1, true>(p, c_map, sa, grid, dev, stream)                       \
+      : cl == 2 ? hgemm_launch_t<DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)              \
+                : hgemm_launch_t<DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
   if (a->dtype == WEAVE_BF16) {
-    if (a->b_layout == WEAVE_LAYOUT_COL)
-      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1, 1);
-    else
-      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0, 1);
+    e = a->b_layout == WEAVE_LAYOUT_COL ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0);
   } else {
-    if (a->b_layout == WEAVE_LAYOUT_COL)
-      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 1, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 1, 1);
-    else
-      e = cl == 2 ? WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 0, 2) : WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 0, 1);
+    e = a->b_layout == WEAVE_LAYOUT_COL ? WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 1) : WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 0);
   }
 #undef WEAVE_HGEMM_LAUNCH
   if (e != cudaSuccess)

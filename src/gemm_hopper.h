@@ -61,6 +61,7 @@ extern "C" {
 #define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
 /* Named barrier id of weave_hopper_gemm_regs_restore (all 384 threads). */
 #define WEAVE_HGEMM_RESTORE_BARRIER_ID 4
+/* The ping-pong role's turn barriers use ids 5 and 6 (WEAVE_HGEMM_PP_ORDER_BARRIER_ID). */
 /* Default tile-row group of the standalone kernel's grouped tile order: 16 rows of 128 x ~8 columns
  * of 256 per wave of 132 tiles, a square footprint (2048 rows of A, ~2100 columns of B per wave).
  * Measured 0.978 / 1.005 / 1.009x cuBLASLt at 8192^3 / 8192x8192x3584 / 16384x8192x3584 against
@@ -103,6 +104,10 @@ typedef struct {
   void *workspace;
   size_t workspace_bytes;
   int streamk;
+  /* WEAVE_HGEMM_SCHED_AUTO (weave_hgemm_pick_pingpong in gemm_streamk.h; env WEAVE_HGEMM_PINGPONG=
+   * 0|1|2 = cooperative|auto|ping-pong overrides), WEAVE_HGEMM_SCHED_COOP or WEAVE_HGEMM_SCHED_PINGPONG
+   * (ping-pong: no stream-K, no cluster) */
+  int schedule;
 } weave_hopper_gemm_args_t;
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
@@ -124,6 +129,9 @@ int weave_hopper_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *ba
 weave_hgemm_sk_t weave_hopper_gemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk);
 size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk);
 size_t weave_hopper_gemm_workspace_max(int num_blocks);
+/* The schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG) a call with these arguments runs with on the
+ * current device (COOP when there is none). */
+int weave_hopper_gemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond

@@ -180,4 +180,31 @@ WEAVE_SK_HD void weave_hgemm_sk_segments(const weave_hgemm_sk_t *s, int t, int *
   *segs = weave_hgemm_sk_block_of(s, u0 + s->kt - 1) - *first + 1;
 }
 
+/* ---- the schedule a standalone call runs with (the launcher, the bench and tests/test_streamk.c) ----
+ * Cooperative: both consumer warpgroups on one 128 x 256 tile (gemm_hopper.cuh), with the stream-K
+ * tail above. Ping-pong: each warpgroup a 128 x 128 half of the tile, main loops in turns, so one's
+ * epilogue hides under the other's main loop (gemm_hopper_pingpong.cuh); whole tiles only. */
+#define WEAVE_HGEMM_SCHED_AUTO 0
+#define WEAVE_HGEMM_SCHED_COOP 1
+#define WEAVE_HGEMM_SCHED_PINGPONG 2
+
+/* AUTO's line: ping-pong up to this many k-blocks a tile, where stream-K plans no tail (stream-K
+ * belongs to the cooperative schedule; where its model plans a tail, it beat ping-pong in 8 of 13
+ * rows). Ping-pong hides the epilogue, whose share of a tile falls with K, and loads A twice, which
+ * costs at any K. H200, 2026-12-03 09:17, ping-pong / cooperative in one run: K = 1024 (kt 16)
+ * 1.09-1.14x at 132-100 blocks; K = 3584 (kt 56) without stream-K 1.009-1.030x (0.998 at 2048x8192x3584
+ * on 132 blocks); K = 8192 (kt 128, with stream-K) 0.97-0.98x. Nothing measured between kt 56 and 128
+ * without stream-K: the line sits at 64. */
+#define WEAVE_HGEMM_PINGPONG_MAX_KT 64
+
+/* 1: ping-pong, 0: cooperative, for `tiles` tiles of kt k-blocks on `blocks` blocks. schedule: the
+ * call's request (WEAVE_HGEMM_SCHED_*); knob: the env override for AUTO (0 cooperative, 1 auto,
+ * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). */
+WEAVE_SK_HD int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt, int sk_mode) {
+  if (schedule == WEAVE_HGEMM_SCHED_PINGPONG || schedule == WEAVE_HGEMM_SCHED_COOP)
+    return schedule == WEAVE_HGEMM_SCHED_PINGPONG;
+  if (knob == 0 || knob == 2) return knob == 2;
+  return kt <= WEAVE_HGEMM_PINGPONG_MAX_KT && weave_hgemm_sk_plan(tiles, blocks, kt, sk_mode).sk_tiles == 0;
+}
+
 #endif /* WEAVE_GEMM_STREAMK_H */

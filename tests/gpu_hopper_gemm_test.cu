@@ -157,6 +157,8 @@ struct Bufs {
 static void *g_sk_ws = NULL;
 static size_t g_sk_bytes = 0;
 static int g_streamk = WEAVE_HGEMM_SK_OFF;
+/* the schedule the next cases ask for (WEAVE_HGEMM_SCHED_*) */
+static int g_schedule = WEAVE_HGEMM_SCHED_AUTO;
 /* 1: the cases go through the public weave_gemm (its per-stream workspace cache, its cost model) */
 static int g_public = 0;
 
@@ -172,9 +174,12 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
                      int use_bias, int blocks, int vs_cublas, cublasLtHandle_t lt, void *ws,
                      size_t ws_bytes) {
   char what[200];
-  const size_t sk_need = g_streamk == WEAVE_HGEMM_SK_OFF ? 0 : weave_hopper_gemm_workspace_size(M, N, K, blocks, g_streamk);
-  snprintf(what, sizeof what, "%s%s %s %dx%dx%d alpha %.2f bias %d blocks %d%s%s", g_public ? "weave_gemm " : "",
-           dtname(dt), lyname(ly), M, N, K, alpha, use_bias, blocks, vs_cublas ? " (vs cuBLASLt)" : "",
+  const int pp = weave_hopper_gemm_schedule(M, N, K, blocks, g_streamk, g_schedule) == WEAVE_HGEMM_SCHED_PINGPONG;
+  const size_t sk_need =
+      g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hopper_gemm_workspace_size(M, N, K, blocks, g_streamk);
+  snprintf(what, sizeof what, "%s%s %s %dx%dx%d alpha %.2f bias %d blocks %d %s%s%s", g_public ? "weave_gemm " : "",
+           dtname(dt), lyname(ly), M, N, K, alpha, use_bias, blocks, pp ? "ping-pong" : "coop",
+           vs_cublas ? " (vs cuBLASLt)" : "",
            sk_need ? " stream-K" : g_streamk != WEAVE_HGEMM_SK_OFF ? " (stream-K not planned)" : "");
   std::vector<uint16_t> hA((size_t)M * K), hB((size_t)K * N), hbias(N);
   for (auto &v : hA) v = to16(frand(), dt);
@@ -194,7 +199,7 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
   memset(&a, 0, sizeof a);
   a.M = M; a.N = N; a.K = K; a.dtype = dt; a.b_layout = ly; a.alpha = alpha;
   a.A = b.A; a.B = b.B; a.bias = use_bias ? b.bias : NULL; a.C = b.C; a.num_blocks = blocks;
-  a.workspace = g_sk_ws; a.workspace_bytes = g_sk_bytes; a.streamk = g_streamk;
+  a.workspace = g_sk_ws; a.workspace_bytes = g_sk_bytes; a.streamk = g_streamk; a.schedule = g_schedule;
   char err[256] = "";
   int r = launch_case(&a, err, sizeof err);
   if (r != WEAVE_SUCCESS) {
@@ -291,8 +296,12 @@ int main(void) {
   const weave_dtype_t dts[2] = {WEAVE_BF16, WEAVE_FP16};
   const weave_layout_t lys[2] = {WEAVE_LAYOUT_ROW, WEAVE_LAYOUT_COL};
   const int only = getenv("HGEMM_TEST_QUICK") ? 1 : 0;
+  /* both schedules on every layout x dtype x shape (tails, K below one stage, one block) */
+  const int scheds[2] = {WEAVE_HGEMM_SCHED_COOP, WEAVE_HGEMM_SCHED_PINGPONG};
+  for (int sc = 0; sc < 2; ++sc)
   for (int d = 0; d < 2; ++d)
     for (int l = 0; l < 2; ++l) {
+      g_schedule = scheds[sc];
       for (size_t s = 0; s < sizeof small / sizeof small[0]; ++s) {
         if (lys[l] == WEAVE_LAYOUT_ROW && small[s].N % 8) continue; /* refused: checked below */
         int var = (int)s % 3;
@@ -306,7 +315,9 @@ int main(void) {
       run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 0, 1, lt, ws, ws_bytes);
       run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 100, 1, lt, ws, ws_bytes);
       run_case(1500, 2072, 1112, dts[d], lys[l], 1.0f, 0, 0, 1, lt, ws, ws_bytes);
+      run_case(1024, 1024, 5120, dts[d], lys[l], 0.5f, 1, 5, 1, lt, ws, ws_bytes); /* many items a block */
     }
+  g_schedule = WEAVE_HGEMM_SCHED_AUTO;
   /* stream-K tail, forced on (the cost model would skip some of these small shapes): tiles left
    * over a few blocks, fewer tiles than blocks (each tile's k-blocks over up to 8 blocks), K tails,
    * alpha and bias; then the large cases against cuBLASLt under the cost model */
@@ -318,11 +329,13 @@ int main(void) {
   for (int d = 0; d < 2; ++d)
     for (int l = 0; l < 2; ++l) {
       g_streamk = WEAVE_HGEMM_SK_ON;
+      g_schedule = WEAVE_HGEMM_SCHED_COOP; /* stream-K is the cooperative schedule's */
       for (size_t s = 0; s < sizeof skc / sizeof skc[0]; ++s)
         run_case(skc[s].M, skc[s].N, skc[s].K, dts[d], lys[l], s % 2 ? 0.5f : 1.0f, (int)(s % 3 != 0),
                  skc[s].blocks, 0, lt, ws, ws_bytes);
       if (!only) {
         g_streamk = WEAVE_HGEMM_SK_AUTO;
+        g_schedule = WEAVE_HGEMM_SCHED_AUTO;
         run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 100, 1, lt, ws, ws_bytes);
         run_case(4096, 8192, 3584, dts[d], lys[l], 1.0f, 1, 124, 1, lt, ws, ws_bytes);
         run_case(1500, 2072, 1112, dts[d], lys[l], 1.0f, 0, 0, 1, lt, ws, ws_bytes);

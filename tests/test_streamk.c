@@ -148,6 +148,27 @@ int main(void) {
   CHECK(weave_hgemm_sk_workspace_bytes(&a) == (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET + 2u * 124u * 128u * 256u * 4u);
   CHECK(weave_hgemm_sk_workspace_bytes(&f) < weave_hgemm_sk_workspace_max(132));
 
+  /* schedule choice (weave_hgemm_pick_pingpong), on the benchmark rows of 2026-12-03 09:17: ping-pong
+   * where stream-K plans no tail and kt <= 64 (8192x8192x1024 at 132 and 100 blocks, 4096x8192x3584
+   * at 132); cooperative with the stream-K tail where the model plans one (4096x8192x3584 at 124,
+   * 8192^3 at 132) or where K is long (kt 128 on whole waves); requests and the env knob win */
+  const int A_ = WEAVE_HGEMM_SCHED_AUTO, SKA = WEAVE_HGEMM_SK_AUTO;
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 2048, 132, 16, SKA) == 1);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 2048, 100, 16, SKA) == 1);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 1024, 132, 56, SKA) == 1);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 1024, 124, 56, SKA) == 0);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 2048, 132, 128, SKA) == 0);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 2048, 128, 128, SKA) == 0);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 2048, 128, WEAVE_HGEMM_PINGPONG_MAX_KT, SKA) == 1);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 2048, 128, WEAVE_HGEMM_PINGPONG_MAX_KT + 1, SKA) == 0);
+  /* stream-K off: nothing competes with ping-pong; forced on: stream-K keeps the cooperative one */
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 1024, 124, 56, WEAVE_HGEMM_SK_OFF) == 1);
+  CHECK(weave_hgemm_pick_pingpong(A_, 1, 1000, 132, 16, WEAVE_HGEMM_SK_ON) == 0);
+  CHECK(weave_hgemm_pick_pingpong(A_, 0, 2048, 132, 16, SKA) == 0);
+  CHECK(weave_hgemm_pick_pingpong(A_, 2, 2048, 132, 128, SKA) == 1);
+  CHECK(weave_hgemm_pick_pingpong(WEAVE_HGEMM_SCHED_COOP, 2, 2048, 132, 16, SKA) == 0);
+  CHECK(weave_hgemm_pick_pingpong(WEAVE_HGEMM_SCHED_PINGPONG, 0, 1024, 124, 128, SKA) == 1);
+
   /* last-arriver protocol: exactly one segment stores, counter back at 0, with and without the peek */
   for (int segs = 1; segs <= 40; ++segs)
     for (unsigned seed = 1; seed < 50; ++seed)

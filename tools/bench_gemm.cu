@@ -170,8 +170,8 @@ struct Ctx {
   cudaStream_t st;
 };
 
-/* which: 0 weave (blocks; stream-K tail as its cost model decides), 2 weave data-parallel only,
- * 1 cuBLASLt plan */
+/* which: 0 weave (blocks; schedule and stream-K tail as its plan decides), 2 weave cooperative
+ * schedule (stream-K by its cost model), 3 weave ping-pong schedule, 1 cuBLASLt plan */
 static int launch(Ctx &c, int which, int blocks, LtPlan *lp, int set, void *C) {
   if (which != 1) {
     weave_hopper_gemm_args_t a;
@@ -179,7 +179,8 @@ static int launch(Ctx &c, int which, int blocks, LtPlan *lp, int set, void *C) {
     a.M = c.M; a.N = c.N; a.K = c.K; a.dtype = c.dt; a.b_layout = c.ly; a.alpha = 1.f;
     a.A = c.A[set]; a.B = c.B[set]; a.C = C; a.num_blocks = blocks;
     a.workspace = c.sk_ws; a.workspace_bytes = c.sk_bytes;
-    a.streamk = which == 2 ? WEAVE_HGEMM_SK_OFF : WEAVE_HGEMM_SK_AUTO;
+    a.streamk = WEAVE_HGEMM_SK_AUTO;
+    a.schedule = which == 2 ? WEAVE_HGEMM_SCHED_COOP : which == 3 ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_AUTO;
     char err[256];
     int r = weave_hopper_gemm_launch(&a, c.st, err, sizeof err);
     if (r) { fprintf(stderr, "bench_gemm: weave: %s\n", err); return 1; }
@@ -199,7 +200,7 @@ __global__ void bench_spin(unsigned long long ns) {
   do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
 
-/* One kernel to time: which = 0 weave (blocks), 2 weave data-parallel, 1 cuBLASLt (plan lp). */
+/* One kernel to time: which as in launch(). */
 struct TimedKernel {
   int which, blocks;
   LtPlan *lp;
@@ -233,9 +234,10 @@ static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, do
   return 0;
 }
 
-static int count_wrong(Ctx &c, int blocks, LtPlan *def, unsigned long long *wrong) {
+/* which: the weave variant to check (0, 2 or 3) */
+static int count_wrong(Ctx &c, int which, int blocks, LtPlan *def, unsigned long long *wrong) {
   BCK(cudaMemsetAsync(c.C, 0xFF, (size_t)c.M * c.N * 2, c.st));
-  if (launch(c, 0, blocks, NULL, 0, c.C)) return 1;
+  if (launch(c, which, blocks, NULL, 0, c.C)) return 1;
   if (launch(c, 1, 0, def, 0, c.Cref)) return 1;
   double *sq;
   unsigned long long *w;
@@ -326,20 +328,23 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d, cuBLASLt %d\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor, rtv, cublas_ver);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
-         "rotated over > 2x L2, launches queued behind a GPU spin, weave / weave_dp / lt_def / lt_sm round-robin\n",
+         "rotated over > 2x L2, launches queued behind a GPU spin, weave / coop / pp / lt_def / lt_sm round-robin\n",
          WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
          WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, warm, iters);
   printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s WEAVE_HGEMM_STREAMK=%s "
-         "(unset: defaults)\n",
+         "WEAVE_HGEMM_PINGPONG=%s (unset: defaults)\n",
          getenv("WEAVE_HGEMM_CLUSTER") ? getenv("WEAVE_HGEMM_CLUSTER") : "-",
          getenv("WEAVE_HGEMM_TMA_STORE") ? getenv("WEAVE_HGEMM_TMA_STORE") : "-",
          getenv("WEAVE_HGEMM_GROUP_M") ? getenv("WEAVE_HGEMM_GROUP_M") : "-",
-         getenv("WEAVE_HGEMM_STREAMK") ? getenv("WEAVE_HGEMM_STREAMK") : "-");
-  printf("# TFLOP/s = 2MNK / time. weave: stream-K tail where its cost model says so (sk = tiles in the\n"
-         "# tail, 0: none); weave_dp: the same kernel, whole tiles only; lt_def: cuBLASLt default heuristic;\n"
-         "# lt_sm: SM_COUNT_TARGET = blocks; scal: (TFLOP/s / TFLOP/s at first block count) / (blocks / first)\n");
-  printf("#%7s %6s %6s %6s %4s %9s %8s %8s %8s %8s %7s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "sk",
-         "time(ms)", "TFLOP/s", "dp", "lt_def", "lt_sm", "vs_dp", "vs_def", "vs_sm", "scal", "#wrong");
+         getenv("WEAVE_HGEMM_STREAMK") ? getenv("WEAVE_HGEMM_STREAMK") : "-",
+         getenv("WEAVE_HGEMM_PINGPONG") ? getenv("WEAVE_HGEMM_PINGPONG") : "-");
+  printf("# TFLOP/s = 2MNK / time. weave: the plan's choice (sch: C cooperative, P ping-pong; sk = tiles in\n"
+         "# the stream-K tail, 0: none); coop / pp: the same call with the schedule forced (coop keeps its\n"
+         "# stream-K cost model); lt_def: cuBLASLt default heuristic; lt_sm: SM_COUNT_TARGET = blocks;\n"
+         "# scal: (TFLOP/s / TFLOP/s at first block count) / (blocks / first); #wrong: weave and pp vs lt_def\n");
+  printf("#%7s %6s %6s %6s %3s %4s %9s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "sch",
+         "sk", "time(ms)", "TFLOP/s", "coop", "pp", "lt_def", "lt_sm", "pp/coop", "vs_def", "vs_sm", "scal",
+         "#wrong");
   FILE *jf = json ? fopen(json, "w") : NULL;
   if (json && !jf) { fprintf(stderr, "bench_gemm: cannot open %s\n", json); return 1; }
   if (jf)
@@ -394,31 +399,35 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
       int b = blist[bi];
       LtPlan smp;
       if (lt_plan(c.lt, &smp, c.M, c.N, c.K, dt, ly, b, c.ws, c.ws_bytes)) return 1;
-      /* weave, weave data-parallel, cuBLASLt default and cuBLASLt at this SM count, interleaved
-       * launch by launch */
-      const TimedKernel tk[4] = {{0, b, NULL}, {2, b, NULL}, {1, 0, &def}, {1, 0, &smp}};
-      double med[4];
-      if (time_ms(c, tk, 4, warm, iters, med)) return 1;
+      /* weave, weave cooperative, weave ping-pong, cuBLASLt default and cuBLASLt at this SM count,
+       * interleaved launch by launch */
+      const TimedKernel tk[5] = {{0, b, NULL}, {2, b, NULL}, {3, b, NULL}, {1, 0, &def}, {1, 0, &smp}};
+      double med[5];
+      if (time_ms(c, tk, 5, warm, iters, med)) return 1;
       lt_destroy(&smp);
-      const double t_w = med[0], t_dp = med[1], t_def = med[2], t_sm = med[3], tf_def = flop / t_def * 1e-9;
-      const double tf_dp = flop / t_dp * 1e-9;
-      const int sk_tiles = weave_hopper_gemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
-      unsigned long long wrong = 0;
-      if (check && count_wrong(c, b, &def, &wrong)) return 1;
+      const double t_w = med[0], t_def = med[3], t_sm = med[4], tf_def = flop / t_def * 1e-9;
+      const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
+      const int pp = weave_hopper_gemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
+                     WEAVE_HGEMM_SCHED_PINGPONG;
+      const int sk_tiles = pp ? 0 : weave_hopper_gemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+      unsigned long long wrong = 0, wrong_pp = 0;
+      if (check && (count_wrong(c, 0, b, &def, &wrong) || count_wrong(c, 3, b, &def, &wrong_pp))) return 1;
+      wrong += wrong_pp;
       total_wrong += wrong;
       double tf = flop / t_w * 1e-9, tf_sm = flop / t_sm * 1e-9;
       if (bi == 0) tf_first = tf;
       double scal = (tf / tf_first) / ((double)b / blist[0]);
-      printf(" %7d %6d %6d %6d %4d %9.4f %8.1f %8.1f %8.1f %8.1f %7.3f %7.3f %7.3f %6.3f %7llu\n", c.M, c.N,
-             c.K, b, sk_tiles, t_w, tf, tf_dp, tf_def, tf_sm, tf / tf_dp, tf / tf_def, tf / tf_sm, scal, wrong);
+      printf(" %7d %6d %6d %6d %3s %4d %9.4f %8.1f %8.1f %8.1f %8.1f %8.1f %7.3f %7.3f %7.3f %6.3f %7llu\n", c.M,
+             c.N, c.K, b, pp ? "P" : "C", sk_tiles, t_w, tf, tf_coop, tf_pp, tf_def, tf_sm, tf_pp / tf_coop,
+             tf / tf_def, tf / tf_sm, scal, wrong);
       fflush(stdout);
       if (jf) {
-        fprintf(jf, "%s\n{\"M\":%d,\"N\":%d,\"K\":%d,\"blocks\":%d,\"sk_tiles\":%d,\"time_ms\":%.5f,"
-                    "\"tflops\":%.2f,\"dp_tflops\":%.2f,"
-                    "\"cublaslt_default_tflops\":%.2f,\"cublaslt_sm_target_tflops\":%.2f,\"vs_dp\":%.4f,"
+        fprintf(jf, "%s\n{\"M\":%d,\"N\":%d,\"K\":%d,\"blocks\":%d,\"schedule\":\"%s\",\"sk_tiles\":%d,"
+                    "\"time_ms\":%.5f,\"tflops\":%.2f,\"coop_tflops\":%.2f,\"pingpong_tflops\":%.2f,"
+                    "\"cublaslt_default_tflops\":%.2f,\"cublaslt_sm_target_tflops\":%.2f,\"pp_vs_coop\":%.4f,"
                     "\"vs_default\":%.4f,\"vs_sm_target\":%.4f,\"scaling\":%.4f,\"wrong\":%llu}",
-                first_json ? "" : ",", c.M, c.N, c.K, b, sk_tiles, t_w, tf, tf_dp, tf_def, tf_sm, tf / tf_dp,
-                tf / tf_def, tf / tf_sm, scal, wrong);
+                first_json ? "" : ",", c.M, c.N, c.K, b, pp ? "pingpong" : "coop", sk_tiles, t_w, tf, tf_coop,
+                tf_pp, tf_def, tf_sm, tf_pp / tf_coop, tf / tf_def, tf / tf_sm, scal, wrong);
         first_json = 0;
       }
     }
