@@ -20,9 +20,18 @@ for mode in "$@"; do
       timeout 120 $b/gpu_hopper_gemm_test >> "$log" 2>&1; echo "hopper gemm test rc=$?"
       timeout 120 $b/gpu_rma_test --quick >> "$log" 2>&1; echo "rma test rc=$?"
       ;;
-    hgemm) # the Hopper GEMM's test alone (every layout x dtype, tails, stream-K, vs fp64 and cuBLASLt)
+    hgemm) # the Hopper GEMM's test alone (every layout x dtype x schedule, tails, stream-K, vs fp64 and
+           # cuBLASLt), then again with 2-CTA clusters (WEAVE_HGEMM_CLUSTER=2: both schedules clustered
+           # where the tile rows pair up), and the clustered small cases under the three sanitizers
       timeout 300 $b/gpu_hopper_gemm_test > "$out/hgemm_test.log" 2>&1; echo "hopper gemm test rc=$?"
       grep -E "^FAIL" "$out/hgemm_test.log" | head -12; tail -1 "$out/hgemm_test.log"
+      WEAVE_HGEMM_CLUSTER=2 timeout 300 $b/gpu_hopper_gemm_test > "$out/hgemm_test_cl2.log" 2>&1
+      echo "hopper gemm test, clusters: rc=$?"; grep -E "^FAIL" "$out/hgemm_test_cl2.log" | head -12; tail -1 "$out/hgemm_test_cl2.log"
+      for tool in memcheck racecheck synccheck; do
+        WEAVE_HGEMM_CLUSTER=2 HGEMM_TEST_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+          $b/gpu_hopper_gemm_test >> "$log" 2>&1
+        echo "sanitizer $tool (hopper gemm, clusters): rc=$?"
+      done
       ;;
     san)
       for tool in memcheck racecheck synccheck; do
@@ -93,10 +102,10 @@ PY
         echo "sweep N=$1 K=$2: rc=$?"
       done
       ;;
-    gemm)
-      echo "=== weave-bench --op gemm" >> "$out/bench.log"
-      timeout ${GEMM_TIMEOUT:-200} $b/weave-bench --op gemm -J "$out/bench_gemm.json" > "$out/bench_gemm.tmp" 2>&1
-      echo "gemm bench rc=$?"; tail -30 "$out/bench_gemm.tmp"
+    gemm) # the --op gemm table (GEMM_ENV: e.g. WEAVE_HGEMM_CLUSTER=2 for a clustered table)
+      echo "=== weave-bench --op gemm ${GEMM_ENV:-}" >> "$out/bench.log"
+      env ${GEMM_ENV:-} timeout ${GEMM_TIMEOUT:-200} $b/weave-bench --op gemm -J "$out/bench_gemm.json" > "$out/bench_gemm.tmp" 2>&1
+      echo "gemm bench ${GEMM_ENV:-} rc=$?"; grep -v "^# lt_def" "$out/bench_gemm.tmp" | tail -26
       cat "$out/bench_gemm.tmp" >> "$out/bench.log"; rm -f "$out/bench_gemm.tmp"
       # the GEMM table joins bench.json (at most 8 files come back)
       python3 - "$out" <<'PY'
@@ -104,7 +113,8 @@ import json, sys, os
 out = sys.argv[1]; path = os.path.join(out, "bench.json"); g = os.path.join(out, "bench_gemm.json")
 rows = json.load(open(path)) if os.path.exists(path) else []
 if os.path.exists(g):
-    d = json.load(open(g)); d["file"] = "bench_gemm.json"; rows.append(d); os.remove(g)
+    d = json.load(open(g)); d["file"] = "bench_gemm.json"; d["env"] = os.environ.get("GEMM_ENV", "")
+    rows.append(d); os.remove(g)
 json.dump(rows, open(path, "w"), indent=1)
 PY
       ;;

@@ -101,13 +101,12 @@ struct WeaveHgemmStandaloneSink {
   }
 };
 
-/* CL: 1 or 2 CTAs per cluster; PP: the ping-pong schedule (gemm_hopper_pingpong.cuh; CL == 1, no
- * stream-K) instead of the cooperative one */
+/* CL: 1 or 2 CTAs per cluster; PP: the ping-pong schedule (gemm_hopper_pingpong.cuh; no stream-K)
+ * instead of the cooperative one */
 template <int DT, int BCOL, int CL, bool PP>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hopper_gemm_kernel(const __grid_constant__ WeaveHopperGemmParams p,
                              const __grid_constant__ CUtensorMap c_map, WeaveHgemmSinkArgs sa) {
-  static_assert(!PP || CL == 1, "ping-pong runs without clusters");
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem =
       (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
@@ -115,8 +114,9 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
   sink.a = sa;
   sink.cmap = &c_map;
   if constexpr (PP) {
-    weave_hopper_gemm_role_pp_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL>(
-        p, smem, blockIdx.x, gridDim.x, p.tiles_m * p.tiles_n, sink);
+    const int seq_count = CL == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+    weave_hopper_gemm_role_pp_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL>(
+        p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   } else {
     /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
     const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
@@ -239,6 +239,9 @@ extern "C" int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t 
     if (!r)
       r = hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
                        WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 2, errmsg, errlen);
+    if (!r)
+      r = hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 4, errmsg, errlen);
   } else {
     r = hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64,
                      WEAVE_HGEMM_BK, errmsg, errlen);
@@ -367,7 +370,7 @@ static weave_hgemm_sk_t hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blo
     mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
   const int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
   /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
-  const int cl = !pp && k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+  const int cl = k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
   if (cl == 2 || pp) mode = WEAVE_HGEMM_SK_OFF;
   if (grid_out) *grid_out = grid;
   if (cl_out) *cl_out = cl;
@@ -461,7 +464,8 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                            \
-  (pp ? hgemm_launch_t<DT, BC, 1, true>(p, c_map, sa, grid, dev, stream)                       \
+  (pp ? (cl == 2 ? hgemm_launch_t<DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)            \
+               : hgemm_launch_t<DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))             \
       : cl == 2 ? hgemm_launch_t<DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)              \
                 : hgemm_launch_t<DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
   if (a->dtype == WEAVE_BF16) {

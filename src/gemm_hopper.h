@@ -73,7 +73,8 @@ extern "C" {
 typedef struct WeaveHopperGemmParams {
   CUtensorMap tmap_a;      /* A [M, K]: box {BK, BM}, 128B swizzle */
   CUtensorMap tmap_b;      /* COL: [N, K] box {BK, BN}; ROW: [K, N] box {64, BK} (4 per stage) */
-  CUtensorMap tmap_b_half; /* COL only: [N, K] box {BK, BN/2}, used by 2-CTA clusters */
+  CUtensorMap tmap_b_half; /* COL only: [N, K] box {BK, BN/2}: 2-CTA clusters, ping-pong halves */
+  CUtensorMap tmap_b_quarter; /* COL only: [N, K] box {BK, BN/4}: ping-pong with 2-CTA clusters */
   uint64_t b_desc_base;    /* wgmma smem-descriptor bits of B without the address (LBO/SBO/swizzle) */
   int M, N, K;
   int tiles_m, tiles_n;    /* ceil(M / BM), ceil(N / BN) */

@@ -35,7 +35,14 @@
  *   completed), adds 1 to a shared counter (acq_rel, CTA scope) of slot item % 2; the one that sees
  *   1 resets it and calls end(). A slot is used again two items later, which the turns order after
  *   both adds.
- * Data-parallel items only (no stream-K split, no cluster); the launcher keeps it so.
+ * CL == 2 (launched with 2-CTA clusters; requirements as for the cooperative role's clusters: items
+ * in pairs seq, seq ^ 1 with the same col0, both in range): the two CTAs of a cluster walk their
+ * items in lockstep; each loads its own A and one 64-column quarter of the B half and multicasts the
+ * quarter to both, so a stage costs each CTA 24 KiB from L2 instead of 32. A stage is then written by
+ * both producers, so its empty mbarrier counts one arrival from each CTA's consumer warpgroup and
+ * every consumer arrives on both CTAs' barriers; a cluster barrier at entry (mbarrier inits visible)
+ * and at exit (no CTA leaves while its peer may still write into it or signal it).
+ * Data-parallel items only (no stream-K split); the launcher keeps it so.
  */
 #ifndef WEAVE_GEMM_HOPPER_PINGPONG_CUH
 #define WEAVE_GEMM_HOPPER_PINGPONG_CUH
@@ -88,6 +95,17 @@ static __device__ __forceinline__ unsigned weave_hg_atom_add_acq_rel_cta_shared(
   return old;
 }
 
+/* a consumer warpgroup is done with a stage: with clusters both CTAs' producers wrote into it */
+template <int CL>
+static __device__ __forceinline__ void weave_hg_pp_release(uint32_t empty) {
+  if (CL == 1) {
+    weave_hg_mbar_arrive(empty);
+  } else {
+    weave_hg_mbar_arrive_cluster(empty, 0);
+    weave_hg_mbar_arrive_cluster(empty, 1);
+  }
+}
+
 /* stage/parity of a ring position `n` stages further on */
 static __device__ __forceinline__ void weave_hg_ring_skip(int *stage, uint32_t *phase, int n, int stages) {
   const int t = *stage + n;
@@ -131,10 +149,11 @@ static __device__ __forceinline__ void weave_hg_pp_store_rows(Sink &sink, const 
   }
 }
 
-template <class Sink, int DT, int BCOL>
+template <class Sink, int DT, int BCOL, int CL>
 __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGemmParams &p,
                                                             unsigned char *smem, int seq_begin,
                                                             int seq_stride, int seq_count, Sink &sink) {
+  static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
   constexpr int S = WEAVE_HGEMM_PP_STAGES;
   const uint32_t smem_base = weave_hg_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
@@ -142,25 +161,29 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
   const uint32_t join = empty_bar + S * 8; /* two u32 counters */
   const int tid = threadIdx.x;
   const int kt = p.k_blocks;
+  const uint32_t cta_rank = CL == 2 ? weave_hg_cluster_ctarank() : 0;
 
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       weave_hg_mbar_init(full_bar + 8 * s, 1);
-      weave_hg_mbar_init(empty_bar + 8 * s, 1);
+      weave_hg_mbar_init(empty_bar + 8 * s, CL); /* one consumer warpgroup per CTA */
     }
     weave_hg_st_shared_u32(join, 0u);
     weave_hg_st_shared_u32(join + 4, 0u);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  __syncthreads();
+  if (CL == 2)
+    weave_hg_cluster_sync();
+  else
+    __syncthreads();
 
   if (!weave_hopper_gemm_regs_split()) {
     /* ---------------- producer: per item, the left half's k-blocks, then the right half's ---- */
     if (tid == 0) {
       weave_hg_tma_prefetch_map(&p.tmap_a);
-      weave_hg_tma_prefetch_map(BCOL ? &p.tmap_b_half : &p.tmap_b);
+      weave_hg_tma_prefetch_map(BCOL ? (CL == 2 ? &p.tmap_b_quarter : &p.tmap_b_half) : &p.tmap_b);
       int stage = 0;
       uint32_t phase = 0;
       for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
@@ -176,12 +199,22 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
             const uint32_t sb = sa + WEAVE_HGEMM_A_STAGE_BYTES;
             const int k0 = kb * WEAVE_HGEMM_BK;
             weave_hg_tma_load_2d(sa, &p.tmap_a, fb, k0, m0);
-            if (BCOL) {
-              weave_hg_tma_load_2d(sb, &p.tmap_b_half, fb, k0, nh);
-            } else {
+            if (CL == 1) {
+              if (BCOL) {
+                weave_hg_tma_load_2d(sb, &p.tmap_b_half, fb, k0, nh);
+              } else {
 #pragma unroll
-              for (int j = 0; j < WEAVE_HGEMM_PP_BN / 64; ++j)
-                weave_hg_tma_load_2d(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, nh + 64 * j, k0);
+                for (int j = 0; j < WEAVE_HGEMM_PP_BN / 64; ++j)
+                  weave_hg_tma_load_2d(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, nh + 64 * j, k0);
+              }
+            } else {
+              /* this CTA's quarter (64 columns) of the half, multicast to both CTAs */
+              const uint32_t dst = sb + cta_rank * (64 * WEAVE_HGEMM_BK * 2);
+              const int nq = nh + 64 * (int)cta_rank;
+              if (BCOL)
+                weave_hg_tma_load_2d_mc(dst, &p.tmap_b_quarter, fb, k0, nq, 0x3);
+              else
+                weave_hg_tma_load_2d_mc(dst, &p.tmap_b, fb, nq, k0, 0x3);
             }
             weave_hg_ring_skip(&stage, &phase, 1, S);
           }
@@ -231,7 +264,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
         weave_hg_fence_regs_n<64>(acc0);
         weave_hg_fence_regs_n<64>(acc1);
         weave_hg_wgmma_wait<1>();
-        if (kb > 0 && ltid == 0) weave_hg_mbar_arrive(empty_bar + 8 * prev_stage);
+        if (kb > 0 && ltid == 0) weave_hg_pp_release<CL>(empty_bar + 8 * prev_stage);
         prev_stage = stage;
         weave_hg_ring_skip(&stage, &phase, 1, S);
       }
@@ -240,7 +273,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
       weave_hg_wgmma_wait<0>();
       weave_hg_fence_regs_n<64>(acc0);
       weave_hg_fence_regs_n<64>(acc1);
-      if (ltid == 0) weave_hg_mbar_arrive(empty_bar + 8 * prev_stage);
+      if (ltid == 0) weave_hg_pp_release<CL>(empty_bar + 8 * prev_stage);
       weave_hg_ring_skip(&stage, &phase, kt, S); /* the partner's half of the next item */
 
       int m0, n0;
@@ -294,6 +327,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
       if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
     }
   }
+  if (CL == 2) weave_hg_cluster_sync();
 }
 
 #endif /* WEAVE_GEMM_HOPPER_PINGPONG_CUH */

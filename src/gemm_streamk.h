@@ -188,23 +188,38 @@ WEAVE_SK_HD void weave_hgemm_sk_segments(const weave_hgemm_sk_t *s, int t, int *
 #define WEAVE_HGEMM_SCHED_COOP 1
 #define WEAVE_HGEMM_SCHED_PINGPONG 2
 
-/* AUTO's line: ping-pong up to this many k-blocks a tile, where stream-K plans no tail (stream-K
- * belongs to the cooperative schedule; where its model plans a tail, it beat ping-pong in 8 of 13
- * rows). Ping-pong hides the epilogue, whose share of a tile falls with K, and loads A twice, which
- * costs at any K. H200, 2026-12-03 09:17, ping-pong / cooperative in one run: K = 1024 (kt 16)
- * 1.09-1.14x at 132-100 blocks; K = 3584 (kt 56) without stream-K 1.009-1.030x (0.998 at 2048x8192x3584
- * on 132 blocks); K = 8192 (kt 128, with stream-K) 0.97-0.98x. Nothing measured between kt 56 and 128
- * without stream-K: the line sits at 64. */
-#define WEAVE_HGEMM_PINGPONG_MAX_KT 64
+/* What ping-pong saves a tile, in half k-blocks of main loop: the epilogue it hides less the second
+ * load of A. Fitted to the H200 runs of 2026-12-03 (09:17 and 09:30; 24 shapes x block counts, both
+ * schedules in one run each): with 3 (1.5 k-blocks) the model below picks the faster schedule in
+ * every row where the two differ by more than 1% (K = 1024: ping-pong 1.09-1.15x; K = 3584 on many
+ * waves: ping-pong 1.01-1.03x; K = 3584 on 4-10 waves and K = 8192: cooperative with its stream-K
+ * tail, ping-pong 0.89-0.98x). */
+#define WEAVE_HGEMM_PP_SAVED_HALF_UNITS 3
+
+/* Time of the cooperative schedule's plan for `tiles` tiles on `blocks` blocks under `sk_mode`, in
+ * k-blocks of main loop: its rounds of whole tiles, or the stream-K model's estimate of its tail. */
+WEAVE_SK_HD long long weave_hgemm_coop_units(int tiles, int blocks, int kt, int sk_mode) {
+  const weave_hgemm_sk_t s = weave_hgemm_sk_plan(tiles, blocks, kt, sk_mode);
+  if (blocks < 1) blocks = 1;
+  if (!s.sk_tiles) return (long long)((tiles + blocks - 1) / blocks) * kt;
+  return (long long)(s.dp_tiles / blocks) * kt + (s.units + s.sk_blocks - 1) / s.sk_blocks +
+         WEAVE_HGEMM_SK_FIXUP_UNITS;
+}
 
 /* 1: ping-pong, 0: cooperative, for `tiles` tiles of kt k-blocks on `blocks` blocks. schedule: the
  * call's request (WEAVE_HGEMM_SCHED_*); knob: the env override for AUTO (0 cooperative, 1 auto,
- * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). */
+ * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). AUTO: whole
+ * rounds of ping-pong tiles, each WEAVE_HGEMM_PP_SAVED_HALF_UNITS / 2 k-blocks shorter, against the
+ * cooperative plan (with its stream-K tail where that is planned). */
 WEAVE_SK_HD int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt, int sk_mode) {
   if (schedule == WEAVE_HGEMM_SCHED_PINGPONG || schedule == WEAVE_HGEMM_SCHED_COOP)
     return schedule == WEAVE_HGEMM_SCHED_PINGPONG;
   if (knob == 0 || knob == 2) return knob == 2;
-  return kt <= WEAVE_HGEMM_PINGPONG_MAX_KT && weave_hgemm_sk_plan(tiles, blocks, kt, sk_mode).sk_tiles == 0;
+  if (tiles < 1 || blocks < 1 || kt < 1) return 0;
+  long long pp_tile2 = 2LL * kt - WEAVE_HGEMM_PP_SAVED_HALF_UNITS;
+  if (pp_tile2 < 1) pp_tile2 = 1;
+  const long long pp2 = (long long)((tiles + blocks - 1) / blocks) * pp_tile2;
+  return pp2 < 2 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
 }
 
 #endif /* WEAVE_GEMM_STREAMK_H */
