@@ -21,7 +21,12 @@
   X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                       \
   X(WEAVE_TUNE_FILE, "path", "", "tuning cache written by weave-bench --tune, read by plans")      \
   X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                 \
-  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)")
+  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)") \
+  X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong") \
+  X(WEAVE_HGEMM_STREAMK, "0..2", "1", "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over") \
+  X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)") \
+  X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)") \
+  X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)")
 
 typedef struct {
   const char *name, *type, *def, *doc;
@@ -120,6 +125,17 @@ weave_result_t weave_env_load(weave_env_t *env) {
   v = env_value("WEAVE_TMA_EPILOGUE", "1");
   if (weave_parse_bool(v, &env->tma_epilogue))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TMA_EPILOGUE='%s': expected 0/1/true/false/yes/no/on/off", v);
+  /* the Hopper GEMM's knobs: its launcher reads them itself (once per process, src/gemm_hopper.cu,
+   * same ranges, a bad value falls back to the default there with a warning); here a team refuses them */
+  static const struct { const char *name, *def; long lo, hi; } knobs[] = {
+      {"WEAVE_HGEMM_PINGPONG", "1", 0, 2}, {"WEAVE_HGEMM_STREAMK", "1", 0, 2}, {"WEAVE_HGEMM_CLUSTER", "1", 1, 2},
+      {"WEAVE_HGEMM_TMA_STORE", "1", 0, 1}, {"WEAVE_HGEMM_GROUP_M", "16", 2, 4096}};
+  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
+    v = env_value(knobs[i].name, knobs[i].def);
+    if (weave_parse_int(v, knobs[i].lo, knobs[i].hi, &l))
+      return weave_fail(NULL, WEAVE_ERROR_ENV, "%s='%s': expected an integer in %ld..%ld", knobs[i].name, v,
+                        knobs[i].lo, knobs[i].hi);
+  }
   return WEAVE_SUCCESS;
 }
 

@@ -113,7 +113,8 @@ static void test_parse_bool_level(void) {
 
 static const char *const vars[] = {"WEAVE_DEBUG", "WEAVE_HEAP_SIZE", "WEAVE_TIMEOUT_MS",
                                    "WEAVE_INFO",  "WEAVE_TUNE_FILE", "WEAVE_TRACE",
-                                   "WEAVE_TMA_EPILOGUE"};
+                                   "WEAVE_TMA_EPILOGUE", "WEAVE_HGEMM_PINGPONG", "WEAVE_HGEMM_STREAMK",
+                                   "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -143,6 +144,11 @@ static void test_env_load(void) {
   setenv("WEAVE_TUNE_FILE", "/tmp/weave.tune", 1);
   setenv("WEAVE_TRACE", "/tmp/trace.json", 1);
   setenv("WEAVE_TMA_EPILOGUE", "off", 1);
+  setenv("WEAVE_HGEMM_PINGPONG", "2", 1);
+  setenv("WEAVE_HGEMM_STREAMK", "0", 1);
+  setenv("WEAVE_HGEMM_CLUSTER", "2", 1);
+  setenv("WEAVE_HGEMM_TMA_STORE", "0", 1);
+  setenv("WEAVE_HGEMM_GROUP_M", "4096", 1);
   CHECK(weave_env_load(&env) == WEAVE_SUCCESS);
   CHECK(env.tma_epilogue == 0);
   CHECK(env.debug == WEAVE_LOG_TRACE);
@@ -174,6 +180,10 @@ static void test_env_load(void) {
       {"WEAVE_TIMEOUT_MS", "10s"},    {"WEAVE_INFO", "maybe"},
       {"WEAVE_INFO", "2"},            {"WEAVE_TUNE_FILE", NULL},
       {"WEAVE_TRACE", NULL},          {"WEAVE_TMA_EPILOGUE", "2"},
+      {"WEAVE_HGEMM_PINGPONG", "3"},  {"WEAVE_HGEMM_PINGPONG", "yes"},
+      {"WEAVE_HGEMM_STREAMK", "-1"},  {"WEAVE_HGEMM_CLUSTER", "0"},
+      {"WEAVE_HGEMM_CLUSTER", "4"},   {"WEAVE_HGEMM_TMA_STORE", "2"},
+      {"WEAVE_HGEMM_GROUP_M", "1"},   {"WEAVE_HGEMM_GROUP_M", "16x"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     const char *value = bad[i].value ? bad[i].value : longpath;
