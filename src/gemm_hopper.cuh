@@ -268,6 +268,58 @@ static __device__ __forceinline__ uint64_t weave_hg_desc(uint32_t smem_addr, uin
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
 
+/* The smem ring's mbarriers: thread 0 initialises `stages` full barriers (1 arrival: the producer's
+ * expect_tx) and empty barriers (`empty_arrivals`), and makes them visible to the async proxy (TMA
+ * complete_tx) and to the cluster; then every thread of the block (CL == 2: of both CTAs) meets at a
+ * barrier, which also publishes whatever else thread 0 wrote to smem before the call. */
+template <int CL>
+static __device__ __forceinline__ void weave_hg_ring_init(uint32_t full_bar, uint32_t empty_bar, int stages,
+                                                          uint32_t empty_arrivals) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      weave_hg_mbar_init(full_bar + 8 * s, 1);
+      weave_hg_mbar_init(empty_bar + 8 * s, empty_arrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  if (CL == 2)
+    weave_hg_cluster_sync();
+  else
+    __syncthreads();
+}
+
+/* One stage's TMA loads, all signalling `bar`: A [128 x 64] of k-block k0 at sa, and B's columns
+ * [n, n + W) right after it (COL: W rows of 128 bytes, K-major; ROW: W / 64 slabs of 64 columns,
+ * 8 KiB apart). CL == 2: this CTA loads its half of the W columns (cta_rank's) and multicasts it to
+ * both CTAs of the cluster, whose producers do the same with the other half. */
+template <int BCOL, int W, int CL>
+static __device__ __forceinline__ void weave_hg_load_stage(const WeaveHopperGemmParams &p, uint32_t sa,
+                                                           uint32_t bar, int k0, int m0, int n,
+                                                           uint32_t cta_rank) {
+  constexpr int WL = W / CL; /* columns this CTA loads */
+  static_assert(WL == 256 || WL == 128 || WL == 64, "B boxes of 256, 128 or 64 columns");
+  constexpr uint32_t SLAB = 64 * WEAVE_HGEMM_BK * 2; /* 64 columns (ROW) or 64 rows (COL) of B */
+  const uint32_t dst = sa + WEAVE_HGEMM_A_STAGE_BYTES + cta_rank * (WL / 64) * SLAB;
+  const int nl = n + (int)cta_rank * WL;
+  weave_hg_tma_load_2d(sa, &p.tmap_a, bar, k0, m0);
+  if (BCOL) {
+    const CUtensorMap *map = WL == 256 ? &p.tmap_b : WL == 128 ? &p.tmap_b_half : &p.tmap_b_quarter;
+    if (CL == 1)
+      weave_hg_tma_load_2d(dst, map, bar, k0, nl);
+    else
+      weave_hg_tma_load_2d_mc(dst, map, bar, k0, nl, 0x3);
+  } else {
+#pragma unroll
+    for (int j = 0; j < WL / 64; ++j) {
+      if (CL == 1)
+        weave_hg_tma_load_2d(dst + j * SLAB, &p.tmap_b, bar, nl + 64 * j, k0);
+      else
+        weave_hg_tma_load_2d_mc(dst + j * SLAB, &p.tmap_b, bar, nl + 64 * j, k0, 0x3);
+    }
+  }
+}
+
 /* Grouped tile order: tiles walk down groups of `group_m` tile rows, column by column, so the CTAs
  * of one wave share A rows and B columns in L2. */
 static __host__ __device__ __forceinline__ void weave_hgemm_grouped_coords(int seq, int tiles_m,
@@ -460,20 +512,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
   const int wg = tid >> 7;
   const uint32_t cta_rank = CL == 2 ? weave_hg_cluster_ctarank() : 0;
 
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < WEAVE_HGEMM_STAGES; ++s) {
-      weave_hg_mbar_init(full_bar + 8 * s, 1);
-      weave_hg_mbar_init(empty_bar + 8 * s, 2 * CL); /* one arrival per consumer warpgroup per CTA */
-    }
-    /* make the inits visible to the async proxy (TMA complete_tx) and to the cluster */
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
-  if (CL == 2)
-    weave_hg_cluster_sync();
-  else
-    __syncthreads();
+  weave_hg_ring_init<CL>(full_bar, empty_bar, WEAVE_HGEMM_STAGES, 2 * CL); /* each consumer warpgroup of each CTA */
 
   /* data-parallel tiles seq_begin, +seq_stride, ... < seq_count; with SK, then this block's
    * stream-K range (gemm_streamk.h). Producer and consumers walk the same items. */
@@ -496,31 +535,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
           weave_hg_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
           const uint32_t fb = full_bar + 8 * stage;
           weave_hg_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
-          const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES;
-          const uint32_t sb = sa + WEAVE_HGEMM_A_STAGE_BYTES;
-          const int k0 = kb * WEAVE_HGEMM_BK;
-          weave_hg_tma_load_2d(sa, &p.tmap_a, fb, k0, m0);
-          if (CL == 1) {
-            if (BCOL) {
-              weave_hg_tma_load_2d(sb, &p.tmap_b, fb, k0, n0);
-            } else {
-#pragma unroll
-              for (int j = 0; j < WEAVE_HGEMM_BN / 64; ++j)
-                weave_hg_tma_load_2d(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, n0 + 64 * j, k0);
-            }
-          } else {
-            /* this CTA's half of B (128 of the 256 columns), multicast to both CTAs */
-            const int h = (int)cta_rank;
-            if (BCOL) {
-              weave_hg_tma_load_2d_mc(sb + h * (WEAVE_HGEMM_B_STAGE_BYTES / 2), &p.tmap_b_half, fb, k0,
-                                   n0 + h * (WEAVE_HGEMM_BN / 2), 0x3);
-            } else {
-#pragma unroll
-              for (int j = 2 * h; j < 2 * h + 2; ++j)
-                weave_hg_tma_load_2d_mc(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, n0 + 64 * j,
-                                     k0, 0x3);
-            }
-          }
+          weave_hg_load_stage<BCOL, WEAVE_HGEMM_BN, CL>(p, smem_base + stage * WEAVE_HGEMM_STAGE_BYTES, fb,
+                                                        kb * WEAVE_HGEMM_BK, m0, n0, cta_rank);
           if (++stage == WEAVE_HGEMM_STAGES) {
             stage = 0;
             phase ^= 1;

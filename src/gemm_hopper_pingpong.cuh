@@ -164,20 +164,10 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
   const uint32_t cta_rank = CL == 2 ? weave_hg_cluster_ctarank() : 0;
 
   if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      weave_hg_mbar_init(full_bar + 8 * s, 1);
-      weave_hg_mbar_init(empty_bar + 8 * s, CL); /* one consumer warpgroup per CTA */
-    }
     weave_hg_st_shared_u32(join, 0u);
     weave_hg_st_shared_u32(join + 4, 0u);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  if (CL == 2)
-    weave_hg_cluster_sync();
-  else
-    __syncthreads();
+  weave_hg_ring_init<CL>(full_bar, empty_bar, S, CL); /* a stage's one consumer warpgroup per CTA */
 
   if (!weave_hopper_gemm_regs_split()) {
     /* ---------------- producer: per item, the left half's k-blocks, then the right half's ---- */
@@ -195,27 +185,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
             weave_hg_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
             const uint32_t fb = full_bar + 8 * stage;
             weave_hg_mbar_expect_tx(fb, WEAVE_HGEMM_PP_STAGE_BYTES);
-            const uint32_t sa = smem_base + stage * WEAVE_HGEMM_PP_STAGE_BYTES;
-            const uint32_t sb = sa + WEAVE_HGEMM_A_STAGE_BYTES;
-            const int k0 = kb * WEAVE_HGEMM_BK;
-            weave_hg_tma_load_2d(sa, &p.tmap_a, fb, k0, m0);
-            if (CL == 1) {
-              if (BCOL) {
-                weave_hg_tma_load_2d(sb, &p.tmap_b_half, fb, k0, nh);
-              } else {
-#pragma unroll
-                for (int j = 0; j < WEAVE_HGEMM_PP_BN / 64; ++j)
-                  weave_hg_tma_load_2d(sb + j * (64 * WEAVE_HGEMM_BK * 2), &p.tmap_b, fb, nh + 64 * j, k0);
-              }
-            } else {
-              /* this CTA's quarter (64 columns) of the half, multicast to both CTAs */
-              const uint32_t dst = sb + cta_rank * (64 * WEAVE_HGEMM_BK * 2);
-              const int nq = nh + 64 * (int)cta_rank;
-              if (BCOL)
-                weave_hg_tma_load_2d_mc(dst, &p.tmap_b_quarter, fb, k0, nq, 0x3);
-              else
-                weave_hg_tma_load_2d_mc(dst, &p.tmap_b, fb, nq, k0, 0x3);
-            }
+            weave_hg_load_stage<BCOL, WEAVE_HGEMM_PP_BN, CL>(p, smem_base + stage * WEAVE_HGEMM_PP_STAGE_BYTES, fb,
+                                                             kb * WEAVE_HGEMM_BK, m0, nh, cta_rank);
             weave_hg_ring_skip(&stage, &phase, 1, S);
           }
         }
