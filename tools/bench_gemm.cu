@@ -260,6 +260,32 @@ static int count_wrong(Ctx &c, int which, int blocks, LtPlan *def, unsigned long
   return 0;
 }
 
+/* Without a device: what weave's AUTO would run per row on a 132-SM H100/H200 (default knobs), from
+ * the same plan functions the launcher calls (gemm_streamk.h). */
+static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist) {
+  const int sms = 132;
+  printf("# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
+         "# %d-SM H100/H200 (default knobs): schedule (cooperative or ping-pong), stream-K tail tiles, and\n"
+         "# the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md, steps 3 and 5)\n",
+         sms);
+  printf("#%7s %6s %6s %6s %6s %6s %10s %5s %9s %9s\n", "M", "N", "K", "blocks", "tiles", "kt", "schedule", "sk",
+         "est_coop", "est_pp");
+  for (size_t i = 0; i + 2 < shapes.size(); i += 3) {
+    const int M = shapes[i], N = shapes[i + 1], K = shapes[i + 2];
+    const int tiles = ((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM) * ((N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN);
+    const int kt = (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK;
+    for (int b : blist) {
+      b = std::min(std::max(b, 1), sms);
+      const int pp = weave_hgemm_pick_pingpong(WEAVE_HGEMM_SCHED_AUTO, 1, tiles, b, kt, WEAVE_HGEMM_SK_AUTO);
+      const int sk = pp ? 0 : weave_hgemm_sk_plan(tiles, b, kt, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+      const long long rounds = (tiles + b - 1) / b;
+      const double est_pp = 0.5 * (double)rounds * std::max(2 * kt - WEAVE_HGEMM_PP_SAVED_HALF_UNITS, 1);
+      printf(" %7d %6d %6d %6d %6d %6d %10s %5d %9lld %9.1f\n", M, N, K, b, tiles, kt, pp ? "ping-pong" : "coop", sk,
+             weave_hgemm_coop_units(tiles, b, kt, WEAVE_HGEMM_SK_AUTO), est_pp);
+    }
+  }
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: weave-bench --op gemm [-d bf16|fp16] [-l row|col] [-s MxNxK]... [-B b1,b2,...]\n"
@@ -301,8 +327,9 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
 
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    fprintf(stderr, "bench_gemm: no CUDA device\n");
-    return 1;
+    cudaGetLastError();
+    print_plan_without_device(shapes, blist);
+    return 0;
   }
   int dev = 0;
   BCK(cudaSetDevice(dev));
