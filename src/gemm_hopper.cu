@@ -376,10 +376,11 @@ static weave_hgemm_sk_t hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blo
   int mode = streamk;
   if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
     mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
-  const int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
-  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly */
+  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly; no stream-K with them */
   const int cl = k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
-  if (cl == 2 || pp) mode = WEAVE_HGEMM_SK_OFF;
+  if (cl == 2) mode = WEAVE_HGEMM_SK_OFF;
+  const int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
+  if (pp) mode = WEAVE_HGEMM_SK_OFF;
   if (grid_out) *grid_out = grid;
   if (cl_out) *cl_out = cl;
   if (pp_out) *pp_out = pp;
