@@ -106,13 +106,6 @@ static __device__ __forceinline__ void weave_hg_pp_release(uint32_t empty) {
   }
 }
 
-/* stage/parity of a ring position `n` stages further on */
-static __device__ __forceinline__ void weave_hg_ring_skip(int *stage, uint32_t *phase, int n, int stages) {
-  const int t = *stage + n;
-  *phase ^= (uint32_t)((t / stages) & 1);
-  *stage = t % stages;
-}
-
 /* 64 rows x 128 columns of one warpgroup's half-item (accumulators `a`, rows r0.. of C, columns
  * from c0): TMA-store chunks q0, q0 + 1, ... through the warpgroup's staging buffers (the
  * cooperative role's layout: 64 rows x 128 bytes, 128B swizzle). */
@@ -187,7 +180,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
             weave_hg_mbar_expect_tx(fb, WEAVE_HGEMM_PP_STAGE_BYTES);
             weave_hg_load_stage<BCOL, WEAVE_HGEMM_PP_BN, CL>(p, smem_base + stage * WEAVE_HGEMM_PP_STAGE_BYTES, fb,
                                                              kb * WEAVE_HGEMM_BK, m0, nh, cta_rank);
-            weave_hg_ring_skip(&stage, &phase, 1, S);
+            weave_hgemm_ring_skip(&stage, &phase, 1, S);
           }
         }
       }
@@ -205,7 +198,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
     float acc0[64], acc1[64]; /* rows 0-63 and 64-127 of the half-item */
     int stage = 0;
     uint32_t phase = 0;
-    if (cw == 1) weave_hg_ring_skip(&stage, &phase, kt, S); /* the right half's stages follow the left's */
+    if (cw == 1) weave_hgemm_ring_skip(&stage, &phase, kt, S); /* the right half's stages follow the left's */
     int item = 0;
     for (int seq = seq_begin; seq < seq_count; seq += seq_stride, ++item) {
       if (cw == 1 || item > 0) weave_hg_named_barrier_sync(order_wait, WEAVE_HGEMM_CONSUMER_THREADS);
@@ -237,7 +230,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
         weave_hg_wgmma_wait<1>();
         if (kb > 0 && ltid == 0) weave_hg_pp_release<CL>(empty_bar + 8 * prev_stage);
         prev_stage = stage;
-        weave_hg_ring_skip(&stage, &phase, 1, S);
+        weave_hgemm_ring_skip(&stage, &phase, 1, S);
       }
       /* the partner may issue now: its wgmmas queue behind this warpgroup's last group */
       weave_hg_named_barrier_arrive(order_post, WEAVE_HGEMM_CONSUMER_THREADS);
@@ -245,7 +238,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
       weave_hg_fence_regs_n<64>(acc0);
       weave_hg_fence_regs_n<64>(acc1);
       if (ltid == 0) weave_hg_pp_release<CL>(empty_bar + 8 * prev_stage);
-      weave_hg_ring_skip(&stage, &phase, kt, S); /* the partner's half of the next item */
+      weave_hgemm_ring_skip(&stage, &phase, kt, S); /* the partner's half of the next item */
 
       int m0, n0;
       sink.coords(seq, &m0, &n0);

@@ -222,4 +222,15 @@ WEAVE_SK_HD int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int
   return pp2 < 2 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
 }
 
+/* The ping-pong role's smem ring (gemm_hopper_pingpong.cuh): the producer fills positions 0, 1, 2, ...
+ * in order, item i's left half at positions 2i * kt .. (2i + 1) * kt - 1 and its right half after
+ * them; position q is stage q % stages with mbarrier parity (q / stages) & 1. The producer and each
+ * consumer warpgroup keep (stage, parity) and move it with this step: 1 after each k-block, kt to
+ * skip the partner's half (tests/test_streamk.c checks that they land where the producer filled). */
+WEAVE_SK_HD void weave_hgemm_ring_skip(int *stage, unsigned *phase, int n, int stages) {
+  const int t = *stage + n;
+  *phase ^= (unsigned)((t / stages) & 1);
+  *stage = t % stages;
+}
+
 #endif /* WEAVE_GEMM_STREAMK_H */

@@ -180,6 +180,25 @@ int main(void) {
   CHECK(weave_hgemm_pick_pingpong(WEAVE_HGEMM_SCHED_PINGPONG, 0, 1024, 124, 128, SKA) == 1);
   CHECK(weave_hgemm_pick_pingpong(A_, 1, 0, 132, 16, SKA) == 0);
 
+  /* ping-pong ring: each consumer warpgroup's (stage, parity), stepped as the kernel steps it, is the
+   * position the producer filled for that half's k-block, for any kt and ring depth */
+  for (int stages = 2; stages <= 8; ++stages)
+    for (int kt = 1; kt <= 70; ++kt)
+      for (int h = 0; h < 2; ++h) {
+        int stage = 0;
+        unsigned phase = 0;
+        if (h == 1) weave_hgemm_ring_skip(&stage, &phase, kt, stages);
+        for (int item = 0; item < 5; ++item) {
+          for (int kb = 0; kb < kt; ++kb) {
+            const long long q = (long long)(2 * item + h) * kt + kb;
+            CHECK_MSG(stage == (int)(q % stages) && phase == (unsigned)((q / stages) & 1),
+                      "stages %d kt %d half %d item %d kb %d", stages, kt, h, item, kb);
+            weave_hgemm_ring_skip(&stage, &phase, 1, stages);
+          }
+          weave_hgemm_ring_skip(&stage, &phase, kt, stages);
+        }
+      }
+
   /* last-arriver protocol: exactly one segment stores, counter back at 0, with and without the peek */
   for (int segs = 1; segs <= 40; ++segs)
     for (unsigned seed = 1; seed < 50; ++seed)
