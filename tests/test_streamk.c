@@ -4,7 +4,8 @@
  * tile are the blocks that cover it in k order (what the last segment sums), the units are balanced,
  * the last-arriver protocol picks exactly one segment whatever the arrival order and leaves the
  * counter at zero, the cost model's choices on the benchmark's shapes, and the choice between the
- * cooperative and the ping-pong schedule (weave_hgemm_pick_pingpong) on the measured rows. */
+ * cooperative and the ping-pong schedule (weave_hgemm_pick_pingpong) on the measured rows, and the
+ * ping-pong ring's stage/parity stepping (weave_hgemm_ring_skip). */
 #include <stdlib.h>
 #include <string.h>
 
