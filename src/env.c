@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "internal.h"
+#include "gemm_hopper.h" /* WEAVE_HGEMM_GROUP_M */
 
 /*            name               type      default   meaning */
 #define WEAVE_ENV_TABLE(X)                                                                          \
@@ -90,6 +91,31 @@ int weave_parse_log_level(const char *s, weave_log_level_t *out) {
   return -1;
 }
 
+/* Integer knobs of the Hopper GEMM (their entries in WEAVE_ENV_TABLE document them). */
+static const struct {
+  const char *name;
+  long lo, hi, def;
+} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},  {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
+                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},   {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
+                   {"WEAVE_HGEMM_GROUP_M", 2, 4096, WEAVE_HGEMM_GROUP_M}};
+#define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
+
+int weave_hgemm_knob(const char *name) {
+  for (size_t i = 0; i < HGEMM_KNOB_COUNT; ++i) {
+    if (strcmp(name, hgemm_knobs[i].name)) continue;
+    const char *v = getenv(name);
+    long l;
+    if (!v || !*v) return (int)hgemm_knobs[i].def;
+    if (weave_parse_int(v, hgemm_knobs[i].lo, hgemm_knobs[i].hi, &l)) {
+      weave_log(WEAVE_LOG_WARN, NULL, "%s='%s': expected an integer in %ld..%ld; using %ld", name, v,
+                hgemm_knobs[i].lo, hgemm_knobs[i].hi, hgemm_knobs[i].def);
+      return (int)hgemm_knobs[i].def;
+    }
+    return (int)l;
+  }
+  return 0; /* not a knob: a programming error caught by the tests */
+}
+
 static const char *env_value(const char *name, const char *def) {
   const char *v = getenv(name);
   return (v && *v) ? v : def;
@@ -125,16 +151,13 @@ weave_result_t weave_env_load(weave_env_t *env) {
   v = env_value("WEAVE_TMA_EPILOGUE", "1");
   if (weave_parse_bool(v, &env->tma_epilogue))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TMA_EPILOGUE='%s': expected 0/1/true/false/yes/no/on/off", v);
-  /* the Hopper GEMM's knobs: its launcher reads them itself (once per process, src/gemm_hopper.cu,
-   * same ranges, a bad value falls back to the default there with a warning); here a team refuses them */
-  static const struct { const char *name, *def; long lo, hi; } knobs[] = {
-      {"WEAVE_HGEMM_PINGPONG", "1", 0, 2}, {"WEAVE_HGEMM_STREAMK", "1", 0, 2}, {"WEAVE_HGEMM_CLUSTER", "1", 1, 2},
-      {"WEAVE_HGEMM_TMA_STORE", "1", 0, 1}, {"WEAVE_HGEMM_GROUP_M", "16", 2, 4096}};
-  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
-    v = env_value(knobs[i].name, knobs[i].def);
-    if (weave_parse_int(v, knobs[i].lo, knobs[i].hi, &l))
-      return weave_fail(NULL, WEAVE_ERROR_ENV, "%s='%s': expected an integer in %ld..%ld", knobs[i].name, v,
-                        knobs[i].lo, knobs[i].hi);
+  /* the Hopper GEMM's knobs: its launcher reads them (weave_hgemm_knob, no team there); a team
+   * refuses bad values */
+  for (size_t i = 0; i < HGEMM_KNOB_COUNT; ++i) {
+    v = getenv(hgemm_knobs[i].name);
+    if (v && *v && weave_parse_int(v, hgemm_knobs[i].lo, hgemm_knobs[i].hi, &l))
+      return weave_fail(NULL, WEAVE_ERROR_ENV, "%s='%s': expected an integer in %ld..%ld", hgemm_knobs[i].name, v,
+                        hgemm_knobs[i].lo, hgemm_knobs[i].hi);
   }
   return WEAVE_SUCCESS;
 }

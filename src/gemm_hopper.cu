@@ -264,20 +264,7 @@ extern "C" int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t 
   return WEAVE_SUCCESS;
 }
 
-extern "C" int weave_parse_int(const char *s, long lo, long hi, long *out); /* src/env.c */
-
-/* A knob in lo..hi (the ranges of src/env.c's table, where a team refuses bad values); unset or
- * empty: def; anything else: def, with a warning on stderr. */
-static int hgemm_env_int(const char *name, int lo, int hi, int def) {
-  const char *v = getenv(name);
-  long l;
-  if (!v || !*v) return def;
-  if (weave_parse_int(v, lo, hi, &l)) {
-    fprintf(stderr, "weave: %s='%s': expected an integer in %d..%d; using %d\n", name, v, lo, hi, def);
-    return def;
-  }
-  return (int)l;
-}
+extern "C" int weave_hgemm_knob(const char *name); /* src/env.c: value in range, else the default */
 
 /* launches kernel<DT, BCOL, CL>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
 template <int DT, int BCOL, int CL, bool PP>
@@ -342,11 +329,11 @@ static hgemm_knobs_t hgemm_knobs(void) {
   static int read = 0;
   static hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1, 1};
   if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) { /* benign race: every thread reads the same values */
-    k.cluster = hgemm_env_int("WEAVE_HGEMM_CLUSTER", 1, 2, 1);
-    k.tma_store = hgemm_env_int("WEAVE_HGEMM_TMA_STORE", 0, 1, 1);
-    k.group_m = hgemm_env_int("WEAVE_HGEMM_GROUP_M", 2, 4096, WEAVE_HGEMM_GROUP_M) & ~1;
-    k.streamk = hgemm_env_int("WEAVE_HGEMM_STREAMK", 0, 2, 1);
-    k.pingpong = hgemm_env_int("WEAVE_HGEMM_PINGPONG", 0, 2, 1);
+    k.cluster = weave_hgemm_knob("WEAVE_HGEMM_CLUSTER");
+    k.tma_store = weave_hgemm_knob("WEAVE_HGEMM_TMA_STORE");
+    k.group_m = weave_hgemm_knob("WEAVE_HGEMM_GROUP_M") & ~1;
+    k.streamk = weave_hgemm_knob("WEAVE_HGEMM_STREAMK");
+    k.pingpong = weave_hgemm_knob("WEAVE_HGEMM_PINGPONG");
     __atomic_store_n(&read, 1, __ATOMIC_RELEASE);
   }
   return k;

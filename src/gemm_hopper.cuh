@@ -194,9 +194,78 @@ static __device__ __forceinline__ void weave_hg_st_shared_pair(uint32_t addr, fl
 }
 
 /* Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits. */
+template <int N = 128>
 static __device__ __forceinline__ void weave_hg_fence_regs(float *d) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+static __device__ __forceinline__ void weave_hg_named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* A consumer warpgroup is done with a ring stage: with clusters both CTAs' producers wrote into it,
+ * so both CTAs' empty mbarriers hear of it. */
+template <int CL>
+static __device__ __forceinline__ void weave_hg_release_stage(uint32_t empty) {
+  if (CL == 1) {
+    weave_hg_mbar_arrive(empty);
+  } else {
+    weave_hg_mbar_arrive_cluster(empty, 0);
+    weave_hg_mbar_arrive_cluster(empty, 1);
+  }
+}
+
+/* TMA-store epilogue of 64 rows x NC columns of a consumer warpgroup (accumulators `a` in the
+ * m64nNk16 fragment: a[4j + {0,1}] at (lrow, 8j + 2*(lane%4) + {0,1}), a[4j + {2,3}] at lrow + 8),
+ * rows trow.. of the sink's map, columns c0..: 64-row x 128-byte chunks (64 columns of 2-byte or 32
+ * of 4-byte elements) through the warpgroup's WEAVE_HGEMM_EPI_BUFS staging buffers at ebuf (chunk q
+ * of the call uses buffer (q0 + q) % EPI_BUFS), 128B-swizzled rows (16-byte unit u of row r at
+ * u ^ (r % 8): the warp's stores spread over all banks), one TMA store each. */
+template <class Sink, int NC>
+static __device__ __forceinline__ void weave_hg_store_rows(Sink &sink, const float *a, uint32_t ebuf, int q0,
+                                                          int c0, int trow, int cw, int lrow, int lane,
+                                                          int ltid) {
+  typedef typename Sink::TmaElem E;
+  constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
+  const int pos = (lane & 3) * 2 * EB; /* byte of this thread's pair in an 8-column group */
+#pragma unroll
+  for (int c = 0; c < NC / CC; ++c) {
+    const uint32_t b = ebuf + ((q0 + c) % WEAVE_HGEMM_EPI_BUFS) * WEAVE_HGEMM_EPI_BUF_BYTES;
+    if (ltid == 0) /* the store that used this buffer has read it */
+      weave_hg_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
+    weave_hg_named_barrier_sync(2 + cw, 128);
+#pragma unroll
+    for (int jj = 0; jj < G; ++jj) {
+      const int j = G * c + jj;
+      const int col = c0 + (lane & 3) * 2 + 8 * j;
+      float v0 = a[4 * j], v1 = a[4 * j + 1], v2 = a[4 * j + 2], v3 = a[4 * j + 3];
+      sink.epi(col, v0, v1);
+      sink.epi(col, v2, v3);
+      const int unit = jj * (EB / 2) + pos / 16;
+      const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
+      weave_hg_st_shared_pair<E>(at, v0, v1);
+      weave_hg_st_shared_pair<E>(at + 8 * 128, v2, v3); /* row + 8: same swizzle phase */
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    weave_hg_named_barrier_sync(2 + cw, 128);
+    if (ltid == 0 && sink.tma_issue()) {
+      weave_hg_tma_store_2d(sink.c_map(), b, c0 + CC * c, trow);
+      weave_hg_bulk_commit();
+    }
+  }
+}
+
+/* After a warpgroup's last weave_hg_store_rows of a tile, for sinks whose end() publishes it: the
+ * issuing thread waits for its bulk stores to complete and orders them before end()'s release. */
+template <class Sink>
+static __device__ __forceinline__ void weave_hg_store_rows_complete(int ltid) {
+  if constexpr (Sink::kWeaveTmaPublish) {
+    if (ltid == 0) {
+      weave_hg_bulk_wait_all();
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+    }
+  }
 }
 
 /* wgmma shared-memory descriptor bits (besides the 14-bit start address >> 4):
@@ -208,39 +277,22 @@ static __device__ __forceinline__ uint64_t weave_hg_desc(uint32_t smem_addr, uin
   return base | (uint64_t)((smem_addr & 0x3FFFF) >> 4);
 }
 
-#define WEAVE_HGEMM_WGMMA_M64N256K16_BF16(d, desc_a, desc_b, scale_d, TNSPB) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-    "}, %128, %129, p, 1, 1, 0, %131;\n}\n" \
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
-      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
-    : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
+/* the 64 accumulator operands d[b] .. d[b + 63] of a wgmma (d: an array name, not an expression) */
+#define WEAVE_HG_ACC64_OUT(d, b) \
+  "+f"(d[(b) + 0]), "+f"(d[(b) + 1]), "+f"(d[(b) + 2]), "+f"(d[(b) + 3]), "+f"(d[(b) + 4]), "+f"(d[(b) + 5]), "+f"(d[(b) + 6]), "+f"(d[(b) + 7]), \
+  "+f"(d[(b) + 8]), "+f"(d[(b) + 9]), "+f"(d[(b) + 10]), "+f"(d[(b) + 11]), "+f"(d[(b) + 12]), "+f"(d[(b) + 13]), "+f"(d[(b) + 14]), "+f"(d[(b) + 15]), \
+  "+f"(d[(b) + 16]), "+f"(d[(b) + 17]), "+f"(d[(b) + 18]), "+f"(d[(b) + 19]), "+f"(d[(b) + 20]), "+f"(d[(b) + 21]), "+f"(d[(b) + 22]), "+f"(d[(b) + 23]), \
+  "+f"(d[(b) + 24]), "+f"(d[(b) + 25]), "+f"(d[(b) + 26]), "+f"(d[(b) + 27]), "+f"(d[(b) + 28]), "+f"(d[(b) + 29]), "+f"(d[(b) + 30]), "+f"(d[(b) + 31]), \
+  "+f"(d[(b) + 32]), "+f"(d[(b) + 33]), "+f"(d[(b) + 34]), "+f"(d[(b) + 35]), "+f"(d[(b) + 36]), "+f"(d[(b) + 37]), "+f"(d[(b) + 38]), "+f"(d[(b) + 39]), \
+  "+f"(d[(b) + 40]), "+f"(d[(b) + 41]), "+f"(d[(b) + 42]), "+f"(d[(b) + 43]), "+f"(d[(b) + 44]), "+f"(d[(b) + 45]), "+f"(d[(b) + 46]), "+f"(d[(b) + 47]), \
+  "+f"(d[(b) + 48]), "+f"(d[(b) + 49]), "+f"(d[(b) + 50]), "+f"(d[(b) + 51]), "+f"(d[(b) + 52]), "+f"(d[(b) + 53]), "+f"(d[(b) + 54]), "+f"(d[(b) + 55]), \
+  "+f"(d[(b) + 56]), "+f"(d[(b) + 57]), "+f"(d[(b) + 58]), "+f"(d[(b) + 59]), "+f"(d[(b) + 60]), "+f"(d[(b) + 61]), "+f"(d[(b) + 62]), "+f"(d[(b) + 63])
 
-#define WEAVE_HGEMM_WGMMA_M64N256K16_F16(d, desc_a, desc_b, scale_d, TNSPB) \
+/* wgmma m64n256k16, fp32 accumulators d[0..127] (an array name), TY "bf16" or "f16"; scale_d 0 starts
+ * the sum; TNSPB 1 reads B MN-major (ROW layout) */
+#define WEAVE_HGEMM_WGMMA_M64N256K16(TY, d, desc_a, desc_b, scale_d, TNSPB) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" \
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
@@ -250,22 +302,7 @@ static __device__ __forceinline__ uint64_t weave_hg_desc(uint32_t smem_addr, uin
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
     "}, %128, %129, p, 1, 1, 0, %131;\n}\n" \
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
-      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+    : WEAVE_HG_ACC64_OUT(d, 0), WEAVE_HG_ACC64_OUT(d, 64) \
     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
 
 /* The smem ring's mbarriers: thread 0 initialises `stages` full barriers (1 arrival: the producer's
@@ -485,7 +522,7 @@ __device__ __forceinline__ void weave_hopper_gemm_regs_restore() {
     weave_hg_setmaxnreg_inc<WEAVE_HGEMM_LAUNCH_REGS>();
   } else {
     weave_hg_setmaxnreg_dec<WEAVE_HGEMM_LAUNCH_REGS>();
-    asm volatile("bar.arrive %0, %1;" ::"n"(WEAVE_HGEMM_RESTORE_BARRIER_ID), "n"(WEAVE_HGEMM_THREADS) : "memory");
+    weave_hg_named_barrier_arrive(WEAVE_HGEMM_RESTORE_BARRIER_ID, WEAVE_HGEMM_THREADS);
   }
 }
 
@@ -570,22 +607,15 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
         for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
           const uint32_t scale_d = (kb > kb0 || k > 0) ? 1u : 0u;
           if (DT == WEAVE_BF16) {
-            WEAVE_HGEMM_WGMMA_M64N256K16_BF16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+            WEAVE_HGEMM_WGMMA_M64N256K16("bf16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
           } else {
-            WEAVE_HGEMM_WGMMA_M64N256K16_F16(acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+            WEAVE_HGEMM_WGMMA_M64N256K16("f16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
           }
         }
         weave_hg_wgmma_commit();
         weave_hg_fence_regs(acc);
         weave_hg_wgmma_wait<1>();
-        if (kb > kb0 && ltid == 0) {
-          if (CL == 1) {
-            weave_hg_mbar_arrive(empty_bar + 8 * prev_stage);
-          } else {
-            weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 0);
-            weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 1);
-          }
-        }
+        if (kb > kb0 && ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
         prev_stage = stage;
         if (++stage == WEAVE_HGEMM_STAGES) {
           stage = 0;
@@ -594,14 +624,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       }
       weave_hg_wgmma_wait<0>();
       weave_hg_fence_regs(acc);
-      if (ltid == 0) {
-        if (CL == 1) {
-          weave_hg_mbar_arrive(empty_bar + 8 * prev_stage);
-        } else {
-          weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 0);
-          weave_hg_mbar_arrive_cluster(empty_bar + 8 * prev_stage, 1);
-        }
-      }
+      if (ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
       if constexpr (SK) {
         /* a split tile: only its last segment to arrive goes on, with the summed accumulators */
         if ((kb0 != 0 || kb1 != p.k_blocks) &&
@@ -622,45 +645,10 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
-          /* 64-row x 128-byte chunks (64 columns of 2-byte or 32 of 4-byte elements) through
-           * WEAVE_HGEMM_EPI_BUFS (2) buffers per warpgroup, 128B-swizzled rows (16-byte unit u of
-           * row r at u ^ (r % 8): the warp's stores spread over all banks), one TMA store each */
-          typedef typename Sink::TmaElem E;
-          constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
-          const int trow = sink.tma_row(m0) + cw * 64;
-          const int pos = (lane & 3) * 2 * EB; /* byte of this thread's pair in an 8-column group */
-#pragma unroll
-          for (int c = 0; c < WEAVE_HGEMM_BN / CC; ++c) {
-            const uint32_t b = ebuf + (c % WEAVE_HGEMM_EPI_BUFS) * WEAVE_HGEMM_EPI_BUF_BYTES;
-            if (ltid == 0) /* the store that used this buffer has read it */
-              weave_hg_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
-            weave_hg_named_barrier_sync(2 + cw, 128);
-#pragma unroll
-            for (int jj = 0; jj < G; ++jj) {
-              const int j = G * c + jj;
-              const int col = col0 + 8 * j;
-              float v0 = acc[4 * j], v1 = acc[4 * j + 1], v2 = acc[4 * j + 2], v3 = acc[4 * j + 3];
-              sink.epi(col, v0, v1);
-              sink.epi(col, v2, v3);
-              const int unit = jj * (EB / 2) + pos / 16;
-              const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
-              weave_hg_st_shared_pair<E>(at, v0, v1);
-              weave_hg_st_shared_pair<E>(at + 8 * 128, v2, v3); /* row + 8: same swizzle phase */
-            }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            weave_hg_named_barrier_sync(2 + cw, 128);
-            if (ltid == 0 && sink.tma_issue()) {
-              weave_hg_tma_store_2d(sink.c_map(), b, n0 + CC * c, trow);
-              weave_hg_bulk_commit();
-            }
-          }
-          if constexpr (Sink::kWeaveTmaPublish) {
-            if (ltid == 0) { /* the tile's data complete and ordered before end()'s release */
-              weave_hg_bulk_wait_all();
-              asm volatile("fence.proxy.async.global;" ::: "memory");
-            }
-          }
+          weave_hg_store_rows<Sink, WEAVE_HGEMM_BN>(sink, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw, lrow,
+                                                    lane, ltid);
+          weave_hg_store_rows_complete<Sink>(ltid);
           done = true;
         }
       }

@@ -57,16 +57,6 @@
 #define WEAVE_HGEMM_PP_ORDER_BARRIER_ID 5 /* and 6 */
 static_assert(2 * WEAVE_HGEMM_PP_STAGES * 8 + 8 <= 1024, "ping-pong mbarriers and join counters exceed the barrier area");
 
-#define WEAVE_HG_ACC64_OUT(d) \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
 /* d: a 64-float array (not an expression: the macro indexes it) */
 #define WEAVE_HGEMM_WGMMA_M64N128K16(TY, d, desc_a, desc_b, scale_d, TNSPB) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
@@ -76,70 +66,13 @@ static_assert(2 * WEAVE_HGEMM_PP_STAGES * 8 + 8 <= 1024, "ping-pong mbarriers an
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
     "}, %64, %65, p, 1, 1, 0, %67;\n}\n" \
-    : WEAVE_HG_ACC64_OUT(d) \
+    : WEAVE_HG_ACC64_OUT(d, 0) \
     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
-
-template <int N>
-static __device__ __forceinline__ void weave_hg_fence_regs_n(float *d) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-static __device__ __forceinline__ void weave_hg_named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 static __device__ __forceinline__ unsigned weave_hg_atom_add_acq_rel_cta_shared(uint32_t addr, unsigned v) {
   unsigned old;
   asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
   return old;
-}
-
-/* a consumer warpgroup is done with a stage: with clusters both CTAs' producers wrote into it */
-template <int CL>
-static __device__ __forceinline__ void weave_hg_pp_release(uint32_t empty) {
-  if (CL == 1) {
-    weave_hg_mbar_arrive(empty);
-  } else {
-    weave_hg_mbar_arrive_cluster(empty, 0);
-    weave_hg_mbar_arrive_cluster(empty, 1);
-  }
-}
-
-/* 64 rows x 128 columns of one warpgroup's half-item (accumulators `a`, rows r0.. of C, columns
- * from c0): TMA-store chunks q0, q0 + 1, ... through the warpgroup's staging buffers (the
- * cooperative role's layout: 64 rows x 128 bytes, 128B swizzle). */
-template <class Sink>
-static __device__ __forceinline__ void weave_hg_pp_store_rows(Sink &sink, const float *a, uint32_t ebuf,
-                                                             int q0, int c0, int trow, int cw, int lrow,
-                                                             int lane, int ltid) {
-  typedef typename Sink::TmaElem E;
-  constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
-  const int pos = (lane & 3) * 2 * EB;
-#pragma unroll
-  for (int c = 0; c < WEAVE_HGEMM_PP_BN / CC; ++c) {
-    const uint32_t b = ebuf + ((q0 + c) % WEAVE_HGEMM_EPI_BUFS) * WEAVE_HGEMM_EPI_BUF_BYTES;
-    if (ltid == 0) weave_hg_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
-    weave_hg_named_barrier_sync(2 + cw, 128);
-#pragma unroll
-    for (int jj = 0; jj < G; ++jj) {
-      const int j = G * c + jj;
-      const int col = c0 + (lane & 3) * 2 + 8 * j;
-      float v0 = a[4 * j], v1 = a[4 * j + 1], v2 = a[4 * j + 2], v3 = a[4 * j + 3];
-      sink.epi(col, v0, v1);
-      sink.epi(col, v2, v3);
-      const int unit = jj * (EB / 2) + pos / 16;
-      const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
-      weave_hg_st_shared_pair<E>(at, v0, v1);
-      weave_hg_st_shared_pair<E>(at + 8 * 128, v2, v3);
-    }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    weave_hg_named_barrier_sync(2 + cw, 128);
-    if (ltid == 0 && sink.tma_issue()) {
-      weave_hg_tma_store_2d(sink.c_map(), b, c0 + CC * c, trow);
-      weave_hg_bulk_commit();
-    }
-  }
 }
 
 template <class Sink, int DT, int BCOL, int CL>
@@ -210,8 +143,8 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
         const uint64_t da0 = weave_hg_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
         const uint64_t da1 = weave_hg_desc(sa + 64 * 128, WEAVE_HGEMM_DESC_KMAJOR_SW128);
         const uint64_t db = weave_hg_desc(sb, b_base);
-        weave_hg_fence_regs_n<64>(acc0);
-        weave_hg_fence_regs_n<64>(acc1);
+        weave_hg_fence_regs<64>(acc0);
+        weave_hg_fence_regs<64>(acc1);
         weave_hg_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
@@ -225,19 +158,19 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
           }
         }
         weave_hg_wgmma_commit();
-        weave_hg_fence_regs_n<64>(acc0);
-        weave_hg_fence_regs_n<64>(acc1);
+        weave_hg_fence_regs<64>(acc0);
+        weave_hg_fence_regs<64>(acc1);
         weave_hg_wgmma_wait<1>();
-        if (kb > 0 && ltid == 0) weave_hg_pp_release<CL>(empty_bar + 8 * prev_stage);
+        if (kb > 0 && ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
         prev_stage = stage;
         weave_hgemm_ring_skip(&stage, &phase, 1, S);
       }
       /* the partner may issue now: its wgmmas queue behind this warpgroup's last group */
       weave_hg_named_barrier_arrive(order_post, WEAVE_HGEMM_CONSUMER_THREADS);
       weave_hg_wgmma_wait<0>();
-      weave_hg_fence_regs_n<64>(acc0);
-      weave_hg_fence_regs_n<64>(acc1);
-      if (ltid == 0) weave_hg_pp_release<CL>(empty_bar + 8 * prev_stage);
+      weave_hg_fence_regs<64>(acc0);
+      weave_hg_fence_regs<64>(acc1);
+      if (ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
       weave_hgemm_ring_skip(&stage, &phase, kt, S); /* the partner's half of the next item */
 
       int m0, n0;
@@ -248,18 +181,12 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
-          typedef typename Sink::TmaElem E;
-          constexpr int NCH = WEAVE_HGEMM_PP_BN / (128 / (int)sizeof(E)); /* chunks per 64 rows */
+          constexpr int NCH = WEAVE_HGEMM_PP_BN / (128 / (int)sizeof(typename Sink::TmaElem)); /* chunks a call */
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
           const int trow = sink.tma_row(m0);
-          weave_hg_pp_store_rows(sink, acc0, ebuf, 0, c0, trow, cw, lrow, lane, ltid);
-          weave_hg_pp_store_rows(sink, acc1, ebuf, NCH, c0, trow + 64, cw, lrow, lane, ltid);
-          if constexpr (Sink::kWeaveTmaPublish) {
-            if (ltid == 0) {
-              weave_hg_bulk_wait_all();
-              asm volatile("fence.proxy.async.global;" ::: "memory");
-            }
-          }
+          weave_hg_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc0, ebuf, 0, c0, trow, cw, lrow, lane, ltid);
+          weave_hg_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc1, ebuf, NCH, c0, trow + 64, cw, lrow, lane, ltid);
+          weave_hg_store_rows_complete<Sink>(ltid);
           done = true;
         }
       }

@@ -46,6 +46,9 @@ weave_result_t weave_env_load(weave_env_t *env);
 /* Parsers, exposed for tests. Return 0 on success, -1 on a malformed value. */
 int weave_parse_size(const char *s, size_t *out);     /* 123, 64K, 512M, 2G, 1T */
 int weave_parse_int(const char *s, long lo, long hi, long *out);
+/* A Hopper GEMM knob (WEAVE_HGEMM_*, src/env.c): its value, or its default when unset, empty or
+ * invalid (with a warning). */
+int weave_hgemm_knob(const char *name);
 int weave_parse_bool(const char *s, int *out);        /* 0/1/true/false/yes/no/on/off */
 int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|INFO|TRACE */
 
