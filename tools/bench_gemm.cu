@@ -7,7 +7,8 @@
  * output outside |w - c| <= 2e-2 |c| + 2e-2 rms(c) against cuBLASLt, NaN counted wrong).
  * Inputs: uniform random in [-1, 1); several sets of A/B so that one pass over them exceeds 2x L2,
  * rotated every launch. Timing: CUDA events around each launch, -w warm-up launches, median of -n;
- * weave and both cuBLASLt variants are launched round-robin, so drift hits the three alike.
+ * weave and both cuBLASLt variants are interleaved launch by launch, in a shuffled order per
+ * iteration, so drift hits them alike and none keeps one neighbour.
  *
  * Flags: --op gemm (only op), -d bf16|fp16, -l row|col (B layout), -s MxNxK (repeatable; default the
  * six shapes below), -B b1,b2,... (block counts, capped at the SM count; default 132,124,116,100),
@@ -206,10 +207,25 @@ struct TimedKernel {
   LtPlan *lp;
 };
 
-/* Times the kernels round-robin (one launch of each per iteration), so that clock and power drift
- * over the measurement hits them alike; med[k] = median of kernel k's `iters` launches. */
+/* Times the kernels interleaved, one launch of each per iteration, so that clock and power drift
+ * over the measurement hits them alike; med[k] = median of kernel k's `iters` launches. The order is
+ * shuffled per iteration (fixed seed): a kernel's speed depends on the one before it (in a fixed
+ * round-robin on the H200, cuBLASLt at SM_COUNT_TARGET = 132 in the last slot ran 0.5-1.8% faster
+ * than cuBLASLt's default in the slot before it), so no kernel keeps one neighbour. */
 static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, double *med) {
   std::vector<cudaEvent_t> ev((size_t)iters * nk + 1);
+  std::vector<int> order((size_t)iters * nk);
+  unsigned rng = 12345u;
+  for (int i = 0; i < iters; ++i) {
+    int *o = &order[(size_t)i * nk];
+    for (int j = 0; j < nk; ++j) o[j] = j;
+    for (int j = nk - 1; j > 0; --j) { /* Fisher-Yates */
+      rng = rng * 1664525u + 1013904223u;
+      const int r = (int)((rng >> 8) % (unsigned)(j + 1)), t = o[j];
+      o[j] = o[r];
+      o[r] = t;
+    }
+  }
   for (auto &e : ev) BCK(cudaEventCreate(&e));
   int it = 0;
   for (int i = 0; i < warm; ++i)
@@ -217,18 +233,22 @@ static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, do
       if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which == 1 ? c.Cref : c.C)) return 1;
   bench_spin<<<1, 1, 0, c.st>>>(200000ull + 60000ull * iters * nk);
   BCK(cudaEventRecord(ev[0], c.st));
-  for (int i = 0; i < iters; ++i)
-    for (int j = 0; j < nk; ++j) {
-      if (launch(c, k[j].which, k[j].blocks, k[j].lp, it++ % c.sets, k[j].which == 1 ? c.Cref : c.C)) return 1;
-      BCK(cudaEventRecord(ev[(size_t)i * nk + j + 1], c.st));
-    }
+  for (size_t q = 0; q < order.size(); ++q) {
+    const TimedKernel &kk = k[order[q]];
+    if (launch(c, kk.which, kk.blocks, kk.lp, it++ % c.sets, kk.which == 1 ? c.Cref : c.C)) return 1;
+    BCK(cudaEventRecord(ev[q + 1], c.st));
+  }
   BCK(cudaEventSynchronize(ev.back()));
+  std::vector<std::vector<float>> t((size_t)nk);
+  for (size_t q = 0; q < order.size(); ++q) {
+    float ms = 0;
+    BCK(cudaEventElapsedTime(&ms, ev[q], ev[q + 1]));
+    t[(size_t)order[q]].push_back(ms);
+  }
   for (int j = 0; j < nk; ++j) {
-    std::vector<float> t(iters);
-    for (int i = 0; i < iters; ++i)
-      BCK(cudaEventElapsedTime(&t[i], ev[(size_t)i * nk + j], ev[(size_t)i * nk + j + 1]));
-    std::sort(t.begin(), t.end());
-    med[j] = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+    std::vector<float> &v = t[(size_t)j];
+    std::sort(v.begin(), v.end());
+    med[j] = iters % 2 ? v[iters / 2] : 0.5 * (v[iters / 2 - 1] + v[iters / 2]);
   }
   for (auto &e : ev) cudaEventDestroy(e);
   return 0;
@@ -355,7 +375,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d, cuBLASLt %d\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor, rtv, cublas_ver);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
-         "rotated over > 2x L2, launches queued behind a GPU spin, weave / coop / pp / lt_def / lt_sm round-robin\n",
+         "rotated over > 2x L2, launches queued behind a GPU spin, weave / coop / pp / lt_def / lt_sm once per iteration in a shuffled order\n",
          WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
          WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, warm, iters);
   printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s WEAVE_HGEMM_STREAMK=%s "
@@ -426,8 +446,11 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
       int b = blist[bi];
       LtPlan smp;
       if (lt_plan(c.lt, &smp, c.M, c.N, c.K, dt, ly, b, c.ws, c.ws_bytes)) return 1;
+      char sm_algo[160];
+      lt_describe(&smp.algo, sm_algo, sizeof(sm_algo));
+      if (strcmp(sm_algo, lt_algo)) printf("# lt_sm for %dx%dx%d at %d blocks: %s\n", c.M, c.N, c.K, b, sm_algo);
       /* weave, weave cooperative, weave ping-pong, cuBLASLt default and cuBLASLt at this SM count,
-       * interleaved launch by launch */
+       * interleaved launch by launch (time_ms) */
       const TimedKernel tk[5] = {{0, b, NULL}, {2, b, NULL}, {3, b, NULL}, {1, 0, &def}, {1, 0, &smp}};
       double med[5];
       if (time_ms(c, tk, 5, warm, iters, med)) return 1;
