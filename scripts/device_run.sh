@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|trace|multi]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|trace|multi]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -101,6 +101,24 @@ PY
           -n ${BENCH_N:-20} -w 5 -c 1 >> "$out/bench.log" 2>&1
         echo "sweep N=$1 K=$2: rc=$?"
       done
+      ;;
+    ab) # A/B of two builds of the local GEMM in one run: build/weave-bench (this build) against
+        # build/weave-bench-base (a copy of another build's, e.g. the default one; carry it), on the
+        # four 132-block target shapes, alternating twice (AB_SHAPES / AB_BLOCKS to change them)
+      if [ -x $b/weave-bench-base ]; then
+        for i in 1 2; do
+          for v in base this; do
+            exe=$b/weave-bench; [ $v = base ] && exe=$b/weave-bench-base
+            echo "=== ab $v $i" >> "$out/bench_ab.log"
+            timeout 120 $exe --op gemm ${AB_SHAPES:--s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584} \
+              -B ${AB_BLOCKS:-132} >> "$out/bench_ab.log" 2>&1
+            echo "ab $v $i rc=$?"
+          done
+        done
+        grep -v "^# " "$out/bench_ab.log"
+      else
+        echo "ab: no $b/weave-bench-base to compare with"
+      fi
       ;;
     gemm) # the --op gemm table (GEMM_ENV: e.g. WEAVE_HGEMM_CLUSTER=2 for a clustered table)
       echo "=== weave-bench --op gemm ${GEMM_ENV:-}" >> "$out/bench.log"

@@ -56,6 +56,15 @@
 
 static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
 
+/* EXPERIMENTAL, off (not yet run on a GPU, session 6): 1 writes the 16-bit TMA-store epilogue's
+ * staging with stmatrix (4 instructions a thread per 64-column chunk instead of 16 st.shared). Why:
+ * ncu on 4096x8192x3584 (docs/hopper_gemm.md, session 6) shows the cooperative kernel's tensor pipe
+ * idle 7.5% of its active cycles against cuBLASLt's 4.9%, i.e. per-tile epilogue time. With 0 the
+ * kernels' SASS is the verified one. */
+#ifndef WEAVE_HGEMM_STMATRIX
+#define WEAVE_HGEMM_STMATRIX 0
+#endif
+
 #define WEAVE_HGEMM_PRODUCER_REGS 40
 #define WEAVE_HGEMM_CONSUMER_REGS 232
 /* what every thread of a 384-thread block gets at launch (65536 / 384, rounded down to 8); the
@@ -193,6 +202,25 @@ static __device__ __forceinline__ void weave_hg_st_shared_pair(uint32_t addr, fl
   }
 }
 
+/* Two adjacent elements cast to 16-bit E, packed (the low half is v0). */
+template <typename E>
+static __device__ __forceinline__ uint32_t weave_hg_pack2(float v0, float v1) {
+  if constexpr (std::is_same<E, __half>::value) {
+    __half2 h = __floats2half2_rn(v0, v1);
+    return *(uint32_t *)&h;
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+    return *(uint32_t *)&h;
+  }
+}
+/* Four 8x8 16-bit matrices to shared memory; lane t addresses row t % 8 of matrix t / 8. */
+static __device__ __forceinline__ void weave_hg_stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                         uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
 /* Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits. */
 template <int N = 128>
 static __device__ __forceinline__ void weave_hg_fence_regs(float *d) {
@@ -235,17 +263,41 @@ static __device__ __forceinline__ void weave_hg_store_rows(Sink &sink, const flo
     if (ltid == 0) /* the store that used this buffer has read it */
       weave_hg_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
     weave_hg_named_barrier_sync(2 + cw, 128);
+    if constexpr (EB == 2 && WEAVE_HGEMM_STMATRIX) {
+      /* two 8-column groups a step, as four 8x8 matrices (rows 0-7 / 8-15 of the warp's 16, groups
+       * jj / jj + 1): the packed pairs are stmatrix's fragments as they stand; lane t gives the
+       * address of row t % 8 of matrix t / 8 (16 bytes: one swizzled unit) */
+      const int q = lane >> 3;
+      const int R = lrow - (lane >> 2) + (q & 1) * 8 + (lane & 7); /* row of the warpgroup's 64 */
 #pragma unroll
-    for (int jj = 0; jj < G; ++jj) {
-      const int j = G * c + jj;
-      const int col = c0 + (lane & 3) * 2 + 8 * j;
-      float v0 = a[4 * j], v1 = a[4 * j + 1], v2 = a[4 * j + 2], v3 = a[4 * j + 3];
-      sink.epi(col, v0, v1);
-      sink.epi(col, v2, v3);
-      const int unit = jj * (EB / 2) + pos / 16;
-      const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
-      weave_hg_st_shared_pair<E>(at, v0, v1);
-      weave_hg_st_shared_pair<E>(at + 8 * 128, v2, v3); /* row + 8: same swizzle phase */
+      for (int jj = 0; jj < G; jj += 2) {
+        const int j = G * c + jj;
+        const int col = c0 + (lane & 3) * 2 + 8 * j;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = a[4 * j + e];
+        sink.epi(col, v[0], v[1]);
+        sink.epi(col, v[2], v[3]);
+        sink.epi(col + 8, v[4], v[5]);
+        sink.epi(col + 8, v[6], v[7]);
+        const int u = jj + (q >> 1);
+        weave_hg_stmatrix_x4(b + R * 128 + (uint32_t)((u ^ (R & 7)) * 16), weave_hg_pack2<E>(v[0], v[1]),
+                             weave_hg_pack2<E>(v[2], v[3]), weave_hg_pack2<E>(v[4], v[5]),
+                             weave_hg_pack2<E>(v[6], v[7]));
+      }
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < G; ++jj) {
+        const int j = G * c + jj;
+        const int col = c0 + (lane & 3) * 2 + 8 * j;
+        float v0 = a[4 * j], v1 = a[4 * j + 1], v2 = a[4 * j + 2], v3 = a[4 * j + 3];
+        sink.epi(col, v0, v1);
+        sink.epi(col, v2, v3);
+        const int unit = jj * (EB / 2) + pos / 16;
+        const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
+        weave_hg_st_shared_pair<E>(at, v0, v1);
+        weave_hg_st_shared_pair<E>(at + 8 * 128, v2, v3); /* row + 8: same swizzle phase */
+      }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     weave_hg_named_barrier_sync(2 + cw, 128);
