@@ -56,11 +56,12 @@
 
 static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
 
-/* EXPERIMENTAL, off (not yet run on a GPU, session 6): 1 writes the 16-bit TMA-store epilogue's
+/* EXPERIMENTAL, off (CMake option WEAVE_HGEMM_STMATRIX): 1 writes the 16-bit TMA-store epilogue's
  * staging with stmatrix (4 instructions a thread per 64-column chunk instead of 16 st.shared). Why:
  * ncu on 4096x8192x3584 (docs/hopper_gemm.md, session 6) shows the cooperative kernel's tensor pipe
- * idle 7.5% of its active cycles against cuBLASLt's 4.9%, i.e. per-tile epilogue time. With 0 the
- * kernels' SASS is the verified one. */
+ * idle 7.5% of its active cycles against cuBLASLt's 4.9%, i.e. per-tile epilogue time. Session 6:
+ * the Hopper GEMM test passed with it, +0.3% on that shape; sanitizers and the fused kernel's tests
+ * not run, so off. With 0 the kernels' SASS is the verified one. */
 #ifndef WEAVE_HGEMM_STMATRIX
 #define WEAVE_HGEMM_STMATRIX 0
 #endif
