@@ -189,20 +189,6 @@ static __device__ __forceinline__ void weave_hg_bulk_wait_all() {
 static __device__ __forceinline__ void weave_hg_st_shared_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
-/* Two adjacent elements of C, cast to E, at a shared address (4 bytes for 16-bit E, 8 for float). */
-template <typename E>
-static __device__ __forceinline__ void weave_hg_st_shared_pair(uint32_t addr, float v0, float v1) {
-  if constexpr (sizeof(E) == 4) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
-  } else if constexpr (std::is_same<E, __half>::value) {
-    __half2 h = __floats2half2_rn(v0, v1);
-    weave_hg_st_shared_u32(addr, *(uint32_t *)&h);
-  } else {
-    __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
-    weave_hg_st_shared_u32(addr, *(uint32_t *)&h);
-  }
-}
-
 /* Two adjacent elements cast to 16-bit E, packed (the low half is v0). */
 template <typename E>
 static __device__ __forceinline__ uint32_t weave_hg_pack2(float v0, float v1) {
@@ -214,6 +200,16 @@ static __device__ __forceinline__ uint32_t weave_hg_pack2(float v0, float v1) {
     return *(uint32_t *)&h;
   }
 }
+/* Two adjacent elements of C, cast to E, at a shared address (4 bytes for 16-bit E, 8 for float). */
+template <typename E>
+static __device__ __forceinline__ void weave_hg_st_shared_pair(uint32_t addr, float v0, float v1) {
+  if constexpr (sizeof(E) == 4) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+  } else {
+    weave_hg_st_shared_u32(addr, weave_hg_pack2<E>(v0, v1));
+  }
+}
+
 /* Four 8x8 16-bit matrices to shared memory; lane t addresses row t % 8 of matrix t / 8. */
 static __device__ __forceinline__ void weave_hg_stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
                                                          uint32_t r3) {
@@ -243,6 +239,16 @@ static __device__ __forceinline__ void weave_hg_release_stage(uint32_t empty) {
     weave_hg_mbar_arrive_cluster(empty, 0);
     weave_hg_mbar_arrive_cluster(empty, 1);
   }
+}
+
+/* The accumulators of 8-column group j of a m64nNk16 fragment (rows r and r + 8), through the sink's
+ * alpha/bias; col = this thread's first column of the group. */
+template <class Sink>
+static __device__ __forceinline__ void weave_hg_epi_group(Sink &sink, const float *a, int j, int col, float *v) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = a[4 * j + e];
+  sink.epi(col, v[0], v[1]);
+  sink.epi(col, v[2], v[3]);
 }
 
 /* TMA-store epilogue of 64 rows x NC columns of a consumer warpgroup (accumulators `a` in the
@@ -275,18 +281,15 @@ static __device__ __forceinline__ void weave_hg_store_rows(Sink &sink, const flo
         const int j = G * c + jj;
         const int col = c0 + (lane & 3) * 2 + 8 * j;
         float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = a[4 * j + e];
-        sink.epi(col, v[0], v[1]);
-        sink.epi(col, v[2], v[3]);
-        sink.epi(col + 8, v[4], v[5]);
-        sink.epi(col + 8, v[6], v[7]);
+        weave_hg_epi_group(sink, a, j, col, v);
+        weave_hg_epi_group(sink, a, j + 1, col + 8, v + 4);
         const int u = jj + (q >> 1);
         weave_hg_stmatrix_x4(b + R * 128 + (uint32_t)((u ^ (R & 7)) * 16), weave_hg_pack2<E>(v[0], v[1]),
                              weave_hg_pack2<E>(v[2], v[3]), weave_hg_pack2<E>(v[4], v[5]),
                              weave_hg_pack2<E>(v[6], v[7]));
       }
-    } else {
+    } else { /* the same as weave_hg_epi_group, written out: keeps the device-verified SASS (the helper
+              * here changes the register allocation of both kernel files) */
 #pragma unroll
       for (int jj = 0; jj < G; ++jj) {
         const int j = G * c + jj;
