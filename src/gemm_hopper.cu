@@ -64,10 +64,12 @@ struct WeaveHgemmStandaloneSink {
     if (DT == WEAVE_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.bias)[col]);
     return __half2float(((const __half *)a.bias)[col]);
   }
+  __device__ __forceinline__ bool epi_bias() const { return a.bias != NULL; }
+  template <bool BIAS>
   __device__ __forceinline__ void epi(int col, float &v0, float &v1) {
     v0 *= a.alpha;
     v1 *= a.alpha;
-    if (a.bias) {
+    if (BIAS) {
       if (col < a.N) v0 += bias_at(col);
       if (col + 1 < a.N) v1 += bias_at(col + 1);
     }
@@ -400,6 +402,23 @@ extern "C" size_t weave_hopper_gemm_workspace_max(int num_blocks) {
   if (num_blocks <= 0) num_blocks = hgemm_sm_count();
   return weave_hgemm_sk_workspace_max(num_blocks > 0 ? num_blocks : 132);
 }
+
+#if WEAVE_HGEMM_PROFILE
+/* Diagnostic build only: writes the last launch's clock64() stamps (gemm_hopper.cuh,
+ * WEAVE_HGEMM_PROFILE) to `path` as raw int64 [blocks][3][tiles][events] and zeroes them. */
+extern "C" int weave_hopper_gemm_profile_save(const char *path) {
+  static long long h[WEAVE_HG_PROF_BLOCKS][3][WEAVE_HG_PROF_TILES][WEAVE_HG_PROF_EVENTS];
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, weave_hg_prof, sizeof h) != cudaSuccess)
+    return WEAVE_ERROR_CUDA;
+  FILE *f = fopen(path, "wb");
+  if (!f) return WEAVE_ERROR_INVALID_ARGUMENT;
+  const size_t n = fwrite(h, sizeof h, 1, f);
+  fclose(f);
+  memset(h, 0, sizeof h);
+  if (cudaMemcpyToSymbol(weave_hg_prof, h, sizeof h) != cudaSuccess) return WEAVE_ERROR_CUDA;
+  return n == 1 ? WEAVE_SUCCESS : WEAVE_ERROR_INVALID_ARGUMENT;
+}
+#endif
 
 extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaStream_t stream,
                                         char *errmsg, size_t errlen) {

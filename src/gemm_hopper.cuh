@@ -56,14 +56,45 @@
 
 static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
 
-/* EXPERIMENTAL, off (CMake option WEAVE_HGEMM_STMATRIX): 1 writes the 16-bit TMA-store epilogue's
- * staging with stmatrix (4 instructions a thread per 64-column chunk instead of 16 st.shared). Why:
- * ncu on 4096x8192x3584 (docs/hopper_gemm.md, session 6) shows the cooperative kernel's tensor pipe
- * idle 7.5% of its active cycles against cuBLASLt's 4.9%, i.e. per-tile epilogue time. Session 6:
- * the Hopper GEMM test passed with it, +0.3% on that shape; sanitizers and the fused kernel's tests
- * not run, so off. With 0 the kernels' SASS is the verified one. */
-#ifndef WEAVE_HGEMM_STMATRIX
-#define WEAVE_HGEMM_STMATRIX 0
+/* DIAGNOSTIC, off (-DWEAVE_HGEMM_PROFILE=1 in CMAKE_CUDA_FLAGS): the cooperative role writes clock64()
+ * stamps of each tile's phases (per block, warpgroup, tile; see WEAVE_HG_PROF_* below) to a device
+ * array that weave_hopper_gemm_profile_save() (gemm_hopper.cu) writes to a file; the last launch wins.
+ * scripts/hgemm_profile.py reads it. Adds global stores to the kernel: for breakdowns, not speed. */
+#ifndef WEAVE_HGEMM_PROFILE
+#define WEAVE_HGEMM_PROFILE 0
+#endif
+#define WEAVE_HG_PROF_BLOCKS 132
+#define WEAVE_HG_PROF_TILES 16
+#define WEAVE_HG_PROF_EVENTS 16
+#if WEAVE_HGEMM_PROFILE
+/* [block][0, 1: consumer warpgroup, 2: producer][tile][event] */
+static __device__ long long weave_hg_prof[WEAVE_HG_PROF_BLOCKS][3][WEAVE_HG_PROF_TILES][WEAVE_HG_PROF_EVENTS];
+static __device__ __forceinline__ long long *weave_hg_prof_slot(int who, int tile) {
+  if (blockIdx.x >= WEAVE_HG_PROF_BLOCKS || tile >= WEAVE_HG_PROF_TILES - (who == 2)) return nullptr;
+  return weave_hg_prof[blockIdx.x][who][tile];
+}
+#define WEAVE_HG_PROF_STAMP(slot, e)                                                              \
+  do {                                                                                            \
+    if (slot) (slot)[e] = clock64();                                                              \
+  } while (0)
+static __device__ __forceinline__ long long weave_hg_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return (long long)t;
+}
+/* the block's entry and exit: [block][2][TILES - 1][0..3] = globaltimer (ns) and clock64 at entry (thread
+ * 0), then both at the end of consumer warpgroup 0 (its last stores complete) */
+#define WEAVE_HG_PROF_EDGE(i)                                                                     \
+  do {                                                                                            \
+    if (blockIdx.x < WEAVE_HG_PROF_BLOCKS) {                                                      \
+      weave_hg_prof[blockIdx.x][2][WEAVE_HG_PROF_TILES - 1][2 * (i)] = weave_hg_globaltimer();   \
+      weave_hg_prof[blockIdx.x][2][WEAVE_HG_PROF_TILES - 1][2 * (i) + 1] = clock64();            \
+    }                                                                                             \
+  } while (0)
+#else
+#define WEAVE_HG_PROF_STAMP(slot, e) \
+  do {                               \
+  } while (0)
 #endif
 
 #define WEAVE_HGEMM_PRODUCER_REGS 40
@@ -200,14 +231,9 @@ static __device__ __forceinline__ uint32_t weave_hg_pack2(float v0, float v1) {
     return *(uint32_t *)&h;
   }
 }
-/* Two adjacent elements of C, cast to E, at a shared address (4 bytes for 16-bit E, 8 for float). */
-template <typename E>
-static __device__ __forceinline__ void weave_hg_st_shared_pair(uint32_t addr, float v0, float v1) {
-  if constexpr (sizeof(E) == 4) {
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
-  } else {
-    weave_hg_st_shared_u32(addr, weave_hg_pack2<E>(v0, v1));
-  }
+/* Two adjacent fp32 elements of C at a shared address (8 bytes). */
+static __device__ __forceinline__ void weave_hg_st_shared_f32x2(uint32_t addr, float v0, float v1) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
 }
 
 /* Four 8x8 16-bit matrices to shared memory; lane t addresses row t % 8 of matrix t / 8. */
@@ -243,12 +269,12 @@ static __device__ __forceinline__ void weave_hg_release_stage(uint32_t empty) {
 
 /* The accumulators of 8-column group j of a m64nNk16 fragment (rows r and r + 8), through the sink's
  * alpha/bias; col = this thread's first column of the group. */
-template <class Sink>
+template <class Sink, bool BIAS>
 static __device__ __forceinline__ void weave_hg_epi_group(Sink &sink, const float *a, int j, int col, float *v) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) v[e] = a[4 * j + e];
-  sink.epi(col, v[0], v[1]);
-  sink.epi(col, v[2], v[3]);
+  sink.template epi<BIAS>(col, v[0], v[1]);
+  sink.template epi<BIAS>(col, v[2], v[3]);
 }
 
 /* TMA-store epilogue of 64 rows x NC columns of a consumer warpgroup (accumulators `a` in the
@@ -257,20 +283,20 @@ static __device__ __forceinline__ void weave_hg_epi_group(Sink &sink, const floa
  * of 4-byte elements) through the warpgroup's WEAVE_HGEMM_EPI_BUFS staging buffers at ebuf (chunk q
  * of the call uses buffer (q0 + q) % EPI_BUFS), 128B-swizzled rows (16-byte unit u of row r at
  * u ^ (r % 8): the warp's stores spread over all banks), one TMA store each. */
-template <class Sink, int NC>
-static __device__ __forceinline__ void weave_hg_store_rows(Sink &sink, const float *a, uint32_t ebuf, int q0,
-                                                          int c0, int trow, int cw, int lrow, int lane,
-                                                          int ltid) {
+template <class Sink, int NC, bool BIAS>
+static __device__ __forceinline__ void weave_hg_store_rows_t(Sink &sink, const float *a, uint32_t ebuf, int q0,
+                                                            int c0, int trow, int cw, int lrow, int lane,
+                                                            int ltid, long long *prof) {
   typedef typename Sink::TmaElem E;
   constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
-  const int pos = (lane & 3) * 2 * EB; /* byte of this thread's pair in an 8-column group */
 #pragma unroll
   for (int c = 0; c < NC / CC; ++c) {
     const uint32_t b = ebuf + ((q0 + c) % WEAVE_HGEMM_EPI_BUFS) * WEAVE_HGEMM_EPI_BUF_BYTES;
     if (ltid == 0) /* the store that used this buffer has read it */
       weave_hg_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
     weave_hg_named_barrier_sync(2 + cw, 128);
-    if constexpr (EB == 2 && WEAVE_HGEMM_STMATRIX) {
+    if (c < 5) WEAVE_HG_PROF_STAMP(prof, 5 + 2 * c);
+    if constexpr (EB == 2) {
       /* two 8-column groups a step, as four 8x8 matrices (rows 0-7 / 8-15 of the warp's 16, groups
        * jj / jj + 1): the packed pairs are stmatrix's fragments as they stand; lane t gives the
        * address of row t % 8 of matrix t / 8 (16 bytes: one swizzled unit) */
@@ -281,35 +307,49 @@ static __device__ __forceinline__ void weave_hg_store_rows(Sink &sink, const flo
         const int j = G * c + jj;
         const int col = c0 + (lane & 3) * 2 + 8 * j;
         float v[8];
-        weave_hg_epi_group(sink, a, j, col, v);
-        weave_hg_epi_group(sink, a, j + 1, col + 8, v + 4);
+        weave_hg_epi_group<Sink, BIAS>(sink, a, j, col, v);
+        weave_hg_epi_group<Sink, BIAS>(sink, a, j + 1, col + 8, v + 4);
         const int u = jj + (q >> 1);
         weave_hg_stmatrix_x4(b + R * 128 + (uint32_t)((u ^ (R & 7)) * 16), weave_hg_pack2<E>(v[0], v[1]),
                              weave_hg_pack2<E>(v[2], v[3]), weave_hg_pack2<E>(v[4], v[5]),
                              weave_hg_pack2<E>(v[6], v[7]));
       }
-    } else { /* the same as weave_hg_epi_group, written out: keeps the device-verified SASS (the helper
-              * here changes the register allocation of both kernel files) */
+    } else { /* fp32: 8-byte pairs, rows lrow and lrow + 8 (same swizzle phase) */
 #pragma unroll
       for (int jj = 0; jj < G; ++jj) {
         const int j = G * c + jj;
-        const int col = c0 + (lane & 3) * 2 + 8 * j;
-        float v0 = a[4 * j], v1 = a[4 * j + 1], v2 = a[4 * j + 2], v3 = a[4 * j + 3];
-        sink.epi(col, v0, v1);
-        sink.epi(col, v2, v3);
-        const int unit = jj * (EB / 2) + pos / 16;
+        float v[4];
+        weave_hg_epi_group<Sink, BIAS>(sink, a, j, c0 + (lane & 3) * 2 + 8 * j, v);
+        const int pos = (lane & 3) * 8; /* byte of this thread's pair in an 8-column group */
+        const int unit = 2 * jj + pos / 16;
         const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
-        weave_hg_st_shared_pair<E>(at, v0, v1);
-        weave_hg_st_shared_pair<E>(at + 8 * 128, v2, v3); /* row + 8: same swizzle phase */
+        weave_hg_st_shared_f32x2(at, v[0], v[1]);
+        weave_hg_st_shared_f32x2(at + 8 * 128, v[2], v[3]);
       }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     weave_hg_named_barrier_sync(2 + cw, 128);
+    if (c < 5) WEAVE_HG_PROF_STAMP(prof, 6 + 2 * c);
     if (ltid == 0 && sink.tma_issue()) {
       weave_hg_tma_store_2d(sink.c_map(), b, c0 + CC * c, trow);
       weave_hg_bulk_commit();
     }
   }
+}
+
+/* weave_hg_store_rows_t with the sink's bias choice made once for the whole call, so that the code
+ * the warps run per tile is only the conversions and stores. Why: with the bias test inside epi()
+ * (two never-taken branches per 8 columns) a 64-column chunk took ~4.6 KB of SASS and ~525 cycles,
+ * at the rate of instruction fetch, for 128 bytes of stores per thread (clock64 breakdown,
+ * docs/hopper_gemm.md, session 7). */
+template <class Sink, int NC>
+static __device__ __forceinline__ void weave_hg_store_rows(Sink &sink, const float *a, uint32_t ebuf, int q0,
+                                                          int c0, int trow, int cw, int lrow, int lane,
+                                                          int ltid, long long *prof = nullptr) {
+  if (sink.epi_bias())
+    weave_hg_store_rows_t<Sink, NC, true>(sink, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
+  else
+    weave_hg_store_rows_t<Sink, NC, false>(sink, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
 }
 
 /* After a warpgroup's last weave_hg_store_rows of a tile, for sinks whose end() publishes it: the
@@ -436,7 +476,9 @@ static __host__ __device__ __forceinline__ void weave_hgemm_grouped_coords(int s
  *   __device__ const CUtensorMap* c_map() const;             // target of the current tile: box
  *                                                            // {128 / sizeof(TmaElem), 64}, 128B swizzle
  *   __device__ int tma_row(int row0) const;                  // map row of C row row0 (current tile)
- *   __device__ void epi(int col, float& v0, float& v1);      // alpha, bias (in place) before the cast
+ *   __device__ bool epi_bias() const;                        // run time, uniform: epi<true> or epi<false>
+ *   template <bool BIAS> __device__ void epi(int col, float& v0, float& v1); // alpha (and with BIAS the
+ *                                                            // bias) in place, before the cast
  * gets its tiles written through WEAVE_HGEMM_EPI_BYTES of smem at smem + WEAVE_HGEMM_EPI_OFFSET
  * (the kernel asks for WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES) and TMA stores, instead of store2 calls.
  * begin/end are still called around each tile. With kWeaveTmaPublish the issuing threads wait for
@@ -605,6 +647,9 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
   const int wg = tid >> 7;
   const uint32_t cta_rank = CL == 2 ? weave_hg_cluster_ctarank() : 0;
 
+#if WEAVE_HGEMM_PROFILE
+  if (tid == 0) WEAVE_HG_PROF_EDGE(0);
+#endif
   weave_hg_ring_init<CL>(full_bar, empty_bar, WEAVE_HGEMM_STAGES, 2 * CL); /* each consumer warpgroup of each CTA */
 
   /* data-parallel tiles seq_begin, +seq_stride, ... < seq_count; with SK, then this block's
@@ -621,11 +666,23 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       weave_hg_tma_prefetch_map(&p.tmap_b);
       int stage = 0;
       uint32_t phase = 0;
+#if WEAVE_HGEMM_PROFILE
+      int ptile = 0;
+#endif
       while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
         int m0, n0;
         sink.coords(seq, &m0, &n0);
+#if WEAVE_HGEMM_PROFILE
+        long long *prof = weave_hg_prof_slot(2, ptile++);
+#endif
         for (int kb = kb0; kb < kb1; ++kb) {
+#if WEAVE_HGEMM_PROFILE
+          if (kb == kb0) WEAVE_HG_PROF_STAMP(prof, 0);
+#endif
           weave_hg_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+#if WEAVE_HGEMM_PROFILE
+          if (kb == kb0) WEAVE_HG_PROF_STAMP(prof, 1);
+#endif
           const uint32_t fb = full_bar + 8 * stage;
           weave_hg_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
           weave_hg_load_stage<BCOL, WEAVE_HGEMM_BN, CL>(p, smem_base + stage * WEAVE_HGEMM_STAGE_BYTES, fb,
@@ -649,10 +706,23 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     float acc[128];
     int stage = 0;
     uint32_t phase = 0;
+#if WEAVE_HGEMM_PROFILE
+    int ptile = 0;
+#endif
     while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
       int prev_stage = 0;
+#if WEAVE_HGEMM_PROFILE
+      long long *prof = ltid == 0 ? weave_hg_prof_slot(cw, ptile++) : nullptr;
+      WEAVE_HG_PROF_STAMP(prof, 0);
+      if (prof) prof[14] = weave_hg_globaltimer();
+#else
+      long long *prof = nullptr;
+#endif
       for (int kb = kb0; kb < kb1; ++kb) {
         weave_hg_mbar_wait(full_bar + 8 * stage, phase);
+#if WEAVE_HGEMM_PROFILE
+        if (kb == kb0) WEAVE_HG_PROF_STAMP(prof, 1);
+#endif
         const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
         const uint32_t sb = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
         const uint64_t da = weave_hg_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
@@ -680,6 +750,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       }
       weave_hg_wgmma_wait<0>();
       weave_hg_fence_regs(acc);
+      WEAVE_HG_PROF_STAMP(prof, 2);
       if (ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
       if constexpr (SK) {
         /* a split tile: only its last segment to arrive goes on, with the summed accumulators */
@@ -702,9 +773,11 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
+          WEAVE_HG_PROF_STAMP(prof, 3);
           weave_hg_store_rows<Sink, WEAVE_HGEMM_BN>(sink, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw, lrow,
-                                                    lane, ltid);
+                                                    lane, ltid, prof);
           weave_hg_store_rows_complete<Sink>(ltid);
+          WEAVE_HG_PROF_STAMP(prof, 4);
           done = true;
         }
       }
@@ -719,11 +792,15 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
         }
       }
       weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
+      WEAVE_HG_PROF_STAMP(prof, 13);
       if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
     }
     if constexpr (weave_hgemm_sink_tma<Sink>::value) {
       if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
     }
+#if WEAVE_HGEMM_PROFILE
+    if (ltid == 0 && cw == 0) WEAVE_HG_PROF_EDGE(1);
+#endif
   }
   if (CL == 2) weave_hg_cluster_sync(); /* no CTA leaves while its peer may still signal it */
 }

@@ -133,6 +133,9 @@ size_t weave_hopper_gemm_workspace_max(int num_blocks);
 /* The schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG) a call with these arguments runs with on the
  * current device (COOP when there is none). */
 int weave_hopper_gemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule);
+/* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, gemm_hopper.cuh): saves the last cooperative
+ * launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
+int weave_hopper_gemm_profile_save(const char *path);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond

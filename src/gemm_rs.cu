@@ -182,7 +182,8 @@ template <typename S> struct weave_slot_sink : weave_owner_walk {
   __device__ bool tma_issue() const { return !dead; }
   __device__ const CUtensorMap *c_map() const { return &p->slot_map[owner]; }
   __device__ int tma_row(int row0) const { return row0 - row_begin; }
-  __device__ void epi(int, float &, float &) {} /* raw partials: alpha and bias are the owner's */
+  __device__ bool epi_bias() const { return false; } /* raw partials: alpha and bias are the owner's */
+  template <bool> __device__ void epi(int, float &, float &) {}
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;

@@ -455,6 +455,15 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
       double med[5];
       if (time_ms(c, tk, 5, warm, iters, med)) return 1;
       lt_destroy(&smp);
+#if WEAVE_HGEMM_PROFILE
+      /* diagnostic build: clock64() stamps of one more cooperative launch (gemm_hopper.cuh) */
+      if (getenv("WEAVE_HGEMM_PROFILE_DIR")) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/prof_%dx%dx%d_%d.bin", getenv("WEAVE_HGEMM_PROFILE_DIR"), c.M, c.N, c.K, b);
+        if (launch(c, 2, b, NULL, 0, c.C) || weave_hopper_gemm_profile_save(path))
+          fprintf(stderr, "bench_gemm: profile %s failed\n", path);
+      }
+#endif
       const double t_w = med[0], t_def = med[3], t_sm = med[4], tf_def = flop / t_def * 1e-9;
       const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
       const int pp = weave_hopper_gemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
