@@ -338,10 +338,9 @@ static __device__ __forceinline__ void weave_hg_store_rows_t(Sink &sink, const f
 }
 
 /* weave_hg_store_rows_t with the sink's bias choice made once for the whole call, so that the code
- * the warps run per tile is only the conversions and stores. Why: with the bias test inside epi()
- * (two never-taken branches per 8 columns) a 64-column chunk took ~4.6 KB of SASS and ~525 cycles,
- * at the rate of instruction fetch, for 128 bytes of stores per thread (clock64 breakdown,
- * docs/hopper_gemm.md, session 7). */
+ * the warps run per tile is only the conversions and stores. With the bias test inside epi() (two
+ * never-taken branches per 8 columns) a 64-column chunk was 4.6 KB of SASS and took ~525 cycles
+ * (clock64 breakdown, docs/hopper_gemm.md, session 7); without it (and with stmatrix) ~250. */
 template <class Sink, int NC>
 static __device__ __forceinline__ void weave_hg_store_rows(Sink &sink, const float *a, uint32_t ebuf, int q0,
                                                           int c0, int trow, int cw, int lrow, int lane,
@@ -711,6 +710,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
 #endif
     while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
       int prev_stage = 0;
+      int m0 = 0, n0 = 0; /* the tile's place: computed under its first k-block's wgmmas */
 #if WEAVE_HGEMM_PROFILE
       long long *prof = ltid == 0 ? weave_hg_prof_slot(cw, ptile++) : nullptr;
       WEAVE_HG_PROF_STAMP(prof, 0);
@@ -739,6 +739,13 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
           }
         }
         weave_hg_wgmma_commit();
+        if (kb == kb0) {
+          /* the sink's coords (integer divisions, ~600 cycles with the jump to the epilogue's code
+           * when they ran after the main loop, clock64 breakdown of session 7) run while the tensor
+           * cores work on the first k-block; the empty asm pins them here */
+          sink.coords(seq, &m0, &n0);
+          asm volatile("" : "+r"(m0), "+r"(n0));
+        }
         weave_hg_fence_regs(acc);
         weave_hg_wgmma_wait<1>();
         if (kb > kb0 && ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
@@ -758,10 +765,6 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
             !weave_hgemm_sk_reduce(p, acc, seq - seq_count, seq_begin, kb0, cw, ltid))
           continue;
       }
-
-      /* the tile's place only now: nothing of the sink's walk stays live across the main loop */
-      int m0, n0;
-      sink.coords(seq, &m0, &n0);
 
       /* epilogue: accumulator fragment of m64nNk16: d[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}),
        * d[4j + {2,3}] at row + 8, with row = 16*warp + lane/4 inside the warpgroup's 64 rows. */

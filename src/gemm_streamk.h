@@ -188,13 +188,18 @@ WEAVE_SK_HD void weave_hgemm_sk_segments(const weave_hgemm_sk_t *s, int t, int *
 #define WEAVE_HGEMM_SCHED_COOP 1
 #define WEAVE_HGEMM_SCHED_PINGPONG 2
 
-/* What ping-pong saves a tile, in half k-blocks of main loop: the epilogue it hides less the second
- * load of A. Fitted to the H200 runs of 2026-12-03 (09:17 and 09:30; 24 shapes x block counts, both
- * schedules in one run each): with 3 (1.5 k-blocks) the model below picks the faster schedule in
- * every row where the two differ by more than 1% (K = 1024: ping-pong 1.09-1.15x; K = 3584 on many
- * waves: ping-pong 1.01-1.03x; K = 3584 on 4-10 waves and K = 8192: cooperative with its stream-K
- * tail, ping-pong 0.89-0.98x). */
-#define WEAVE_HGEMM_PP_SAVED_HALF_UNITS 3
+/* Ping-pong's time against the cooperative schedule's, per tile of kt k-blocks, in 1/32 k-block:
+ * kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32. Each of its k-blocks costs ~3% more (A is
+ * loaded twice: 1.33x the L2 -> SM bytes, and on this power-limited card a lower clock: 1.56 against
+ * 1.62 GHz under ncu, session 6), and it hides ~1.75 k-blocks of epilogue a tile. Refitted in
+ * session 7 (2026-12-04) after the cooperative epilogue got shorter (stmatrix, the bias test hoisted,
+ * coords under the first k-block): two H200 runs (00:15, 00:24 UTC) put ping-pong at 1.05-1.12x at
+ * K = 1024, 0.97-0.98x at K = 8192, and within about 1% either way at K = 3584 except
+ * 4096x8192x3584 on 132 blocks (0.973-0.981x) and 2048x8192x3584 on 132 (1.001-1.031x); the model
+ * calls K = 3584 a tie (56 * 33 - 56 = 56 * 32), which goes to the cooperative schedule. Session 5's
+ * constant (1.5 k-blocks a tile at any K) made ping-pong win every K = 3584 tie. */
+#define WEAVE_HGEMM_PP_KBLOCK_32 33
+#define WEAVE_HGEMM_PP_SAVED_32 56
 
 /* Time of the cooperative schedule's plan for `tiles` tiles on `blocks` blocks under `sk_mode`, in
  * k-blocks of main loop: its rounds of whole tiles, or the stream-K model's estimate of its tail. */
@@ -206,20 +211,26 @@ WEAVE_SK_HD long long weave_hgemm_coop_units(int tiles, int blocks, int kt, int 
          WEAVE_HGEMM_SK_FIXUP_UNITS;
 }
 
+/* Time of the ping-pong schedule (whole rounds of tiles, no stream-K) in 1/32 k-block of the
+ * cooperative main loop. */
+WEAVE_SK_HD long long weave_hgemm_pp_units32(int tiles, int blocks, int kt) {
+  if (blocks < 1) blocks = 1;
+  long long tile32 = (long long)kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32;
+  if (tile32 < 1) tile32 = 1;
+  return (long long)((tiles + blocks - 1) / blocks) * tile32;
+}
+
 /* 1: ping-pong, 0: cooperative, for `tiles` tiles of kt k-blocks on `blocks` blocks. schedule: the
  * call's request (WEAVE_HGEMM_SCHED_*); knob: the env override for AUTO (0 cooperative, 1 auto,
- * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). AUTO: whole
- * rounds of ping-pong tiles, each WEAVE_HGEMM_PP_SAVED_HALF_UNITS / 2 k-blocks shorter, against the
- * cooperative plan (with its stream-K tail where that is planned). */
+ * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). AUTO: ping-pong
+ * only where its estimate is strictly shorter than the cooperative plan's (with that plan's
+ * stream-K tail where one is planned). */
 WEAVE_SK_HD int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt, int sk_mode) {
   if (schedule == WEAVE_HGEMM_SCHED_PINGPONG || schedule == WEAVE_HGEMM_SCHED_COOP)
     return schedule == WEAVE_HGEMM_SCHED_PINGPONG;
   if (knob == 0 || knob == 2) return knob == 2;
   if (tiles < 1 || blocks < 1 || kt < 1) return 0;
-  long long pp_tile2 = 2LL * kt - WEAVE_HGEMM_PP_SAVED_HALF_UNITS;
-  if (pp_tile2 < 1) pp_tile2 = 1;
-  const long long pp2 = (long long)((tiles + blocks - 1) / blocks) * pp_tile2;
-  return pp2 < 2 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
+  return weave_hgemm_pp_units32(tiles, blocks, kt) < 32 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
 }
 
 /* The ping-pong role's smem ring (gemm_hopper_pingpong.cuh): the producer fills positions 0, 1, 2, ...

@@ -298,8 +298,7 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
       b = std::min(std::max(b, 1), sms);
       const int pp = weave_hgemm_pick_pingpong(WEAVE_HGEMM_SCHED_AUTO, 1, tiles, b, kt, WEAVE_HGEMM_SK_AUTO);
       const int sk = pp ? 0 : weave_hgemm_sk_plan(tiles, b, kt, WEAVE_HGEMM_SK_AUTO).sk_tiles;
-      const long long rounds = (tiles + b - 1) / b;
-      const double est_pp = 0.5 * (double)rounds * std::max(2 * kt - WEAVE_HGEMM_PP_SAVED_HALF_UNITS, 1);
+      const double est_pp = weave_hgemm_pp_units32(tiles, b, kt) / 32.0;
       printf(" %7d %6d %6d %6d %6d %6d %10s %5d %9lld %9.1f\n", M, N, K, b, tiles, kt, pp ? "ping-pong" : "coop", sk,
              weave_hgemm_coop_units(tiles, b, kt, WEAVE_HGEMM_SK_AUTO), est_pp);
     }
