@@ -155,9 +155,9 @@ struct weave_owner_walk {
     *row0 = row_begin + tm * p->tiling.tile_m;
     *col0 = tn * p->tiling.tile_n;
   }
-  /* the tile's GEMM span: from the end of this block's previous tile (tiles run back to back; the
-   * Hopper role asks for a tile's coordinates only after its main loop, which keeps the walk's state
-   * out of the registers the main loop needs) to now */
+  /* the tile's GEMM span: from the end of this block's previous tile (tiles run back to back) to
+   * now. Since session 7 the Hopper role asks for a tile's coordinates under its first k-block, so
+   * owner / j / row_begin / row_end stay live across the main loop (no spills: the build checks). */
   __device__ void trace_tile() {
     if (p->trace) {
       const uint64_t now = weave_trace_now();
