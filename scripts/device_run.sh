@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|trace|multi]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|prof|trace|multi]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -118,6 +118,19 @@ PY
         grep -v "^# " "$out/bench_ab.log"
       else
         echo "ab: no $b/weave-bench-base to compare with"
+      fi
+      ;;
+    prof) # clock64 breakdown of the cooperative kernel (docs/hopper_gemm.md, session 7): needs a
+          # diagnostic build in build-prof (cmake -S . -B build-prof -DCMAKE_BUILD_TYPE=Release
+          # -DCMAKE_CUDA_FLAGS=-DWEAVE_HGEMM_PROFILE=1; carry build-prof/weave-bench); the stamps come
+          # back as prof.tar, read with scripts/hgemm_profile.py (PROF_SHAPES to change the shapes)
+      if [ -x build-prof/weave-bench ]; then
+        mkdir -p "$out/prof"
+        WEAVE_HGEMM_PINGPONG=0 WEAVE_HGEMM_PROFILE_DIR="$out/prof" timeout 150 build-prof/weave-bench --op gemm \
+          ${PROF_SHAPES:--s 4096x8192x3584 -s 8192x8192x1024} -B 132 -n 5 -w 2 -c 0 >> "$out/bench.log" 2>&1
+        echo "prof rc=$?"; (cd "$out/prof" && tar cf ../prof.tar *.bin) && rm -rf "$out/prof"
+      else
+        echo "prof: no build-prof/weave-bench"
       fi
       ;;
     gemm) # the --op gemm table (GEMM_ENV: e.g. WEAVE_HGEMM_CLUSTER=2 for a clustered table)
