@@ -42,7 +42,7 @@ for path in sys.argv[1:]:
                 if t + 1 < n:
                     rows["gap_next"].append(at(b, w, t + 1, 0) - e[13])
                     rows["tile"].append(at(b, w, t + 1, 0) - e[0])
-        for t in range(1, TILES):
+        for t in range(1, TILES - 1):  # the producer's last slot holds the block's entry / exit
             if at(b, 2, t, 0):
                 rows["prod_empty_wait"].append(at(b, 2, t, 1) - at(b, 2, t, 0))
     print("%s: K=%d (%d k-blocks), tiles per block %d..%d" % (path, K, kt, min(ntiles), max(ntiles)))

@@ -64,36 +64,43 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue
 #define WEAVE_HGEMM_PROFILE 0
 #endif
 #define WEAVE_HG_PROF_BLOCKS 132
-#define WEAVE_HG_PROF_TILES 16
+#define WEAVE_HG_PROF_TILES 16 /* the producer's last tile slot holds the block's entry / exit */
 #define WEAVE_HG_PROF_EVENTS 16
+/* events per tile (consumer slots): 0 loop top, 1 first stage full, 2 main loop done, 3 epilogue
+ * start, 4 epilogue done, 5 + 2c / 6 + 2c chunk c (c < 4) written / released, 13 tile-end barrier
+ * passed, 14 globaltimer at the loop top; producer slots: 0 / 1 before / after the first empty wait */
 #if WEAVE_HGEMM_PROFILE
+#include "weave_trace.h" /* weave_trace_now: %globaltimer */
 /* [block][0, 1: consumer warpgroup, 2: producer][tile][event] */
 static __device__ long long weave_hg_prof[WEAVE_HG_PROF_BLOCKS][3][WEAVE_HG_PROF_TILES][WEAVE_HG_PROF_EVENTS];
 static __device__ __forceinline__ long long *weave_hg_prof_slot(int who, int tile) {
   if (blockIdx.x >= WEAVE_HG_PROF_BLOCKS || tile >= WEAVE_HG_PROF_TILES - (who == 2)) return nullptr;
   return weave_hg_prof[blockIdx.x][who][tile];
 }
+/* the block's entry (i = 0, thread 0) and exit (i = 1, consumer warpgroup 0 after its last stores):
+ * globaltimer (ns) and clock64 at [block][2][TILES - 1][2i, 2i + 1] */
+static __device__ __forceinline__ void weave_hg_prof_edge(int i) {
+  if (blockIdx.x >= WEAVE_HG_PROF_BLOCKS) return;
+  long long *e = weave_hg_prof[blockIdx.x][2][WEAVE_HG_PROF_TILES - 1];
+  e[2 * i] = (long long)weave_trace_now();
+  e[2 * i + 1] = clock64();
+}
 #define WEAVE_HG_PROF_STAMP(slot, e)                                                              \
   do {                                                                                            \
     if (slot) (slot)[e] = clock64();                                                              \
   } while (0)
-static __device__ __forceinline__ long long weave_hg_globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return (long long)t;
-}
-/* the block's entry and exit: [block][2][TILES - 1][0..3] = globaltimer (ns) and clock64 at entry (thread
- * 0), then both at the end of consumer warpgroup 0 (its last stores complete) */
-#define WEAVE_HG_PROF_EDGE(i)                                                                     \
+#define WEAVE_HG_PROF_STAMP_NS(slot, e)                                                           \
   do {                                                                                            \
-    if (blockIdx.x < WEAVE_HG_PROF_BLOCKS) {                                                      \
-      weave_hg_prof[blockIdx.x][2][WEAVE_HG_PROF_TILES - 1][2 * (i)] = weave_hg_globaltimer();   \
-      weave_hg_prof[blockIdx.x][2][WEAVE_HG_PROF_TILES - 1][2 * (i) + 1] = clock64();            \
-    }                                                                                             \
+    if (slot) (slot)[e] = (long long)weave_trace_now();                                           \
   } while (0)
-#else
+#else /* everything below compiles to nothing: the slot is a constant null pointer */
+static __device__ __forceinline__ long long *weave_hg_prof_slot(int, int) { return nullptr; }
+static __device__ __forceinline__ void weave_hg_prof_edge(int) {}
 #define WEAVE_HG_PROF_STAMP(slot, e) \
   do {                               \
+  } while (0)
+#define WEAVE_HG_PROF_STAMP_NS(slot, e) \
+  do {                                  \
   } while (0)
 #endif
 
@@ -295,7 +302,7 @@ static __device__ __forceinline__ void weave_hg_store_rows_t(Sink &sink, const f
     if (ltid == 0) /* the store that used this buffer has read it */
       weave_hg_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
     weave_hg_named_barrier_sync(2 + cw, 128);
-    if (c < 5) WEAVE_HG_PROF_STAMP(prof, 5 + 2 * c);
+    if (c < 4) WEAVE_HG_PROF_STAMP(prof, 5 + 2 * c);
     if constexpr (EB == 2) {
       /* two 8-column groups a step, as four 8x8 matrices (rows 0-7 / 8-15 of the warp's 16, groups
        * jj / jj + 1): the packed pairs are stmatrix's fragments as they stand; lane t gives the
@@ -329,7 +336,7 @@ static __device__ __forceinline__ void weave_hg_store_rows_t(Sink &sink, const f
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     weave_hg_named_barrier_sync(2 + cw, 128);
-    if (c < 5) WEAVE_HG_PROF_STAMP(prof, 6 + 2 * c);
+    if (c < 4) WEAVE_HG_PROF_STAMP(prof, 6 + 2 * c);
     if (ltid == 0 && sink.tma_issue()) {
       weave_hg_tma_store_2d(sink.c_map(), b, c0 + CC * c, trow);
       weave_hg_bulk_commit();
@@ -646,9 +653,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
   const int wg = tid >> 7;
   const uint32_t cta_rank = CL == 2 ? weave_hg_cluster_ctarank() : 0;
 
-#if WEAVE_HGEMM_PROFILE
-  if (tid == 0) WEAVE_HG_PROF_EDGE(0);
-#endif
+  if (WEAVE_HGEMM_PROFILE && tid == 0) weave_hg_prof_edge(0);
   weave_hg_ring_init<CL>(full_bar, empty_bar, WEAVE_HGEMM_STAGES, 2 * CL); /* each consumer warpgroup of each CTA */
 
   /* data-parallel tiles seq_begin, +seq_stride, ... < seq_count; with SK, then this block's
@@ -671,7 +676,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
         int m0, n0;
         sink.coords(seq, &m0, &n0);
-#if WEAVE_HGEMM_PROFILE
+#if WEAVE_HGEMM_PROFILE /* as a block: the default build's producer SASS stays the verified one */
         long long *prof = weave_hg_prof_slot(2, ptile++);
 #endif
         for (int kb = kb0; kb < kb1; ++kb) {
@@ -705,24 +710,17 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     float acc[128];
     int stage = 0;
     uint32_t phase = 0;
-#if WEAVE_HGEMM_PROFILE
-    int ptile = 0;
-#endif
+    int ptile = 0; /* WEAVE_HGEMM_PROFILE */
     while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
       int prev_stage = 0;
       int m0 = 0, n0 = 0; /* the tile's place: computed under its first k-block's wgmmas */
-#if WEAVE_HGEMM_PROFILE
-      long long *prof = ltid == 0 ? weave_hg_prof_slot(cw, ptile++) : nullptr;
+      long long *prof = ltid == 0 ? weave_hg_prof_slot(cw, ptile) : nullptr;
+      ++ptile;
       WEAVE_HG_PROF_STAMP(prof, 0);
-      if (prof) prof[14] = weave_hg_globaltimer();
-#else
-      long long *prof = nullptr;
-#endif
+      WEAVE_HG_PROF_STAMP_NS(prof, 14);
       for (int kb = kb0; kb < kb1; ++kb) {
         weave_hg_mbar_wait(full_bar + 8 * stage, phase);
-#if WEAVE_HGEMM_PROFILE
         if (kb == kb0) WEAVE_HG_PROF_STAMP(prof, 1);
-#endif
         const uint32_t sa = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
         const uint32_t sb = smem_base + stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
         const uint64_t da = weave_hg_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
@@ -801,9 +799,7 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
     if constexpr (weave_hgemm_sink_tma<Sink>::value) {
       if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
     }
-#if WEAVE_HGEMM_PROFILE
-    if (ltid == 0 && cw == 0) WEAVE_HG_PROF_EDGE(1);
-#endif
+    if (WEAVE_HGEMM_PROFILE && ltid == 0 && cw == 0) weave_hg_prof_edge(1);
   }
   if (CL == 2) weave_hg_cluster_sync(); /* no CTA leaves while its peer may still signal it */
 }
