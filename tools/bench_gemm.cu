@@ -7,8 +7,9 @@
  * output outside |w - c| <= 2e-2 |c| + 2e-2 rms(c) against cuBLASLt, NaN counted wrong).
  * Inputs: uniform random in [-1, 1); several sets of A/B so that one pass over them exceeds 2x L2,
  * rotated every launch. Timing: CUDA events around each launch, -w warm-up launches, median of -n;
- * weave and both cuBLASLt variants are interleaved launch by launch, in a shuffled order per
- * iteration, so drift hits them alike and none keeps one neighbour.
+ * per shape, weave's three variants and cuBLASLt at SM_COUNT_TARGET for every block count, and
+ * cuBLASLt's default once, are interleaved launch by launch in a shuffled order per iteration, so
+ * drift hits every row and variant alike (the scaling column included) and none keeps one neighbour.
  *
  * Flags: --op gemm (only op), -d bf16|fp16, -l row|col (B layout), -s MxNxK (repeatable; default the
  * six shapes below), -B b1,b2,... (block counts, capped at the SM count; default 132,124,116,100),
@@ -374,7 +375,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d, cuBLASLt %d\n", prop.name,
          prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor, rtv, cublas_ver);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
-         "rotated over > 2x L2, launches queued behind a GPU spin, weave / coop / pp / lt_def / lt_sm once per iteration in a shuffled order\n",
+         "rotated over > 2x L2, launches queued behind a GPU spin; per shape, every block count's weave / coop / pp / lt_sm and lt_def once per iteration, all in one shuffled order\n",
          WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
          WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, warm, iters);
   printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s WEAVE_HGEMM_STREAMK=%s "
@@ -440,20 +441,34 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
     char lt_algo[160];
     lt_describe(&def.algo, lt_algo, sizeof(lt_algo));
     printf("# lt_def for %dx%dx%d (cublasLt.h enum values): %s\n", c.M, c.N, c.K, lt_algo);
-    double tf_first = 0;
-    for (size_t bi = 0; bi < blist.size(); ++bi) {
-      int b = blist[bi];
-      LtPlan smp;
-      if (lt_plan(c.lt, &smp, c.M, c.N, c.K, dt, ly, b, c.ws, c.ws_bytes)) return 1;
+    /* Every block count's weave, weave cooperative, weave ping-pong and cuBLASLt at SM_COUNT_TARGET =
+     * blocks, plus cuBLASLt's default once, all interleaved launch by launch in one shuffled order
+     * (time_ms): the rows of a shape and the scaling between them see the same clocks. Timed one
+     * block count after another, the rows drifted apart: in one run (2026-12-04 01:37) cuBLASLt's
+     * default, the same kernel in both rows, ran 779 TFLOP/s in the 132-block row and 697 in the
+     * 124-block row that followed it. */
+    const size_t nb = blist.size();
+    std::vector<LtPlan> smp(nb);
+    std::vector<TimedKernel> tk;
+    for (size_t bi = 0; bi < nb; ++bi) {
+      const int b = blist[bi];
+      if (lt_plan(c.lt, &smp[bi], c.M, c.N, c.K, dt, ly, b, c.ws, c.ws_bytes)) return 1;
       char sm_algo[160];
-      lt_describe(&smp.algo, sm_algo, sizeof(sm_algo));
+      lt_describe(&smp[bi].algo, sm_algo, sizeof(sm_algo));
       if (strcmp(sm_algo, lt_algo)) printf("# lt_sm for %dx%dx%d at %d blocks: %s\n", c.M, c.N, c.K, b, sm_algo);
-      /* weave, weave cooperative, weave ping-pong, cuBLASLt default and cuBLASLt at this SM count,
-       * interleaved launch by launch (time_ms) */
-      const TimedKernel tk[5] = {{0, b, NULL}, {2, b, NULL}, {3, b, NULL}, {1, 0, &def}, {1, 0, &smp}};
-      double med[5];
-      if (time_ms(c, tk, 5, warm, iters, med)) return 1;
-      lt_destroy(&smp);
+    }
+    for (size_t bi = 0; bi < nb; ++bi) {
+      const TimedKernel row[4] = {{0, blist[bi], NULL}, {2, blist[bi], NULL}, {3, blist[bi], NULL}, {1, 0, &smp[bi]}};
+      tk.insert(tk.end(), row, row + 4);
+    }
+    tk.push_back({1, 0, &def});
+    std::vector<double> meds(tk.size());
+    if (time_ms(c, tk.data(), (int)tk.size(), warm, iters, meds.data())) return 1;
+    for (size_t bi = 0; bi < nb; ++bi) lt_destroy(&smp[bi]);
+    double tf_first = 0;
+    for (size_t bi = 0; bi < nb; ++bi) {
+      const int b = blist[bi];
+      const double *med = &meds[4 * bi];
 #if WEAVE_HGEMM_PROFILE
       /* diagnostic build: clock64() stamps of one more cooperative launch (gemm_hopper.cuh) */
       if (getenv("WEAVE_HGEMM_PROFILE_DIR")) {
@@ -463,7 +478,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
           fprintf(stderr, "bench_gemm: profile %s failed\n", path);
       }
 #endif
-      const double t_w = med[0], t_def = med[3], t_sm = med[4], tf_def = flop / t_def * 1e-9;
+      const double t_w = med[0], t_def = meds.back(), t_sm = med[3], tf_def = flop / t_def * 1e-9;
       const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
       const int pp = weave_hopper_gemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
                      WEAVE_HGEMM_SCHED_PINGPONG;
