@@ -173,7 +173,8 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
       split_inputs(team, desc->dtype, per_sm, p->budget, &in);
       size_t slot = weave_dtype_size(p->slot_dtype);
       p->comm_blocks = weave_split_comm_blocks(&in, weave_plan_gemm_flops(M, N, K, team->world),
-                                               weave_plan_comm_bytes(M, N, team->world, slot, weave_dtype_size(desc->dtype)));
+                                               weave_plan_comm_bytes(M, N, team->world, slot, weave_dtype_size(desc->dtype)),
+                                               (double)p->tiles_cap);
       p->gemm_blocks = p->budget - p->comm_blocks;
     }
     if (p->gemm_blocks + p->comm_blocks > p->budget)

@@ -36,25 +36,30 @@ const char *weave_strategy_name(weave_strategy_t s) {
 
 void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
                                     int blocks_per_sm, int budget, weave_split_inputs_t *in) {
-  /* Calibrated on the H200 (2026-12-02): weave's TMA + wgmma GEMM sustains ~0.72 of 4096 dense
-   * 16-bit FLOP/clock/SM at the maximum clock (~780 TFLOP/s on 132 SMs); a communication block
-   * moves ~15-19 GB/s (traces: 1 rank 268 MB over 3 blocks busy 6.1 ms, 4 ranks 168 MB per rank
-   * over 2 blocks busy 4.4 ms), 0.45 of an even share of HBM bandwidth. With these rates the model
-   * picks the splits --tune measured best at 1, 4 and 8 ranks (4, 2, 2 blocks). */
-  double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.72) * clock_hz;
+  /* Calibrated on the H200. 2026-12-02: weave's TMA + wgmma GEMM sustained ~0.72 of 4096 dense
+   * 16-bit FLOP/clock/SM at the maximum clock; a communication block moved ~15-19 GB/s, 0.45 of an
+   * even share of HBM bandwidth. 2026-12-04 (traces of M = N = 8192, K_total = 28672, bf16 slots,
+   * after the communication role moved to two warpgroups): the fused kernel's GEMM blocks run at
+   * ~5.3 TFLOP/s each (0.65 at 1.98 GHz: the card sits at its power limit, ~1.5 GHz); a block
+   * reduces an owner tile in ~3.3 us + bytes / 17 GB/s (1 rank: 11 us a tile of 128 KiB moved,
+   * 4 ranks: 22.5 us a tile of 320 KiB). Without the per-tile term the model gave 1 rank 4 blocks,
+   * which could not keep up (0.81-0.87x, 1.3-1.8 ms tail; 5 blocks: 0.95-0.97x). With it the model
+   * picks the splits measured best at 1, 4 and 8 ranks (5, 2, 2 blocks). */
+  double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.65) * clock_hz;
   if (blocks_per_sm < 1) blocks_per_sm = 1;
   in->blocks = budget;
   in->flops_per_block = sm_flops / blocks_per_sm;
   in->bytes_per_block = 0.45 * hbm_bytes_per_s / (sm_count > 0 ? sm_count : 1) / blocks_per_sm;
+  in->seconds_per_tile = 3.3e-6 * blocks_per_sm;
 }
 
-int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes) {
+int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes, double comm_tiles) {
   if (!in || in->blocks < 2) return in && in->blocks == 1 ? 0 : -1;
   int best = 1;
   double best_t = -1;
   for (int c = 1; c < in->blocks; ++c) {
     double tg = gemm_flops / ((double)(in->blocks - c) * in->flops_per_block);
-    double tc = comm_bytes / ((double)c * in->bytes_per_block);
+    double tc = (comm_bytes / in->bytes_per_block + comm_tiles * in->seconds_per_tile) / (double)c;
     double t = tg > tc ? tg : tc;
     if (best_t < 0 || t < best_t) {
       best_t = t;

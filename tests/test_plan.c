@@ -144,36 +144,50 @@ static void test_split(void) {
   CHECK(d1.flops_per_block > 1e12 && d1.flops_per_block < 1e13 && d1.bytes_per_block > 1e9 && d1.bytes_per_block < 1e11);
   /* The 8-rank 8192 x 8192 x 3584 shape of the benchmark leaves a handful of blocks to communication. */
   int c8 = weave_split_comm_blocks(&d1, weave_plan_gemm_flops(8192, 8192, 3584, 8),
-                                   weave_plan_comm_bytes(8192, 8192, 8, 2, 2));
+                                   weave_plan_comm_bytes(8192, 8192, 8, 2, 2), 8 * 32);
   CHECK_MSG(c8 >= 2 && c8 <= 20, "split %d", c8);
-  /* Calibration (H200, 2026-12-02): the model picks the splits weave-bench --tune measured best for
-   * M=N=8192, K_total=28672, bf16 slots: 1 rank -> 4 communication blocks of 132; 4 and 8 ranks
-   * sharing the GPU (budgets (132-4)/4 = 32 and (132-8)/8 = 15 blocks per rank) -> 2. */
-  static const struct { int world, budget, want; } cal[] = {{1, 132, 4}, {4, 32, 2}, {8, 15, 2}};
+  /* Calibration (H200, 2026-12-04, docs/performance.md): the model picks the splits measured best
+   * for M=N=8192, K_total=28672, bf16 slots, 128 x 256 tiles: 1 rank -> 5 communication blocks of
+   * 132 (4: 0.81-0.87x, the reduction falls behind; 5, 6, 8: 0.95-0.97x); 4 and 8 ranks sharing the
+   * GPU (budgets (132-4)/4 = 32 and (132-8)/8 = 15 blocks per rank) -> 2. */
+  static const struct { int world, budget, want; } cal[] = {{1, 132, 5}, {4, 32, 2}, {8, 15, 2}};
   for (int i = 0; i < 3; ++i) {
     weave_split_inputs_t ci;
     weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_BF16, 1, cal[i].budget, &ci);
+    const double owner_tiles = (8192 / cal[i].world / 128) * (8192 / 256);
     int c = weave_split_comm_blocks(&ci, weave_plan_gemm_flops(8192, 8192, 28672 / cal[i].world, cal[i].world),
-                                    weave_plan_comm_bytes(8192, 8192, cal[i].world, 2, 2));
+                                    weave_plan_comm_bytes(8192, 8192, cal[i].world, 2, 2), owner_tiles);
     CHECK_MSG(c == cal[i].want, "world %d budget %d: split %d, measured best %d", cal[i].world, cal[i].budget, c,
               cal[i].want);
+    /* without the per-tile cost the 1-rank split falls back to the 4 blocks that fell behind */
+    if (cal[i].world == 1) {
+      ci.seconds_per_tile = 0;
+      c = weave_split_comm_blocks(&ci, weave_plan_gemm_flops(8192, 8192, 28672, 1), weave_plan_comm_bytes(8192, 8192, 1, 2, 2),
+                                  owner_tiles);
+      CHECK_MSG(c < cal[i].want, "world 1 without the per-tile cost: split %d", c);
+    }
   }
-  weave_split_inputs_t in = {10, 1.0, 1.0};
-  CHECK(weave_split_comm_blocks(NULL, 1, 1) == -1);
+  weave_split_inputs_t in = {10, 1.0, 1.0, 0.0};
+  /* the per-tile cost counts like bytes: 900 tiles of 1 s at 1 byte/s per block -> 9 blocks */
+  in.seconds_per_tile = 1.0;
+  CHECK(weave_split_comm_blocks(&in, 100, 0, 900) == 9);
+  CHECK(weave_split_comm_blocks(&in, 100, 50, 50) == 5);
+  in.seconds_per_tile = 0.0;
+  CHECK(weave_split_comm_blocks(NULL, 1, 1, 0) == -1);
   in.blocks = 0;
-  CHECK(weave_split_comm_blocks(&in, 1, 1) == -1);
+  CHECK(weave_split_comm_blocks(&in, 1, 1, 0) == -1);
   in.blocks = 1;
-  CHECK(weave_split_comm_blocks(&in, 1, 1) == 0); /* one block: nothing to split */
+  CHECK(weave_split_comm_blocks(&in, 1, 1, 0) == 0); /* one block: nothing to split */
   in.blocks = 2;
-  CHECK(weave_split_comm_blocks(&in, 1e12, 1e12) == 1);
+  CHECK(weave_split_comm_blocks(&in, 1e12, 1e12, 0) == 1);
   /* Balanced: equal rates and equal work -> half the blocks. */
   in.blocks = 10;
-  CHECK(weave_split_comm_blocks(&in, 100, 100) == 5);
+  CHECK(weave_split_comm_blocks(&in, 100, 100, 0) == 5);
   /* gemm 9x the comm work -> 1 comm block; comm 9x the gemm -> 9. */
-  CHECK(weave_split_comm_blocks(&in, 900, 100) == 1);
-  CHECK(weave_split_comm_blocks(&in, 100, 900) == 9);
-  CHECK(weave_split_comm_blocks(&in, 100, 0) == 1);   /* no communication: still at least 1 */
-  CHECK(weave_split_comm_blocks(&in, 0, 100) == 9);   /* no GEMM: still at least 1 GEMM block */
+  CHECK(weave_split_comm_blocks(&in, 900, 100, 0) == 1);
+  CHECK(weave_split_comm_blocks(&in, 100, 900, 0) == 9);
+  CHECK(weave_split_comm_blocks(&in, 100, 0, 0) == 1);   /* no communication: still at least 1 */
+  CHECK(weave_split_comm_blocks(&in, 0, 100, 0) == 9);   /* no GEMM: still at least 1 GEMM block */
 
   int range_bad = 0, mono_bytes = 0, mono_flops = 0;
   for (int it = 0; it < 300; ++it) {
@@ -184,7 +198,7 @@ static void test_split(void) {
     int prev = 0;
     for (int s = 0; s < 40; ++s) {
       double bytes = 1e6 * pow(1.5, s);
-      int c = weave_split_comm_blocks(&in, flops, bytes);
+      int c = weave_split_comm_blocks(&in, flops, bytes, 0);
       if (c < 1 || c > in.blocks - 1) range_bad++;
       if (c < prev) mono_bytes++;
       prev = c;
@@ -193,7 +207,7 @@ static void test_split(void) {
     prev = in.blocks;
     for (int s = 0; s < 40; ++s) {
       double fl = 1e8 * pow(1.6, s);
-      int c = weave_split_comm_blocks(&in, fl, bytes);
+      int c = weave_split_comm_blocks(&in, fl, bytes, 0);
       if (c < 1 || c > in.blocks - 1) range_bad++;
       if (c > prev) mono_flops++;
       prev = c;

@@ -138,7 +138,8 @@ static void print_dry(const bench_t *b) {
   weave_split_inputs_from_device(132, 1.98e9, 4.8e12, b->dtype, 1, 132, &in);
   int c = weave_split_comm_blocks(&in, weave_plan_gemm_flops(b->M, b->N, K, b->world),
                                   weave_plan_comm_bytes(b->M, b->N, b->world, weave_dtype_size(b->dtype),
-                                                        weave_dtype_size(b->dtype)));
+                                                        weave_dtype_size(b->dtype)),
+                                  (double)weave_max_owner_tiles(&t));
   printf("#  cost-model split on a 132-SM H200, one rank per GPU: %d GEMM + %d communication blocks\n", 132 - c, c);
   printf("# roofline per GPU (datasheet rates; M=%d N=%d K_total=%d world=%d %s)\n", b->M, b->N, b->K_total, b->world,
          weave_dtype_name(b->dtype));
