@@ -37,6 +37,7 @@ template <int DT, int CL>
 struct WeaveHgemmStandaloneSink {
   static constexpr bool kWeaveTmaStore = true;
   static constexpr bool kWeaveTmaPublish = false; /* nothing waits for a tile: no completion wait */
+  static constexpr bool kWeaveNoEnd = true;       /* and nothing happens at its end */
   typedef typename std::conditional<DT == WEAVE_BF16, __nv_bfloat16, __half>::type TmaElem;
   WeaveHgemmSinkArgs a;
   const CUtensorMap *cmap; /* in kernel-parameter space */

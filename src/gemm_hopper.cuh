@@ -490,6 +490,17 @@ static __host__ __device__ __forceinline__ void weave_hgemm_grouped_coords(int s
  * begin/end are still called around each tile. With kWeaveTmaPublish the issuing threads wait for
  * their stores to complete (cp.async.bulk.wait_group 0, then a proxy fence) before the consumer
  * barrier that precedes end(), so a release in end() covers the tile's data. */
+/* Optional: a sink that declares
+ *   static constexpr bool kWeaveNoEnd = true;                // end() does nothing
+ * lets the cooperative role's two consumer warpgroups go on to their next tile without meeting at
+ * the tile's end (the barrier before end()): nothing else they share needs it (each has its own
+ * staging buffers and arrives on the ring's empty barriers itself). */
+template <class S, class = void>
+struct weave_hgemm_sink_no_end : std::false_type {};
+template <class S>
+struct weave_hgemm_sink_no_end<S, std::void_t<decltype(S::kWeaveNoEnd)>>
+    : std::integral_constant<bool, S::kWeaveNoEnd> {};
+
 template <class S, class = void>
 struct weave_hgemm_sink_tma : std::false_type {};
 template <class S>
@@ -792,9 +803,13 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
           }
         }
       }
-      weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-      WEAVE_HG_PROF_STAMP(prof, 13);
-      if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
+      if constexpr (!weave_hgemm_sink_no_end<Sink>::value) {
+        weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
+        WEAVE_HG_PROF_STAMP(prof, 13);
+        if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
+      } else {
+        WEAVE_HG_PROF_STAMP(prof, 13);
+      }
     }
     if constexpr (weave_hgemm_sink_tma<Sink>::value) {
       if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
