@@ -123,11 +123,12 @@ PY
     prof) # clock64 breakdown of the cooperative kernel (docs/hopper_gemm.md, session 7): needs a
           # diagnostic build in build-prof (cmake -S . -B build-prof -DCMAKE_BUILD_TYPE=Release
           # -DCMAKE_CUDA_FLAGS=-DWEAVE_HGEMM_PROFILE=1; carry build-prof/weave-bench); the stamps come
-          # back as prof.tar, read with scripts/hgemm_profile.py (PROF_SHAPES to change the shapes)
+          # back as prof.tar, read with scripts/hgemm_profile.py [--timeline] (PROF_SHAPES, PROF_BLOCKS=124,132
+          # to change the shapes and block counts)
       if [ -x build-prof/weave-bench ]; then
         mkdir -p "$out/prof"
         WEAVE_HGEMM_PINGPONG=0 WEAVE_HGEMM_PROFILE_DIR="$out/prof" timeout 150 build-prof/weave-bench --op gemm \
-          ${PROF_SHAPES:--s 4096x8192x3584 -s 8192x8192x1024} -B 132 -n 5 -w 2 -c 0 >> "$out/bench.log" 2>&1
+          ${PROF_SHAPES:--s 4096x8192x3584 -s 8192x8192x1024} -B ${PROF_BLOCKS:-132} -n 5 -w 2 -c 0 >> "$out/bench.log" 2>&1
         echo "prof rc=$?"; (cd "$out/prof" && tar cf ../prof.tar *.bin) && rm -rf "$out/prof"
       else
         echo "prof: no build-prof/weave-bench"

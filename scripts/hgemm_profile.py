@@ -2,7 +2,10 @@
 """Reads the clock64() stamps of a WEAVE_HGEMM_PROFILE build (weave-bench --op gemm with
 WEAVE_HGEMM_PROFILE_DIR set writes prof_MxNxK_B.bin, one cooperative launch per row) and prints where a
 tile's cycles go: medians over every (block, consumer warpgroup, tile) but each block's first tile.
-Usage: scripts/hgemm_profile.py prof_*.bin"""
+With --timeline: per block, when each item (tile or stream-K piece) starts and when the block exits
+(globaltimer), and what a stream-K tail costs beyond its main loops: the last segment's wait-free
+reads of the others' partials, the other segments' partial writes (docs/hopper_gemm.md, session 8).
+Usage: scripts/hgemm_profile.py [--timeline] prof_*.bin"""
 import re, statistics, struct, sys
 
 BLOCKS, WHO, TILES, EV = 132, 3, 16, 16  # gemm_hopper.cuh WEAVE_HG_PROF_*
@@ -15,15 +18,62 @@ def load(path):
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
+def timeline(path):
+    """Per-block item starts and exits; stream-K fixup costs (items past the data-parallel rounds)."""
+    m = re.search(r"prof_(\d+)x(\d+)x(\d+)_(\d+)\.bin", path)
+    B = min(BLOCKS, int(m.group(4))) if m else BLOCKS
+    K = int(m.group(3)) if m else 0
+    kt = max(1, (K + 63) // 64)
+    at = load(path)
+    t0 = min(at(b, 2, TILES - 1, 0) for b in range(B))
+    rows = []
+    for b in range(B):
+        items = []  # a slot of an earlier launch (the array keeps the last write) starts before its predecessor
+        for t in range(TILES):
+            if not at(b, 0, t, 0) or (items and at(b, 0, t, 14) < at(b, 0, items[-1], 14)):
+                break
+            items.append(t)
+        rows.append((b, items, (at(b, 2, TILES - 1, 2) - t0) / 1e3))
+    print("%s: %d blocks, %d k-blocks a tile" % (path, B, kt))
+    for b, items, ex in rows[:4] + rows[-2:]:
+        print("  block %3d exit %7.1f us | " % (b, ex) + " ".join(
+            "%.1f%s(%dk)" % ((at(b, 0, t, 14) - t0) / 1e3, "E" if at(b, 0, t, 4) else "-",
+                             (at(b, 0, t, 2) - at(b, 0, t, 1)) // 1000) for t in items))
+    print("  (item start in us, E: ran the epilogue, -: wrote a partial; main loop in k cycles)")
+    ex = sorted(r[2] for r in rows)
+    print("  exits (us): min %.1f median %.1f max %.1f" % (ex[0], ex[len(ex) // 2], ex[-1]))
+    reads, writes, per_kb = [], [], []
+    for b, items, _ in rows:
+        for i, t in enumerate(items):
+            e = [at(b, 0, t, k) for k in range(EV)]
+            kbs = (e[2] - e[1]) / 1026.0  # ~k-blocks of this item (a k-block is ~1,026 cycles)
+            if kbs > kt - 0.5:
+                per_kb.append((e[2] - e[1]) / kt)
+                continue
+            if e[4] and 0 < e[3] - e[2] < 10 ** 6:  # last segment: main loop end -> epilogue start = flag + reads
+                reads.append(e[3] - e[2])
+            elif i + 1 < len(items):  # not last: main loop end -> next item = its partial written
+                writes.append(at(b, 0, items[i + 1], 0) - e[2])
+    for name, xs in (("whole-tile cycles per k-block", per_kb), ("split tile, last segment: reads", reads),
+                     ("split tile, other segments: partial write", writes)):
+        if xs:
+            print("  %-42s median %7.0f  max %7.0f  n=%d" % (name, med(xs), max(xs), len(xs)))
+
+if sys.argv[1:2] == ["--timeline"]:
+    for path in sys.argv[2:]:
+        timeline(path)
+    sys.exit(0)
+
 for path in sys.argv[1:]:
     m = re.search(r"prof_(\d+)x(\d+)x(\d+)_(\d+)\.bin", path)
     K = int(m.group(3)) if m else 0
     kt = max(1, (K + 63) // 64)
+    B = min(BLOCKS, int(m.group(4))) if m else BLOCKS  # rows past the launch's blocks are stale
     at = load(path)
     rows = {k: [] for k in ("first_full", "mainloop", "per_kblock", "to_epi", "epilogue", "chunk_wait",
                              "chunk_write", "tail_bar", "gap_next", "tile", "prod_empty_wait")}
     ntiles = []
-    for b in range(BLOCKS):
+    for b in range(B):
         for w in (0, 1):
             n = 0
             while n < TILES and at(b, w, n, 0):
@@ -46,7 +96,7 @@ for path in sys.argv[1:]:
             if at(b, 2, t, 0):
                 rows["prod_empty_wait"].append(at(b, 2, t, 1) - at(b, 2, t, 0))
     print("%s: K=%d (%d k-blocks), tiles per block %d..%d" % (path, K, kt, min(ntiles), max(ntiles)))
-    edge = [[at(b, 2, TILES - 1, i) for i in range(4)] for b in range(BLOCKS)]
+    edge = [[at(b, 2, TILES - 1, i) for i in range(4)] for b in range(B)]
     edge = [e for e in edge if e[0] and e[2]]
     if edge:
         t0 = min(e[0] for e in edge)
