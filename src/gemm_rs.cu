@@ -239,20 +239,30 @@ __device__ void weave_reduce_region(const weave_fused_params_t &p, const weave_t
                                     int r1, int c0, int c1, bool zero_after) {
   const int N = p.N, w = c1 - c0;
   T *out = (T *)p.C_out;
-  if ((N % 8) == 0 && p.out_vec) {
+  if ((N % 8) == 0 && p.out_vec && w >= 8) {
     /* Vectors of 8 elements; consecutive threads take consecutive vectors (coalesced); each thread
-     * keeps UNROLL vectors of every source in flight before it adds, in rank order. */
-    const int groups = w / 8, items = (r1 - r0) * groups, step = g.n * WEAVE_REDUCE_UNROLL;
-    for (int it0 = 0; it0 < items; it0 += step) {
+     * keeps UNROLL vectors of every source in flight before it adds, in rank order. A thread walks
+     * its vectors as (row, vector-in-row), advanced by the group size with a carry: no division or
+     * 64-bit modulo per vector (they made the one-source loop integer-bound, docs/performance.md). */
+    const int groups = w / 8, rows = r1 - r0, step_r = g.n / groups, step_v = g.n - step_r * groups;
+    int row = g.tid / groups, vec = g.tid - row * groups; /* this thread's next vector */
+    while (row < rows) {
       float acc[WEAVE_REDUCE_UNROLL][8];
       size_t off[WEAVE_REDUCE_UNROLL];
+      int col[WEAVE_REDUCE_UNROLL];
       bool ok[WEAVE_REDUCE_UNROLL];
 #pragma unroll
       for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u) {
-        int it = it0 + u * g.n + g.tid;
-        ok[u] = it < items;
-        off[u] = ok[u] ? (size_t)(r0 + it / groups) * N + c0 + (it % groups) * 8 : 0;
+        ok[u] = row < rows;
+        col[u] = c0 + vec * 8;
+        off[u] = ok[u] ? (size_t)(r0 + row) * N + col[u] : 0;
         if (ok[u]) weave_load8_cg(src(0) + off[u], acc[u]);
+        row += step_r;
+        vec += step_v;
+        if (vec >= groups) {
+          vec -= groups;
+          ++row;
+        }
       }
       for (int s = 1; s < nsrc; ++s) {
         float v[WEAVE_REDUCE_UNROLL][8];
@@ -267,9 +277,8 @@ __device__ void weave_reduce_region(const weave_fused_params_t &p, const weave_t
 #pragma unroll
       for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u) {
         if (!ok[u]) continue;
-        int c = (int)(off[u] % N);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[u][i] = p.alpha * acc[u][i] + weave_bias_at(p.bias, p.dtype, c + i);
+        for (int i = 0; i < 8; ++i) acc[u][i] = p.alpha * acc[u][i] + weave_bias_at(p.bias, p.dtype, col[u] + i);
         weave_store8(out + off[u], acc[u]);
         if (zero_after) {
           float *z = (float *)src(0) + off[u];
