@@ -38,19 +38,21 @@ void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_by
                                     int blocks_per_sm, int budget, weave_split_inputs_t *in) {
   /* Calibrated on the H200. 2026-12-02: weave's TMA + wgmma GEMM sustained ~0.72 of 4096 dense
    * 16-bit FLOP/clock/SM at the maximum clock; a communication block moved ~15-19 GB/s, 0.45 of an
-   * even share of HBM bandwidth. 2026-12-04 (traces of M = N = 8192, K_total = 28672, bf16 slots,
-   * after the communication role moved to two warpgroups): the fused kernel's GEMM blocks run at
-   * ~5.3 TFLOP/s each (0.65 at 1.98 GHz: the card sits at its power limit, ~1.5 GHz); a block
-   * reduces an owner tile in ~3.3 us + bytes / 17 GB/s (1 rank: 11 us a tile of 128 KiB moved,
-   * 4 ranks: 22.5 us a tile of 320 KiB). Without the per-tile term the model gave 1 rank 4 blocks,
-   * which could not keep up (0.81-0.87x, 1.3-1.8 ms tail; 5 blocks: 0.95-0.97x). With it the model
-   * picks the splits measured best at 1, 4 and 8 ranks (5, 2, 2 blocks). */
+   * even share of HBM bandwidth. 2026-12-04 (M = N = 8192, K_total = 28672, bf16 slots): the fused
+   * kernel's GEMM blocks run at ~5.3 TFLOP/s each (0.65 at 1.98 GHz: the card sits at its power
+   * limit, ~1.5 GHz). The communication role, on two warpgroups since session 4, paid a fixed cost
+   * per owner tile (integer division per vector: ~11 us a 1-rank tile, and 4 blocks fell behind at
+   * 1 rank); with the division-free walk a 1-rank tile takes ~6.3 us at 4 blocks (0.99x the
+   * baseline, 5 blocks 0.96x). The per-tile term stays at 1 us, well under what the traces allow
+   * (the bytes term alone over-estimates the 1-rank tile): with it the model picks the splits
+   * measured best at 1, 4 and 8 ranks (4, 2, 2 blocks); 3 at 1 rank, which a pure bytes model would
+   * give, has not been measured with the new walk. */
   double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.65) * clock_hz;
   if (blocks_per_sm < 1) blocks_per_sm = 1;
   in->blocks = budget;
   in->flops_per_block = sm_flops / blocks_per_sm;
   in->bytes_per_block = 0.45 * hbm_bytes_per_s / (sm_count > 0 ? sm_count : 1) / blocks_per_sm;
-  in->seconds_per_tile = 3.3e-6 * blocks_per_sm;
+  in->seconds_per_tile = 1.0e-6 * blocks_per_sm;
 }
 
 int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes, double comm_tiles) {
