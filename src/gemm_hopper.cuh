@@ -67,8 +67,8 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue
 #define WEAVE_HG_PROF_TILES 16 /* the producer's last tile slot holds the block's entry / exit */
 #define WEAVE_HG_PROF_EVENTS 16
 /* events per tile (consumer slots): 0 loop top, 1 first stage full, 2 main loop done, 3 epilogue
- * start, 4 epilogue done, 5 + 2c / 6 + 2c chunk c (c < 4) written / released, 13 tile-end barrier
- * passed, 14 globaltimer at the loop top; producer slots: 0 / 1 before / after the first empty wait */
+ * start, 4 epilogue done, 5 + 2c / 6 + 2c chunk c (c < 4) written / released, 13 tile done (past
+ * the tile-end barrier and end() where the sink has them), 14 globaltimer at the loop top; producer slots: 0 / 1 before / after the first empty wait */
 #if WEAVE_HGEMM_PROFILE
 #include "weave_trace.h" /* weave_trace_now: %globaltimer */
 /* [block][0, 1: consumer warpgroup, 2: producer][tile][event] */
@@ -805,11 +805,9 @@ __device__ __forceinline__ void weave_hopper_gemm_role_t(const WeaveHopperGemmPa
       }
       if constexpr (!weave_hgemm_sink_no_end<Sink>::value) {
         weave_hg_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-        WEAVE_HG_PROF_STAMP(prof, 13);
         if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
-      } else {
-        WEAVE_HG_PROF_STAMP(prof, 13);
       }
+      WEAVE_HG_PROF_STAMP(prof, 13);
     }
     if constexpr (weave_hgemm_sink_tma<Sink>::value) {
       if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
