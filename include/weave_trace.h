@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "weave_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -66,7 +68,7 @@ typedef struct {
 } weave_trace_summary_t;
 
 /* "GEMM", "WAIT", "REDUCE", "SEND", or "ROLE?" for anything else. */
-const char *weave_trace_role_name(int role);
+WEAVE_API const char *weave_trace_role_name(int role);
 
 /*
  * Chrome trace-event JSON of all ranks' events. events_per_rank[r] holds counts[r] events of rank r
@@ -74,7 +76,7 @@ const char *weave_trace_role_name(int role);
  * index here), its tid the block. ts/dur are microseconds relative to the earliest t_begin over all
  * ranks. Returns 0, or -1 on an I/O error (file not writable), bad arguments or out of memory.
  */
-int weave_trace_write_json(const char *path, const weave_trace_event_t *const *events_per_rank, const size_t *counts,
+WEAVE_API int weave_trace_write_json(const char *path, const weave_trace_event_t *const *events_per_rank, const size_t *counts,
                            int world, const char *title);
 
 /*
@@ -82,7 +84,7 @@ int weave_trace_write_json(const char *path, const weave_trace_event_t *const *e
  * then one line per recorded event sorted by rank, block, begin (role as its name, times in us
  * relative to the earliest t_begin over all ranks). Returns 0 or -1 as weave_trace_write_json.
  */
-int weave_trace_write_csv(const char *path, const weave_trace_event_t *const *events_per_rank, const size_t *counts,
+WEAVE_API int weave_trace_write_csv(const char *path, const weave_trace_event_t *const *events_per_rank, const size_t *counts,
                           int world, const char *title);
 
 /*
@@ -90,11 +92,11 @@ int weave_trace_write_csv(const char *path, const weave_trace_event_t *const *ev
  * gemm_blocks) and comm_blocks communication blocks (the rest). Busy fractions are 0 when the span
  * or the block count is 0.
  */
-void weave_trace_summary(const weave_trace_event_t *ev, size_t n, int gemm_blocks, int comm_blocks,
+WEAVE_API void weave_trace_summary(const weave_trace_event_t *ev, size_t n, int gemm_blocks, int comm_blocks,
                          weave_trace_summary_t *out);
 
 /* One line starting with '#': "# trace rank R: span ... us, gemm busy ...%, ...". */
-void weave_trace_print_summary(FILE *f, int rank, const weave_trace_summary_t *s);
+WEAVE_API void weave_trace_print_summary(FILE *f, int rank, const weave_trace_summary_t *s);
 
 #ifdef __cplusplus
 }

@@ -17,19 +17,19 @@ for mode in "$@"; do
       flag=--quick; [ "$mode" = full ] && flag=
       WEAVE_TIMEOUT_MS=3000 timeout ${TEST_TIMEOUT:-300} $b/tests/gpu_gemm_rs $flag > "$out/gemm_rs.log" 2>&1
       echo "gpu_gemm_rs $mode: rc=$?"; grep -E "^FAIL" "$out/gemm_rs.log" | head -12; grep -E "cases passed" "$out/gemm_rs.log"
-      timeout 120 $b/gpu_hopper_gemm_test >> "$log" 2>&1; echo "hopper gemm test rc=$?"
-      timeout 120 $b/gpu_rma_test --quick >> "$log" 2>&1; echo "rma test rc=$?"
+      timeout 120 $b/tests/gpu_hopper_gemm_test >> "$log" 2>&1; echo "hopper gemm test rc=$?"
+      timeout 120 $b/tests/gpu_rma_test --quick >> "$log" 2>&1; echo "rma test rc=$?"
       ;;
     hgemm) # the Hopper GEMM's test alone (every layout x dtype x schedule, tails, stream-K, vs fp64 and
            # cuBLASLt), then again with 2-CTA clusters (WEAVE_HGEMM_CLUSTER=2: both schedules clustered
            # where the tile rows pair up), and the clustered small cases under the three sanitizers
-      timeout 300 $b/gpu_hopper_gemm_test > "$out/hgemm_test.log" 2>&1; echo "hopper gemm test rc=$?"
+      timeout 300 $b/tests/gpu_hopper_gemm_test > "$out/hgemm_test.log" 2>&1; echo "hopper gemm test rc=$?"
       grep -E "^FAIL" "$out/hgemm_test.log" | head -12; tail -1 "$out/hgemm_test.log"
-      WEAVE_HGEMM_CLUSTER=2 timeout 300 $b/gpu_hopper_gemm_test > "$out/hgemm_test_cl2.log" 2>&1
+      WEAVE_HGEMM_CLUSTER=2 timeout 300 $b/tests/gpu_hopper_gemm_test > "$out/hgemm_test_cl2.log" 2>&1
       echo "hopper gemm test, clusters: rc=$?"; grep -E "^FAIL" "$out/hgemm_test_cl2.log" | head -12; tail -1 "$out/hgemm_test_cl2.log"
       for tool in memcheck racecheck synccheck; do
         WEAVE_HGEMM_CLUSTER=2 HGEMM_TEST_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
-          $b/gpu_hopper_gemm_test >> "$log" 2>&1
+          $b/tests/gpu_hopper_gemm_test >> "$log" 2>&1
         echo "sanitizer $tool (hopper gemm, clusters): rc=$?"
       done
       ;;
@@ -40,7 +40,7 @@ for mode in "$@"; do
           compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_gemm_rs --tiny --world 1 >> "$log" 2>&1
         echo "sanitizer $tool: rc=$?"
         # the Hopper GEMM's small shapes, data-parallel and stream-K (HGEMM_TEST_QUICK: no large cases)
-        HGEMM_TEST_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $b/gpu_hopper_gemm_test >> "$log" 2>&1
+        HGEMM_TEST_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_hopper_gemm_test >> "$log" 2>&1
         echo "sanitizer $tool (hopper gemm): rc=$?"
       done
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases passed" "$log"

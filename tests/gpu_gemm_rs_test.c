@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "plan_math.h"
+#include "gemm_rs/plan_model.h"
 #include "reference.h"
 #include "weave.h"
 #include "weave_trace.h"

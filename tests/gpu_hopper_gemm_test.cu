@@ -21,7 +21,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "gemm_hopper.h"
+#include "gemm/hopper/gemm_hopper.h"
 
 #define GUARD 512 /* elements after C that must stay poisoned */
 

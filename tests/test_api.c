@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "gemm_hopper.h"
-#include "internal.h"
+#include "gemm/hopper/gemm_hopper.h"
+#include "runtime/internal.h"
 
 static const char *last(void) { return weave_get_last_error(NULL); }
 

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "internal.h"
+#include "runtime/internal.h"
 
 #define ITERS 1000
 

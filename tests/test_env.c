@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "internal.h"
+#include "runtime/internal.h"
 
 static void test_parse_size(void) {
   static const struct {

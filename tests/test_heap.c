@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "heap.h"
+#include "runtime/heap.h"
 
 #define ALIGN 256
 #define RESERVED 1024

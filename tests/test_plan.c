@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "internal.h"
-#include "plan_math.h"
-#include "tune.h"
+#include "runtime/internal.h"
+#include "gemm_rs/plan_model.h"
+#include "gemm_rs/tune.h"
 
 extern weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int N, int K,
                                                const weave_gemm_rs_desc_t *desc);

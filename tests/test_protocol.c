@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "schedule.h"
+#include "common/schedule.h"
 #include "weave_device_types.h"
 
 #define WORLD 4

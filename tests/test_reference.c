@@ -8,7 +8,7 @@
 
 #include "check.h"
 #include "reference.h"
-#include "schedule.h"
+#include "common/schedule.h"
 
 static float bits_to_float(uint32_t u) {
   float f;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "schedule.h"
+#include "common/schedule.h"
 #include "weave.h"
 
 static void test_row_split(void) {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "gemm_streamk.h"
+#include "gemm/hopper/gemm_streamk.h"
 
 #define MAXT 4096
 #define MAXK 160

@@ -28,7 +28,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "gemm_hopper.h"
+#include "gemm/hopper/gemm_hopper.h"
 
 #define BCK(x)                                                                             \
   do {                                                                                     \

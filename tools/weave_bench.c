@@ -25,11 +25,11 @@
 #include <time.h>
 
 #include "harness.h"
-#include "kernels.h"
-#include "lt.h"
-#include "plan_math.h"
+#include "kernels/kernels.h"
+#include "gemm_rs/lt.h"
+#include "gemm_rs/plan_model.h"
 #include "reference.h"
-#include "tune.h"
+#include "gemm_rs/tune.h"
 #include "weave.h"
 #include "weave_trace.h"
 
@@ -87,7 +87,7 @@ static void usage(void) {
          "                   [--layout row|col] [--strategy all|auto|fused|bulk|baseline] [--reduce det|atomic|both]\n"
          "                   [--slot dtype|fp32] [--order own-last|own-first] [--gemm-blocks G --comm-blocks C]\n"
          "                   [-b minM -e maxM -f factor] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [--tune]\n"
-         "                   [--trace out.json] [--op gemm ...]\n");
+         "                   [--trace out.json] [--op gemm ...] [--version]\n");
 }
 
 static int parse_devices(const char *s, int *out) {
@@ -440,6 +440,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--tune")) tune = 1;
     else if (!strcmp(a, "--trace")) b.trace_path = NEXT();
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+    else if (!strcmp(a, "--version")) {
+      int v[3];
+      weave_get_version(&v[0], &v[1], &v[2]);
+      printf("weave-bench %d.%d.%d\n", v[0], v[1], v[2]);
+      return 0;
+    }
     else { fprintf(stderr, "unknown argument %s\n", a); usage(); return 2; }
   }
   if (b.world < 1 || b.world > WEAVE_MAX_WORLD || b.M < 1 || b.N < 1 || b.K_total < b.world || b.iters < 1 ||

@@ -1,0 +1,497 @@
+/*
+ * weave Hopper GEMM: the standalone persistent kernel and its C launcher.
+ *
+ * The kernel is the GEMM role of gemm_hopper.cuh with a sink that applies alpha and bias and writes
+ * each tile through shared memory and TMA stores when C allows it (16-byte aligned, N*2 % 16 == 0;
+ * WEAVE_HGEMM_TMA_STORE=0 turns it off), else stores bf16/fp16 pairs straight from the registers
+ * (4-byte stores; scalar stores when N is odd or C is not 4-byte aligned). Grid = num_blocks persistent CTAs (<= SM count), CTA b takes tiles b, b + grid, ...
+ * in grouped order (WEAVE_HGEMM_GROUP_M tile rows per group).
+ *
+ * Tensor maps are encoded on the host for every call (no cache: a call costs about a microsecond of
+ * host time for the two encodes, and callers may change pointers freely).
+ */
+#include <stdio.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "gemm/hopper/gemm_hopper_pingpong.cuh"
+
+/* ---------------------------------------------------------------------------------------------
+ * Standalone sink
+ * ------------------------------------------------------------------------------------------- */
+typedef struct {
+  void *C;
+  const void *bias;
+  float alpha;
+  int M, N;
+  int tiles_m, tiles_n;
+  int group_m;
+  int pair_ok;   /* N even and C 4-byte aligned: store pairs */
+  int tma_store; /* C 16-byte aligned and N*2 % 16 == 0: smem + TMA-store epilogue */
+} WeaveHgemmSinkArgs;
+
+template <int DT, int CL>
+struct WeaveHgemmStandaloneSink {
+  static constexpr bool kWeaveTmaStore = true;
+  static constexpr bool kWeaveTmaPublish = false; /* nothing waits for a tile: no completion wait */
+  static constexpr bool kWeaveNoEnd = true;       /* and nothing happens at its end */
+  typedef typename std::conditional<DT == WEAVE_BF16, __nv_bfloat16, __half>::type TmaElem;
+  WeaveHgemmSinkArgs a;
+  const CUtensorMap *cmap; /* in kernel-parameter space */
+
+  /* CL == 2: tiles come in pairs (2q, 2q + 1) = tile rows (2i, 2i + 1) of one tile column */
+  __device__ __forceinline__ void coords(int seq, int *row0, int *col0) {
+    int tm, tn;
+    if (CL == 1) {
+      weave_hgemm_grouped_coords(seq, a.tiles_m, a.tiles_n, a.group_m, &tm, &tn);
+    } else {
+      int pm;
+      weave_hgemm_grouped_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, &tn);
+      tm = 2 * pm + (seq & 1);
+    }
+    *row0 = tm * WEAVE_HGEMM_BM;
+    *col0 = tn * WEAVE_HGEMM_BN;
+  }
+  __device__ __forceinline__ void begin(int) {}
+  __device__ __forceinline__ void end(int) {}
+  __device__ __forceinline__ bool tma_store() const { return a.tma_store != 0; }
+  __device__ __forceinline__ bool tma_issue() const { return true; }
+  __device__ __forceinline__ const CUtensorMap *c_map() const { return cmap; }
+  __device__ __forceinline__ int tma_row(int row0) const { return row0; }
+  __device__ __forceinline__ float bias_at(int col) {
+    if (DT == WEAVE_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.bias)[col]);
+    return __half2float(((const __half *)a.bias)[col]);
+  }
+  __device__ __forceinline__ bool epi_bias() const { return a.bias != NULL; }
+  template <bool BIAS>
+  __device__ __forceinline__ void epi(int col, float &v0, float &v1) {
+    v0 *= a.alpha;
+    v1 *= a.alpha;
+    if (BIAS) {
+      if (col < a.N) v0 += bias_at(col);
+      if (col + 1 < a.N) v1 += bias_at(col + 1);
+    }
+  }
+  __device__ __forceinline__ void store2(int row, int col, float v0, float v1) {
+    v0 *= a.alpha;
+    v1 *= a.alpha;
+    const bool two = col + 1 < a.N;
+    if (a.bias) {
+      v0 += bias_at(col);
+      if (two) v1 += bias_at(col + 1);
+    }
+    const size_t off = (size_t)row * (size_t)a.N + (size_t)col;
+    if (DT == WEAVE_BF16) {
+      __nv_bfloat16 *c = (__nv_bfloat16 *)a.C + off;
+      if (a.pair_ok) {
+        *(__nv_bfloat162 *)c = __floats2bfloat162_rn(v0, v1);
+      } else {
+        c[0] = __float2bfloat16_rn(v0);
+        if (two) c[1] = __float2bfloat16_rn(v1);
+      }
+    } else {
+      __half *c = (__half *)a.C + off;
+      if (a.pair_ok) {
+        *(__half2 *)c = __floats2half2_rn(v0, v1);
+      } else {
+        c[0] = __float2half_rn(v0);
+        if (two) c[1] = __float2half_rn(v1);
+      }
+    }
+  }
+};
+
+/* CL: 1 or 2 CTAs per cluster; PP: the ping-pong schedule (gemm_hopper_pingpong.cuh; no stream-K)
+ * instead of the cooperative one */
+template <int DT, int BCOL, int CL, bool PP>
+__global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
+    weave_hopper_gemm_kernel(const __grid_constant__ WeaveHopperGemmParams p,
+                             const __grid_constant__ CUtensorMap c_map, WeaveHgemmSinkArgs sa) {
+  extern __shared__ unsigned char weave_hgemm_smem_raw[];
+  unsigned char *smem =
+      (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
+  WeaveHgemmStandaloneSink<DT, CL> sink;
+  sink.a = sa;
+  sink.cmap = &c_map;
+  if constexpr (PP) {
+    const int seq_count = CL == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+    weave_hopper_gemm_role_pp_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL>(
+        p, smem, blockIdx.x, gridDim.x, seq_count, sink);
+  } else {
+    /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
+    const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+    weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL, CL == 1>(
+        p, smem, blockIdx.x, gridDim.x, seq_count, sink);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host
+ * ------------------------------------------------------------------------------------------- */
+static int hgemm_fail(char *errmsg, size_t errlen, int code, const char *fmt, ...) {
+  if (errmsg && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+typedef CUresult (*weave_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                          const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                          const cuuint32_t *, CUtensorMapInterleave,
+                                          CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                          CUtensorMapFloatOOBfill);
+
+static weave_encode_tiled_fn hgemm_encode_fn(void) {
+  static weave_encode_tiled_fn fn = NULL; /* benign race: every thread stores the same value */
+  if (!fn) {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return NULL;
+    fn = (weave_encode_tiled_fn)p;
+  }
+  return fn;
+}
+
+/* 2-D tensor map: dims {inner, outer}, row pitch in bytes, box {box_inner, box_outer}, 128B swizzle */
+static int hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void *ptr, uint64_t inner,
+                        uint64_t outer, uint64_t pitch, uint32_t box_inner, uint32_t box_outer,
+                        char *errmsg, size_t errlen) {
+  const CUtensorMapDataType dt = dtype == WEAVE_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                 : dtype == WEAVE_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  weave_encode_tiled_fn fn = hgemm_encode_fn();
+  if (!fn)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
+                      "hopper gemm: cuTensorMapEncodeTiled not found in the driver");
+  cuuint64_t dims[2] = {inner, outer};
+  cuuint64_t strides[1] = {pitch};
+  cuuint32_t box[2] = {box_inner, box_outer};
+  cuuint32_t estr[2] = {1, 1};
+  CUresult r = fn(map, dt, 2, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
+                      "hopper gemm: cuTensorMapEncodeTiled failed (CUresult %d) for dims %llu x %llu "
+                      "pitch %llu box %u x %u",
+                      (int)r, (unsigned long long)inner, (unsigned long long)outer,
+                      (unsigned long long)pitch, box_inner, box_outer);
+  return WEAVE_SUCCESS;
+}
+
+extern "C" int weave_hopper_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base,
+                                             uint64_t cols, uint64_t rows, uint64_t pitch, char *errmsg,
+                                             size_t errlen) {
+  if (!map || !base || (elem != WEAVE_BF16 && elem != WEAVE_FP16 && elem != WEAVE_FP32))
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: store map needs a map, a base and a bf16/fp16/fp32 element type");
+  if (((uintptr_t)base & 15) || (pitch & 15) || cols == 0 || rows == 0)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: store map: base %p and pitch %llu must be 16-byte aligned, %llu x %llu "
+                      "non-empty", base, (unsigned long long)pitch, (unsigned long long)rows,
+                      (unsigned long long)cols);
+  const uint32_t eb = elem == WEAVE_FP32 ? 4 : 2;
+  return hgemm_encode(map, elem, base, cols, rows, pitch, 128 / eb, WEAVE_HGEMM_EPI_ROWS, errmsg, errlen);
+}
+
+extern "C" int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t dtype,
+                                             weave_layout_t b_layout, const void *A, const void *B,
+                                             WeaveHopperGemmParams *p, char *errmsg, size_t errlen) {
+  if (!p || !A || !B)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: NULL params, A or B");
+  if (M <= 0 || N <= 0 || K <= 0)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: M, N, K must be positive (got %d, %d, %d)", M, N, K);
+  if (dtype != WEAVE_BF16 && dtype != WEAVE_FP16)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: dtype must be WEAVE_BF16 or WEAVE_FP16 (got %d)", (int)dtype);
+  if (b_layout != WEAVE_LAYOUT_ROW && b_layout != WEAVE_LAYOUT_COL)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: b_layout must be WEAVE_LAYOUT_ROW or WEAVE_LAYOUT_COL (got %d)",
+                      (int)b_layout);
+  if (((uintptr_t)A & 15) || ((uintptr_t)B & 15))
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: A and B must be 16-byte aligned (TMA)");
+  if (((size_t)K * 2) % 16)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: rows of A must be 16-byte aligned: K*2 = %lld bytes is not a "
+                      "multiple of 16 (K must be a multiple of 8)",
+                      (long long)K * 2);
+  if (b_layout == WEAVE_LAYOUT_ROW && ((size_t)N * 2) % 16)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: rows of B (ROW layout, [K, N]) must be 16-byte aligned: N*2 = %lld "
+                      "bytes is not a multiple of 16 (N must be a multiple of 8)",
+                      (long long)N * 2);
+  memset(p, 0, sizeof(*p));
+  int r = hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, (uint64_t)K * 2,
+                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BM, errmsg, errlen);
+  if (r) return r;
+  if (b_layout == WEAVE_LAYOUT_COL) {
+    r = hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                     WEAVE_HGEMM_BK, WEAVE_HGEMM_BN, errmsg, errlen);
+    if (!r)
+      r = hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 2, errmsg, errlen);
+    if (!r)
+      r = hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 4, errmsg, errlen);
+  } else {
+    r = hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64,
+                     WEAVE_HGEMM_BK, errmsg, errlen);
+  }
+  if (r) return r;
+  /* MN-major, 128B swizzle: 64-column (128-byte) slabs of BK rows, LBO = distance between slabs
+   * (64 * BK * 2 bytes), SBO = distance between 8-row groups (1024 bytes). */
+  uint64_t lbo = 64 * WEAVE_HGEMM_BK * 2, sbo = 1024;
+  if (getenv("WEAVE_HGEMM_DEBUG_SWAP_LBO_SBO")) { uint64_t t = lbo; lbo = sbo; sbo = t; }
+  p->b_desc_base = (1ull << 62) | ((sbo >> 4) << 32) | ((lbo >> 4) << 16);
+  p->M = M;
+  p->N = N;
+  p->K = K;
+  p->tiles_m = (M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM;
+  p->tiles_n = (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN;
+  p->k_blocks = (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK;
+  p->dtype = (int)dtype;
+  p->b_layout = (int)b_layout;
+  p->sk = weave_hgemm_sk_plan(p->tiles_m * p->tiles_n, 1, p->k_blocks, WEAVE_HGEMM_SK_OFF); /* all tiles whole */
+  return WEAVE_SUCCESS;
+}
+
+extern "C" int weave_hgemm_knob(const char *name); /* src/env.c: value in range, else the default */
+
+/* launches kernel<DT, BCOL, CL>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
+template <int DT, int BCOL, int CL, bool PP>
+static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensorMap &c_map,
+                                  const WeaveHgemmSinkArgs &sa, int grid, int dev,
+                                  cudaStream_t stream) {
+  void (*kern)(const WeaveHopperGemmParams, const CUtensorMap, WeaveHgemmSinkArgs) =
+      weave_hopper_gemm_kernel<DT, BCOL, CL, PP>;
+  /* once per device and instantiation (ranks of one process may drive several devices) */
+  static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
+  static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
+  unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES;
+  cfg.stream = stream;
+  if (CL == 2) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  cudaError_t e;
+  int mc = 0;
+  if (!bit || !(__atomic_load_n(&attr_set, __ATOMIC_ACQUIRE) & bit)) {
+    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES);
+    if (e != cudaSuccess) return e;
+    if (CL == 2) {
+      cfg.gridDim = dim3(2, 1, 1);
+      e = cudaOccupancyMaxActiveClusters(&mc, kern, &cfg);
+      if (e != cudaSuccess) return e;
+      if (bit) __atomic_store_n(&max_clusters[dev], mc, __ATOMIC_RELAXED);
+    }
+    __atomic_fetch_or(&attr_set, bit, __ATOMIC_RELEASE);
+  } else if (CL == 2) {
+    mc = __atomic_load_n(&max_clusters[dev], __ATOMIC_RELAXED);
+  }
+  if (CL == 2) {
+    grid &= ~1;
+    if (mc > 0 && grid > 2 * mc) grid = 2 * mc;
+  }
+  if (CL == 1) {
+    kern<<<grid, WEAVE_HGEMM_THREADS, WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, stream>>>(p, c_map, sa);
+    return cudaGetLastError();
+  }
+  cfg.gridDim = dim3(grid, 1, 1);
+  return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
+}
+
+/* Tuning knobs (documented in docs/hopper_gemm.md), read once per process. TMA-store epilogue on by
+ * default (measured: 0.75 -> 0.97x cuBLASLt at 8192x8192x1024); 2-CTA clusters verified but off
+ * (within noise at 132 blocks, slower at 116); stream-K tail by its cost model. */
+typedef struct {
+  int cluster, tma_store, group_m, streamk, pingpong;
+} hgemm_knobs_t;
+
+static hgemm_knobs_t hgemm_knobs(void) {
+  static int read = 0;
+  static hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1, 1};
+  if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) { /* benign race: every thread reads the same values */
+    k.cluster = weave_hgemm_knob("WEAVE_HGEMM_CLUSTER");
+    k.tma_store = weave_hgemm_knob("WEAVE_HGEMM_TMA_STORE");
+    k.group_m = weave_hgemm_knob("WEAVE_HGEMM_GROUP_M") & ~1;
+    k.streamk = weave_hgemm_knob("WEAVE_HGEMM_STREAMK");
+    k.pingpong = weave_hgemm_knob("WEAVE_HGEMM_PINGPONG");
+    __atomic_store_n(&read, 1, __ATOMIC_RELEASE);
+  }
+  return k;
+}
+
+/* SMs of the current device, or 0 (no device) */
+static int hgemm_sm_count(void) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
+/* What a call of tiles_m x tiles_n tiles, kt k-blocks, runs with on a device of `sms` SMs: grid
+ * (before trimming to the tile count), schedule (ping-pong or cooperative), cluster size, and the
+ * stream-K schedule it uses given a large enough workspace (no stream-K with clusters or ping-pong).
+ * streamk / schedule: the call's requests; AUTO follows WEAVE_HGEMM_STREAMK (0 off, 1 cost model,
+ * 2 on) and WEAVE_HGEMM_PINGPONG (0 off, 1 auto, 2 on). The launcher, the workspace query and the
+ * bench all ask here. */
+static weave_hgemm_sk_t hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
+                                   int schedule, int *grid_out, int *cl_out, int *pp_out) {
+  const hgemm_knobs_t k = hgemm_knobs();
+  int grid = num_blocks <= 0 || num_blocks > sms ? sms : num_blocks;
+  int mode = streamk;
+  if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
+    mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
+  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly; no stream-K with them */
+  const int cl = k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+  if (cl == 2) mode = WEAVE_HGEMM_SK_OFF;
+  const int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
+  if (pp) mode = WEAVE_HGEMM_SK_OFF;
+  if (grid_out) *grid_out = grid;
+  if (cl_out) *cl_out = cl;
+  if (pp_out) *pp_out = pp;
+  return weave_hgemm_sk_plan(tiles_m * tiles_n, grid, kt, mode);
+}
+
+extern "C" int weave_hopper_gemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule) {
+  const int sms = hgemm_sm_count();
+  int pp = 0;
+  if (M > 0 && N > 0 && K > 0 && sms > 0)
+    hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
+               (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk, schedule, NULL, NULL, &pp);
+  return pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
+}
+
+extern "C" weave_hgemm_sk_t weave_hopper_gemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk) {
+  const int sms = hgemm_sm_count();
+  if (M <= 0 || N <= 0 || K <= 0 || sms <= 0) return weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
+  return hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
+                    (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk,
+                    WEAVE_HGEMM_SCHED_AUTO, NULL, NULL, NULL);
+}
+
+extern "C" size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk) {
+  const weave_hgemm_sk_t sk = weave_hopper_gemm_streamk_plan(M, N, K, num_blocks, streamk);
+  return weave_hgemm_sk_workspace_bytes(&sk);
+}
+
+extern "C" size_t weave_hopper_gemm_workspace_max(int num_blocks) {
+  if (num_blocks <= 0) num_blocks = hgemm_sm_count();
+  return weave_hgemm_sk_workspace_max(num_blocks > 0 ? num_blocks : 132);
+}
+
+#if WEAVE_HGEMM_PROFILE
+/* Diagnostic build only: writes the last launch's clock64() stamps (gemm_hopper.cuh,
+ * WEAVE_HGEMM_PROFILE) to `path` as raw int64 [blocks][3][tiles][events] and zeroes them. */
+extern "C" int weave_hopper_gemm_profile_save(const char *path) {
+  static long long h[WEAVE_HG_PROF_BLOCKS][3][WEAVE_HG_PROF_TILES][WEAVE_HG_PROF_EVENTS];
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, weave_hg_prof, sizeof h) != cudaSuccess)
+    return WEAVE_ERROR_CUDA;
+  FILE *f = fopen(path, "wb");
+  if (!f) return WEAVE_ERROR_INVALID_ARGUMENT;
+  const size_t n = fwrite(h, sizeof h, 1, f);
+  fclose(f);
+  memset(h, 0, sizeof h);
+  if (cudaMemcpyToSymbol(weave_hg_prof, h, sizeof h) != cudaSuccess) return WEAVE_ERROR_CUDA;
+  return n == 1 ? WEAVE_SUCCESS : WEAVE_ERROR_INVALID_ARGUMENT;
+}
+#endif
+
+extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaStream_t stream,
+                                        char *errmsg, size_t errlen) {
+  if (!a) return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL args");
+  if (!a->C)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL C");
+  if (((uintptr_t)a->C & 1) || ((uintptr_t)a->bias & 1))
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "hopper gemm: C and bias must be 2-byte aligned");
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_NO_DEVICE, "hopper gemm: no usable CUDA device");
+  }
+  if (major != 9 || minor != 0)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_UNSUPPORTED_DEVICE,
+                      "hopper gemm: needs an sm_90 device (device %d is sm_%d%d)", dev, major, minor);
+  WeaveHopperGemmParams p;
+  int r = weave_hopper_gemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p,
+                                        errmsg, errlen);
+  if (r) return r;
+  const hgemm_knobs_t knobs = hgemm_knobs();
+  WeaveHgemmSinkArgs sa;
+  memset(&sa, 0, sizeof sa);
+  sa.C = a->C;
+  sa.bias = a->bias;
+  sa.alpha = a->alpha;
+  sa.M = p.M;
+  sa.N = p.N;
+  sa.tiles_m = p.tiles_m;
+  sa.tiles_n = p.tiles_n;
+  sa.group_m = knobs.group_m;
+  sa.pair_ok = (p.N % 2 == 0) && (((uintptr_t)a->C & 3) == 0);
+  CUtensorMap c_map;
+  memset(&c_map, 0, sizeof c_map);
+  if (knobs.tma_store && ((uintptr_t)a->C & 15) == 0 && ((size_t)p.N * 2) % 16 == 0) {
+    r = weave_hopper_encode_store_map(&c_map, a->dtype, a->C, (uint64_t)p.N, (uint64_t)p.M,
+                                      (uint64_t)p.N * 2, errmsg, errlen);
+    if (r) return r;
+    sa.tma_store = 1;
+  }
+  int grid, cl, pp;
+  const weave_hgemm_sk_t sk = hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk,
+                                         a->schedule, &grid, &cl, &pp);
+  /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
+   * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
+   * to the tile count only without it */
+  if (sk.sk_tiles && a->workspace && ((uintptr_t)a->workspace & 255) == 0 &&
+      a->workspace_bytes >= weave_hgemm_sk_workspace_bytes(&sk)) {
+    p.sk = sk;
+    p.sk_counters = (unsigned *)a->workspace;
+    p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
+  }
+  const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+  if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
+  cudaError_t e;
+#define WEAVE_HGEMM_LAUNCH(DT, BC)                                                            \
+  (pp ? (cl == 2 ? hgemm_launch_t<DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)            \
+               : hgemm_launch_t<DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))             \
+      : cl == 2 ? hgemm_launch_t<DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)              \
+                : hgemm_launch_t<DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
+  if (a->dtype == WEAVE_BF16) {
+    e = a->b_layout == WEAVE_LAYOUT_COL ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0);
+  } else {
+    e = a->b_layout == WEAVE_LAYOUT_COL ? WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 1) : WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 0);
+  }
+#undef WEAVE_HGEMM_LAUNCH
+  if (e != cudaSuccess)
+    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s",
+                      cudaGetErrorString(e));
+  return WEAVE_SUCCESS;
+}

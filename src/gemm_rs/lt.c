@@ -1,0 +1,94 @@
+/* cuBLASLt wrapper (see lt.h). Row-major C = A.B is computed as column-major C^T = B^T . A^T. */
+#include "gemm_rs/lt.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct weave_lt {
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+  void *workspace;
+  size_t workspace_bytes;
+};
+
+static cudaDataType_t to_cuda(weave_dtype_t t) {
+  return t == WEAVE_BF16 ? CUDA_R_16BF : t == WEAVE_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+void weave_lt_destroy(weave_lt_t *lt) {
+  if (!lt) return;
+  if (lt->la) cublasLtMatrixLayoutDestroy(lt->la);
+  if (lt->lb) cublasLtMatrixLayoutDestroy(lt->lb);
+  if (lt->lc) cublasLtMatrixLayoutDestroy(lt->lc);
+  if (lt->desc) cublasLtMatmulDescDestroy(lt->desc);
+  if (lt->handle) cublasLtDestroy(lt->handle);
+  if (lt->workspace) cudaFree(lt->workspace);
+  free(lt);
+}
+
+#define LT_TRY(call)                                                                                \
+  do {                                                                                              \
+    cublasStatus_t st_ = (call);                                                                    \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                             \
+      snprintf(errmsg, errlen, "%s failed: status %d", #call, (int)st_);                           \
+      weave_lt_destroy(lt);                                                                         \
+      return WEAVE_ERROR_CUDA;                                                                      \
+    }                                                                                               \
+  } while (0)
+
+weave_result_t weave_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
+                               int sm_target, weave_lt_t **out_lt, char *errmsg, size_t errlen) {
+  weave_lt_t *lt = (weave_lt_t *)calloc(1, sizeof(*lt));
+  if (!lt) {
+    snprintf(errmsg, errlen, "host allocation failed");
+    return WEAVE_ERROR_OUT_OF_MEMORY;
+  }
+  LT_TRY(cublasLtCreate(&lt->handle));
+  LT_TRY(cublasLtMatmulDescCreate(&lt->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  /* "A" of the column-major product is B^T [N, K]. */
+  cublasOperation_t opa = b_layout == WEAVE_LAYOUT_ROW ? CUBLAS_OP_N : CUBLAS_OP_T, opb = CUBLAS_OP_N;
+  LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+  LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  if (sm_target > 0)
+    LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof(sm_target)));
+  if (b_layout == WEAVE_LAYOUT_ROW) LT_TRY(cublasLtMatrixLayoutCreate(&lt->la, to_cuda(in), N, K, N));
+  else LT_TRY(cublasLtMatrixLayoutCreate(&lt->la, to_cuda(in), K, N, K));
+  LT_TRY(cublasLtMatrixLayoutCreate(&lt->lb, to_cuda(in), K, M, K));
+  LT_TRY(cublasLtMatrixLayoutCreate(&lt->lc, to_cuda(out), N, M, N));
+  lt->workspace_bytes = 64u << 20;
+  if (cudaMalloc(&lt->workspace, lt->workspace_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    lt->workspace = NULL;
+    snprintf(errmsg, errlen, "cudaMalloc of the cuBLASLt workspace failed");
+    weave_lt_destroy(lt);
+    return WEAVE_ERROR_OUT_OF_MEMORY;
+  }
+  cublasLtMatmulPreference_t pref;
+  LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt->workspace_bytes,
+                                       sizeof(lt->workspace_bytes));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt->handle, lt->desc, lt->la, lt->lb, lt->lc, lt->lc, pref, 1,
+                                                     &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    snprintf(errmsg, errlen, "cuBLASLt found no algorithm for %dx%dx%d (status %d)", M, N, K, (int)st);
+    weave_lt_destroy(lt);
+    return WEAVE_ERROR_UNSUPPORTED;
+  }
+  lt->algo = res.algo;
+  *out_lt = lt;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream) {
+  float beta = 0.f;
+  cublasStatus_t st = cublasLtMatmul(lt->handle, lt->desc, &alpha, B, lt->la, A, lt->lb, &beta, C, lt->lc, C, lt->lc,
+                                     &lt->algo, lt->workspace, lt->workspace_bytes, (cudaStream_t)stream);
+  return st == CUBLAS_STATUS_SUCCESS ? WEAVE_SUCCESS : WEAVE_ERROR_CUDA;
+}

@@ -1,0 +1,81 @@
+/* NCCL through dlopen: see nccl_rt.h. */
+#include "gemm_rs/nccl_rt.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+/* The part of NCCL's C ABI (nccl.h of NCCL 2.x, stable since 2.0) that weave calls, declared here so
+ * that weave builds where nccl.h is absent: libnccl.so.2 is only loaded at run time. */
+typedef struct nccl_comm *nccl_comm_t;
+typedef struct { char internal[128]; } nccl_unique_id_t; /* NCCL_UNIQUE_ID_BYTES */
+typedef int nccl_result_t;                                /* ncclResult_t: ncclSuccess = 0 */
+enum { NCCL_SUCCESS = 0 };
+enum { NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9 }; /* ncclDataType_t */
+enum { NCCL_SUM = 0 };                                          /* ncclRedOp_t */
+
+struct weave_nccl {
+  void *lib;
+  nccl_comm_t comm;
+  nccl_result_t (*get_unique_id)(nccl_unique_id_t *);
+  nccl_result_t (*comm_init_rank)(nccl_comm_t *, int, nccl_unique_id_t, int);
+  nccl_result_t (*reduce_scatter)(const void *, void *, size_t, int, int, nccl_comm_t, weave_stream_t);
+  nccl_result_t (*comm_destroy)(nccl_comm_t);
+  const char *(*error_string)(nccl_result_t);
+};
+
+static weave_result_t load(weave_team_t team, weave_nccl_t *n) {
+  n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!n->lib) return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: cannot load libnccl.so.2 (%s)", dlerror());
+  *(void **)&n->get_unique_id = dlsym(n->lib, "ncclGetUniqueId");
+  *(void **)&n->comm_init_rank = dlsym(n->lib, "ncclCommInitRank");
+  *(void **)&n->reduce_scatter = dlsym(n->lib, "ncclReduceScatter");
+  *(void **)&n->comm_destroy = dlsym(n->lib, "ncclCommDestroy");
+  *(void **)&n->error_string = dlsym(n->lib, "ncclGetErrorString");
+  if (!n->get_unique_id || !n->comm_init_rank || !n->reduce_scatter || !n->comm_destroy || !n->error_string)
+    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: libnccl.so.2 lacks a needed symbol");
+  return WEAVE_SUCCESS;
+}
+
+void weave_nccl_destroy(weave_nccl_t *n) {
+  if (!n) return;
+  if (n->comm && n->comm_destroy) n->comm_destroy(n->comm);
+  if (n->lib) dlclose(n->lib);
+  free(n);
+}
+
+weave_result_t weave_nccl_create(weave_team_t team, weave_nccl_t **out) {
+  weave_nccl_t *n = (weave_nccl_t *)calloc(1, sizeof(*n));
+  weave_result_t rc = n ? load(team, n) : weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "NCCL: host allocation");
+  nccl_unique_id_t id;
+  memset(&id, 0, sizeof(id));
+  if (rc == WEAVE_SUCCESS && team->rank == 0 && n->get_unique_id(&id) != NCCL_SUCCESS)
+    rc = weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: ncclGetUniqueId failed");
+  rc = weave_team_agree(team, rc);
+  if (rc == WEAVE_SUCCESS) {
+    nccl_unique_id_t *ids = (nccl_unique_id_t *)malloc(sizeof(nccl_unique_id_t) * (size_t)team->world);
+    rc = ids ? team->bootstrap->allgather(team->bootstrap, team->rank, &id, ids, sizeof(id)) : WEAVE_ERROR_OUT_OF_MEMORY;
+    if (rc == WEAVE_SUCCESS) id = ids[0];
+    free(ids);
+  }
+  if (rc == WEAVE_SUCCESS) {
+    nccl_result_t r = n->comm_init_rank(&n->comm, team->world, id, team->rank);
+    if (r != NCCL_SUCCESS) rc = weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: ncclCommInitRank: %s", n->error_string(r));
+  }
+  rc = weave_team_agree(team, rc);
+  if (rc != WEAVE_SUCCESS) {
+    weave_nccl_destroy(n);
+    return rc;
+  }
+  *out = n;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_nccl_reduce_scatter(weave_nccl_t *n, const void *send, void *recv, size_t recvcount,
+                                         weave_dtype_t dtype, weave_stream_t stream) {
+  int t = dtype == WEAVE_BF16 ? NCCL_BFLOAT16 : dtype == WEAVE_FP16 ? NCCL_FLOAT16 : NCCL_FLOAT32;
+  nccl_result_t r = n->reduce_scatter(send, recv, recvcount, t, NCCL_SUM, n->comm, stream);
+  return r == NCCL_SUCCESS ? WEAVE_SUCCESS : WEAVE_ERROR_CUDA;
+}

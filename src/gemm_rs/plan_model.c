@@ -1,0 +1,72 @@
+/* The plan's cost model and byte counts: see plan_model.h. */
+#include "gemm_rs/plan_model.h"
+
+void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
+                                    int blocks_per_sm, int budget, weave_split_inputs_t *in) {
+  /* Calibrated on the H200. 2026-12-02: weave's TMA + wgmma GEMM sustained ~0.72 of 4096 dense
+   * 16-bit FLOP/clock/SM at the maximum clock; a communication block moved ~15-19 GB/s, 0.45 of an
+   * even share of HBM bandwidth. 2026-12-04 (M = N = 8192, K_total = 28672, bf16 slots): the fused
+   * kernel's GEMM blocks run at ~5.3 TFLOP/s each (0.65 at 1.98 GHz: the card sits at its power
+   * limit, ~1.5 GHz). The communication role, on two warpgroups since session 4, paid a fixed cost
+   * per owner tile (integer division per vector: ~11 us a 1-rank tile, and 4 blocks fell behind at
+   * 1 rank); with the division-free walk a 1-rank tile takes ~6.3 us at 4 blocks (0.99x the
+   * baseline, 5 blocks 0.96x). The per-tile term stays at 1 us, well under what the traces allow
+   * (the bytes term alone over-estimates the 1-rank tile): with it the model picks the splits
+   * measured best at 1, 4 and 8 ranks (4, 2, 2 blocks); 3 at 1 rank, which a pure bytes model would
+   * give, has not been measured with the new walk. */
+  double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.65) * clock_hz;
+  if (blocks_per_sm < 1) blocks_per_sm = 1;
+  in->blocks = budget;
+  in->flops_per_block = sm_flops / blocks_per_sm;
+  in->bytes_per_block = 0.45 * hbm_bytes_per_s / (sm_count > 0 ? sm_count : 1) / blocks_per_sm;
+  in->seconds_per_tile = 1.0e-6 * blocks_per_sm;
+}
+
+int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes, double comm_tiles) {
+  if (!in || in->blocks < 2) return in && in->blocks == 1 ? 0 : -1;
+  int best = 1;
+  double best_t = -1;
+  for (int c = 1; c < in->blocks; ++c) {
+    double tg = gemm_flops / ((double)(in->blocks - c) * in->flops_per_block);
+    double tc = (comm_bytes / in->bytes_per_block + comm_tiles * in->seconds_per_tile) / (double)c;
+    double t = tg > tc ? tg : tc;
+    if (best_t < 0 || t < best_t) {
+      best_t = t;
+      best = c;
+    }
+  }
+  return best;
+}
+
+double weave_plan_gemm_flops(int M, int N, int K_local, int world) {
+  (void)world;
+  return 2.0 * (double)M * (double)N * (double)K_local;
+}
+
+double weave_plan_comm_bytes(int M, int N, int world, size_t slot_bytes, size_t out_bytes) {
+  /* Owner of ceil(M/world) rows reads one partial per source and writes the result once. */
+  double rows = (double)((M + world - 1) / world);
+  return rows * (double)N * ((double)world * (double)slot_bytes + (double)out_bytes);
+}
+
+size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_bytes) {
+  int b, rows;
+  weave_split_rows_of(M, world, rank, &b, &rows);
+  return (size_t)(M - rows) * (size_t)N * slot_bytes;
+}
+
+const weave_roofline_device_t weave_roofline_devices[2] = {
+    {"H100 SXM", 989.0, 3.35, 450.0},
+    {"H200 SXM", 989.0, 4.8, 450.0},
+};
+
+void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, size_t elt_bytes,
+                    weave_roofline_t *out) {
+  double flops = 2.0 * M * (double)N * K_total / world;
+  out->t_gemm_ms = flops / (d->tflops_bf16 * 1e12) * 1e3;
+  /* Ring/direct reduce-scatter: each GPU sends (world-1)/world of its partial over its links. */
+  double bytes = (double)M * N * elt_bytes * (world - 1) / world;
+  out->t_rs_ms = world > 1 ? bytes / (d->nvlink_gbps * 1e9) * 1e3 : 0.0;
+  out->t_baseline_ms = out->t_gemm_ms + out->t_rs_ms;
+  out->t_fused_ms = out->t_gemm_ms > out->t_rs_ms ? out->t_gemm_ms : out->t_rs_ms;
+}

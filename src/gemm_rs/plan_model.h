@@ -1,0 +1,56 @@
+/*
+ * Host-side plan arithmetic (no CUDA): the GEMM/communication split from a cost model, the bytes a
+ * plan holds and sends, and the roofline the bench prints without a GPU. Tested on the CPU.
+ */
+#ifndef WEAVE_GEMM_RS_PLAN_MODEL_H
+#define WEAVE_GEMM_RS_PLAN_MODEL_H
+
+#include <stddef.h>
+
+#include "common/dtype.h"
+#include "common/schedule.h"
+#include "weave.h"
+
+
+/* What the split depends on. Rates per SM so the answer scales with the SM share a rank gets. */
+typedef struct {
+  int blocks;              /* co-resident blocks this rank may use (its share of the GPU) */
+  double flops_per_block;  /* tensor-core FLOP/s one GEMM block sustains */
+  double bytes_per_block;  /* bytes/s one communication block moves through memory */
+  double seconds_per_tile; /* fixed cost of one owner tile to a communication block (flag wait, barrier) */
+} weave_split_inputs_t;
+
+/* Rates of one block from the device: an sm_90 SM does 4096 dense 16-bit FLOP per clock (128 for
+ * fp32 FMA) and the GEMM roles reach about two thirds of that at the maximum clock; a reduction block
+ * moves about half of an even share of the chip's memory bandwidth and pays a fixed cost per tile
+ * (it is latency-bound: on the H200 the first version moved ~10 GB/s per block, which made a
+ * 1-block split 5x too slow; weave-bench --tune measures). */
+void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
+                                    int blocks_per_sm, int budget, weave_split_inputs_t *in);
+
+/* Communication blocks that balance the owner-side reduction (comm_tiles owner tiles, each reading
+ * world partial tiles and writing one output tile: comm_bytes in all) against the GEMM on the
+ * remaining blocks: argmin_c max(t_gemm(blocks-c), t_comm(c)), at least 1 and at most blocks-1. */
+int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes, double comm_tiles);
+
+/* Per rank and call: FLOPs of the local GEMM; bytes the owner-side reduction moves; bytes pushed to
+ * peers. */
+double weave_plan_gemm_flops(int M, int N, int K_local, int world);
+double weave_plan_comm_bytes(int M, int N, int world, size_t slot_bytes, size_t out_bytes);
+size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_bytes);
+
+/* Roofline of one call on a published device (H100 / H200 SXM datasheet rates). */
+typedef struct {
+  const char *name;
+  double tflops_bf16; /* dense */
+  double hbm_tbps;
+  double nvlink_gbps; /* per direction, per GPU */
+} weave_roofline_device_t;
+extern const weave_roofline_device_t weave_roofline_devices[2];
+typedef struct {
+  double t_gemm_ms, t_rs_ms, t_baseline_ms, t_fused_ms;
+} weave_roofline_t;
+void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, size_t elt_bytes,
+                    weave_roofline_t *out);
+
+#endif

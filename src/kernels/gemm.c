@@ -1,0 +1,121 @@
+/* weave_gemm: the local GEMM on its own (world = 1, and the GEMM of the bulk strategy). */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm/hopper/gemm_hopper.h"
+#include "runtime/internal.h"
+#include "kernels/kernels.h"
+#include "common/dtype.h"
+
+/* Stream-K workspaces of the Hopper GEMM (gemm_streamk.h), one per (device, stream): calls on one
+ * stream run one after the other, so they can share one; calls on two streams must not. Allocated
+ * (and its counters zeroed on the stream) the first time a call on that stream plans a stream-K
+ * tail, kept until the process ends (weave_hopper_gemm_workspace_max bytes: ~33 MiB on 132 SMs).
+ * Not while the stream is being captured (allocation is not capturable): such calls run
+ * data-parallel unless the stream already has a workspace. Table full or allocation failed: the
+ * same, data-parallel (correct, only the tail is slower). */
+#define WEAVE_GEMM_WS_SLOTS 32
+static struct {
+  int dev;
+  weave_stream_t stream;
+  void *ws;
+  size_t bytes;
+} g_gemm_ws[WEAVE_GEMM_WS_SLOTS];
+static int g_gemm_ws_used = 0;
+static pthread_mutex_t g_gemm_ws_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t *bytes) {
+  void *ws = NULL;
+  *bytes = 0;
+  pthread_mutex_lock(&g_gemm_ws_lock);
+  for (int i = 0; i < g_gemm_ws_used; ++i)
+    if (g_gemm_ws[i].dev == dev && g_gemm_ws[i].stream == stream) {
+      ws = g_gemm_ws[i].ws;
+      *bytes = g_gemm_ws[i].bytes;
+      break;
+    }
+  if (!ws && g_gemm_ws_used < WEAVE_GEMM_WS_SLOTS) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    size_t want = weave_hopper_gemm_workspace_max(0);
+    if (want < need) want = need;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone &&
+        cudaMalloc(&ws, want) == cudaSuccess) {
+      if (cudaMemsetAsync(ws, 0, WEAVE_HGEMM_SK_SLOTS_OFFSET, (cudaStream_t)stream) == cudaSuccess) {
+        g_gemm_ws[g_gemm_ws_used].dev = dev;
+        g_gemm_ws[g_gemm_ws_used].stream = stream;
+        g_gemm_ws[g_gemm_ws_used].ws = ws;
+        g_gemm_ws[g_gemm_ws_used].bytes = want;
+        g_gemm_ws_used++;
+        *bytes = want;
+      } else {
+        cudaFree(ws);
+        ws = NULL;
+      }
+    }
+    cudaGetLastError(); /* a failed allocation is not the caller's error: data-parallel */
+  }
+  pthread_mutex_unlock(&g_gemm_ws_lock);
+  return ws;
+}
+
+/* The local GEMM on the fastest role the arguments allow: TMA + wgmma for 16-bit inputs with
+ * 16-byte aligned rows and an output of the input dtype, else mma.sync / SIMT. */
+weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                                   const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
+                                   int num_blocks, weave_stream_t stream, char *msg, size_t msglen) {
+  size_t e = weave_dtype_size(dtype);
+  size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
+  int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
+  if (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K)) {
+    weave_hopper_gemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
+                                  WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO};
+    const size_t need = weave_hopper_gemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
+    if (need) {
+      int dev = 0;
+      if (cudaGetDevice(&dev) == cudaSuccess) a.workspace = gemm_workspace(dev, stream, need, &a.workspace_bytes);
+      cudaGetLastError();
+    }
+    return (weave_result_t)weave_hopper_gemm_launch(&a, (cudaStream_t)stream, msg, msglen);
+  }
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  int per_sm = weave_kernel_blocks_per_sm(dtype, 0, 0, NULL);
+  if (num_blocks <= 0 || num_blocks > per_sm * sms) num_blocks = per_sm * sms;
+  int err = weave_launch_gemm(M, N, K, dtype, b_layout, alpha, A, B, bias, C, out_dtype, num_blocks, vec_ok, stream);
+  if (err) {
+    snprintf(msg, msglen, "GEMM launch: %s", weave_cuda_error_string(err));
+    return WEAVE_ERROR_CUDA;
+  }
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                          const void *A, const void *B, const void *bias, void *C, int num_blocks,
+                          weave_stream_t stream) {
+  if (M < 1 || N < 1 || K < 1)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: M %d, N %d, K %d must be >= 1", M, N, K);
+  if ((unsigned)dtype > WEAVE_FP32 || (unsigned)b_layout > WEAVE_LAYOUT_COL)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: dtype %d / b_layout %d unknown", (int)dtype,
+                      (int)b_layout);
+  if (!A || !B || !C) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: A, B and C must be non-NULL");
+  if (!isfinite(alpha)) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: alpha is not finite");
+  if (num_blocks < 0) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: num_blocks %d < 0", num_blocks);
+  size_t e = dtype == WEAVE_FP32 ? 4 : 2;
+  if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)bias) % e)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: pointers must be %zu-byte aligned", e);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave_gemm: no CUDA device");
+  }
+  char msg[256] = "";
+  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, bias, C, dtype, num_blocks, stream, msg,
+                                          sizeof(msg));
+  if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "weave_gemm: %s", msg);
+  return WEAVE_SUCCESS;
+}

@@ -1,0 +1,87 @@
+/*
+ * C interface between the host runtime (plan.c, gemm.c) and the kernels (gemm_rs.cu): parameter
+ * blocks passed by value and the launchers. Both C and CUDA include this header.
+ */
+#ifndef WEAVE_KERNELS_H
+#define WEAVE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm/hopper/gemm_hopper.h"
+#include "weave_trace.h"
+#include "common/schedule.h"
+#include "weave.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Control words of a plan, at the start of its heap allocation (zeroed at plan creation). Every
+ * word only ever grows by one epoch per call, so nothing is reset between calls. */
+typedef struct {
+  uint32_t done[WEAVE_MAX_WORLD];  /* [src]: last call src finished reading this rank's inputs */
+  uint32_t ready[WEAVE_MAX_WORLD]; /* [src]: last call whose partial src has finished (bulk) */
+  uint32_t arrive[4];              /* blocks of this rank that finished, per kernel kind */
+  uint32_t pad_[28];
+} weave_plan_ctl_t;
+
+typedef struct {
+  int M, N, K;
+  int dtype, b_layout, slot_dtype, reduce;
+  float alpha;
+  const void *A, *B, *bias;
+  void *C_out;
+  weave_device_team_t team;
+  weave_tiling_t tiling;
+  int rows_cap;    /* ceil(M / world): rows of one source's slot */
+  int tiles_cap;   /* tiles of the largest owner: stride of per-source flag rows */
+  void *data;      /* slots (deterministic) / fp32 accumulator (atomic) / partial P (bulk) */
+  uint32_t *tile_flags;
+  weave_plan_ctl_t *ctl;
+  uint32_t epoch;
+  int gemm_blocks, comm_blocks;
+  int vec_ok;      /* rows of A and B are 16-byte aligned: cp.async path */
+  int out_vec;     /* C_out is 16-byte aligned: vector stores in the reduction */
+  int hopper;      /* GEMM role: TMA + wgmma (hg below) instead of mma.sync */
+  weave_trace_event_t *trace; /* per-tile events (NULL: tracing off; one uniform branch per tile) */
+  unsigned *trace_count;
+  unsigned trace_cap;
+  WeaveHopperGemmParams hg; /* tensor maps of this call's A and B (hopper only) */
+  int tma_slots;   /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
+  /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
+  CUtensorMap slot_map[WEAVE_MAX_WORLD];
+} weave_fused_params_t;
+
+/* The GEMM role a shape can use: the Hopper role (TMA + wgmma) needs 16-bit inputs and 16-byte
+ * aligned rows of A and B; everything else runs on the mma.sync / SIMT role. */
+int weave_kernel_hopper_ok(int dtype, int b_layout, int N, int K);
+/* Occupancy (blocks per SM) and dynamic shared memory of the fused (or plain GEMM) kernel. */
+int weave_kernel_blocks_per_sm(int dtype, int hopper, int fused, size_t *smem_bytes);
+void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n);
+
+/* Return 0 or a cudaError_t value. */
+int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream);
+/* Plain GEMM into `out` (dtype out_dtype, ld N) with alpha and bias, on `blocks` persistent blocks. */
+int weave_launch_gemm(int M, int N, int K, int dtype, int b_layout, float alpha, const void *A, const void *B,
+                      const void *bias, void *out, int out_dtype, int blocks, int vec_ok,
+                      struct CUstream_st *stream);
+/* Bulk pieces (one block each for the waits): wait for peers' done[] >= epoch-1; ready barrier
+ * (signal ready[] = epoch to peers, wait for theirs); reduce-scatter of the partials P (dtype
+ * p->slot_dtype) into C_out, which signals done[] when finished. */
+int weave_launch_wait_done(const weave_fused_params_t *p, struct CUstream_st *stream);
+int weave_launch_ready_barrier(const weave_fused_params_t *p, struct CUstream_st *stream);
+int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struct CUstream_st *stream);
+/* C[rows, N] += bias[N] (the NCCL baseline's bias, added once by the owner). */
+int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
+const char *weave_cuda_error_string(int err);
+
+/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). */
+weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                                   const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
+                                   int num_blocks, weave_stream_t stream, char *msg, size_t msglen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

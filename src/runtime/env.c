@@ -1,0 +1,182 @@
+/*
+ * Every WEAVE_* environment variable is declared once in WEAVE_ENV_TABLE with its type, default and
+ * meaning; weave_env_load parses them all and rejects bad values (a typo must not silently become
+ * the default). WEAVE_INFO=1 prints the table with the values in effect.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "runtime/internal.h"
+#include "gemm/hopper/gemm_streamk.h" /* WEAVE_HGEMM_GROUP_M (no CUDA header) */
+
+/*            name               type      default   meaning */
+#define WEAVE_ENV_TABLE(X)                                                                          \
+  X(WEAVE_DEBUG, "level", "WARN", "log level: NONE, WARN, INFO or TRACE")                          \
+  X(WEAVE_HEAP_SIZE, "size", "1G", "symmetric heap per rank in bytes (suffix K, M, G, T)")         \
+  X(WEAVE_TIMEOUT_MS, "int", "10000", "bound of every host and device wait, in ms (1..3600000)")   \
+  X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                       \
+  X(WEAVE_TUNE_FILE, "path", "", "tuning cache written by weave-bench --tune, read by plans")      \
+  X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                 \
+  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)") \
+  X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong") \
+  X(WEAVE_HGEMM_STREAMK, "0..2", "1", "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over") \
+  X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)") \
+  X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)") \
+  X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)")
+
+typedef struct {
+  const char *name, *type, *def, *doc;
+} env_var_t;
+
+#define WEAVE_ENV_ENTRY(n, t, d, doc) {#n, t, d, doc},
+static const env_var_t env_vars[] = {WEAVE_ENV_TABLE(WEAVE_ENV_ENTRY)};
+#define ENV_COUNT ((int)(sizeof(env_vars) / sizeof(env_vars[0])))
+
+int weave_parse_size(const char *s, size_t *out) {
+  if (!s || !out) return -1;
+  while (isspace((unsigned char)*s)) s++;
+  if (!isdigit((unsigned char)*s)) return -1;
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return -1;
+  unsigned long long mul = 1;
+  switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1ull << 10; end++; break;
+    case 'M': mul = 1ull << 20; end++; break;
+    case 'G': mul = 1ull << 30; end++; break;
+    case 'T': mul = 1ull << 40; end++; break;
+    default: break;
+  }
+  if (mul > 1 && toupper((unsigned char)*end) == 'B') end++; /* accept "64MB" */
+  while (isspace((unsigned char)*end)) end++;
+  if (*end != '\0') return -1;
+  if (v != 0 && mul > (unsigned long long)SIZE_MAX / v) return -1;
+  *out = (size_t)(v * mul);
+  return 0;
+}
+
+int weave_parse_int(const char *s, long lo, long hi, long *out) {
+  if (!s || !out) return -1;
+  errno = 0;
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s) return -1;
+  while (isspace((unsigned char)*end)) end++;
+  if (*end != '\0' || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+int weave_parse_bool(const char *s, int *out) {
+  if (!s || !out) return -1;
+  static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
+  for (int i = 0; i < 4; ++i) {
+    if (strcasecmp(s, yes[i]) == 0) { *out = 1; return 0; }
+    if (strcasecmp(s, no[i]) == 0) { *out = 0; return 0; }
+  }
+  return -1;
+}
+
+int weave_parse_log_level(const char *s, weave_log_level_t *out) {
+  if (!s || !out) return -1;
+  static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
+  for (int i = 0; i < 4; ++i)
+    if (strcasecmp(s, names[i]) == 0) { *out = (weave_log_level_t)i; return 0; }
+  return -1;
+}
+
+/* Integer knobs of the Hopper GEMM (their entries in WEAVE_ENV_TABLE document them). */
+static const struct {
+  const char *name;
+  long lo, hi, def;
+} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},  {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
+                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},   {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
+                   {"WEAVE_HGEMM_GROUP_M", 2, 4096, WEAVE_HGEMM_GROUP_M}};
+#define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
+
+int weave_hgemm_knob(const char *name) {
+  for (size_t i = 0; i < HGEMM_KNOB_COUNT; ++i) {
+    if (strcmp(name, hgemm_knobs[i].name)) continue;
+    const char *v = getenv(name);
+    long l;
+    if (!v || !*v) return (int)hgemm_knobs[i].def;
+    if (weave_parse_int(v, hgemm_knobs[i].lo, hgemm_knobs[i].hi, &l)) {
+      weave_log(WEAVE_LOG_WARN, NULL, "%s='%s': expected an integer in %ld..%ld; using %ld", name, v,
+                hgemm_knobs[i].lo, hgemm_knobs[i].hi, hgemm_knobs[i].def);
+      return (int)hgemm_knobs[i].def;
+    }
+    return (int)l;
+  }
+  return 0; /* not a knob: a programming error caught by the tests */
+}
+
+static const char *env_value(const char *name, const char *def) {
+  const char *v = getenv(name);
+  return (v && *v) ? v : def;
+}
+
+weave_result_t weave_env_load(weave_env_t *env) {
+  if (!env) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_env_load: env is NULL");
+  memset(env, 0, sizeof(*env));
+  const char *v;
+  long l;
+  v = env_value("WEAVE_DEBUG", "WARN");
+  if (weave_parse_log_level(v, &env->debug))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_DEBUG='%s': expected NONE, WARN, INFO or TRACE", v);
+  v = env_value("WEAVE_HEAP_SIZE", "1G");
+  if (weave_parse_size(v, &env->heap_size) || env->heap_size < (1u << 20))
+    return weave_fail(NULL, WEAVE_ERROR_ENV,
+                      "WEAVE_HEAP_SIZE='%s': expected a size of at least 1M (e.g. 512M, 4G)", v);
+  v = env_value("WEAVE_TIMEOUT_MS", "10000");
+  if (weave_parse_int(v, 1, 3600000, &l))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TIMEOUT_MS='%s': expected an integer in 1..3600000", v);
+  env->timeout_ms = (int)l;
+  v = env_value("WEAVE_INFO", "0");
+  if (weave_parse_bool(v, &env->info))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_INFO='%s': expected 0/1/true/false/yes/no/on/off", v);
+  v = env_value("WEAVE_TUNE_FILE", "");
+  if (strlen(v) >= sizeof(env->tune_file))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TUNE_FILE is longer than %zu bytes", sizeof(env->tune_file) - 1);
+  strcpy(env->tune_file, v);
+  v = env_value("WEAVE_TRACE", "");
+  if (strlen(v) >= sizeof(env->trace))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TRACE is longer than %zu bytes", sizeof(env->trace) - 1);
+  strcpy(env->trace, v);
+  v = env_value("WEAVE_TMA_EPILOGUE", "1");
+  if (weave_parse_bool(v, &env->tma_epilogue))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TMA_EPILOGUE='%s': expected 0/1/true/false/yes/no/on/off", v);
+  /* the Hopper GEMM's knobs: its launcher reads them (weave_hgemm_knob, no team there); a team
+   * refuses bad values */
+  for (size_t i = 0; i < HGEMM_KNOB_COUNT; ++i) {
+    v = getenv(hgemm_knobs[i].name);
+    if (v && *v && weave_parse_int(v, hgemm_knobs[i].lo, hgemm_knobs[i].hi, &l))
+      return weave_fail(NULL, WEAVE_ERROR_ENV, "%s='%s': expected an integer in %ld..%ld", hgemm_knobs[i].name, v,
+                        hgemm_knobs[i].lo, hgemm_knobs[i].hi);
+  }
+  return WEAVE_SUCCESS;
+}
+
+weave_log_level_t weave_log_level(void) {
+  /* Read on every call: cheap, and tests may change it. A bad value logs at WARN (the default)
+   * here; weave_env_load reports it as an error to the caller. */
+  weave_log_level_t l = WEAVE_LOG_WARN;
+  const char *v = getenv("WEAVE_DEBUG");
+  if (v && *v && weave_parse_log_level(v, &l) != 0) l = WEAVE_LOG_WARN;
+  return l;
+}
+
+void weave_print_env(void *file) {
+  FILE *f = file ? (FILE *)file : stdout;
+  fprintf(f, "# weave environment (name = value  [type, default]  meaning)\n");
+  for (int i = 0; i < ENV_COUNT; ++i) {
+    const char *v = getenv(env_vars[i].name);
+    fprintf(f, "#   %-16s = %-10s [%s, default '%s']  %s\n", env_vars[i].name,
+            (v && *v) ? v : env_vars[i].def, env_vars[i].type, env_vars[i].def, env_vars[i].doc);
+  }
+}

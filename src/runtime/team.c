@@ -1,0 +1,341 @@
+/*
+ * Teams and the symmetric heap. Each rank cudaMallocs one heap on its device; the bases are
+ * exchanged through the bootstrap and each rank keeps them on the host (weave_ptr) and in a device
+ * table (kernels). Ranks on one GPU address each other's heaps with plain pointers; ranks on distinct
+ * GPUs of one process use peer access. (Ranks in other processes would map the heaps through CUDA
+ * IPC handles exchanged by the same allgather; that bootstrap is not built yet.)
+ *
+ * Every collective call ends in weave_team_agree, so a failure on one rank fails the call on all
+ * ranks instead of leaving the others waiting.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+#ifdef WEAVE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define CUDA_TRY(team, call)                                                                        \
+  do {                                                                                              \
+    cudaError_t e_ = (call);                                                                        \
+    if (e_ != cudaSuccess)                                                                          \
+      return weave_fail((team), WEAVE_ERROR_CUDA, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), \
+                        __FILE__, __LINE__);                                                        \
+  } while (0)
+
+weave_result_t weave_team_agree(weave_team_t team, weave_result_t local) {
+  int all[WEAVE_MAX_WORLD];
+  int mine = (int)local;
+  weave_result_t rc = team->bootstrap->allgather(team->bootstrap, team->rank, &mine, all, sizeof(int));
+  if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "%s", weave_get_last_error(NULL));
+  for (int r = 0; r < team->world; ++r)
+    if (all[r] != WEAVE_SUCCESS) {
+      if (r != team->rank || local == WEAVE_SUCCESS)
+        return weave_fail(team, (weave_result_t)all[r], "rank %d failed this collective call", r);
+      return (weave_result_t)all[r];
+    }
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_team_check_same(weave_team_t team, const void *data, size_t bytes, const char *what) {
+  /* Ranks compare a 64-bit FNV-1a hash of the bytes: one small allgather whatever the size. */
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ ((const unsigned char *)data)[i]) * 1099511628211ull;
+  uint64_t hs[WEAVE_MAX_WORLD];
+  weave_result_t rc = team->bootstrap->allgather(team->bootstrap, team->rank, &h, hs, sizeof(h));
+  if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "%s", weave_get_last_error(NULL));
+  for (int r = 0; r < team->world; ++r)
+    if (hs[r] != h)
+      return weave_fail(team, WEAVE_ERROR_MISMATCH, "%s differs between rank %d and rank %d", what, team->rank, r);
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t check_team(weave_team_t team, const char *fn) {
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: team is NULL", fn);
+  return WEAVE_SUCCESS;
+}
+
+#ifdef WEAVE_HAVE_CUDA
+static weave_result_t read_device(weave_team_t team, int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return weave_fail(team, WEAVE_ERROR_NO_DEVICE, "no CUDA device (%s)",
+                      e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+  }
+  if (device < 0 || device >= count)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "rank %d: device %d outside [0, %d)", team->rank, device, count);
+  struct cudaDeviceProp p;
+  CUDA_TRY(team, cudaGetDeviceProperties(&p, device));
+  if (p.major != 9 || p.minor != 0)
+    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED_DEVICE, "rank %d: device %d '%s' is sm_%d%d; weave is built for sm_90a",
+                      team->rank, device, p.name, p.major, p.minor);
+  weave_device_info_t *info = &team->info;
+  snprintf(info->name, sizeof(info->name), "%s", p.name);
+  info->device = device;
+  info->sm_count = p.multiProcessorCount;
+  info->cc_major = p.major;
+  info->cc_minor = p.minor;
+  info->smem_per_block_optin = p.sharedMemPerBlockOptin;
+  info->l2_bytes = (size_t)p.l2CacheSize;
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t map_heaps(weave_team_t team) {
+  struct { void *base; int device; } mine = {team->heap_base, team->info.device}, all[WEAVE_MAX_WORLD];
+  weave_result_t rc = team->bootstrap->allgather(team->bootstrap, team->rank, &mine, all, sizeof(mine));
+  if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "heap exchange: %s", weave_get_last_error(NULL));
+  team->info.ranks_on_device = 0;
+  for (int r = 0; r < team->world; ++r) {
+    team->peer_bases[r] = all[r].base;
+    if (all[r].device == team->info.device) {
+      team->info.ranks_on_device++;
+      continue;
+    }
+    int can = 0;
+    CUDA_TRY(team, cudaDeviceCanAccessPeer(&can, team->info.device, all[r].device));
+    if (!can)
+      return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "rank %d: device %d cannot access device %d of rank %d (no P2P)",
+                        team->rank, team->info.device, all[r].device, r);
+    cudaError_t e = cudaDeviceEnablePeerAccess(all[r].device, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+    else if (e != cudaSuccess)
+      return weave_fail(team, WEAVE_ERROR_CUDA, "rank %d: enabling peer access to device %d: %s", team->rank,
+                        all[r].device, cudaGetErrorString(e));
+  }
+  CUDA_TRY(team, cudaMalloc((void **)&team->d_bases, sizeof(void *) * (size_t)team->world));
+  CUDA_TRY(team, cudaMemcpy(team->d_bases, team->peer_bases, sizeof(void *) * (size_t)team->world, cudaMemcpyHostToDevice));
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t team_setup(weave_team_t team, int device) {
+  WEAVE_CHECK(read_device(team, device));
+  CUDA_TRY(team, cudaSetDevice(device));
+  if (weave_heap_init(&team->heap, team->heap_size, WEAVE_HEAP_RESERVED, WEAVE_HEAP_ALIGNMENT) != 0)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "heap size %zu is too small", team->heap_size);
+  cudaError_t e = cudaMalloc(&team->heap_base, team->heap_size);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    team->heap_base = NULL;
+    return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "rank %d: cudaMalloc of a %zu-byte heap on device %d: %s",
+                      team->rank, team->heap_size, device, cudaGetErrorString(e));
+  }
+  CUDA_TRY(team, cudaMemset(team->heap_base, 0, WEAVE_HEAP_RESERVED));
+  CUDA_TRY(team, cudaDeviceSynchronize());
+  return WEAVE_SUCCESS;
+}
+
+static void team_release(weave_team_t team) {
+  if (team->d_bases) cudaFree(team->d_bases);
+  if (team->heap_base) cudaFree(team->heap_base);
+  weave_heap_fini(&team->heap);
+  free(team);
+}
+#endif
+
+weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device, const weave_config_t *config,
+                                 weave_team_t *team_out) {
+  if (!team_out) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_create: team is NULL");
+  if (!bootstrap) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_create: bootstrap is NULL");
+  if (rank < 0 || rank >= bootstrap->world)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_create: rank %d outside [0, %d)", rank,
+                      bootstrap->world);
+  if (device < 0) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_create: device %d < 0", device);
+  if (config && (config->struct_size < sizeof(weave_config_t) || config->version / 100 != WEAVE_VERSION_MAJOR))
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "weave_team_create: config not initialised with WEAVE_CONFIG_INIT (struct_size %zu, version %u)",
+                      config->struct_size, config->version);
+  if (config && config->timeout_ms < 0)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_create: timeout_ms %d < 0", config->timeout_ms);
+  weave_env_t env;
+  WEAVE_CHECK(weave_env_load(&env));
+  if (env.info && rank == 0) weave_print_env(stderr);
+#ifndef WEAVE_HAVE_CUDA
+  return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave was built without CUDA");
+#else
+  weave_team_t team = (weave_team_t)calloc(1, sizeof(*team));
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "weave_team_create: host allocation failed");
+  team->bootstrap = bootstrap;
+  team->rank = rank;
+  team->world = bootstrap->world;
+  team->heap_size = (config && config->heap_size) ? config->heap_size : env.heap_size;
+  team->timeout_ms = (config && config->timeout_ms) ? config->timeout_ms : env.timeout_ms;
+  team->info.device = device;
+
+  weave_result_t rc = team_setup(team, device);
+  weave_result_t all = weave_team_agree(team, rc);
+  if (all == WEAVE_SUCCESS) {
+    size_t sz = team->heap_size;
+    all = weave_team_check_same(team, &sz, sizeof(sz), "heap size");
+  }
+  if (all == WEAVE_SUCCESS) all = weave_team_agree(team, map_heaps(team));
+  if (all != WEAVE_SUCCESS) {
+    weave_fail(NULL, all, "%s", strchr(team->last_error, ':') ? strchr(team->last_error, ':') + 2 : team->last_error);
+    team_release(team);
+    return all;
+  }
+  if (team->info.ranks_on_device > 1) {
+    const char *ml = getenv("CUDA_MODULE_LOADING"), *mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (!ml || strcmp(ml, "EAGER") != 0 || !mc || atoi(mc) < team->info.ranks_on_device)
+      weave_log(WEAVE_LOG_WARN, team,
+                "%d ranks share GPU %d: set CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS>=%d before CUDA "
+                "starts, or a rank's kernel may wait behind another rank's spinning kernel (timeouts)",
+                team->info.ranks_on_device, device, team->info.ranks_on_device);
+  }
+  weave_log(WEAVE_LOG_INFO, team, "team of %d ranks: device %d '%s', %d SMs, heap %zu bytes at %p, %d ranks on this GPU",
+            team->world, device, team->info.name, team->info.sm_count, team->heap_size, team->heap_base,
+            team->info.ranks_on_device);
+  *team_out = team;
+  return WEAVE_SUCCESS;
+#endif
+}
+
+weave_result_t weave_team_destroy(weave_team_t team) {
+  WEAVE_CHECK(check_team(team, "weave_team_destroy"));
+#ifdef WEAVE_HAVE_CUDA
+  cudaSetDevice(team->info.device);
+  cudaDeviceSynchronize();
+  /* Peers may still read this heap until every rank got here. */
+  weave_result_t rc = team->bootstrap->barrier(team->bootstrap, team->rank);
+  team_release(team);
+  return rc;
+#else
+  return WEAVE_ERROR_INTERNAL;
+#endif
+}
+
+weave_result_t weave_team_rank(weave_team_t team, int *rank) {
+  WEAVE_CHECK(check_team(team, "weave_team_rank"));
+  if (!rank) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_rank: rank is NULL");
+  *rank = team->rank;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_team_world(weave_team_t team, int *world) {
+  WEAVE_CHECK(check_team(team, "weave_team_world"));
+  if (!world) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_world: world is NULL");
+  *world = team->world;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_team_device_info(weave_team_t team, weave_device_info_t *info) {
+  WEAVE_CHECK(check_team(team, "weave_team_device_info"));
+  if (!info) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_device_info: info is NULL");
+  *info = team->info;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_barrier(weave_team_t team) {
+  WEAVE_CHECK(check_team(team, "weave_barrier"));
+  weave_result_t rc = team->bootstrap->barrier(team->bootstrap, team->rank);
+  if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "weave_barrier: %s", weave_get_last_error(NULL));
+  return WEAVE_SUCCESS;
+}
+
+static int in_heap(weave_team_t team, const void *ptr) {
+  const char *p = (const char *)ptr, *b = (const char *)team->heap_base;
+  return p >= b + WEAVE_HEAP_RESERVED && p < b + team->heap_size;
+}
+
+weave_result_t weave_malloc(weave_team_t team, size_t bytes, void **ptr) {
+  WEAVE_CHECK(check_team(team, "weave_malloc"));
+  if (!ptr) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_malloc: ptr is NULL");
+  if (bytes == 0) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_malloc: size is 0");
+  WEAVE_CHECK(weave_team_check_same(team, &bytes, sizeof(bytes), "weave_malloc size"));
+  size_t off = 0;
+  int hr = weave_heap_alloc(&team->heap, bytes, &off);
+  weave_result_t local = WEAVE_SUCCESS;
+  if (hr != 0)
+    local = weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY,
+                       "weave_malloc: %zu bytes do not fit in rank %d's heap (%zu in use, largest free %zu of %zu; "
+                       "raise WEAVE_HEAP_SIZE)",
+                       bytes, team->rank, team->heap.in_use, weave_heap_largest_free(&team->heap), team->heap_size);
+  weave_result_t rc = weave_team_agree(team, local);
+  if (rc == WEAVE_SUCCESS) rc = weave_team_check_same(team, &off, sizeof(off), "heap offset");
+  if (rc != WEAVE_SUCCESS) {
+    if (hr == 0) weave_heap_free(&team->heap, off);
+    return rc;
+  }
+  *ptr = (char *)team->heap_base + off;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_free(weave_team_t team, void *ptr) {
+  WEAVE_CHECK(check_team(team, "weave_free"));
+  weave_result_t local = WEAVE_SUCCESS;
+  size_t off = 0;
+  if (!ptr || !in_heap(team, ptr))
+    local = weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_free: %p is not in rank %d's heap", ptr, team->rank);
+  else
+    off = (size_t)((char *)ptr - (char *)team->heap_base);
+  WEAVE_CHECK(weave_team_agree(team, local));
+  WEAVE_CHECK(weave_team_check_same(team, &off, sizeof(off), "weave_free offset"));
+#ifdef WEAVE_HAVE_CUDA
+  /* Peers may still have kernels reading this memory: all ranks finish their work first. */
+  cudaSetDevice(team->info.device);
+  cudaDeviceSynchronize();
+#endif
+  WEAVE_CHECK(weave_barrier(team));
+  if (weave_heap_free(&team->heap, off) != 0)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_free: %p is not a live allocation", ptr);
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_ptr(weave_team_t team, const void *ptr, int peer, void **peer_ptr) {
+  WEAVE_CHECK(check_team(team, "weave_ptr"));
+  if (!peer_ptr) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ptr: peer_ptr is NULL");
+  if (peer < 0 || peer >= team->world)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ptr: peer %d outside [0, %d)", peer, team->world);
+  const char *p = (const char *)ptr, *b = (const char *)team->heap_base;
+  if (!ptr || p < b || p >= b + team->heap_size)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ptr: %p is not in rank %d's heap", ptr, team->rank);
+  *peer_ptr = (char *)team->peer_bases[peer] + (p - b);
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_heap_bases(weave_team_t team, void *const **device_table) {
+  WEAVE_CHECK(check_team(team, "weave_heap_bases"));
+  if (!device_table) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_heap_bases: device_table is NULL");
+  *device_table = (void *const *)team->d_bases;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_team_device_view(weave_team_t team, weave_device_team_t *view) {
+  WEAVE_CHECK(check_team(team, "weave_team_device_view"));
+  if (!view) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_device_view: view is NULL");
+  view->heap_bases = (void *const *)team->d_bases;
+  view->heap_base = team->heap_base;
+  view->rank = team->rank;
+  view->world = team->world;
+  view->timeout_ns = (uint64_t)team->timeout_ms * 1000000ull;
+  return WEAVE_SUCCESS;
+}
+
+static const char *cmp_name(uint32_t c) {
+  static const char *n[] = {"==", "!=", ">=", ">", "<=", "<"};
+  return c < 6 ? n[c] : "?";
+}
+
+weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
+  WEAVE_CHECK(check_team(team, "weave_team_sync"));
+#ifdef WEAVE_HAVE_CUDA
+  CUDA_TRY(team, cudaSetDevice(team->info.device));
+  CUDA_TRY(team, cudaStreamSynchronize((cudaStream_t)stream));
+  weave_device_error_t rec;
+  CUDA_TRY(team, cudaMemcpy(&rec, team->heap_base, sizeof(rec), cudaMemcpyDeviceToHost));
+  if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
+  CUDA_TRY(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
+  return weave_fail(team, WEAVE_ERROR_TIMEOUT,
+                    "rank %d timed out after %d ms waiting for rank %d on item %d: flag at 0x%llx was %llu, "
+                    "expected %s %llu",
+                    rec.rank, team->timeout_ms, rec.peer, rec.item, (unsigned long long)rec.flag_addr,
+                    (unsigned long long)rec.observed, cmp_name(rec.cmp), (unsigned long long)rec.expected);
+#else
+  (void)stream;
+  return WEAVE_ERROR_INTERNAL;
+#endif
+}

@@ -1,0 +1,230 @@
+/* Multi-rank harness: see harness.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#define HCUDA(call)                                                                                 \
+  do {                                                                                              \
+    cudaError_t e_ = (call);                                                                        \
+    if (e_ != cudaSuccess) {                                                                        \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
+      exit(1);                                                                                      \
+    }                                                                                               \
+  } while (0)
+
+/* Ranks that share a GPU wait on each other's kernels, so every rank's kernel must be able to start
+ * while the others spin: load all modules at start-up (a lazy load can wait behind a spinning
+ * kernel) and give each rank's stream its own hardware queue. Both must be set before CUDA starts,
+ * hence a constructor; a value the user set wins. */
+__attribute__((constructor)) static void harness_cuda_env(void) {
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
+int harness_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+int harness_sm_count(int device) {
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+typedef struct {
+  harness_rank_t r;
+  weave_bootstrap_t *bs;
+  const weave_config_t *config;
+  harness_fn fn;
+  int result;
+} rank_thread_t;
+
+static void *rank_main(void *arg) {
+  rank_thread_t *t = (rank_thread_t *)arg;
+  HCUDA(cudaSetDevice(t->r.device));
+  weave_result_t rc = weave_team_create(t->bs, t->r.rank, t->r.device, t->config, &t->r.team);
+  if (rc != WEAVE_SUCCESS) {
+    fprintf(stderr, "rank %d: weave_team_create: %s\n", t->r.rank, weave_get_last_error(NULL));
+    t->result = rc == WEAVE_ERROR_NO_DEVICE ? HARNESS_SKIP : 1;
+    return NULL;
+  }
+  cudaStream_t s;
+  HCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  t->r.stream = (weave_stream_t)s;
+  t->result = t->fn(&t->r);
+  HCUDA(cudaStreamSynchronize(s));
+  HCUDA(cudaStreamDestroy(s));
+  if (weave_team_destroy(t->r.team) != WEAVE_SUCCESS) {
+    fprintf(stderr, "rank %d: weave_team_destroy: %s\n", t->r.rank, weave_get_last_error(NULL));
+    if (!t->result) t->result = 1;
+  }
+  return NULL;
+}
+
+int harness_run(int world, const int *devices, const weave_config_t *config, harness_fn fn, void *user) {
+  if (harness_device_count() == 0) return HARNESS_SKIP;
+  weave_bootstrap_t *bs = NULL;
+  if (weave_bootstrap_create_threads(world, &bs) != WEAVE_SUCCESS) {
+    fprintf(stderr, "bootstrap: %s\n", weave_get_last_error(NULL));
+    return 1;
+  }
+  rank_thread_t *t = (rank_thread_t *)calloc((size_t)world, sizeof(*t));
+  pthread_t *th = (pthread_t *)calloc((size_t)world, sizeof(*th));
+  for (int r = 0; r < world; ++r) {
+    t[r].r.rank = r;
+    t[r].r.world = world;
+    t[r].r.device = devices ? devices[r] : 0;
+    t[r].r.user = user;
+    t[r].bs = bs;
+    t[r].config = config;
+    t[r].fn = fn;
+    pthread_create(&th[r], NULL, rank_main, &t[r]);
+  }
+  int worst = 0;
+  for (int r = 0; r < world; ++r) {
+    pthread_join(th[r], NULL);
+    if (t[r].result > worst) worst = t[r].result;
+  }
+  weave_bootstrap_destroy(bs);
+  free(t);
+  free(th);
+  return worst;
+}
+
+void *harness_dev_alloc(size_t bytes) {
+  void *p = NULL;
+  HCUDA(cudaMalloc(&p, bytes ? bytes : 1));
+  return p;
+}
+void harness_dev_free(void *p) { HCUDA(cudaFree(p)); }
+void harness_upload(void *dst, const void *src, size_t bytes) { HCUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+void harness_download(void *dst, const void *src, size_t bytes) {
+  HCUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void harness_poison(void *p, size_t bytes, weave_stream_t s) { HCUDA(cudaMemsetAsync(p, 0xFF, bytes, (cudaStream_t)s)); }
+void harness_sync(weave_stream_t s) { HCUDA(cudaStreamSynchronize((cudaStream_t)s)); }
+
+struct harness_timer {
+  cudaEvent_t a, b;
+};
+harness_timer_t *harness_timer_create(void) {
+  harness_timer_t *t = (harness_timer_t *)calloc(1, sizeof(*t));
+  HCUDA(cudaEventCreate(&t->a));
+  HCUDA(cudaEventCreate(&t->b));
+  return t;
+}
+void harness_timer_start(harness_timer_t *t, weave_stream_t s) { HCUDA(cudaEventRecord(t->a, (cudaStream_t)s)); }
+void harness_timer_stop(harness_timer_t *t, weave_stream_t s) { HCUDA(cudaEventRecord(t->b, (cudaStream_t)s)); }
+float harness_timer_ms(harness_timer_t *t) {
+  float ms = 0;
+  HCUDA(cudaEventSynchronize(t->b));
+  HCUDA(cudaEventElapsedTime(&ms, t->a, t->b));
+  return ms;
+}
+void harness_timer_destroy(harness_timer_t *t) {
+  cudaEventDestroy(t->a);
+  cudaEventDestroy(t->b);
+  free(t);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+double harness_median(double *v, int n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+uint64_t harness_seed(void) {
+  const char *s = getenv("WEAVE_TEST_SEED");
+  if (s && *s) return strtoull(s, NULL, 0);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Full check of a rank's rows against cuBLASLt over the gathered K
+ * ---------------------------------------------------------------------------------------------- */
+#include "gemm_rs/lt.h"
+#include "gemm_rs/plan_model.h"
+#include "reference.h"
+
+double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layout_t lay, float alpha,
+                            const void *const *A, const void *const *B, const void *bias, int row_begin, int rows) {
+  if (rows <= 0) return (double *)malloc(sizeof(double));
+  const size_t e = weave_dtype_size(t), Kt = (size_t)K * world;
+  /* A_cat[rows, Kt]: this rank's rows of every A_s side by side; B_cat: the B_s stacked along K
+   * ([Kt, N] row-major for ROW, [N, Kt] for COL). */
+  unsigned char *a = (unsigned char *)malloc((size_t)rows * Kt * e), *b = (unsigned char *)malloc(Kt * N * e);
+  float *c = (float *)malloc(sizeof(float) * (size_t)rows * N);
+  double *ref = (double *)malloc(sizeof(double) * (size_t)rows * N);
+  int ok = 0;
+  if (!a || !b || !c || !ref) goto out;
+  for (int i = 0; i < rows; ++i)
+    for (int s = 0; s < world; ++s)
+      memcpy(a + ((size_t)i * Kt + (size_t)s * K) * e, (const unsigned char *)A[s] + (size_t)(row_begin + i) * K * e,
+             (size_t)K * e);
+  for (int s = 0; s < world; ++s) {
+    if (lay == WEAVE_LAYOUT_ROW)
+      memcpy(b + (size_t)s * K * N * e, B[s], (size_t)K * N * e);
+    else
+      for (int n = 0; n < N; ++n)
+        memcpy(b + ((size_t)n * Kt + (size_t)s * K) * e, (const unsigned char *)B[s] + (size_t)n * K * e,
+               (size_t)K * e);
+  }
+  weave_lt_t *lt = NULL;
+  char msg[256];
+  if (weave_lt_create(rows, N, (int)Kt, t, WEAVE_FP32, lay, 0, &lt, msg, sizeof(msg)) != WEAVE_SUCCESS) {
+    fprintf(stderr, "harness: cuBLASLt reference: %s\n", msg);
+    goto out;
+  }
+  void *dA = harness_dev_alloc((size_t)rows * Kt * e), *dB = harness_dev_alloc(Kt * N * e);
+  void *dC = harness_dev_alloc(sizeof(float) * (size_t)rows * N);
+  harness_upload(dA, a, (size_t)rows * Kt * e);
+  harness_upload(dB, b, Kt * N * e);
+  weave_result_t rc = weave_lt_run(lt, alpha, dA, dB, dC, NULL);
+  HCUDA(cudaDeviceSynchronize());
+  harness_download(c, dC, sizeof(float) * (size_t)rows * N);
+  harness_dev_free(dA);
+  harness_dev_free(dB);
+  harness_dev_free(dC);
+  weave_lt_destroy(lt);
+  if (rc != WEAVE_SUCCESS) {
+    fprintf(stderr, "harness: cuBLASLt reference run failed\n");
+    goto out;
+  }
+  for (size_t i = 0; i < (size_t)rows * N; ++i) {
+    double v = c[i];
+    if (bias) v += weave_host_get(t, bias, i % (size_t)N);
+    ref[i] = v;
+  }
+  ok = 1;
+out:
+  free(a);
+  free(b);
+  free(c);
+  if (!ok) {
+    free(ref);
+    ref = NULL;
+  }
+  return ref;
+}
