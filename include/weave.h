@@ -68,6 +68,35 @@ WEAVE_API const char *weave_get_last_error(weave_team_t team);
 typedef struct weave_bootstrap weave_bootstrap_t;
 
 WEAVE_API weave_result_t weave_bootstrap_create_threads(int world, weave_bootstrap_t **bootstrap);
+
+/* Processes (one per rank, or several ranks per process, each with its own bootstrap object):
+ * NCCL-style unique id. One process calls weave_get_unique_id, sends the id to every rank by its own
+ * means (MPI_Bcast, a file, torch.distributed), and every rank calls weave_bootstrap_create_uid with
+ * it. The id names a TCP listener on this host (WEAVE_SOCKET_ADDR, else the first non-loopback IPv4
+ * address, else 127.0.0.1): the process that created the id must itself create one of the ranks (it
+ * becomes the hub all others connect to), and an id serves one bootstrap. Collective; every wait is
+ * bounded by WEAVE_TIMEOUT_MS, and a rank that dies makes every other rank's next call fail with a
+ * message naming it. */
+typedef struct {
+  char internal[128];
+} weave_unique_id_t;
+
+WEAVE_API weave_result_t weave_get_unique_id(weave_unique_id_t *id);
+WEAVE_API weave_result_t weave_bootstrap_create_uid(const weave_unique_id_t *id, int world, int rank,
+                                                    weave_bootstrap_t **bootstrap);
+
+/* Processes started by a launcher: rank and world from RANK/WORLD_SIZE (torchrun), else
+ * OMPI_COMM_WORLD_RANK/SIZE (mpirun), else SLURM_PROCID/SLURM_NTASKS (srun); rank 0 is the hub at
+ * MASTER_ADDR (default 127.0.0.1, one node) on port WEAVE_BOOTSTRAP_PORT, else MASTER_PORT + 1, else
+ * 29500 + a hash of the job id. Collective. WEAVE_ERROR_BOOTSTRAP names a missing, malformed or
+ * contradictory variable. */
+WEAVE_API weave_result_t weave_bootstrap_create_env(weave_bootstrap_t **bootstrap);
+
+/* What a bootstrap knows about its rank: the world size, this rank and its index among the ranks of
+ * its host (for picking the device). rank and local_rank are -1 for the threads bootstrap, which
+ * serves every rank of its process. Any output pointer may be NULL. */
+WEAVE_API weave_result_t weave_bootstrap_info(const weave_bootstrap_t *bootstrap, int *world, int *rank,
+                                              int *local_rank);
 WEAVE_API weave_result_t weave_bootstrap_destroy(weave_bootstrap_t *bootstrap);
 
 /* ---------------------------------------------------------------------------------------------

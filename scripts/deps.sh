@@ -14,3 +14,19 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "weave: please install: ${need[*]}" >&2; exit 1
   fi
 fi
+
+# Optional: Open MPI, for libweave_mpi (weave_bootstrap_create_mpi) and its test. Never fails the
+# script: weave builds without MPI, and a machine without network (the GPU machine, which has Open
+# MPI already) must still get through here.
+if ! command -v mpicc >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    if { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq \
+           --no-install-recommends libopenmpi-dev openmpi-bin; } >/dev/null 2>&1 && command -v mpicc >/dev/null; then
+      echo "weave: installed Open MPI: libweave_mpi and test_bootstrap_mpi will be built"
+    else
+      echo "weave: note: could not install Open MPI (no network?): libweave_mpi is not built" >&2
+    fi
+  else
+    echo "weave: note: no mpicc: libweave_mpi is not built (install libopenmpi-dev and openmpi-bin for it)" >&2
+  fi
+fi

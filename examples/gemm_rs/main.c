@@ -3,6 +3,8 @@
  * ReduceScatter plan, a few calls, and every row of every rank's result checked against an fp64 sum
  * computed here. Usage: gemm_rs_example [world]   (default 2). Exit 0: correct; 1: wrong or failed;
  * 77: no CUDA device.
+ * Under a launcher (torchrun, mpirun, srun, scripts/launch.sh) each process is one rank instead: the
+ * team comes from weave_bootstrap_create_env and the world from the launcher.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
@@ -128,6 +130,26 @@ int main(int argc, char **argv) {
     g_b[r] = malloc((size_t)K_LOCAL * N * 2);
     for (size_t i = 0; i < (size_t)M * K_LOCAL; ++i) g_a[r][i] = to_bf16((float)rand() / RAND_MAX - 0.5f);
     for (size_t i = 0; i < (size_t)K_LOCAL * N; ++i) g_b[r][i] = to_bf16((float)rand() / RAND_MAX - 0.5f);
+  }
+  int launched = getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_NTASKS");
+  if (launched) { /* one process per rank: every process builds every rank's inputs (same seed) */
+    int world, rank;
+    if (weave_bootstrap_create_env(&g_bootstrap) != WEAVE_SUCCESS ||
+        weave_bootstrap_info(g_bootstrap, &world, &rank, NULL) != WEAVE_SUCCESS || world > 8) {
+      fprintf(stderr, "bootstrap: %s\n", weave_get_last_error(NULL));
+      return 1;
+    }
+    for (int r = g_world; r < world; ++r) {
+      g_a[r] = malloc((size_t)M * K_LOCAL * 2);
+      g_b[r] = malloc((size_t)K_LOCAL * N * 2);
+      for (size_t i = 0; i < (size_t)M * K_LOCAL; ++i) g_a[r][i] = to_bf16((float)rand() / RAND_MAX - 0.5f);
+      for (size_t i = 0; i < (size_t)K_LOCAL * N; ++i) g_b[r][i] = to_bf16((float)rand() / RAND_MAX - 0.5f);
+    }
+    g_world = world;
+    int failed = rank_main((void *)(intptr_t)rank) != NULL;
+    weave_bootstrap_destroy(g_bootstrap);
+    printf("rank %d: %s\n", rank, failed ? "FAILED" : "PASSED");
+    return failed;
   }
   if (weave_bootstrap_create_threads(g_world, &g_bootstrap) != WEAVE_SUCCESS) {
     fprintf(stderr, "bootstrap: %s\n", weave_get_last_error(NULL));

@@ -2,7 +2,8 @@
  * Bootstrap for ranks that are threads of one process: a generation-counted barrier on a mutex and
  * a condition variable, and an allgather through a shared buffer framed by two barriers. Every
  * wait is bounded by WEAVE_TIMEOUT_MS so a rank that never arrives gives an error, not a hang.
- * Other bootstraps (MPI, NCCL) implement the same three functions of struct weave_bootstrap.
+ * The other bootstraps (bootstrap_socket.c: unique id, launcher environment; bootstrap_mpi.c)
+ * implement the same three functions of struct weave_bootstrap.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -103,11 +104,22 @@ weave_result_t weave_bootstrap_create_threads(int world, weave_bootstrap_t **boo
   t->buffer = buf;
   bs->world = world;
   bs->timeout_ms = env.timeout_ms;
+  bs->rank = -1;      /* one object for every rank of the process */
+  bs->local_rank = -1;
+  bs->local_world = world;
   bs->allgather = threads_allgather;
   bs->barrier = threads_barrier;
   bs->destroy = threads_destroy;
   bs->impl = t;
   *bootstrap = bs;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_bootstrap_info(const weave_bootstrap_t *bs, int *world, int *rank, int *local_rank) {
+  if (!bs) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_info: bootstrap is NULL");
+  if (world) *world = bs->world;
+  if (rank) *rank = bs->rank;
+  if (local_rank) *local_rank = bs->local_rank;
   return WEAVE_SUCCESS;
 }
 

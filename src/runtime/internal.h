@@ -56,6 +56,12 @@ int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|I
 struct weave_bootstrap {
   int world;
   int timeout_ms;
+  /* The rank this object belongs to and its index among the ranks of its host (local_world of
+   * them). The threads bootstrap serves every rank of the process with one object: rank and
+   * local_rank are -1 there, local_world is world. */
+  int rank;
+  int local_rank;
+  int local_world;
   /* Every rank passes `bytes` bytes; out receives world * bytes, rank-major. */
   weave_result_t (*allgather)(weave_bootstrap_t *bs, int rank, const void *in, void *out, size_t bytes);
   weave_result_t (*barrier)(weave_bootstrap_t *bs, int rank);
@@ -65,6 +71,51 @@ struct weave_bootstrap {
 
 #define WEAVE_BOOTSTRAP_MAX_BYTES 1024 /* per rank per allgather */
 
+/* Which machine a rank runs on, as far as sharing memory goes: hostname + boot id + network
+ * namespace (bootstrap_socket.c). Ranks with equal ids can pass file descriptors over abstract
+ * AF_UNIX sockets. Plain bytes: it travels through allgather. */
+typedef struct {
+  uint64_t hash;
+  char name[56]; /* hostname, for messages (truncated) */
+} weave_host_id_t;
+void weave_host_id(weave_host_id_t *id);
+int weave_same_host(const weave_host_id_t *a, const weave_host_id_t *b);
+
+/* The socket bootstrap's id, decoded (bootstrap_socket.c): the hub's IPv4 address (network order),
+ * port, and a nonce every rank of one bootstrap shares. */
+typedef struct {
+  uint32_t addr;
+  uint16_t port;
+  uint64_t nonce;
+} weave_uid_t;
+void weave_uid_encode(const weave_uid_t *u, weave_unique_id_t *id);
+/* Creates rank `rank` of a socket bootstrap: the hub when listen_fd >= 0 (a listening socket it takes
+ * over and closes), else a spoke that connects to u. local_rank/local_world override the ones found
+ * from the ranks' hosts when >= 0. The creation ends by deadline_ms (CLOCK_MONOTONIC, in ms; 0: the
+ * timeout from now). `who` names the public function in messages. */
+weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int rank, int listen_fd, int local_rank,
+                                          int local_world, int64_t deadline_ms, const char *who,
+                                          weave_bootstrap_t **bootstrap);
+int64_t weave_monotonic_ms(void);
+uint64_t weave_fnv1a(uint64_t h, const void *data, size_t n); /* FNV-1a 64, chained through h */
+#define WEAVE_FNV_OFFSET 1469598103934665603ull
+
+/* The launcher's view of this process (bootstrap_env.c): RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE
+ * (torchrun), else OMPI_COMM_WORLD_*, else SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. local_rank and
+ * local_world are -1 when the launcher does not say. WEAVE_ERROR_BOOTSTRAP naming the variable when
+ * one is missing, malformed or contradicts another launcher's. Outputs written only on success. */
+weave_result_t weave_bootstrap_env_rank_info(int *rank, int *world, int *local_rank, int *local_world);
+/* Where weave_bootstrap_create_env meets: MASTER_ADDR (default 127.0.0.1) and WEAVE_BOOTSTRAP_PORT,
+ * else MASTER_PORT + 1, else 29500 + hash(job id) % 1000. `addr` gets the address as written. */
+weave_result_t weave_bootstrap_env_rendezvous(char *addr, size_t addr_cap, int *port);
+
+/* Collective over `bs` (rank `rank` calls it from its own thread): every rank passes an fd of its own
+ * or -1. On success peer_fds[r] (world entries) is a new descriptor of this process referring to rank
+ * r's object, for every rank r of another process on this host that passed one; -1 for this rank,
+ * for ranks of this process (they share the address space), of other hosts, and for ranks that
+ * passed -1. The caller closes the descriptors. All ranks succeed or all fail (fd_exchange.c). */
+weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int fd, int *peer_fds);
+
 /* ---- team ---------------------------------------------------------------------------------- */
 struct weave_team {
   weave_bootstrap_t *bootstrap;
@@ -72,6 +123,7 @@ struct weave_team {
   weave_device_info_t info;
   size_t heap_size;
   int timeout_ms;
+  struct weave_symmetric_heap *symmetric; /* the memory behind the heaps (symmetric_heap.c) */
   void *heap_base;                    /* this rank's heap (device memory) */
   void *peer_bases[WEAVE_MAX_WORLD];  /* every rank's heap as addressable from this rank */
   void **d_bases;                     /* device copy of peer_bases */

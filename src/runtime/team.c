@@ -1,9 +1,8 @@
 /*
- * Teams and the symmetric heap. Each rank cudaMallocs one heap on its device; the bases are
- * exchanged through the bootstrap and each rank keeps them on the host (weave_ptr) and in a device
- * table (kernels). Ranks on one GPU address each other's heaps with plain pointers; ranks on distinct
- * GPUs of one process use peer access. (Ranks in other processes would map the heaps through CUDA
- * IPC handles exchanged by the same allgather; that bootstrap is not built yet.)
+ * Teams and the symmetric heap. Each rank's heap is one CUDA VMM allocation on its device, mapped
+ * into every rank's address space by symmetric_heap.c (ranks may be threads of one process or
+ * processes of one host); each rank keeps the bases on the host (weave_ptr) and in a device table
+ * (kernels). The allocator over the heap (heap.c) runs the same on every rank.
  *
  * Every collective call ends in weave_team_agree, so a failure on one rank fails the call on all
  * ranks instead of leaving the others waiting.
@@ -13,6 +12,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/symmetric_heap.h"
 
 #ifdef WEAVE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -85,53 +85,35 @@ static weave_result_t read_device(weave_team_t team, int device) {
   return WEAVE_SUCCESS;
 }
 
-static weave_result_t map_heaps(weave_team_t team) {
-  struct { void *base; int device; } mine = {team->heap_base, team->info.device}, all[WEAVE_MAX_WORLD];
-  weave_result_t rc = team->bootstrap->allgather(team->bootstrap, team->rank, &mine, all, sizeof(mine));
-  if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "heap exchange: %s", weave_get_last_error(NULL));
-  team->info.ranks_on_device = 0;
-  for (int r = 0; r < team->world; ++r) {
-    team->peer_bases[r] = all[r].base;
-    if (all[r].device == team->info.device) {
-      team->info.ranks_on_device++;
-      continue;
-    }
-    int can = 0;
-    CUDA_TRY(team, cudaDeviceCanAccessPeer(&can, team->info.device, all[r].device));
-    if (!can)
-      return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "rank %d: device %d cannot access device %d of rank %d (no P2P)",
-                        team->rank, team->info.device, all[r].device, r);
-    cudaError_t e = cudaDeviceEnablePeerAccess(all[r].device, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
-    else if (e != cudaSuccess)
-      return weave_fail(team, WEAVE_ERROR_CUDA, "rank %d: enabling peer access to device %d: %s", team->rank,
-                        all[r].device, cudaGetErrorString(e));
-  }
-  CUDA_TRY(team, cudaMalloc((void **)&team->d_bases, sizeof(void *) * (size_t)team->world));
-  CUDA_TRY(team, cudaMemcpy(team->d_bases, team->peer_bases, sizeof(void *) * (size_t)team->world, cudaMemcpyHostToDevice));
-  return WEAVE_SUCCESS;
-}
-
 static weave_result_t team_setup(weave_team_t team, int device) {
   WEAVE_CHECK(read_device(team, device));
   CUDA_TRY(team, cudaSetDevice(device));
   if (weave_heap_init(&team->heap, team->heap_size, WEAVE_HEAP_RESERVED, WEAVE_HEAP_ALIGNMENT) != 0)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "heap size %zu is too small", team->heap_size);
-  cudaError_t e = cudaMalloc(&team->heap_base, team->heap_size);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    team->heap_base = NULL;
-    return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "rank %d: cudaMalloc of a %zu-byte heap on device %d: %s",
-                      team->rank, team->heap_size, device, cudaGetErrorString(e));
-  }
+  CUDA_TRY(team, cudaFree(0)); /* the primary context, current for the driver calls of the heap */
+  return WEAVE_SUCCESS;
+}
+
+/* This rank's heap header (the device error record) cleared, and the device table of every base. */
+static weave_result_t heap_header_and_table(weave_team_t team) {
+  team->heap_base = team->peer_bases[team->rank];
   CUDA_TRY(team, cudaMemset(team->heap_base, 0, WEAVE_HEAP_RESERVED));
+  CUDA_TRY(team, cudaMalloc((void **)&team->d_bases, sizeof(void *) * (size_t)team->world));
+  CUDA_TRY(team, cudaMemcpy(team->d_bases, team->peer_bases, sizeof(void *) * (size_t)team->world, cudaMemcpyHostToDevice));
   CUDA_TRY(team, cudaDeviceSynchronize());
   return WEAVE_SUCCESS;
 }
 
+/* Collective: every rank's heap mapped here (symmetric_heap.c), then the header and the table. */
+static weave_result_t map_heaps(weave_team_t team) {
+  WEAVE_CHECK(weave_symmetric_heap_create(team, team->heap_size, &team->symmetric, team->peer_bases,
+                                          &team->info.ranks_on_device));
+  return weave_team_agree(team, heap_header_and_table(team));
+}
+
 static void team_release(weave_team_t team) {
   if (team->d_bases) cudaFree(team->d_bases);
-  if (team->heap_base) cudaFree(team->heap_base);
+  weave_symmetric_heap_destroy(team->symmetric);
   weave_heap_fini(&team->heap);
   free(team);
 }
@@ -172,7 +154,7 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
     size_t sz = team->heap_size;
     all = weave_team_check_same(team, &sz, sizeof(sz), "heap size");
   }
-  if (all == WEAVE_SUCCESS) all = weave_team_agree(team, map_heaps(team));
+  if (all == WEAVE_SUCCESS) all = map_heaps(team); /* collective, agreed inside */
   if (all != WEAVE_SUCCESS) {
     weave_fail(NULL, all, "%s", strchr(team->last_error, ':') ? strchr(team->last_error, ':') + 2 : team->last_error);
     team_release(team);

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs N copies of a command as the ranks of one job on this host, with the variables torchrun sets
+# (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so that a program using
+# weave_bootstrap_create_env runs as it would under torchrun. Several processes share a GPU
+# concurrently only under CUDA MPS: --mps starts a private MPS daemon when none is running and stops
+# it afterwards. When a rank fails the others get WEAVE_TIMEOUT_MS to notice, then are killed.
+# Usage: scripts/launch.sh -n N [--mps] [--] command [args...]   Exit: the first non-zero rank status.
+set -uo pipefail
+n=1 mps=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    -n) n=$2; shift 2;;
+    --mps) mps=1; shift;;
+    --) shift; break;;
+    *) break;;
+  esac
+done
+[[ $n =~ ^[1-9][0-9]*$ ]] && [ $# -gt 0 ] || { echo "usage: $0 -n N [--mps] [--] command [args...]" >&2; exit 2; }
+
+mps_dir=
+if [ $mps = 1 ] && ! pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1; then
+  ctl=$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)
+  mps_dir=$(mktemp -d /tmp/weave-mps.XXXXXX)
+  export CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$mps_dir
+  if "$ctl" -d; then
+    echo "launch.sh: started a private MPS daemon ($mps_dir)" >&2
+  else
+    echo "launch.sh: MPS could not start: ranks on one GPU will run time-sliced" >&2
+    rm -rf "$mps_dir"; mps_dir=
+  fi
+fi
+stop_mps() {
+  if [ -n "$mps_dir" ]; then
+    echo quit | "${ctl}" >/dev/null 2>&1
+    for _ in $(seq 50); do pgrep -x nvidia-cuda-mps-server >/dev/null || break; sleep 0.1; done
+    rm -rf "$mps_dir"
+  fi
+}
+trap stop_mps EXIT
+
+export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+export MASTER_PORT=${MASTER_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)))}
+export WEAVE_TEST_SEED=${WEAVE_TEST_SEED:-$RANDOM$RANDOM}
+export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER} CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
+pids=()
+for ((r = 0; r < n; r++)); do
+  RANK=$r LOCAL_RANK=$r "$@" &
+  pids+=($!)
+done
+status=0 grace=$(( (${WEAVE_TIMEOUT_MS:-10000} + 999) / 1000 + 5 ))
+live=("${pids[@]}")
+while [ ${#live[@]} -gt 0 ]; do
+  wait -n -p done_pid "${live[@]}"; rc=$?
+  rest=(); for p in "${live[@]}"; do [ "$p" = "$done_pid" ] || rest+=("$p"); done; live=("${rest[@]}")
+  if [ $rc != 0 ] && [ $status = 0 ]; then
+    status=$rc
+    echo "launch.sh: a rank exited with $rc; the others have ${grace}s" >&2
+    ( sleep $grace; kill -9 "${pids[@]}" 2>/dev/null ) & killer=$!
+  fi
+done
+[ -n "${killer:-}" ] && kill $killer 2>/dev/null
+exit $status

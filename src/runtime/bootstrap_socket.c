@@ -1,0 +1,919 @@
+/*
+ * Bootstrap for ranks that are processes (torchrun, mpirun, srun, or any mix of processes and
+ * threads): a star of TCP connections around one hub rank.
+ *
+ *  - weave_get_unique_id opens a listening socket and returns an id naming it (as NCCL does); the id
+ *    reaches the other ranks by the application's own means. The rank whose process holds that
+ *    listener is the hub (a process-global registry knows which listeners this process created, and
+ *    a child made by fork() inherits the registry but is not the creator); the others connect to it.
+ *  - weave_bootstrap_create_env (bootstrap_env.c) builds the same kind of id from the launcher's
+ *    variables and makes rank 0 the hub: one mechanism for both.
+ *
+ * Allgather: every spoke sends its bytes to the hub, the hub gathers them in rank order and sends the
+ * whole buffer back; a barrier is an allgather of one byte. Every frame carries the collective's
+ * sequence number, kind and size, so ranks that call different collectives get WEAVE_ERROR_MISMATCH
+ * rather than each other's bytes. When the hub sees a rank fail (closed connection, timeout, mismatch)
+ * it first sends every other spoke an ABORT frame carrying its message, so every rank's error names
+ * the same culprit; the bootstrap is then broken and every later call fails at once with that message.
+ *
+ * Every socket is non-blocking and every wait is a poll() bounded by WEAVE_TIMEOUT_MS; sends use
+ * MSG_NOSIGNAL (a dead peer is an error code, never SIGPIPE). A spoke waits for the hub's answer a
+ * little longer than the timeout (spoke_grace_ms): the hub is the one that decides which rank is late,
+ * and the spoke should hear its verdict rather than race it with a vaguer timeout of its own.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+
+#define UID_MAGIC 0x57564944u   /* "WVID" */
+#define UID_VERSION 1u
+#define HELLO_MAGIC 0x5756484cu /* "WVHL" */
+#define HELLO_BYTES 32
+#define FRAME_BYTES 16
+#define MAX_ABORT_MSG 900
+#define MAX_PENDING (2 * WEAVE_MAX_WORLD) /* accepted connections whose hello has not arrived yet */
+
+enum { FRAME_ACK = 1, FRAME_DATA = 2, FRAME_ABORT = 3 };
+enum { OP_CREATE = 0, OP_ALLGATHER = 1, OP_BARRIER = 2 };
+
+static const char *op_name(int op) {
+  return op == OP_ALLGATHER ? "allgather" : op == OP_BARRIER ? "barrier" : op == OP_CREATE ? "bootstrap creation" : "?";
+}
+
+/* ---- small helpers ---------------------------------------------------------------------------- */
+int64_t weave_monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+#define mono_ms weave_monotonic_ms
+
+static int remaining_ms(int64_t deadline) {
+  int64_t r = deadline - mono_ms();
+  return r < 0 ? 0 : r > INT_MAX ? INT_MAX : (int)r;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+uint64_t weave_fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = (const unsigned char *)data;
+  for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
+  return h;
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+static uint32_t get32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+static void put64(unsigned char *p, uint64_t v) { put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v); }
+static uint64_t get64(const unsigned char *p) { return (uint64_t)get32(p) << 32 | get32(p + 4); }
+
+static const char *addr_str(const weave_uid_t *u, char *buf, size_t cap) {
+  char ip[INET_ADDRSTRLEN] = "?";
+  struct in_addr a = {u->addr};
+  inet_ntop(AF_INET, &a, ip, sizeof(ip));
+  snprintf(buf, cap, "%s:%u", ip, (unsigned)u->port);
+  return buf;
+}
+
+/* ---- host identity ---------------------------------------------------------------------------- */
+/* hostname + boot id + network namespace: the boot id tells two machines with one hostname apart
+ * (clones, containers on different hosts); the network namespace is what scopes the abstract
+ * AF_UNIX sockets fd_exchange.c passes descriptors over. */
+void weave_host_id(weave_host_id_t *id) {
+  memset(id, 0, sizeof(*id));
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  memcpy(id->name, host, strnlen(host, sizeof(id->name) - 1)); /* truncated: for messages only */
+  uint64_t h = weave_fnv1a(WEAVE_FNV_OFFSET, host, strlen(host));
+  char buf[128] = "";
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    if (n > 0) h = weave_fnv1a(h, buf, (size_t)n);
+    close(fd);
+  }
+  ssize_t n = readlink("/proc/self/ns/net", buf, sizeof(buf) - 1);
+  if (n > 0) h = weave_fnv1a(h, buf, (size_t)n);
+  id->hash = h;
+}
+
+int weave_same_host(const weave_host_id_t *a, const weave_host_id_t *b) {
+  return a->hash == b->hash && strncmp(a->name, b->name, sizeof(a->name)) == 0;
+}
+
+/* ---- the unique id ---------------------------------------------------------------------------- */
+/* Layout of weave_unique_id_t.internal, big-endian: magic, version, IPv4 address (network order as
+ * is), port, 2 zero bytes, nonce; the rest zero. */
+void weave_uid_encode(const weave_uid_t *u, weave_unique_id_t *id) {
+  memset(id, 0, sizeof(*id));
+  unsigned char *p = (unsigned char *)id->internal;
+  put32(p, UID_MAGIC);
+  put32(p + 4, UID_VERSION);
+  memcpy(p + 8, &u->addr, 4);
+  p[12] = (unsigned char)(u->port >> 8);
+  p[13] = (unsigned char)u->port;
+  put64(p + 16, u->nonce);
+}
+
+/* 0, or -1 (magic), -2 (version), -3 (all zero) */
+static int uid_decode(const weave_unique_id_t *id, weave_uid_t *u) {
+  const unsigned char *p = (const unsigned char *)id->internal;
+  int zero = 1;
+  for (size_t i = 0; i < sizeof(id->internal); ++i) zero &= p[i] == 0;
+  if (zero) return -3;
+  if (get32(p) != UID_MAGIC) return -1;
+  if (get32(p + 4) != UID_VERSION) return -2;
+  memcpy(&u->addr, p + 8, 4);
+  u->port = (uint16_t)(p[12] << 8 | p[13]);
+  u->nonce = get64(p + 16);
+  return 0;
+}
+
+/* Listeners this process created with weave_get_unique_id, by nonce. The pid tells a fork()ed child
+ * (which inherits the list) that it is not the creator and must not act as the hub. */
+typedef struct listener {
+  uint64_t nonce;
+  int fd;
+  pid_t pid;
+  struct listener *next;
+} listener_t;
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static listener_t *registry;
+
+/* Takes the listener of `nonce` out of the registry if this very process created it: the caller's
+ * bootstrap is then the hub and owns the descriptor. -1 otherwise (a spoke). */
+static int registry_take(uint64_t nonce) {
+  int fd = -1;
+  pid_t me = getpid();
+  pthread_mutex_lock(&registry_mu);
+  for (listener_t **pl = &registry; *pl; pl = &(*pl)->next) {
+    listener_t *l = *pl;
+    if (l->nonce == nonce && l->pid == me) {
+      *pl = l->next;
+      fd = l->fd;
+      free(l);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&registry_mu);
+  return fd;
+}
+
+static uint64_t random64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+    /* no entropy yet (early boot): time, pid and a counter still make collisions unlikely */
+    static uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t parts[4] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid(),
+                         __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED)};
+    v = weave_fnv1a(WEAVE_FNV_OFFSET, parts, sizeof(parts));
+  }
+  return v ? v : 1;
+}
+
+static int set_nodelay(int fd) {
+  int one = 1;
+  return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* The address the id advertises: WEAVE_SOCKET_ADDR, else the first non-loopback IPv4 address of an
+ * interface that is up (docker/virbr bridges skipped: other hosts cannot reach them), else
+ * 127.0.0.1. */
+static weave_result_t pick_address(uint32_t *addr) {
+  const char *v = getenv("WEAVE_SOCKET_ADDR");
+  if (v && *v) {
+    struct in_addr a;
+    if (inet_pton(AF_INET, v, &a) == 1) { *addr = a.s_addr; return WEAVE_SUCCESS; }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(v, NULL, &hints, &res);
+    if (rc != 0 || !res)
+      return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_SOCKET_ADDR='%s': not an IPv4 address and cannot be resolved (%s)", v,
+                        gai_strerror(rc));
+    *addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
+    freeaddrinfo(res);
+    return WEAVE_SUCCESS;
+  }
+  struct ifaddrs *ifs = NULL;
+  *addr = htonl(INADDR_LOOPBACK);
+  if (getifaddrs(&ifs) == 0) {
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
+      if (!strncmp(i->ifa_name, "docker", 6) || !strncmp(i->ifa_name, "virbr", 5)) continue;
+      *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+      break;
+    }
+    freeifaddrs(ifs);
+  }
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_get_unique_id(weave_unique_id_t *id) {
+  if (!id) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_get_unique_id: id is NULL");
+  weave_uid_t u;
+  memset(&u, 0, sizeof(u));
+  WEAVE_CHECK(pick_address(&u.addr));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "weave_get_unique_id: socket: %s", strerror(errno));
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = u.addr;
+  sa.sin_port = 0; /* ephemeral */
+  socklen_t len = sizeof(sa);
+  char ip[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, MAX_PENDING) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+    int e = errno;
+    close(fd);
+    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "weave_get_unique_id: cannot listen on %s%s: %s", ip,
+                      getenv("WEAVE_SOCKET_ADDR") && *getenv("WEAVE_SOCKET_ADDR") ? " (WEAVE_SOCKET_ADDR)" : "", strerror(e));
+  }
+  u.port = ntohs(sa.sin_port);
+  u.nonce = random64();
+  listener_t *l = (listener_t *)calloc(1, sizeof(*l));
+  if (!l) {
+    close(fd);
+    return weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "weave_get_unique_id: host allocation failed");
+  }
+  l->nonce = u.nonce;
+  l->fd = fd;
+  l->pid = getpid();
+  pthread_mutex_lock(&registry_mu);
+  l->next = registry;
+  registry = l;
+  pthread_mutex_unlock(&registry_mu);
+  weave_uid_encode(&u, id);
+  weave_log(WEAVE_LOG_INFO, NULL, "weave_get_unique_id: listening on %s:%u", ip, (unsigned)u.port);
+  return WEAVE_SUCCESS;
+}
+
+/* ---- I/O with deadlines ----------------------------------------------------------------------- */
+typedef enum { IO_OK = 0, IO_TIMEOUT, IO_CLOSED, IO_ERROR } io_t;
+
+static int is_closed_errno(int e) { return e == EPIPE || e == ECONNRESET || e == ECONNABORTED || e == ENOTCONN; }
+
+static io_t wait_ready(int fd, short events, int64_t deadline, int *err) {
+  for (;;) {
+    struct pollfd p = {fd, events, 0};
+    int n = poll(&p, 1, remaining_ms(deadline));
+    if (n > 0) return IO_OK; /* also POLLHUP/POLLERR: the next send/recv says what happened */
+    if (n == 0) return IO_TIMEOUT;
+    if (errno != EINTR) { *err = errno; return IO_ERROR; }
+  }
+}
+
+static io_t send_all(int fd, const void *buf, size_t n, int64_t deadline, int *err) {
+  const unsigned char *p = (const unsigned char *)buf;
+  *err = 0;
+  while (n > 0) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      io_t w = wait_ready(fd, POLLOUT, deadline, err);
+      if (w != IO_OK) return w;
+      continue;
+    }
+    *err = k < 0 ? errno : EPIPE;
+    return is_closed_errno(*err) ? IO_CLOSED : IO_ERROR;
+  }
+  return IO_OK;
+}
+
+static io_t recv_all(int fd, void *buf, size_t n, int64_t deadline, int *err) {
+  unsigned char *p = (unsigned char *)buf;
+  *err = 0;
+  while (n > 0) {
+    ssize_t k = recv(fd, p, n, 0);
+    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k == 0) return IO_CLOSED;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      io_t w = wait_ready(fd, POLLIN, deadline, err);
+      if (w != IO_OK) return w;
+      continue;
+    }
+    *err = errno;
+    return is_closed_errno(*err) ? IO_CLOSED : IO_ERROR;
+  }
+  return IO_OK;
+}
+
+/* Closes a connection so that what was sent last (an ABORT) still arrives: unread input at close()
+ * makes Linux send a reset, which may overtake it, so the input is drained first. */
+static void close_gracefully(int fd) {
+  if (fd < 0) return;
+  shutdown(fd, SHUT_WR);
+  unsigned char scratch[4096];
+  for (int i = 0; i < 64; ++i) {
+    ssize_t k = recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (k <= 0 && !(k < 0 && errno == EINTR)) break;
+  }
+  close(fd);
+}
+
+typedef struct {
+  uint32_t type, seq, bytes;
+  int32_t arg;
+} frame_t;
+
+static void frame_encode(const frame_t *f, unsigned char *out) {
+  put32(out, f->type); put32(out + 4, f->seq); put32(out + 8, f->bytes); put32(out + 12, (uint32_t)f->arg);
+}
+static void frame_decode(const unsigned char *in, frame_t *f) {
+  f->type = get32(in); f->seq = get32(in + 4); f->bytes = get32(in + 8); f->arg = (int32_t)get32(in + 12);
+}
+
+/* ---- the bootstrap object --------------------------------------------------------------------- */
+typedef struct {
+  int hub;        /* this rank is the hub */
+  int hub_rank;
+  int hub_fd;     /* spoke: its connection to the hub */
+  int *fds;       /* hub: fds[r] is the connection to rank r (-1 for itself, or once it failed) */
+  uint32_t seq;   /* collectives started; 0 is the creation's own */
+  int grace_ms;   /* spoke_grace_ms */
+  char where[48]; /* the hub's address, for messages */
+  weave_result_t broken; /* WEAVE_SUCCESS while the bootstrap can be used */
+  char broken_msg[MAX_ABORT_MSG + 64];
+  unsigned char *buf; /* FRAME_BYTES + world * WEAVE_BOOTSTRAP_MAX_BYTES */
+} sock_impl_t;
+
+static int spoke_grace_ms(int timeout_ms) { return 250 + timeout_ms / 4; }
+
+/* Sends an ABORT frame carrying `msg` (best effort: the peer may be gone too). */
+static void send_abort(int fd, weave_result_t code, int culprit, const char *msg) {
+  if (fd < 0) return;
+  unsigned char frame[FRAME_BYTES + MAX_ABORT_MSG];
+  size_t len = strlen(msg);
+  if (len > MAX_ABORT_MSG) len = MAX_ABORT_MSG;
+  frame_t f = {FRAME_ABORT, (uint32_t)culprit, (uint32_t)len, (int32_t)code};
+  frame_encode(&f, frame);
+  memcpy(frame + FRAME_BYTES, msg, len);
+  int err;
+  send_all(fd, frame, FRAME_BYTES + len, mono_ms() + 200, &err);
+}
+
+/* Records a failure that leaves the bootstrap unusable: on the hub, every spoke still connected
+ * (the culprit too, when it is alive: a mismatched or late rank) first gets an ABORT frame with the
+ * message; every later call fails with it. A dead rank's connection is closed before this. */
+static weave_result_t sock_break(weave_bootstrap_t *bs, weave_result_t code, int culprit, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static weave_result_t sock_break(weave_bootstrap_t *bs, weave_result_t code, int culprit, const char *fmt, ...) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  char msg[MAX_ABORT_MSG + 1];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (s->hub)
+    for (int r = 0; r < bs->world; ++r)
+      if (s->fds[r] >= 0) send_abort(s->fds[r], code, culprit, msg);
+  s->broken = code;
+  snprintf(s->broken_msg, sizeof(s->broken_msg), "%s", msg);
+  return weave_fail(NULL, code, "%s", msg);
+}
+
+/* A spoke got an ABORT frame header `f`: reads its message and breaks the bootstrap with it. */
+static weave_result_t spoke_take_abort(weave_bootstrap_t *bs, const frame_t *f, int64_t deadline) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  char msg[MAX_ABORT_MSG + 1] = "";
+  size_t len = f->bytes > MAX_ABORT_MSG ? MAX_ABORT_MSG : f->bytes;
+  int err;
+  if (recv_all(s->hub_fd, msg, len, deadline, &err) != IO_OK) snprintf(msg, sizeof(msg), "(message lost)");
+  else msg[len] = '\0';
+  weave_result_t code = f->arg > WEAVE_SUCCESS && f->arg < WEAVE_NUM_RESULTS ? (weave_result_t)f->arg : WEAVE_ERROR_BOOTSTRAP;
+  if (s->hub_rank < 0) /* turned away before joining */
+    return sock_break(bs, code, -1, "%s [reported by the hub at %s to rank %d]", msg, s->where, bs->rank);
+  return sock_break(bs, code, -1, "%s [reported by the hub, rank %d, to rank %d]", msg, s->hub_rank, bs->rank);
+}
+
+/* After a failed send to the hub: an ABORT that is already waiting explains it better than EPIPE. */
+static int spoke_pending_abort(weave_bootstrap_t *bs, weave_result_t *rc) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  unsigned char hdr[FRAME_BYTES];
+  ssize_t k = recv(s->hub_fd, hdr, sizeof(hdr), MSG_PEEK | MSG_DONTWAIT);
+  if (k != (ssize_t)sizeof(hdr)) return 0;
+  frame_t f;
+  frame_decode(hdr, &f);
+  if (f.type != FRAME_ABORT) return 0;
+  int err;
+  recv_all(s->hub_fd, hdr, sizeof(hdr), mono_ms() + 100, &err);
+  *rc = spoke_take_abort(bs, &f, mono_ms() + 100);
+  return 1;
+}
+
+static const char *io_why(io_t io, int err, char *buf, size_t cap) {
+  if (io == IO_CLOSED) snprintf(buf, cap, "closed its connection (process gone?)");
+  else snprintf(buf, cap, "connection failed: %s", strerror(err));
+  return buf;
+}
+
+/* Hub: reads one DATA frame of collective `seq` from every spoke into out (rank-major), in whatever
+ * order they arrive, so a dead or mismatched rank is seen at once. */
+static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, size_t bytes, unsigned char *out,
+                                 int64_t deadline) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  int pending[WEAVE_MAX_WORLD], np = 0;
+  for (int r = 0; r < bs->world; ++r)
+    if (r != bs->rank) pending[np++] = r;
+  char why[160];
+  while (np > 0) {
+    struct pollfd p[WEAVE_MAX_WORLD];
+    for (int i = 0; i < np; ++i) p[i] = (struct pollfd){s->fds[pending[i]], POLLIN, 0};
+    int n = poll(p, (nfds_t)np, remaining_ms(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: poll failed in %s #%u: %s", op_name(op), seq, strerror(errno));
+    if (n == 0) {
+      char list[256] = "";
+      size_t used = 0;
+      for (int i = 0; i < np && used < sizeof(list) - 16; ++i)
+        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", i ? ", " : "", pending[i]);
+      return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
+                        "bootstrap: rank%s %s did not reach %s #%u within %d ms (still connected: stuck, or busy elsewhere?)",
+                        np > 1 ? "s" : "", list, op_name(op), seq, bs->timeout_ms);
+    }
+    int kept = 0;
+    for (int i = 0; i < np; ++i) {
+      int r = pending[i];
+      if (!p[i].revents) { pending[kept++] = r; continue; }
+      unsigned char hdr[FRAME_BYTES];
+      int err;
+      io_t io = recv_all(s->fds[r], hdr, sizeof(hdr), deadline, &err);
+      if (io == IO_TIMEOUT)
+        return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms",
+                          r, op_name(op), seq, bs->timeout_ms);
+      if (io != IO_OK) {
+        close(s->fds[r]);
+        s->fds[r] = -1;
+        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d %s during %s #%u", r,
+                          io_why(io, err, why, sizeof(why)), op_name(op), seq);
+      }
+      frame_t f;
+      frame_decode(hdr, &f);
+      if (f.type != FRAME_DATA || f.bytes > WEAVE_BOOTSTRAP_MAX_BYTES)
+        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d sent a malformed frame (type %u, %u bytes) in %s #%u",
+                          r, f.type, f.bytes, op_name(op), seq);
+      if (f.seq != seq || f.arg != op)
+        return sock_break(bs, WEAVE_ERROR_MISMATCH, r,
+                          "bootstrap: rank %d is in %s #%u while the hub (rank %d) is in %s #%u (ranks called different collectives)",
+                          r, op_name(f.arg), f.seq, bs->rank, op_name(op), seq);
+      if (f.bytes != bytes)
+        return sock_break(bs, WEAVE_ERROR_MISMATCH, r, "bootstrap: %s #%u: rank %d passed %u bytes, the hub (rank %d) passed %zu",
+                          op_name(op), seq, r, f.bytes, bs->rank, bytes);
+      io = recv_all(s->fds[r], out + (size_t)r * bytes, bytes, deadline, &err);
+      if (io == IO_TIMEOUT)
+        return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms",
+                          r, op_name(op), seq, bs->timeout_ms);
+      if (io != IO_OK) {
+        close(s->fds[r]);
+        s->fds[r] = -1;
+        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d %s during %s #%u", r,
+                          io_why(io, err, why, sizeof(why)), op_name(op), seq);
+      }
+    }
+    np = kept;
+  }
+  return WEAVE_SUCCESS;
+}
+
+/* One collective: `op` numbered `seq`, `bytes` from every rank into out. A spoke waits for the hub's
+ * answer until reply_deadline (later than its own deadline: see spoke_grace_ms). */
+static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void *in, void *out, size_t bytes,
+                                      int64_t deadline, int64_t reply_deadline) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  int64_t t0 = mono_ms();
+  uint32_t seq = s->seq++;
+  size_t total = (size_t)bs->world * bytes;
+  unsigned char *data = s->buf + FRAME_BYTES;
+  char why[160];
+  int err;
+  if (s->hub) {
+    memcpy(data + (size_t)bs->rank * bytes, in, bytes);
+    WEAVE_CHECK(hub_gather(bs, op, seq, bytes, data, deadline));
+    frame_t f = {FRAME_DATA, seq, (uint32_t)total, op};
+    frame_encode(&f, s->buf);
+    for (int r = 0; r < bs->world; ++r) {
+      if (r == bs->rank) continue;
+      io_t io = send_all(s->fds[r], s->buf, FRAME_BYTES + total, deadline, &err);
+      if (io == IO_TIMEOUT)
+        return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d did not take the result of %s #%u within %d ms",
+                          r, op_name(op), seq, bs->timeout_ms);
+      if (io != IO_OK) {
+        close(s->fds[r]);
+        s->fds[r] = -1;
+        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d %s during %s #%u", r,
+                          io_why(io, err, why, sizeof(why)), op_name(op), seq);
+      }
+    }
+  } else {
+    frame_t f = {FRAME_DATA, seq, (uint32_t)bytes, op};
+    frame_encode(&f, s->buf);
+    memcpy(data, in, bytes);
+    io_t io = send_all(s->hub_fd, s->buf, FRAME_BYTES + bytes, deadline, &err);
+    if (io != IO_OK) {
+      weave_result_t rc;
+      if (spoke_pending_abort(bs, &rc)) return rc;
+      if (io == IO_TIMEOUT)
+        return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1, "bootstrap: rank %d could not send %s #%u to the hub (rank %d at %s) within %d ms",
+                          bs->rank, op_name(op), seq, s->hub_rank, s->where, bs->timeout_ms);
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
+                        io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
+    }
+    unsigned char hdr[FRAME_BYTES];
+    io = recv_all(s->hub_fd, hdr, sizeof(hdr), reply_deadline, &err);
+    if (io == IO_TIMEOUT)
+      return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
+                        "bootstrap: rank %d got no answer from the hub (rank %d at %s) in %s #%u within %d ms (the hub is stuck or gone)",
+                        bs->rank, s->hub_rank, s->where, op_name(op), seq, (int)(mono_ms() - t0));
+    if (io != IO_OK)
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
+                        io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
+    frame_decode(hdr, &f);
+    if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, mono_ms() + 1000);
+    if (f.type != FRAME_DATA || f.seq != seq || f.arg != op || f.bytes != total)
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
+                        "bootstrap: rank %d expected the result of %s #%u (%zu bytes) from the hub (rank %d), got frame type %u for %s #%u (%u bytes)",
+                        bs->rank, op_name(op), seq, total, s->hub_rank, f.type, op_name(f.arg), f.seq, f.bytes);
+    io = recv_all(s->hub_fd, data, total, reply_deadline, &err);
+    if (io == IO_TIMEOUT)
+      return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1, "bootstrap: rank %d got a partial result of %s #%u from the hub (rank %d)",
+                        bs->rank, op_name(op), seq, s->hub_rank);
+    if (io != IO_OK)
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
+                        io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
+  }
+  memcpy(out, data, total); /* only now: outputs are written on success only */
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t sock_check_call(weave_bootstrap_t *bs, int rank, const char *what) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  if (rank != bs->rank)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap %s: rank %d, but this bootstrap object is rank %d's", what,
+                      rank, bs->rank);
+  if (s->broken != WEAVE_SUCCESS) return weave_fail(NULL, s->broken, "%s", s->broken_msg);
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t sock_allgather(weave_bootstrap_t *bs, int rank, const void *in, void *out, size_t bytes) {
+  if (!in || !out || bytes == 0 || bytes > WEAVE_BOOTSTRAP_MAX_BYTES)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap allgather: %zu bytes (1..%d), in %p, out %p", bytes,
+                      WEAVE_BOOTSTRAP_MAX_BYTES, in, out);
+  WEAVE_CHECK(sock_check_call(bs, rank, "allgather"));
+  int64_t deadline = mono_ms() + bs->timeout_ms;
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  return sock_collective(bs, OP_ALLGATHER, in, out, bytes, deadline, deadline + s->grace_ms);
+}
+
+static weave_result_t sock_barrier(weave_bootstrap_t *bs, int rank) {
+  WEAVE_CHECK(sock_check_call(bs, rank, "barrier"));
+  int64_t deadline = mono_ms() + bs->timeout_ms;
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  unsigned char in = 1, out[WEAVE_MAX_WORLD];
+  return sock_collective(bs, OP_BARRIER, &in, out, 1, deadline, deadline + s->grace_ms);
+}
+
+static void sock_destroy(weave_bootstrap_t *bs) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  if (s->hub_fd >= 0) close_gracefully(s->hub_fd);
+  if (s->fds)
+    for (int r = 0; r < bs->world; ++r) close_gracefully(s->fds[r]);
+  free(s->fds);
+  free(s->buf);
+  free(s);
+  free(bs);
+}
+
+/* ---- creation --------------------------------------------------------------------------------- */
+typedef struct {
+  int fd;
+  size_t got;
+  unsigned char hello[HELLO_BYTES];
+} pending_conn_t;
+
+/* Hub: accepts the world - 1 spokes. Connections are served as their hellos arrive, so a stray
+ * connection that never speaks cannot hold the others up. */
+static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, int listen_fd, int64_t deadline) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  pending_conn_t pend[MAX_PENDING];
+  int npend = 0, connected = 0, strangers = 0;
+  char stranger_note[200] = "";
+  weave_result_t rc = WEAVE_SUCCESS;
+  while (connected < bs->world - 1 && rc == WEAVE_SUCCESS) {
+    struct pollfd p[1 + MAX_PENDING];
+    p[0] = (struct pollfd){listen_fd, POLLIN, 0};
+    for (int i = 0; i < npend; ++i) p[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
+    int n = poll(p, (nfds_t)(1 + npend), remaining_ms(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: poll failed on the hub (rank %d): %s", bs->rank, strerror(errno));
+      break;
+    }
+    if (n == 0) {
+      char list[256] = "";
+      size_t used = 0;
+      int missing = 0;
+      for (int r = 0; r < bs->world; ++r)
+        if (r != bs->rank && s->fds[r] < 0) {
+          if (used < sizeof(list) - 16) used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", missing ? ", " : "", r);
+          missing++;
+        }
+      rc = sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
+                      "bootstrap creation: rank%s %s did not connect to the hub (rank %d at %s) within %d ms (%d of %d ranks arrived)%s",
+                      missing > 1 ? "s" : "", list, bs->rank, s->where, bs->timeout_ms, bs->world - missing, bs->world,
+                      stranger_note);
+      break;
+    }
+    /* hellos first: the pending array may shrink, and accepted connections append to it */
+    for (int i = npend - 1; i >= 0 && rc == WEAVE_SUCCESS; --i) {
+      if (!p[1 + i].revents) continue;
+      pending_conn_t *c = &pend[i];
+      ssize_t k = recv(c->fd, c->hello + c->got, HELLO_BYTES - c->got, 0);
+      if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      int drop = k <= 0, keep_fd = 0;
+      if (k > 0 && (c->got += (size_t)k) == HELLO_BYTES) {
+        drop = 1;
+        uint64_t nonce = get64(c->hello + 8);
+        int world = (int32_t)get32(c->hello + 16), rank = (int32_t)get32(c->hello + 20);
+        if (get32(c->hello) != HELLO_MAGIC || get32(c->hello + 4) != UID_VERSION) {
+          weave_log(WEAVE_LOG_INFO, NULL, "bootstrap: the hub (rank %d) dropped a connection that is not a weave rank", bs->rank);
+        } else if (nonce != u->nonce) {
+          /* another job on this port (a fixed port of the environment bootstrap): turn it away with
+           * a clear message, and keep waiting for our own ranks */
+          char msg[256];
+          snprintf(msg, sizeof(msg),
+                   "bootstrap creation: %s belongs to another bootstrap (a different unique id, or a launch with another "
+                   "MASTER_ADDR/port/WORLD_SIZE/job: this rank has world %d, that hub %d)",
+                   s->where, world, bs->world);
+          send_abort(c->fd, WEAVE_ERROR_BOOTSTRAP, rank, msg);
+          strangers++;
+          snprintf(stranger_note, sizeof(stranger_note), "; %d connection%s of another bootstrap turned away (last: rank %d of world %d)",
+                   strangers, strangers > 1 ? "s" : "", rank, world);
+        } else if (world != bs->world) {
+          char msg[256];
+          snprintf(msg, sizeof(msg), "bootstrap creation: rank %d was created with world %d, the hub (rank %d) with world %d", rank,
+                   world, bs->rank, bs->world);
+          send_abort(c->fd, WEAVE_ERROR_MISMATCH, rank, msg);
+          rc = sock_break(bs, WEAVE_ERROR_MISMATCH, -1, "%s", msg); /* every connected rank hears it */
+        } else if (rank < 0 || rank >= bs->world || rank == bs->rank || s->fds[rank] >= 0) {
+          char msg[256];
+          if (rank < 0 || rank >= bs->world)
+            snprintf(msg, sizeof(msg), "bootstrap creation: a process connected as rank %d, outside [0, %d)", rank, bs->world);
+          else
+            snprintf(msg, sizeof(msg), "bootstrap creation: two processes claim rank %d (the same rank given to two ranks?)", rank);
+          send_abort(c->fd, WEAVE_ERROR_BOOTSTRAP, rank, msg);
+          rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "%s", msg); /* the first holder of the rank too */
+        } else {
+          /* welcome: the ACK tells the spoke the hub's rank and how long the hub will wait, so the
+           * spoke waits for the hub's verdict at least that long */
+          unsigned char ack[FRAME_BYTES];
+          frame_t f = {FRAME_ACK, (uint32_t)remaining_ms(deadline), 0, bs->rank};
+          frame_encode(&f, ack);
+          int err;
+          if (send_all(c->fd, ack, sizeof(ack), deadline, &err) == IO_OK) {
+            s->fds[rank] = c->fd;
+            connected++;
+            keep_fd = 1;
+          } else {
+            rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, rank, "bootstrap creation: rank %d closed its connection (process gone?) while joining",
+                            rank);
+          }
+        }
+      }
+      if (drop) {
+        if (!keep_fd) close_gracefully(c->fd);
+        pend[i] = pend[--npend];
+      }
+    }
+    if (rc != WEAVE_SUCCESS || !(p[0].revents & POLLIN)) continue;
+    for (;;) {
+      int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: the hub (rank %d) cannot accept connections: %s", bs->rank,
+                        strerror(errno));
+        break;
+      }
+      if (npend == MAX_PENDING) { close(fd); continue; } /* a flood of strays: ours will retry */
+      set_nodelay(fd);
+      pend[npend].fd = fd;
+      pend[npend].got = 0;
+      npend++;
+    }
+  }
+  for (int i = 0; i < npend; ++i) close_gracefully(pend[i].fd);
+  return rc;
+}
+
+/* Spoke: connects to the hub (retrying while nobody listens yet), says hello, reads the ACK. */
+static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u, int64_t deadline, int *hub_remaining) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = u->addr;
+  sa.sin_port = htons(u->port);
+  int backoff = 10, last_err = 0, fd = -1;
+  for (;;) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: rank %d: socket: %s", bs->rank, strerror(errno));
+    int err = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+      err = errno;
+      if (err == EINPROGRESS || err == EINTR) {
+        io_t w = wait_ready(fd, POLLOUT, deadline, &err);
+        if (w == IO_TIMEOUT) err = ETIMEDOUT;
+        else if (w == IO_OK) {
+          socklen_t len = sizeof(err);
+          if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        }
+      }
+    }
+    if (err == 0) break;
+    close(fd);
+    fd = -1;
+    last_err = err;
+    /* nobody listens yet (the hub starts later), or the network is not up yet: retry */
+    int transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNRESET ||
+                    err == ECONNABORTED || err == EAGAIN;
+    if (!transient || remaining_ms(deadline) == 0)
+      return sock_break(bs, transient ? WEAVE_ERROR_TIMEOUT : WEAVE_ERROR_BOOTSTRAP, -1,
+                        "bootstrap creation: rank %d could not connect to the hub at %s within %d ms (%s): is the rank that "
+                        "holds the id (or rank 0 of the launch) running and reachable?",
+                        bs->rank, s->where, bs->timeout_ms, strerror(last_err));
+    int wait = remaining_ms(deadline);
+    sleep_ms(wait < backoff ? wait : backoff);
+    backoff = backoff * 2 > 200 ? 200 : backoff * 2;
+  }
+  set_nodelay(fd);
+  s->hub_fd = fd;
+  unsigned char hello[HELLO_BYTES];
+  memset(hello, 0, sizeof(hello));
+  put32(hello, HELLO_MAGIC);
+  put32(hello + 4, UID_VERSION);
+  put64(hello + 8, u->nonce);
+  put32(hello + 16, (uint32_t)bs->world);
+  put32(hello + 20, (uint32_t)bs->rank);
+  int err;
+  char why[160];
+  io_t io = send_all(fd, hello, sizeof(hello), deadline, &err);
+  unsigned char hdr[FRAME_BYTES];
+  if (io == IO_OK) io = recv_all(fd, hdr, sizeof(hdr), deadline, &err);
+  if (io == IO_TIMEOUT)
+    return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
+                      "bootstrap creation: rank %d connected to %s but no hub answered within %d ms: the process that called "
+                      "weave_get_unique_id must itself create one of the ranks with this id",
+                      bs->rank, s->where, bs->timeout_ms);
+  if (io != IO_OK)
+    return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: the hub at %s %s before accepting rank %d", s->where,
+                      io_why(io, err, why, sizeof(why)), bs->rank);
+  frame_t f;
+  frame_decode(hdr, &f);
+  if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, mono_ms() + 1000);
+  if (f.type != FRAME_ACK || f.arg < 0 || f.arg >= bs->world)
+    return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: rank %d got a malformed answer from %s (type %u)", bs->rank,
+                      s->where, f.type);
+  s->hub_rank = f.arg;
+  *hub_remaining = (int)f.seq;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int rank, int listen_fd, int local_rank,
+                                          int local_world, int64_t deadline_ms, const char *who,
+                                          weave_bootstrap_t **bootstrap) {
+  weave_env_t env;
+  weave_result_t rc = weave_env_load(&env);
+  weave_bootstrap_t *bs = NULL;
+  sock_impl_t *s = NULL;
+  if (rc == WEAVE_SUCCESS) {
+    bs = (weave_bootstrap_t *)calloc(1, sizeof(*bs));
+    s = (sock_impl_t *)calloc(1, sizeof(*s));
+    if (s) {
+      s->fds = (int *)malloc((size_t)world * sizeof(int));
+      s->buf = (unsigned char *)malloc(FRAME_BYTES + (size_t)world * WEAVE_BOOTSTRAP_MAX_BYTES);
+    }
+    if (!bs || !s || !s->fds || !s->buf) {
+      if (s) { free(s->fds); free(s->buf); }
+      free(s);
+      free(bs);
+      rc = weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", who);
+    }
+  }
+  if (rc != WEAVE_SUCCESS) {
+    if (listen_fd >= 0) close(listen_fd);
+    return rc;
+  }
+  for (int r = 0; r < world; ++r) s->fds[r] = -1;
+  s->hub_fd = -1;
+  s->hub = world == 1 || listen_fd >= 0;
+  s->hub_rank = s->hub ? rank : -1;
+  s->grace_ms = spoke_grace_ms(env.timeout_ms);
+  addr_str(u, s->where, sizeof(s->where));
+  bs->world = world;
+  bs->rank = rank;
+  bs->timeout_ms = env.timeout_ms;
+  bs->allgather = sock_allgather;
+  bs->barrier = sock_barrier;
+  bs->destroy = sock_destroy;
+  bs->impl = s;
+
+  int64_t deadline = deadline_ms > 0 ? deadline_ms : mono_ms() + env.timeout_ms;
+  int64_t reply_deadline = deadline;
+  if (s->hub) {
+    if (world > 1) rc = hub_accept(bs, u, listen_fd, deadline);
+  } else {
+    int hub_remaining = 0;
+    rc = spoke_connect(bs, u, deadline, &hub_remaining);
+    /* wait for the hub's verdict on the whole world at least as long as the hub waits for it */
+    int64_t hub_deadline = mono_ms() + hub_remaining;
+    reply_deadline = (hub_deadline > deadline ? hub_deadline : deadline) + s->grace_ms;
+  }
+  /* every rank has arrived (or creation failed): the listener has done its job */
+  if (listen_fd >= 0) close(listen_fd);
+
+  /* where every rank runs: local_rank / local_world for picking devices (unless the launcher said) */
+  if (rc == WEAVE_SUCCESS) {
+    weave_host_id_t me, *all = (weave_host_id_t *)malloc((size_t)world * sizeof(weave_host_id_t));
+    weave_host_id(&me);
+    if (!all) rc = weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", who);
+    else rc = sock_collective(bs, OP_CREATE, &me, all, sizeof(me), deadline, reply_deadline);
+    if (rc == WEAVE_SUCCESS) {
+      int lr = 0, lw = 0;
+      for (int r = 0; r < world; ++r)
+        if (weave_same_host(&all[r], &me)) { lw++; if (r < rank) lr++; }
+      bs->local_rank = local_rank >= 0 ? local_rank : lr;
+      bs->local_world = local_world >= 1 ? local_world : lw;
+    }
+    free(all);
+  }
+  if (rc != WEAVE_SUCCESS) {
+    /* keep the thread's message: destroying must not overwrite it */
+    sock_destroy(bs);
+    return rc;
+  }
+  weave_log(WEAVE_LOG_INFO, NULL, "%s: rank %d of %d (local %d of %d), hub rank %d at %s", who, rank, world, bs->local_rank,
+            bs->local_world, s->hub_rank, s->where);
+  *bootstrap = bs;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_bootstrap_create_uid(const weave_unique_id_t *id, int world, int rank, weave_bootstrap_t **bootstrap) {
+  static const char who[] = "weave_bootstrap_create_uid";
+  if (!id) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: id is NULL", who);
+  if (!bootstrap) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: bootstrap is NULL", who);
+  if (world < 1 || world > WEAVE_MAX_WORLD)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: world %d outside [1, %d]", who, world, WEAVE_MAX_WORLD);
+  if (rank < 0 || rank >= world)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: rank %d outside [0, %d)", who, rank, world);
+  weave_uid_t u;
+  int d = uid_decode(id, &u);
+  if (d == -3)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: the unique id is empty (all zero): the rank that should have made it with weave_get_unique_id "
+                      "failed or never sent it",
+                      who);
+  if (d == -2)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: the unique id has version %u, this library %u (mixed weave versions?)",
+                      who, get32((const unsigned char *)id->internal + 4), UID_VERSION);
+  if (d != 0)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: not a weave unique id (bad magic): pass the bytes weave_get_unique_id wrote, unchanged", who);
+  /* the hub is the rank in the process that created the id (the first to call in, when several
+   * ranks live in that process); it owns the listener from here and closes it once every rank is in */
+  int listen_fd = registry_take(u.nonce);
+  return weave_uid_bootstrap_create(&u, world, rank, listen_fd, -1, -1, 0, who, bootstrap);
+}
+

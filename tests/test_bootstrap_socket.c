@@ -1,0 +1,967 @@
+/* CPU test of the process bootstraps (src/runtime/bootstrap_socket.c, bootstrap_env.c) and of the fd
+ * exchange (fd_exchange.c): ranks as fork()ed processes (2, 4, 8; the hub rank 0 or not), as threads
+ * of one process, and mixed; a rank that dies or never arrives (every other rank fails within the
+ * bound, naming it); bad arguments; the launcher variables of torchrun, Open MPI and Slurm, good and
+ * bad; descriptors passed between processes; no descriptor leaked over 200 bootstraps. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "runtime/internal.h"
+
+#define TIMEOUT_MS 2000 /* WEAVE_TIMEOUT_MS of the failure tests */
+#define SLACK_MS 2500   /* spokes' grace (250 + timeout / 4) plus scheduling under sanitizers */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1; /* the directory's own descriptor */
+}
+
+static unsigned char pattern(int rank, int iter, size_t i) { return (unsigned char)(rank * 31 + iter * 7 + (int)i * 13 + 1); }
+
+/* Many allgathers of varied sizes (1..1024, the same on every rank) with rank-dependent content
+ * checked exactly, and barriers. Returns the number of failures (printed). */
+static int exercise(weave_bootstrap_t *bs, int rank, int iters) {
+  int world = bs->world, bad = 0;
+  unsigned char in[WEAVE_BOOTSTRAP_MAX_BYTES];
+  unsigned char *out = (unsigned char *)malloc((size_t)world * WEAVE_BOOTSTRAP_MAX_BYTES);
+  for (int it = 0; it < iters && !bad; ++it) {
+    size_t bytes = it == 0 ? 1 : it == 1 ? WEAVE_BOOTSTRAP_MAX_BYTES : 1 + (size_t)(it * 37) % WEAVE_BOOTSTRAP_MAX_BYTES;
+    for (size_t i = 0; i < bytes; ++i) in[i] = pattern(rank, it, i);
+    memset(out, 0xee, (size_t)world * bytes);
+    if (bs->allgather(bs, rank, in, out, bytes) != WEAVE_SUCCESS) {
+      fprintf(stderr, "rank %d: allgather %d failed: %s\n", rank, it, weave_get_last_error(NULL));
+      bad++;
+      break;
+    }
+    for (int r = 0; r < world && !bad; ++r)
+      for (size_t i = 0; i < bytes; ++i)
+        if (out[(size_t)r * bytes + i] != pattern(r, it, i)) {
+          fprintf(stderr, "rank %d: allgather %d (%zu bytes): wrong byte %zu of rank %d\n", rank, it, bytes, i, r);
+          bad++;
+          break;
+        }
+    if (it % 3 == 0 && bs->barrier(bs, rank) != WEAVE_SUCCESS) {
+      fprintf(stderr, "rank %d: barrier %d failed: %s\n", rank, it, weave_get_last_error(NULL));
+      bad++;
+    }
+  }
+  free(out);
+  return bad;
+}
+
+/* ---- processes ------------------------------------------------------------------------------- */
+typedef int (*child_fn)(int rank, void *arg);
+
+static pid_t spawn(child_fn fn, int rank, void *arg) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn(rank, arg));
+  CHECK_MSG(pid > 0, "fork: %s", strerror(errno));
+  return pid;
+}
+
+/* Waits for every child (at most limit_ms in all; stragglers are killed). codes[i]: the exit status,
+ * or -1 when killed or signaled. */
+static void reap(const pid_t *pids, int n, double limit_ms, int *codes) {
+  double t0 = now_ms();
+  int left = n;
+  for (int i = 0; i < n; ++i) codes[i] = pids[i] > 0 ? -2 : -1;
+  while (left > 0) {
+    left = 0;
+    for (int i = 0; i < n; ++i) {
+      if (codes[i] != -2) continue;
+      int st;
+      pid_t w = waitpid(pids[i], &st, WNOHANG);
+      if (w == pids[i]) codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      else left++;
+    }
+    if (left && now_ms() - t0 > limit_ms) {
+      for (int i = 0; i < n; ++i)
+        if (codes[i] == -2) {
+          fprintf(stderr, "child %d (pid %d) still running after %.0f ms: killed\n", i, (int)pids[i], limit_ms);
+          kill(pids[i], SIGKILL);
+          waitpid(pids[i], NULL, 0);
+          codes[i] = -1;
+        }
+      break;
+    }
+    if (left) {
+      struct timespec nap = {0, 2 * 1000000L};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
+typedef struct {
+  weave_unique_id_t id;
+  int world, iters;
+} uid_job_t;
+
+static int uid_child(int rank, void *p) {
+  uid_job_t *j = (uid_job_t *)p;
+  weave_bootstrap_t *bs = NULL;
+  if (weave_bootstrap_create_uid(&j->id, j->world, rank, &bs) != WEAVE_SUCCESS) {
+    fprintf(stderr, "rank %d: create_uid failed: %s\n", rank, weave_get_last_error(NULL));
+    return 1;
+  }
+  int world = -7, r = -7, lr = -7;
+  int bad = weave_bootstrap_info(bs, &world, &r, &lr) != WEAVE_SUCCESS || world != j->world || r != rank ||
+            lr != rank; /* one host, one process per rank: the local rank is the rank */
+  if (bad) fprintf(stderr, "rank %d: info world %d rank %d local %d\n", rank, world, r, lr);
+  bad += exercise(bs, rank, j->iters);
+  weave_bootstrap_destroy(bs);
+  return bad ? 1 : 0;
+}
+
+/* The parent makes the id, forks the other ranks (they inherit the registry of listeners but must
+ * not act as the hub: two hubs on one listener would split the connections) and is rank `hub`. */
+static void test_fork_world(int world, int hub) {
+  uid_job_t job = {.world = world, .iters = 200};
+  CHECK(weave_get_unique_id(&job.id) == WEAVE_SUCCESS);
+  pid_t pids[WEAVE_MAX_WORLD];
+  int codes[WEAVE_MAX_WORLD];
+  for (int r = 0; r < world; ++r) pids[r] = r == hub ? -1 : spawn(uid_child, r, &job);
+  int mine = uid_child(hub, &job);
+  CHECK_MSG(mine == 0, "world %d: the hub (rank %d, the parent) failed", world, hub);
+  reap(pids, world, 60000, codes);
+  for (int r = 0; r < world; ++r)
+    if (r != hub) CHECK_MSG(codes[r] == 0, "world %d hub %d: rank %d exited with %d", world, hub, r, codes[r]);
+}
+
+/* A fork()ed child holding an inherited copy of the registry is a spoke: with nobody else there it
+ * connects to the parent's listener, which nobody serves, and says so. */
+static int not_hub_child(int rank, void *p) {
+  setenv("WEAVE_TIMEOUT_MS", "300", 1);
+  weave_bootstrap_t *bs = NULL;
+  weave_result_t rc = weave_bootstrap_create_uid((const weave_unique_id_t *)p, 2, rank, &bs);
+  const char *msg = weave_get_last_error(NULL);
+  if (rc != WEAVE_ERROR_TIMEOUT || !strstr(msg, "no hub answered") || bs) {
+    fprintf(stderr, "child: rc %d, message '%s' (expected a spoke that no hub answers)\n", (int)rc, msg);
+    return 1;
+  }
+  return 0;
+}
+
+static void test_child_is_not_hub(void) {
+  weave_unique_id_t id;
+  CHECK(weave_get_unique_id(&id) == WEAVE_SUCCESS);
+  pid_t pid = spawn(not_hub_child, 1, &id);
+  int code;
+  reap(&pid, 1, 20000, &code);
+  CHECK_MSG(code == 0, "the forked child acted as the hub (exit %d)", code);
+  /* the parent's listener: a world of one takes it and closes it */
+  weave_bootstrap_t *bs = NULL;
+  CHECK(weave_bootstrap_create_uid(&id, 1, 0, &bs) == WEAVE_SUCCESS);
+  if (bs) weave_bootstrap_destroy(bs);
+}
+
+/* ---- ranks as threads of one process, with the socket bootstrap ---------------------------------- */
+typedef struct {
+  const weave_unique_id_t *id;
+  int world, rank, iters, bad;
+} thread_arg_t;
+
+static void *uid_thread(void *p) {
+  thread_arg_t *a = (thread_arg_t *)p;
+  weave_bootstrap_t *bs = NULL;
+  if (weave_bootstrap_create_uid(a->id, a->world, a->rank, &bs) != WEAVE_SUCCESS) {
+    fprintf(stderr, "thread rank %d: create_uid failed: %s\n", a->rank, weave_get_last_error(NULL));
+    a->bad++;
+    return NULL;
+  }
+  a->bad += exercise(bs, a->rank, a->iters);
+  int rank = -1, lr = -1;
+  weave_bootstrap_info(bs, NULL, &rank, &lr);
+  if (rank != a->rank || lr != a->rank) a->bad++;
+  weave_bootstrap_destroy(bs);
+  return NULL;
+}
+
+static void run_threads(const weave_unique_id_t *id, int world, int iters, int *bad) {
+  pthread_t th[WEAVE_MAX_WORLD];
+  thread_arg_t args[WEAVE_MAX_WORLD];
+  for (int r = 0; r < world; ++r) {
+    args[r] = (thread_arg_t){id, world, r, iters, 0};
+    CHECK(pthread_create(&th[r], NULL, uid_thread, &args[r]) == 0);
+  }
+  *bad = 0;
+  for (int r = 0; r < world; ++r) {
+    pthread_join(th[r], NULL);
+    *bad += args[r].bad;
+  }
+}
+
+static void test_threads(int world) {
+  weave_unique_id_t id;
+  CHECK(weave_get_unique_id(&id) == WEAVE_SUCCESS);
+  int bad;
+  run_threads(&id, world, 100, &bad);
+  CHECK_MSG(bad == 0, "world %d as threads: %d failures", world, bad);
+}
+
+/* WEAVE_SOCKET_ADDR picks the address the id advertises (an IPv4 address or a host name); one that
+ * is not this host's is refused naming the variable. */
+static void test_socket_addr(void) {
+  static const char *good[] = {"127.0.0.1", "localhost"};
+  for (int i = 0; i < 2; ++i) {
+    setenv("WEAVE_SOCKET_ADDR", good[i], 1);
+    weave_unique_id_t id;
+    CHECK_MSG(weave_get_unique_id(&id) == WEAVE_SUCCESS, "WEAVE_SOCKET_ADDR=%s: %s", good[i], weave_get_last_error(NULL));
+    unsetenv("WEAVE_SOCKET_ADDR");
+    int bad;
+    run_threads(&id, 2, 3, &bad);
+    CHECK_MSG(bad == 0, "WEAVE_SOCKET_ADDR=%s: %d failures", good[i], bad);
+  }
+  setenv("WEAVE_SOCKET_ADDR", "203.0.113.7", 1); /* TEST-NET-3: no host has it */
+  weave_unique_id_t id;
+  memset(&id, 0, sizeof(id));
+  weave_result_t rc = weave_get_unique_id(&id);
+  CHECK_MSG(rc == WEAVE_ERROR_BOOTSTRAP && strstr(weave_get_last_error(NULL), "WEAVE_SOCKET_ADDR"), "rc %d '%s'", (int)rc,
+            weave_get_last_error(NULL));
+  CHECK(id.internal[0] == 0); /* untouched */
+  unsetenv("WEAVE_SOCKET_ADDR");
+}
+
+/* Two ids outstanding in one process, used oldest first: each bootstrap's hub takes its own id's
+ * listener. */
+static void test_two_ids(void) {
+  weave_unique_id_t a, b;
+  CHECK(weave_get_unique_id(&a) == WEAVE_SUCCESS);
+  CHECK(weave_get_unique_id(&b) == WEAVE_SUCCESS);
+  CHECK(memcmp(&a, &b, sizeof(a)) != 0);
+  int bad;
+  setenv("WEAVE_TIMEOUT_MS", "2000", 1); /* a wrong listener shows as a timeout: keep it short */
+  run_threads(&a, 3, 10, &bad);
+  CHECK_MSG(bad == 0, "the first of two ids: %d failures", bad);
+  run_threads(&b, 2, 10, &bad);
+  CHECK_MSG(bad == 0, "the second of two ids: %d failures", bad);
+  setenv("WEAVE_TIMEOUT_MS", "60000", 1);
+}
+
+/* 200 bootstraps of 2 threads: the descriptor count comes back to where it was. */
+static void test_fd_leak(void) {
+  int before = count_fds();
+  int bad = 0;
+  for (int i = 0; i < 200 && !bad; ++i) {
+    weave_unique_id_t id;
+    if (weave_get_unique_id(&id) != WEAVE_SUCCESS) { bad++; break; }
+    run_threads(&id, 2, 1, &bad);
+  }
+  CHECK_MSG(bad == 0, "%d failures in the leak loop", bad);
+  int after = count_fds();
+  CHECK_MSG(before == after && before > 0, "descriptors: %d before 200 bootstraps, %d after", before, after);
+}
+
+/* ---- failures ---------------------------------------------------------------------------------- */
+typedef struct {
+  weave_unique_id_t id;
+  int world;
+  int victim, victim_after; /* the victim _exit()s before allgather #victim_after */
+  int id_pipe;              /* >= 0: read the id from here first (the hub is a child) */
+} fail_job_t;
+
+/* Every rank but the victim: allgathers until one fails; that failure must come within the bound,
+ * be BOOTSTRAP or TIMEOUT, and name the victim; the next call fails at once the same way. */
+static int fail_child(int rank, void *p) {
+  fail_job_t *j = (fail_job_t *)p;
+  setenv("WEAVE_TIMEOUT_MS", "2000", 1);
+  if (j->id_pipe >= 0 && read(j->id_pipe, &j->id, sizeof(j->id)) != (ssize_t)sizeof(j->id)) return 3;
+  weave_bootstrap_t *bs = NULL;
+  if (weave_bootstrap_create_uid(&j->id, j->world, rank, &bs) != WEAVE_SUCCESS) {
+    fprintf(stderr, "rank %d: create_uid failed: %s\n", rank, weave_get_last_error(NULL));
+    return 1;
+  }
+  int in = rank, out[WEAVE_MAX_WORLD];
+  for (int it = 0; it < 1000; ++it) {
+    if (rank == j->victim && it == j->victim_after) _exit(0); /* gone, without a word */
+    double t0 = now_ms();
+    weave_result_t rc = bs->allgather(bs, rank, &in, out, sizeof(in));
+    double dt = now_ms() - t0;
+    if (rc == WEAVE_SUCCESS) continue;
+    char msg[1024], name[32];
+    snprintf(msg, sizeof(msg), "%s", weave_get_last_error(NULL));
+    snprintf(name, sizeof(name), "rank %d", j->victim);
+    int bad = 0;
+    if (rc != WEAVE_ERROR_BOOTSTRAP && rc != WEAVE_ERROR_TIMEOUT) bad++;
+    if (!strstr(msg, name)) bad++;
+    if (dt > TIMEOUT_MS + SLACK_MS) bad++;
+    if (it != j->victim_after) bad++; /* nobody fails before the victim is gone */
+    weave_result_t again = bs->barrier(bs, rank);
+    if (again != rc || strcmp(weave_get_last_error(NULL), msg) != 0) bad++;
+    if (bad)
+      fprintf(stderr, "rank %d: allgather #%d: rc %d after %.0f ms, then %d; message '%s' (expected BOOTSTRAP/TIMEOUT naming %s)\n",
+              rank, it + 1, (int)rc, dt, (int)again, msg, name);
+    weave_bootstrap_destroy(bs);
+    return bad ? 1 : 0;
+  }
+  fprintf(stderr, "rank %d: no allgather failed although rank %d is gone\n", rank, j->victim);
+  weave_bootstrap_destroy(bs);
+  return 1;
+}
+
+/* A spoke dies: the hub (the parent) and every other spoke name it. */
+static void test_dead_spoke(int world, int victim) {
+  fail_job_t job = {.world = world, .victim = victim, .victim_after = 5, .id_pipe = -1};
+  CHECK(weave_get_unique_id(&job.id) == WEAVE_SUCCESS);
+  pid_t pids[WEAVE_MAX_WORLD];
+  int codes[WEAVE_MAX_WORLD];
+  for (int r = 1; r < world; ++r) pids[r] = spawn(fail_child, r, &job);
+  pids[0] = -1;
+  setenv("WEAVE_TIMEOUT_MS", "2000", 1);
+  int mine = fail_child(0, &job);
+  unsetenv("WEAVE_TIMEOUT_MS");
+  CHECK_MSG(mine == 0, "the hub did not report the dead rank %d correctly", victim);
+  reap(pids, world, 30000, codes);
+  for (int r = 1; r < world; ++r) CHECK_MSG(codes[r] == 0, "dead spoke %d: rank %d exited with %d", victim, r, codes[r]);
+}
+
+/* The hub dies: every spoke names it. The hub is a child here, so the id travels through a pipe. */
+static int hub_child(int rank, void *p) {
+  fail_job_t *j = (fail_job_t *)p;
+  if (weave_get_unique_id(&j->id) != WEAVE_SUCCESS) return 2;
+  for (int r = 1; r < j->world; ++r)
+    if (write(j->id_pipe, &j->id, sizeof(j->id)) != (ssize_t)sizeof(j->id)) return 2;
+  j->id_pipe = -1;
+  return fail_child(rank, j);
+}
+
+static void test_dead_hub(int world) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  fail_job_t job = {.world = world, .victim = 0, .victim_after = 3};
+  pid_t pids[WEAVE_MAX_WORLD];
+  int codes[WEAVE_MAX_WORLD];
+  job.id_pipe = fds[1];
+  pids[0] = spawn(hub_child, 0, &job);
+  job.id_pipe = fds[0];
+  for (int r = 1; r < world; ++r) pids[r] = spawn(fail_child, r, &job);
+  close(fds[0]);
+  close(fds[1]);
+  reap(pids, world, 30000, codes);
+  CHECK_MSG(codes[0] == 0, "the hub child exited with %d", codes[0]);
+  for (int r = 1; r < world; ++r) CHECK_MSG(codes[r] == 0, "dead hub: rank %d exited with %d", r, codes[r]);
+}
+
+/* Rank `missing` never comes: creation fails on every rank within the bound, naming it. */
+static int missing_child(int rank, void *p) {
+  fail_job_t *j = (fail_job_t *)p;
+  setenv("WEAVE_TIMEOUT_MS", "2000", 1);
+  weave_bootstrap_t *bs = NULL;
+  double t0 = now_ms();
+  weave_result_t rc = weave_bootstrap_create_uid(&j->id, j->world, rank, &bs);
+  double dt = now_ms() - t0;
+  const char *msg = weave_get_last_error(NULL);
+  char name[32];
+  snprintf(name, sizeof(name), "rank %d", j->victim);
+  if ((rc != WEAVE_ERROR_TIMEOUT && rc != WEAVE_ERROR_BOOTSTRAP) || !strstr(msg, name) || dt > TIMEOUT_MS + SLACK_MS || bs) {
+    fprintf(stderr, "rank %d: creation without %s: rc %d after %.0f ms, message '%s'\n", rank, name, (int)rc, dt, msg);
+    return 1;
+  }
+  return 0;
+}
+
+static void test_missing_rank(int world, int missing) {
+  fail_job_t job = {.world = world, .victim = missing, .id_pipe = -1};
+  CHECK(weave_get_unique_id(&job.id) == WEAVE_SUCCESS);
+  int before = count_fds();
+  pid_t pids[WEAVE_MAX_WORLD];
+  int codes[WEAVE_MAX_WORLD];
+  for (int r = 1; r < world; ++r) pids[r] = r == missing ? -1 : spawn(missing_child, r, &job);
+  pids[0] = -1;
+  int mine = missing_child(0, &job);
+  unsetenv("WEAVE_TIMEOUT_MS");
+  CHECK_MSG(mine == 0, "the hub did not report the missing rank %d", missing);
+  reap(pids, world, 30000, codes);
+  for (int r = 1; r < world; ++r)
+    if (r != missing) CHECK_MSG(codes[r] == 0, "missing rank %d: rank %d exited with %d", missing, r, codes[r]);
+  /* the failed hub closed its listener and every connection */
+  CHECK_MSG(count_fds() == before - 1, "descriptors: %d before (listener included), %d after a failed creation", before, count_fds());
+}
+
+static void test_bad_args(void) {
+  weave_unique_id_t id, bad;
+  weave_bootstrap_t *bs = (weave_bootstrap_t *)0x1;
+  CHECK(weave_get_unique_id(NULL) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(weave_get_unique_id(&id) == WEAVE_SUCCESS);
+  CHECK(weave_bootstrap_create_uid(NULL, 2, 0, &bs) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(weave_get_last_error(NULL), "id is NULL") != NULL);
+  CHECK(weave_bootstrap_create_uid(&id, 0, 0, &bs) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(weave_get_last_error(NULL), "world 0") != NULL);
+  CHECK(weave_bootstrap_create_uid(&id, WEAVE_MAX_WORLD + 1, 0, &bs) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(weave_bootstrap_create_uid(&id, 2, 2, &bs) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(weave_get_last_error(NULL), "rank 2") != NULL);
+  CHECK(weave_bootstrap_create_uid(&id, 2, -1, &bs) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(weave_bootstrap_create_uid(&id, 2, 0, NULL) == WEAVE_ERROR_INVALID_ARGUMENT);
+  bad = id;
+  bad.internal[0] ^= 0x55;
+  CHECK(weave_bootstrap_create_uid(&bad, 2, 0, &bs) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(weave_get_last_error(NULL), "magic") != NULL);
+  memset(&bad, 0, sizeof(bad));
+  CHECK(weave_bootstrap_create_uid(&bad, 2, 0, &bs) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(weave_get_last_error(NULL), "empty") != NULL);
+  CHECK(bs == (weave_bootstrap_t *)0x1); /* untouched on failure */
+  CHECK(weave_bootstrap_info(NULL, NULL, NULL, NULL) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(weave_bootstrap_create_env(NULL) == WEAVE_ERROR_INVALID_ARGUMENT);
+
+  /* the id still works after the rejected calls (a world of one); calls with another rank than the
+   * object's are refused and do not break it */
+  bs = NULL;
+  CHECK(weave_bootstrap_create_uid(&id, 1, 0, &bs) == WEAVE_SUCCESS);
+  if (!bs) return;
+  unsigned char in[WEAVE_BOOTSTRAP_MAX_BYTES + 1] = {7}, out[WEAVE_BOOTSTRAP_MAX_BYTES + 1];
+  CHECK(bs->allgather(bs, 1, in, out, 4) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(bs->allgather(bs, 0, in, out, 0) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(bs->allgather(bs, 0, in, out, WEAVE_BOOTSTRAP_MAX_BYTES + 1) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(bs->allgather(bs, 0, NULL, out, 4) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(bs->barrier(bs, -1) == WEAVE_ERROR_INVALID_ARGUMENT);
+  out[0] = 0;
+  CHECK(bs->allgather(bs, 0, in, out, 1) == WEAVE_SUCCESS && out[0] == 7);
+  CHECK(bs->barrier(bs, 0) == WEAVE_SUCCESS);
+  int world = 0, rank = -5, lr = -5;
+  CHECK(weave_bootstrap_info(bs, &world, &rank, &lr) == WEAVE_SUCCESS && world == 1 && rank == 0 && lr == 0);
+  weave_bootstrap_destroy(bs);
+
+  /* the threads bootstrap has no single rank */
+  CHECK(weave_bootstrap_create_threads(3, &bs) == WEAVE_SUCCESS);
+  CHECK(weave_bootstrap_info(bs, &world, &rank, &lr) == WEAVE_SUCCESS && world == 3 && rank == -1 && lr == -1);
+  weave_bootstrap_destroy(bs);
+}
+
+/* Ranks that call different collectives: the hub catches it and every rank fails with MISMATCH. */
+typedef struct {
+  const weave_unique_id_t *id;
+  int rank;
+  weave_result_t rc;
+  char msg[1024];
+} mismatch_arg_t;
+
+static void *mismatch_thread(void *p) {
+  mismatch_arg_t *a = (mismatch_arg_t *)p;
+  weave_bootstrap_t *bs = NULL;
+  a->rc = weave_bootstrap_create_uid(a->id, 3, a->rank, &bs);
+  if (a->rc != WEAVE_SUCCESS) return NULL;
+  unsigned char in[16] = {0}, out[3 * 16];
+  a->rc = bs->allgather(bs, a->rank, in, out, 8);
+  if (a->rc == WEAVE_SUCCESS) /* rank 2 passes 16 bytes where the others pass 4 */
+    a->rc = bs->allgather(bs, a->rank, in, out, a->rank == 2 ? 16 : 4);
+  snprintf(a->msg, sizeof(a->msg), "%s", weave_get_last_error(NULL));
+  weave_bootstrap_destroy(bs);
+  return NULL;
+}
+
+static void test_mismatch(void) {
+  weave_unique_id_t id;
+  CHECK(weave_get_unique_id(&id) == WEAVE_SUCCESS);
+  pthread_t th[3];
+  mismatch_arg_t args[3];
+  for (int r = 0; r < 3; ++r) {
+    args[r] = (mismatch_arg_t){&id, r, WEAVE_SUCCESS, ""};
+    CHECK(pthread_create(&th[r], NULL, mismatch_thread, &args[r]) == 0);
+  }
+  for (int r = 0; r < 3; ++r) pthread_join(th[r], NULL);
+  /* the hub compares against its own size: whichever is the hub, some rank differs from it */
+  for (int r = 0; r < 3; ++r)
+    CHECK_MSG(args[r].rc == WEAVE_ERROR_MISMATCH && strstr(args[r].msg, "bytes"), "rank %d: rc %d '%s'", r, (int)args[r].rc,
+              args[r].msg);
+}
+
+/* One id, two world sizes: whichever rank is the hub, both fail at once naming both worlds. */
+typedef struct {
+  const weave_unique_id_t *id;
+  int world, rank;
+  weave_result_t rc;
+  double ms;
+  char msg[1024];
+} world_arg_t;
+
+static void *world_thread(void *p) {
+  world_arg_t *a = (world_arg_t *)p;
+  weave_bootstrap_t *bs = NULL;
+  double t0 = now_ms();
+  a->rc = weave_bootstrap_create_uid(a->id, a->world, a->rank, &bs);
+  a->ms = now_ms() - t0;
+  snprintf(a->msg, sizeof(a->msg), "%s", weave_get_last_error(NULL));
+  if (bs) weave_bootstrap_destroy(bs);
+  return NULL;
+}
+
+static void test_world_mismatch(void) {
+  weave_unique_id_t id;
+  CHECK(weave_get_unique_id(&id) == WEAVE_SUCCESS);
+  pthread_t th[2];
+  world_arg_t args[2] = {{&id, 2, 0, WEAVE_SUCCESS, 0, ""}, {&id, 3, 1, WEAVE_SUCCESS, 0, ""}};
+  for (int i = 0; i < 2; ++i) CHECK(pthread_create(&th[i], NULL, world_thread, &args[i]) == 0);
+  for (int i = 0; i < 2; ++i) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; ++i)
+    CHECK_MSG(args[i].rc == WEAVE_ERROR_MISMATCH && strstr(args[i].msg, "world 2") && strstr(args[i].msg, "world 3") &&
+                  args[i].ms < 5000,
+              "rank %d (world %d): rc %d after %.0f ms, '%s'", args[i].rank, args[i].world, (int)args[i].rc, args[i].ms,
+              args[i].msg);
+}
+
+/* ---- the launcher's environment ---------------------------------------------------------------- */
+static const char *launcher_vars[] = {"WEAVE_SOCKET_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                      "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid", "SLURM_PROCID", "SLURM_NTASKS",
+                                      "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_ID", "WEAVE_BOOTSTRAP_PORT",
+                                      "TORCHELASTIC_RUN_ID"};
+
+static void clear_launcher_env(void) {
+  for (size_t i = 0; i < sizeof(launcher_vars) / sizeof(launcher_vars[0]); ++i) unsetenv(launcher_vars[i]);
+}
+
+/* A port for rank 0 to listen on: free now, and below the kernel's ephemeral range (as torchrun's
+ * 29500 + 1 is), so no outgoing connection of a concurrent test can take it as its source port
+ * before rank 0 binds it. */
+static int free_port(void) {
+  int lo = 32768, hi = 60999;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f) {
+    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768, hi = 60999;
+    fclose(f);
+  }
+  int base = lo > 12000 ? 10000 : hi + 1, span = lo > 12000 ? lo - 10000 : 65535 - hi;
+  unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)now_ms();
+  for (int i = 0; i < 200 && span > 1; ++i) {
+    int port = base + (int)(rand_r(&seed) % (unsigned)span);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    sa.sin_port = htons((uint16_t)port);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (fd >= 0) close(fd);
+    if (ok) return port;
+  }
+  return -1;
+}
+
+typedef enum { STYLE_TORCHRUN, STYLE_TORCHRUN_MASTER_PORT, STYLE_OMPI, STYLE_SLURM } env_style_t;
+typedef struct {
+  env_style_t style;
+  int world, port;
+} env_job_t;
+
+static void setenv_int(const char *name, int v) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%d", v);
+  setenv(name, buf, 1);
+}
+
+static int env_child(int rank, void *p) {
+  env_job_t *j = (env_job_t *)p;
+  clear_launcher_env();
+  /* two "nodes" as far as the launcher says: local ranks 0..half-1 twice */
+  int half = (j->world + 1) / 2, local = rank % half;
+  switch (j->style) {
+    case STYLE_TORCHRUN:
+    case STYLE_TORCHRUN_MASTER_PORT:
+      setenv_int("RANK", rank);
+      setenv_int("WORLD_SIZE", j->world);
+      setenv_int("LOCAL_RANK", local);
+      setenv_int("LOCAL_WORLD_SIZE", half);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      if (j->style == STYLE_TORCHRUN) setenv_int("WEAVE_BOOTSTRAP_PORT", j->port);
+      else setenv_int("MASTER_PORT", j->port - 1);
+      break;
+    case STYLE_OMPI:
+      setenv_int("OMPI_COMM_WORLD_RANK", rank);
+      setenv_int("OMPI_COMM_WORLD_SIZE", j->world);
+      setenv_int("OMPI_COMM_WORLD_LOCAL_RANK", local);
+      setenv_int("OMPI_COMM_WORLD_LOCAL_SIZE", half);
+      setenv("OMPI_MCA_ess_base_jobid", "12345", 1);
+      setenv_int("WEAVE_BOOTSTRAP_PORT", j->port); /* MASTER_ADDR unset: 127.0.0.1 */
+      break;
+    case STYLE_SLURM:
+      setenv_int("SLURM_PROCID", rank);
+      setenv_int("SLURM_NTASKS", j->world);
+      setenv_int("SLURM_LOCALID", local);
+      setenv("SLURM_JOB_ID", "777", 1);
+      setenv("SLURM_STEP_ID", "0", 1);
+      setenv_int("WEAVE_BOOTSTRAP_PORT", j->port);
+      break;
+  }
+  weave_bootstrap_t *bs = NULL;
+  if (weave_bootstrap_create_env(&bs) != WEAVE_SUCCESS) {
+    fprintf(stderr, "env style %d rank %d: create_env failed: %s\n", (int)j->style, rank, weave_get_last_error(NULL));
+    return 1;
+  }
+  int world = -1, r = -1, lr = -1;
+  /* Slurm names no local world size: it is counted from the ranks' hosts (all on this one) */
+  int lw = j->style == STYLE_SLURM ? j->world : half;
+  int bad = weave_bootstrap_info(bs, &world, &r, &lr) != WEAVE_SUCCESS || world != j->world || r != rank || lr != local ||
+            bs->local_world != lw;
+  if (bad) fprintf(stderr, "env style %d rank %d: info world %d rank %d local %d of %d\n", (int)j->style, rank, world, r, lr, bs->local_world);
+  bad += exercise(bs, rank, 50);
+  weave_bootstrap_destroy(bs);
+  return bad ? 1 : 0;
+}
+
+/* WORLD_SIZE differs between the two ranks: rank 1 is turned away at once as a rank of another
+ * launch (the world is part of the rendezvous's identity); rank 0 times out, saying so. */
+typedef struct {
+  int port;
+} env_mismatch_job_t;
+
+static int env_mismatch_child(int rank, void *p) {
+  env_mismatch_job_t *j = (env_mismatch_job_t *)p;
+  clear_launcher_env();
+  setenv_int("RANK", rank);
+  setenv_int("WORLD_SIZE", rank == 0 ? 2 : 3);
+  setenv_int("WEAVE_BOOTSTRAP_PORT", j->port);
+  setenv("WEAVE_TIMEOUT_MS", "1000", 1);
+  weave_bootstrap_t *bs = NULL;
+  double t0 = now_ms();
+  weave_result_t rc = weave_bootstrap_create_env(&bs);
+  double dt = now_ms() - t0;
+  const char *msg = weave_get_last_error(NULL);
+  int ok = rank == 0 ? rc == WEAVE_ERROR_TIMEOUT && strstr(msg, "rank 1 did not connect") && strstr(msg, "another bootstrap")
+                     : rc == WEAVE_ERROR_BOOTSTRAP && strstr(msg, "another bootstrap") && strstr(msg, "world 3") && dt < 1000;
+  if (!ok || bs || dt > 1000 + SLACK_MS) {
+    fprintf(stderr, "env world mismatch, rank %d: rc %d after %.0f ms, '%s'\n", rank, (int)rc, dt, msg);
+    return 1;
+  }
+  return 0;
+}
+
+static void test_env_world_mismatch(void) {
+  env_mismatch_job_t job = {free_port()};
+  pid_t pids[2];
+  int codes[2];
+  pids[0] = spawn(env_mismatch_child, 0, &job);
+  struct timespec nap = {0, 100 * 1000000L}; /* rank 0 listens first, so rank 1 meets it */
+  nanosleep(&nap, NULL);
+  pids[1] = spawn(env_mismatch_child, 1, &job);
+  reap(pids, 2, 30000, codes);
+  for (int r = 0; r < 2; ++r) CHECK_MSG(codes[r] == 0, "env world mismatch: rank %d exited with %d", r, codes[r]);
+}
+
+static void test_env_world(env_style_t style, int world) {
+  env_job_t job = {style, world, free_port()};
+  CHECK(job.port > 1);
+  pid_t pids[WEAVE_MAX_WORLD];
+  int codes[WEAVE_MAX_WORLD];
+  for (int r = 0; r < world; ++r) pids[r] = spawn(env_child, r, &job);
+  reap(pids, world, 60000, codes);
+  for (int r = 0; r < world; ++r) CHECK_MSG(codes[r] == 0, "env style %d world %d: rank %d exited with %d", (int)style, world, r, codes[r]);
+}
+
+/* Bad or contradictory launcher variables: WEAVE_ERROR_BOOTSTRAP naming the variable, before any
+ * connection is tried (so no peers are needed). */
+static void expect_env_error(const char *const *kv, const char *name) {
+  clear_launcher_env();
+  for (int i = 0; kv[i]; i += 2) setenv(kv[i], kv[i + 1], 1);
+  setenv("WEAVE_TIMEOUT_MS", "300", 1); /* an error that is not caught goes looking for peers: briefly */
+  weave_bootstrap_t *bs = (weave_bootstrap_t *)0x1;
+  weave_result_t rc = weave_bootstrap_create_env(&bs);
+  const char *msg = weave_get_last_error(NULL);
+  CHECK_MSG(rc == WEAVE_ERROR_BOOTSTRAP && strstr(msg, name) && bs == (weave_bootstrap_t *)0x1,
+            "%s=%s ...: rc %d, message '%s' (expected BOOTSTRAP naming %s)", kv[0], kv[1], (int)rc, msg, name);
+  if (rc == WEAVE_SUCCESS) weave_bootstrap_destroy(bs);
+  setenv("WEAVE_TIMEOUT_MS", "60000", 1);
+  clear_launcher_env();
+}
+
+static void test_env_errors(void) {
+  expect_env_error((const char *const[]){"RANK", "4", "WORLD_SIZE", "4", NULL}, "WORLD_SIZE");
+  expect_env_error((const char *const[]){"RANK", "1", NULL}, "WORLD_SIZE");
+  expect_env_error((const char *const[]){"WORLD_SIZE", "2", NULL}, "RANK");
+  expect_env_error((const char *const[]){"RANK", "abc", "WORLD_SIZE", "2", NULL}, "RANK='abc'");
+  expect_env_error((const char *const[]){"RANK", "0", "WORLD_SIZE", "-2", NULL}, "WORLD_SIZE");
+  expect_env_error((const char *const[]){"RANK", "0", "WORLD_SIZE", "65", NULL}, "WORLD_SIZE");
+  expect_env_error((const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "LOCAL_RANK", "2", "LOCAL_WORLD_SIZE", "2", NULL},
+                   "LOCAL_RANK");
+  expect_env_error((const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "LOCAL_RANK", "x", NULL}, "LOCAL_RANK");
+  /* two launchers disagree: about the rank in the same world, or the outer one has more processes */
+  expect_env_error((const char *const[]){"RANK", "2", "WORLD_SIZE", "4", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "4",
+                                         NULL},
+                   "OMPI_COMM_WORLD_RANK");
+  expect_env_error((const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "8",
+                                         NULL},
+                   "OMPI_COMM_WORLD_SIZE");
+  expect_env_error((const char *const[]){"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4", "SLURM_PROCID", "0",
+                                         "SLURM_NTASKS", "4", NULL},
+                   "SLURM_PROCID");
+  expect_env_error((const char *const[]){"OMPI_COMM_WORLD_RANK", "3", NULL}, "OMPI_COMM_WORLD_SIZE");
+  expect_env_error((const char *const[]){"SLURM_PROCID", "5", "SLURM_NTASKS", "5", NULL}, "SLURM_PROCID");
+  expect_env_error((const char *const[]){NULL}, "RANK"); /* no launcher at all */
+  expect_env_error((const char *const[]){"RANK", "0", "WORLD_SIZE", "2", "WEAVE_BOOTSTRAP_PORT", "70000", NULL},
+                   "WEAVE_BOOTSTRAP_PORT");
+  expect_env_error((const char *const[]){"RANK", "0", "WORLD_SIZE", "2", "MASTER_PORT", "http", NULL}, "MASTER_PORT");
+}
+
+static void test_env_info(void) {
+  int rank = -9, world = -9, lr = -9, lw = -9, port = 0;
+  char addr[64];
+  /* a nested launch (srun: one task per node, each starting torchrun): the outer world is smaller */
+  clear_launcher_env();
+  setenv("RANK", "5", 1);
+  setenv("WORLD_SIZE", "8", 1);
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 5 && world == 8 && lr == -1 && lw == -1);
+  /* incomplete variables of a lower launcher (an sbatch script's) are not ours to judge */
+  unsetenv("SLURM_NTASKS");
+  CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 5);
+  /* the same rank from two launchers is fine */
+  clear_launcher_env();
+  setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+  setenv("SLURM_PROCID", "2", 1);
+  setenv("SLURM_NTASKS", "3", 1);
+  CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 2 && world == 3 && lr == 0 && lw == -1);
+
+  /* the rendezvous: WEAVE_BOOTSTRAP_PORT, else MASTER_PORT + 1, else 29500 + hash(job) % 1000 */
+  clear_launcher_env();
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && !strcmp(addr, "127.0.0.1"));
+  int p0 = port;
+  CHECK(p0 >= 29500 && p0 < 30500);
+  setenv("OMPI_MCA_ess_base_jobid", "3141592653", 1);
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port >= 29500 && port < 30500);
+  int p1 = port;
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port == p1); /* deterministic */
+  unsetenv("OMPI_MCA_ess_base_jobid");
+  setenv("SLURM_JOB_ID", "4242", 1);
+  setenv("SLURM_STEP_ID", "1", 1);
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port >= 29500 && port < 30500);
+  CHECK_MSG(p0 != p1 || p1 != port, "three job ids, one port %d: the job id is not used", port);
+  setenv("MASTER_ADDR", "node17", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port == 29501 && !strcmp(addr, "node17"));
+  setenv("WEAVE_BOOTSTRAP_PORT", "40001", 1);
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port == 40001);
+  setenv("MASTER_PORT", "65535", 1);
+  unsetenv("WEAVE_BOOTSTRAP_PORT");
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_ERROR_BOOTSTRAP);
+  CHECK(strstr(weave_get_last_error(NULL), "MASTER_PORT") != NULL);
+  clear_launcher_env();
+
+  /* a world of one needs no peer and no port */
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  weave_bootstrap_t *bs = NULL;
+  CHECK(weave_bootstrap_create_env(&bs) == WEAVE_SUCCESS);
+  if (bs) {
+    CHECK(weave_bootstrap_info(bs, &world, &rank, &lr) == WEAVE_SUCCESS && world == 1 && rank == 0 && lr == 0);
+    CHECK(exercise(bs, 0, 20) == 0);
+    weave_bootstrap_destroy(bs);
+  }
+  clear_launcher_env();
+}
+
+/* ---- fd exchange ------------------------------------------------------------------------------- */
+static int make_memfd(int rank) {
+  int fd = memfd_create("weave-test", MFD_CLOEXEC);
+  char text[64];
+  int n = snprintf(text, sizeof(text), "rank %d of pid %d", rank, (int)getpid());
+  if (fd < 0 || write(fd, text, (size_t)n + 1) != n + 1) return -1;
+  return fd;
+}
+
+/* Checks what rank `rank` received: fds from exactly the expected peers, each reading back the
+ * peer's text; closes them. expect_from[r]: 1 an fd from r, 0 none. Returns failures. */
+static int check_received(int rank, int world, const int *peer_fds, const int *expect_from) {
+  int bad = 0;
+  for (int r = 0; r < world; ++r) {
+    if (!expect_from[r]) {
+      if (peer_fds[r] != -1) { fprintf(stderr, "rank %d: fd %d from rank %d, expected -1\n", rank, peer_fds[r], r); bad++; }
+      continue;
+    }
+    char text[64] = "", want[24];
+    snprintf(want, sizeof(want), "rank %d ", r);
+    if (peer_fds[r] < 0 || pread(peer_fds[r], text, sizeof(text) - 1, 0) <= 0 || strncmp(text, want, strlen(want))) {
+      fprintf(stderr, "rank %d: fd %d from rank %d reads '%s'\n", rank, peer_fds[r], r, text);
+      bad++;
+    }
+    if (peer_fds[r] >= 0) close(peer_fds[r]);
+  }
+  return bad;
+}
+
+typedef struct {
+  weave_unique_id_t id;
+  int world;
+  int per_process;  /* ranks per process (threads) */
+  int no_fd_rank;   /* this rank passes -1 */
+} fdx_job_t;
+
+typedef struct {
+  fdx_job_t *job;
+  int rank, bad;
+} fdx_arg_t;
+
+static void *fdx_rank(void *p) {
+  fdx_arg_t *a = (fdx_arg_t *)p;
+  fdx_job_t *j = a->job;
+  weave_bootstrap_t *bs = NULL;
+  if (weave_bootstrap_create_uid(&j->id, j->world, a->rank, &bs) != WEAVE_SUCCESS) {
+    fprintf(stderr, "fdx rank %d: create_uid failed: %s\n", a->rank, weave_get_last_error(NULL));
+    a->bad++;
+    return NULL;
+  }
+  int fd = a->rank == j->no_fd_rank ? -1 : make_memfd(a->rank);
+  int peer_fds[WEAVE_MAX_WORLD], expect[WEAVE_MAX_WORLD];
+  for (int r = 0; r < j->world; ++r) {
+    peer_fds[r] = -42;
+    expect[r] = r / j->per_process != a->rank / j->per_process && r != j->no_fd_rank;
+  }
+  if (weave_bootstrap_exchange_fds(bs, a->rank, fd, peer_fds) != WEAVE_SUCCESS) {
+    fprintf(stderr, "fdx rank %d: exchange failed: %s\n", a->rank, weave_get_last_error(NULL));
+    a->bad++;
+  } else {
+    a->bad += check_received(a->rank, j->world, peer_fds, expect);
+  }
+  /* the bootstrap still works after the exchange */
+  a->bad += exercise(bs, a->rank, 5);
+  if (fd >= 0) close(fd);
+  weave_bootstrap_destroy(bs);
+  return NULL;
+}
+
+/* one process's ranks (as threads); returns failures */
+static int fdx_process(int first_rank, void *p) {
+  fdx_job_t *j = (fdx_job_t *)p;
+  int before = count_fds();
+  pthread_t th[WEAVE_MAX_WORLD];
+  fdx_arg_t args[WEAVE_MAX_WORLD];
+  for (int i = 0; i < j->per_process; ++i) {
+    args[i] = (fdx_arg_t){j, first_rank + i, 0};
+    pthread_create(&th[i], NULL, fdx_rank, &args[i]);
+  }
+  int bad = 0;
+  for (int i = 0; i < j->per_process; ++i) {
+    pthread_join(th[i], NULL);
+    bad += args[i].bad;
+  }
+  int after = count_fds();
+  if (first_rank != 0 && after != before) { /* the parent's count includes the listener it gave up */
+    fprintf(stderr, "fdx process of rank %d: %d descriptors before, %d after\n", first_rank, before, after);
+    bad++;
+  }
+  return bad ? 1 : 0;
+}
+
+static void test_fd_exchange(int world, int per_process, int no_fd_rank) {
+  fdx_job_t job = {.world = world, .per_process = per_process, .no_fd_rank = no_fd_rank};
+  CHECK(weave_get_unique_id(&job.id) == WEAVE_SUCCESS);
+  int nproc = world / per_process;
+  pid_t pids[WEAVE_MAX_WORLD];
+  int codes[WEAVE_MAX_WORLD];
+  pids[0] = -1;
+  for (int i = 1; i < nproc; ++i) pids[i] = spawn(fdx_process, i * per_process, &job);
+  int mine = fdx_process(0, &job);
+  CHECK_MSG(mine == 0, "fd exchange world %d x%d: the parent's ranks failed", world, per_process);
+  reap(pids, nproc, 60000, codes);
+  for (int i = 1; i < nproc; ++i)
+    CHECK_MSG(codes[i] == 0, "fd exchange world %d x%d: process %d exited with %d", world, per_process, i, codes[i]);
+}
+
+/* The threads bootstrap: every rank in one process, so every entry is -1 and nothing else happens. */
+typedef struct {
+  weave_bootstrap_t *bs;
+  int rank, bad;
+} fdx_threads_arg_t;
+
+static void *fdx_threads_rank(void *p) {
+  fdx_threads_arg_t *a = (fdx_threads_arg_t *)p;
+  int fd = make_memfd(a->rank), peer_fds[WEAVE_MAX_WORLD];
+  if (weave_bootstrap_exchange_fds(a->bs, a->rank, fd, peer_fds) != WEAVE_SUCCESS) a->bad++;
+  else
+    for (int r = 0; r < a->bs->world; ++r) a->bad += peer_fds[r] != -1;
+  close(fd);
+  return NULL;
+}
+
+static void test_fd_exchange_threads(int world) {
+  weave_bootstrap_t *bs = NULL;
+  CHECK(weave_bootstrap_create_threads(world, &bs) == WEAVE_SUCCESS);
+  if (!bs) return;
+  int before = count_fds();
+  pthread_t th[WEAVE_MAX_WORLD];
+  fdx_threads_arg_t args[WEAVE_MAX_WORLD];
+  for (int r = 0; r < world; ++r) {
+    args[r] = (fdx_threads_arg_t){bs, r, 0};
+    pthread_create(&th[r], NULL, fdx_threads_rank, &args[r]);
+  }
+  for (int r = 0; r < world; ++r) {
+    pthread_join(th[r], NULL);
+    CHECK_MSG(args[r].bad == 0, "threads bootstrap rank %d: %d wrong entries", r, args[r].bad);
+  }
+  CHECK(count_fds() == before);
+  int peer_fds[4];
+  CHECK(weave_bootstrap_exchange_fds(bs, world, -1, peer_fds) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(weave_bootstrap_exchange_fds(bs, 0, -1, NULL) == WEAVE_ERROR_INVALID_ARGUMENT);
+  CHECK(weave_bootstrap_exchange_fds(NULL, 0, -1, peer_fds) == WEAVE_ERROR_INVALID_ARGUMENT);
+  weave_bootstrap_destroy(bs);
+}
+
+int main(void) {
+  setenv("WEAVE_DEBUG", "NONE", 1); /* the failure tests fail on purpose: keep the log quiet */
+  setenv("WEAVE_TIMEOUT_MS", "60000", 1); /* generous for slow (sanitized) runs of the good cases */
+  clear_launcher_env();
+  signal(SIGPIPE, SIG_DFL); /* a SIGPIPE would kill the test: the bootstrap must never raise one */
+  double t0 = now_ms();
+
+  test_bad_args();
+  test_fork_world(2, 0);
+  test_fork_world(4, 0);
+  test_fork_world(8, 0);
+  test_fork_world(4, 2); /* the hub is not rank 0 */
+  test_fork_world(3, 2);
+  test_child_is_not_hub();
+  test_threads(2);
+  test_threads(5);
+  test_two_ids();
+  test_socket_addr();
+  test_mismatch();
+  test_world_mismatch();
+  test_fd_leak();
+  test_env_errors();
+  test_env_info();
+  test_env_world(STYLE_TORCHRUN, 4);
+  test_env_world(STYLE_TORCHRUN_MASTER_PORT, 2);
+  test_env_world(STYLE_OMPI, 3);
+  test_env_world(STYLE_SLURM, 2);
+  test_env_world_mismatch();
+  test_fd_exchange(2, 1, -1);
+  test_fd_exchange(4, 1, -1);
+  test_fd_exchange(4, 2, 1); /* 2 processes x 2 threads; rank 1 passes no fd */
+  test_fd_exchange(6, 3, 4);
+  test_fd_exchange_threads(4);
+
+  unsetenv("WEAVE_TIMEOUT_MS");
+  test_dead_spoke(4, 2);
+  test_dead_spoke(2, 1);
+  test_dead_hub(3);
+  test_missing_rank(4, 3);
+  printf("test_bootstrap_socket: %.1f s\n", (now_ms() - t0) / 1e3);
+  return check_summary("test_bootstrap_socket");
+}
