@@ -45,8 +45,12 @@ echo "check_install: examples/gemm_rs built with find_package(weave ${version%.*
 
 # The example through pkg-config (where pkg-config is installed).
 if command -v pkg-config >/dev/null; then
-  cuda_inc=$(sed -n 's/^CUDAToolkit_INCLUDE_DIR:[A-Z]*=//p' "$work/cmake/CMakeCache.txt")
-  cuda_lib=$(sed -n 's/^CUDAToolkit_LIBRARY_DIR:[A-Z]*=//p' "$work/cmake/CMakeCache.txt")
+  # the CUDA runtime the example calls itself: the toolkit the build used
+  nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+  cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+  cuda_inc=$cuda_root/include
+  cuda_lib=$cuda_root/lib64
+  [ -d "$cuda_lib" ] || cuda_lib=$cuda_root/lib
   PKG_CONFIG_PATH="$libdir/pkgconfig" cc -std=c11 -O2 examples/gemm_rs/main.c -o "$work/example_pc" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs weave) -I"$cuda_inc" -L"$cuda_lib" \
     -lcudart -lpthread -lm -Wl,-rpath,"$libdir" -Wl,-rpath,"$cuda_lib" || fail "pkg-config build of the example"

@@ -18,7 +18,7 @@ done
 [[ $n =~ ^[1-9][0-9]*$ ]] && [ $# -gt 0 ] || { echo "usage: $0 -n N [--mps] [--] command [args...]" >&2; exit 2; }
 
 mps_dir=
-if [ $mps = 1 ] && ! pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1; then
+if [ $mps = 1 ] && ! pgrep -f nvidia-cuda-mps-control >/dev/null 2>&1; then
   ctl=$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)
   mps_dir=$(mktemp -d /tmp/weave-mps.XXXXXX)
   export CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$mps_dir
@@ -32,7 +32,8 @@ fi
 stop_mps() {
   if [ -n "$mps_dir" ]; then
     echo quit | "${ctl}" >/dev/null 2>&1
-    for _ in $(seq 50); do pgrep -x nvidia-cuda-mps-server >/dev/null || break; sleep 0.1; done
+    # the daemon and its server exit asynchronously; a next daemon must not meet them on the GPU
+    for _ in $(seq 100); do pgrep -f 'nvidia-cuda-mps-(control|server)' >/dev/null || break; sleep 0.1; done
     rm -rf "$mps_dir"
   fi
 }
