@@ -45,8 +45,8 @@ echo "check_install: examples/gemm_rs built with find_package(weave ${version%.*
 
 # The example through pkg-config (where pkg-config is installed).
 if command -v pkg-config >/dev/null; then
-  # the CUDA runtime the example calls itself: the toolkit the build used
-  nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+  # the CUDA runtime the example calls itself, from the toolkit CMake finds (CUDACXX, PATH, /usr/local/cuda)
+  nvcc=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
   cuda_inc=$cuda_root/include
   cuda_lib=$cuda_root/lib64

@@ -116,10 +116,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s [world 1..8]\n", argv[0]);
     return 2;
   }
-  /* Several ranks share GPU 0 here: their kernels must be able to run side by side (set before CUDA
-   * starts; a launcher's environment may already say so). */
+  int launched = getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_NTASKS");
+  /* Ranks that are threads of this process share GPU 0: their kernels must be able to run side by
+   * side (set before CUDA starts). Ranks in separate processes share a GPU through MPS instead. */
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  if (!launched) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     printf("no CUDA device: nothing to run (skipped)\n");
     return 77;
@@ -131,7 +132,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)M * K_LOCAL; ++i) g_a[r][i] = to_bf16((float)rand() / RAND_MAX - 0.5f);
     for (size_t i = 0; i < (size_t)K_LOCAL * N; ++i) g_b[r][i] = to_bf16((float)rand() / RAND_MAX - 0.5f);
   }
-  int launched = getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_NTASKS");
   if (launched) { /* one process per rank: every process builds every rank's inputs (same seed) */
     int world, rank;
     if (weave_bootstrap_create_env(&g_bootstrap) != WEAVE_SUCCESS ||

@@ -217,7 +217,7 @@ void weave_symmetric_heap_destroy(weave_symmetric_heap_t *h) {
 }
 
 weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weave_symmetric_heap_t **out,
-                                           void **bases, int *ranks_on_device) {
+                                           void **bases, int *ranks_on_device, int *local_on_device) {
   pthread_once(&vmm_once, vmm_load_once);
   weave_symmetric_heap_t *h = (weave_symmetric_heap_t *)calloc(1, sizeof *h);
   size_t granularity = 0;
@@ -276,9 +276,14 @@ weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weav
     weave_symmetric_heap_destroy(h);
     return rc;
   }
-  int n = 0;
-  for (int r = 0; r < team->world; ++r) n += memcmp(cards[r].uuid, mine.uuid, sizeof mine.uuid) == 0;
+  int n = 0, local = 0;
+  for (int r = 0; r < team->world; ++r)
+    if (memcmp(cards[r].uuid, mine.uuid, sizeof mine.uuid) == 0) {
+      n++;
+      local += same_process(&cards[r], &mine);
+    }
   *ranks_on_device = n;
+  *local_on_device = local;
   *out = h;
   return WEAVE_SUCCESS;
 }

@@ -105,9 +105,9 @@ static weave_result_t heap_header_and_table(weave_team_t team) {
 }
 
 /* Collective: every rank's heap mapped here (symmetric_heap.c), then the header and the table. */
-static weave_result_t map_heaps(weave_team_t team) {
+static weave_result_t map_heaps(weave_team_t team, int *local_on_device) {
   WEAVE_CHECK(weave_symmetric_heap_create(team, team->heap_size, &team->symmetric, team->peer_bases,
-                                          &team->info.ranks_on_device));
+                                          &team->info.ranks_on_device, local_on_device));
   return weave_team_agree(team, heap_header_and_table(team));
 }
 
@@ -154,19 +154,23 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
     size_t sz = team->heap_size;
     all = weave_team_check_same(team, &sz, sizeof(sz), "heap size");
   }
-  if (all == WEAVE_SUCCESS) all = map_heaps(team); /* collective, agreed inside */
+  int local_on_device = 1;
+  if (all == WEAVE_SUCCESS) all = map_heaps(team, &local_on_device); /* collective, agreed inside */
   if (all != WEAVE_SUCCESS) {
     weave_fail(NULL, all, "%s", strchr(team->last_error, ':') ? strchr(team->last_error, ':') + 2 : team->last_error);
     team_release(team);
     return all;
   }
-  if (team->info.ranks_on_device > 1) {
+  /* Ranks that are threads of one process share its CUDA context: their spinning kernels need
+   * enough hardware queues to run side by side. Ranks in other processes need MPS instead. */
+  if (local_on_device > 1) {
     const char *ml = getenv("CUDA_MODULE_LOADING"), *mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    if (!ml || strcmp(ml, "EAGER") != 0 || !mc || atoi(mc) < team->info.ranks_on_device)
+    if (!ml || strcmp(ml, "EAGER") != 0 || !mc || atoi(mc) < local_on_device)
       weave_log(WEAVE_LOG_WARN, team,
-                "%d ranks share GPU %d: set CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS>=%d before CUDA "
-                "starts, or a rank's kernel may wait behind another rank's spinning kernel (timeouts)",
-                team->info.ranks_on_device, device, team->info.ranks_on_device);
+                "%d ranks of this process share GPU %d: set CUDA_MODULE_LOADING=EAGER and "
+                "CUDA_DEVICE_MAX_CONNECTIONS>=%d before CUDA starts, or a rank's kernel may wait behind another "
+                "rank's spinning kernel (timeouts)",
+                local_on_device, device, local_on_device);
   }
   weave_log(WEAVE_LOG_INFO, team, "team of %d ranks: device %d '%s', %d SMs, heap %zu bytes at %p, %d ranks on this GPU",
             team->world, device, team->info.name, team->info.sm_count, team->heap_size, team->heap_base,
