@@ -1,7 +1,7 @@
 /*
  * weave from C, end to end: a team of WORLD ranks (one host thread each, all on GPU 0), one GEMM +
  * ReduceScatter plan, a few calls, and every row of every rank's result checked against an fp64 sum
- * computed here. Usage: gemm_rs_example [world]   (default 2). Exit 0: correct; 1: wrong or failed;
+ * computed here. Usage: gemm_rs_example [world [auto|fused|bulk|baseline]]   (default 2 auto). Exit 0: correct; 1: wrong or failed;
  * 77: no CUDA device.
  * Under a launcher (torchrun, mpirun, srun, scripts/launch.sh) each process is one rank instead: the
  * team comes from weave_bootstrap_create_env and the world from the launcher.
@@ -21,6 +21,7 @@ enum { M = 1000, N = 520, K_LOCAL = 328, CALLS = 3 }; /* M, N not multiples of t
 static const float ALPHA = 0.5f;
 
 static int g_world;
+static weave_strategy_t g_strategy = WEAVE_STRATEGY_AUTO;
 static weave_bootstrap_t *g_bootstrap;
 static uint16_t *g_a[8], *g_b[8]; /* every rank's inputs (bf16 bits), for the reference */
 
@@ -54,6 +55,7 @@ static void *rank_main(void *arg) {
 
   weave_gemm_rs_desc_t desc = WEAVE_GEMM_RS_DESC_INIT; /* bf16, B [K, N], deterministic, AUTO */
   desc.alpha = ALPHA;
+  desc.strategy = g_strategy;
   weave_gemm_rs_plan_t plan;
   TRY(weave_gemm_rs_plan_create(team, M, N, K_LOCAL, &desc, &plan)); /* collective, once */
   weave_gemm_rs_info_t info;
@@ -112,8 +114,12 @@ int main(int argc, char **argv) {
   weave_get_version(&major, &minor, &patch);
   printf("weave %d.%d.%d (headers %s)\n", major, minor, patch, WEAVE_VERSION_STRING);
   g_world = argc > 1 ? atoi(argv[1]) : 2;
-  if (g_world < 1 || g_world > 8) {
-    fprintf(stderr, "usage: %s [world 1..8]\n", argv[0]);
+  static const char *strategies[] = {"auto", "fused", "bulk", "baseline"};
+  int known = argc <= 2;
+  for (int i = 0; i < 4 && !known; ++i)
+    if (strcmp(argv[2], strategies[i]) == 0) g_strategy = (weave_strategy_t)i, known = 1;
+  if (g_world < 1 || g_world > 8 || !known) {
+    fprintf(stderr, "usage: %s [world 1..8 [auto|fused|bulk|baseline]]\n", argv[0]);
     return 2;
   }
   int launched = getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_NTASKS");
