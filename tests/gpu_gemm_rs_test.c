@@ -9,6 +9,8 @@
  *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works.
  * Outputs are poisoned (NaN) before every call; inputs are fresh random numbers per case.
  * Usage: gpu_gemm_rs [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
+ * Under a launcher (scripts/launch.sh -n N --mps, mpirun, torchrun) each process is one rank and the
+ * cases of world N run; every process builds every rank's inputs from the same seed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -286,6 +288,9 @@ int main(int argc, char **argv) {
     printf("gpu_gemm_rs: no CUDA device: skipped\n");
     return HARNESS_SKIP;
   }
+  int launched = harness_launched_world(); /* one process per rank: only the job's world runs */
+  if (launched < 0) return 1;
+  if (launched) only_world = launched;
   uint64_t seed = harness_seed();
   printf("gpu_gemm_rs: seed %llu (set WEAVE_TEST_SEED to repeat)\n", (unsigned long long)seed);
   int worlds[] = {1, 2, 4, 8}, failed = 0, total = 0;

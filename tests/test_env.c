@@ -114,7 +114,8 @@ static void test_parse_bool_level(void) {
 static const char *const vars[] = {"WEAVE_DEBUG", "WEAVE_HEAP_SIZE", "WEAVE_TIMEOUT_MS",
                                    "WEAVE_INFO",  "WEAVE_TUNE_FILE", "WEAVE_TRACE",
                                    "WEAVE_TMA_EPILOGUE", "WEAVE_HGEMM_PINGPONG", "WEAVE_HGEMM_STREAMK",
-                                   "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M"};
+                                   "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
+                                   "WEAVE_SOCKET_ADDR", "WEAVE_BOOTSTRAP_PORT"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {

@@ -22,6 +22,8 @@
   X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                       \
   X(WEAVE_TUNE_FILE, "path", "", "tuning cache written by weave-bench --tune, read by plans")      \
   X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                 \
+  X(WEAVE_SOCKET_ADDR, "address", "", "this host's address in a unique id (default: first non-loopback IPv4)") \
+  X(WEAVE_BOOTSTRAP_PORT, "port", "", "rendezvous port of weave_bootstrap_create_env (default: MASTER_PORT + 1)") \
   X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)") \
   X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong") \
   X(WEAVE_HGEMM_STREAMK, "0..2", "1", "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over") \

@@ -24,9 +24,39 @@
  * while the others spin: load all modules at start-up (a lazy load can wait behind a spinning
  * kernel) and give each rank's stream its own hardware queue. Both must be set before CUDA starts,
  * hence a constructor; a value the user set wins. */
+static int under_launcher(void) {
+  return getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_NTASKS");
+}
+
 __attribute__((constructor)) static void harness_cuda_env(void) {
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  /* One rank a process (under a launcher, sharing a GPU through MPS) needs no extra queues, and 32 a
+   * process exhausted MPS at 4 clients. */
+  if (!under_launcher()) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
+/* Under a launcher this process is one rank of a job: one bootstrap for the process's lifetime,
+ * shared by every team the tests create. */
+static weave_bootstrap_t *launch_bs;
+static int launch_world, launch_rank;
+
+static void launch_bs_destroy(void) {
+  if (launch_bs) weave_bootstrap_destroy(launch_bs);
+  launch_bs = NULL;
+}
+
+int harness_launched_world(void) {
+  if (!under_launcher()) return 0;
+  if (!launch_bs) {
+    if (weave_bootstrap_create_env(&launch_bs) != WEAVE_SUCCESS ||
+        weave_bootstrap_info(launch_bs, &launch_world, &launch_rank, NULL) != WEAVE_SUCCESS) {
+      fprintf(stderr, "harness: launcher bootstrap: %s\n", weave_get_last_error(NULL));
+      launch_bs = NULL;
+      return -1;
+    }
+    atexit(launch_bs_destroy);
+  }
+  return launch_world;
 }
 
 int harness_device_count(void) {
@@ -79,6 +109,22 @@ static void *rank_main(void *arg) {
 
 int harness_run(int world, const int *devices, const weave_config_t *config, harness_fn fn, void *user) {
   if (harness_device_count() == 0) return HARNESS_SKIP;
+  int launched = harness_launched_world();
+  if (launched < 0) return 1;
+  if (launched) { /* this process runs its own rank, on this thread */
+    if (world != launched) return HARNESS_SKIP;
+    rank_thread_t t;
+    memset(&t, 0, sizeof t);
+    t.r.rank = launch_rank;
+    t.r.world = world;
+    t.r.device = devices ? devices[launch_rank] : 0;
+    t.r.user = user;
+    t.bs = launch_bs;
+    t.config = config;
+    t.fn = fn;
+    rank_main(&t);
+    return t.result;
+  }
   weave_bootstrap_t *bs = NULL;
   if (weave_bootstrap_create_threads(world, &bs) != WEAVE_SUCCESS) {
     fprintf(stderr, "bootstrap: %s\n", weave_get_last_error(NULL));
@@ -156,6 +202,13 @@ double harness_median(double *v, int n) {
 uint64_t harness_seed(void) {
   const char *s = getenv("WEAVE_TEST_SEED");
   if (s && *s) return strtoull(s, NULL, 0);
+  if (under_launcher()) { /* every rank must draw the same inputs: a seed fresh per job, same per rank */
+    const char *ids[] = {"MASTER_ADDR", "MASTER_PORT", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID", "SLURM_STEP_ID"};
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 5; ++i)
+      for (const char *c = getenv(ids[i]) ? getenv(ids[i]) : "-"; *c; ++c) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h;
+  }
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);

@@ -1,6 +1,6 @@
 /*
  * Multi-rank harness for the GPU tests and the benchmark: runs `fn` on `world` host threads, one per
- * rank, each with its team (threads bootstrap) and its own non-blocking stream, ranks placed on the
+ * rank (or, under a launcher, on this process's rank), each with its team (threads bootstrap) and its own non-blocking stream, ranks placed on the
  * given devices (which may repeat: several ranks on one GPU).
  */
 #ifndef WEAVE_HARNESS_H
@@ -26,8 +26,12 @@ typedef int (*harness_fn)(harness_rank_t *r);
 int harness_device_count(void);
 /* SMs of CUDA device `device` (0 when it cannot be read). */
 int harness_sm_count(int device);
+/* Under a launcher (torchrun, mpirun, srun, scripts/launch.sh: one process per rank) the job's world,
+ * with the process's bootstrap made on first use; 0 when not launched; -1 when the bootstrap failed. */
+int harness_launched_world(void);
 /* Runs fn on every rank; returns the largest rank result, HARNESS_SKIP without a device, or 1 when
- * a team could not be created. config may be NULL. */
+ * a team could not be created. config may be NULL. Under a launcher it runs this process's rank only,
+ * and a world other than the job's is HARNESS_SKIP. */
 int harness_run(int world, const int *devices, const weave_config_t *config, harness_fn fn, void *user);
 
 /* Device helpers (exit the process with a message on a CUDA failure: test and bench code only). */
