@@ -48,18 +48,31 @@ static int use_team(harness_rank_t *r) {
   return rc;
 }
 
+/* Readings taken while every rank holds exactly one team, between two barriers: under a launcher the
+ * other processes' heaps are on the same GPU, so a reading outside a team would race their teardown. */
+static size_t mem_free;
+static int fds_open;
+static int measure(harness_rank_t *r) {
+  if (weave_barrier(r->team) != WEAVE_SUCCESS) return 1;
+  size_t total;
+  cudaDeviceSynchronize();
+  cudaMemGetInfo(&mem_free, &total);
+  fds_open = open_fds();
+  return weave_barrier(r->team) != WEAVE_SUCCESS;
+}
+
 static int run_world(int world) {
   weave_config_t cfg = WEAVE_CONFIG_INIT;
   cfg.heap_size = 64u << 20;
   int devices[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int rc = harness_run(world, devices, &cfg, use_team, NULL); /* warm-up: the CUDA context, modules */
-  if (rc) return rc;
-  size_t free0, free1, total;
-  cudaMemGetInfo(&free0, &total);
-  int fds0 = open_fds();
+  if (rc || (rc = harness_run(world, devices, &cfg, measure, NULL))) return rc;
+  size_t free0 = mem_free;
+  int fds0 = fds_open;
   for (int i = 0; i < cycles && rc == 0; ++i) rc = harness_run(world, devices, &cfg, use_team, NULL);
-  cudaMemGetInfo(&free1, &total);
-  int fds1 = open_fds();
+  if (rc || (rc = harness_run(world, devices, &cfg, measure, NULL))) return rc;
+  size_t free1 = mem_free;
+  int fds1 = fds_open;
   long long lost = (long long)free0 - (long long)free1;
   printf("world %d: %d teams, open fds %d -> %d, free device memory %zu -> %zu (%lld bytes lost)%s\n", world, cycles,
          fds0, fds1, free0, free1, lost, rc ? "  <-- FAIL (a cycle failed)" : "");
