@@ -194,18 +194,10 @@ static weave_result_t listen_on(int port, int64_t deadline_ms, int *out_fd) {
 }
 
 static weave_result_t resolve_ipv4(const char *host, uint32_t *addr) {
-  struct in_addr a;
-  if (inet_pton(AF_INET, host, &a) == 1) { *addr = a.s_addr; return WEAVE_SUCCESS; }
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  int rc = getaddrinfo(host, NULL, &hints, &res);
-  if (rc != 0 || !res)
+  const char *why = NULL;
+  if (weave_resolve_ipv4(host, addr, &why) != 0)
     return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "bootstrap: MASTER_ADDR='%s' cannot be resolved to an IPv4 address (%s)", host,
-                      gai_strerror(rc));
-  *addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
-  freeaddrinfo(res);
+                      why);
   return WEAVE_SUCCESS;
 }
 

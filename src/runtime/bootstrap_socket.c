@@ -203,24 +203,36 @@ static int set_nodelay(int fd) {
   return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+int weave_resolve_ipv4(const char *host, uint32_t *addr, const char **why) {
+  struct in_addr a;
+  if (inet_pton(AF_INET, host, &a) == 1) {
+    *addr = a.s_addr;
+    return 0;
+  }
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc != 0 || !res) {
+    *why = rc ? gai_strerror(rc) : "no address";
+    return -1;
+  }
+  *addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
+  freeaddrinfo(res);
+  return 0;
+}
+
 /* The address the id advertises: WEAVE_SOCKET_ADDR, else the first non-loopback IPv4 address of an
  * interface that is up (docker/virbr bridges skipped: other hosts cannot reach them), else
  * 127.0.0.1. */
 static weave_result_t pick_address(uint32_t *addr) {
   const char *v = getenv("WEAVE_SOCKET_ADDR");
   if (v && *v) {
-    struct in_addr a;
-    if (inet_pton(AF_INET, v, &a) == 1) { *addr = a.s_addr; return WEAVE_SUCCESS; }
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(v, NULL, &hints, &res);
-    if (rc != 0 || !res)
+    const char *why = NULL;
+    if (weave_resolve_ipv4(v, addr, &why) != 0)
       return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_SOCKET_ADDR='%s': not an IPv4 address and cannot be resolved (%s)", v,
-                        gai_strerror(rc));
-    *addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
-    freeaddrinfo(res);
+                        why);
     return WEAVE_SUCCESS;
   }
   struct ifaddrs *ifs = NULL;
@@ -440,6 +452,25 @@ static const char *io_why(io_t io, int err, char *buf, size_t cap) {
   return buf;
 }
 
+/* Hub: reads n bytes of collective `seq` from spoke r; a silent, closed or failed spoke breaks the
+ * bootstrap with its rank named. */
+static weave_result_t hub_recv(weave_bootstrap_t *bs, int r, void *buf, size_t n, int64_t deadline, int op, uint32_t seq) {
+  sock_impl_t *s = (sock_impl_t *)bs->impl;
+  int err;
+  io_t io = recv_all(s->fds[r], buf, n, deadline, &err);
+  if (io == IO_TIMEOUT)
+    return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms",
+                      r, op_name(op), seq, bs->timeout_ms);
+  if (io != IO_OK) {
+    char why[160];
+    close(s->fds[r]);
+    s->fds[r] = -1;
+    return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d %s during %s #%u", r,
+                      io_why(io, err, why, sizeof(why)), op_name(op), seq);
+  }
+  return WEAVE_SUCCESS;
+}
+
 /* Hub: reads one DATA frame of collective `seq` from every spoke into out (rank-major), in whatever
  * order they arrive, so a dead or mismatched rank is seen at once. */
 static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, size_t bytes, unsigned char *out,
@@ -448,7 +479,6 @@ static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, si
   int pending[WEAVE_MAX_WORLD], np = 0;
   for (int r = 0; r < bs->world; ++r)
     if (r != bs->rank) pending[np++] = r;
-  char why[160];
   while (np > 0) {
     struct pollfd p[WEAVE_MAX_WORLD];
     for (int i = 0; i < np; ++i) p[i] = (struct pollfd){s->fds[pending[i]], POLLIN, 0};
@@ -469,17 +499,7 @@ static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, si
       int r = pending[i];
       if (!p[i].revents) { pending[kept++] = r; continue; }
       unsigned char hdr[FRAME_BYTES];
-      int err;
-      io_t io = recv_all(s->fds[r], hdr, sizeof(hdr), deadline, &err);
-      if (io == IO_TIMEOUT)
-        return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms",
-                          r, op_name(op), seq, bs->timeout_ms);
-      if (io != IO_OK) {
-        close(s->fds[r]);
-        s->fds[r] = -1;
-        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d %s during %s #%u", r,
-                          io_why(io, err, why, sizeof(why)), op_name(op), seq);
-      }
+      WEAVE_CHECK(hub_recv(bs, r, hdr, sizeof(hdr), deadline, op, seq));
       frame_t f;
       frame_decode(hdr, &f);
       if (f.type != FRAME_DATA || f.bytes > WEAVE_BOOTSTRAP_MAX_BYTES)
@@ -492,16 +512,7 @@ static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, si
       if (f.bytes != bytes)
         return sock_break(bs, WEAVE_ERROR_MISMATCH, r, "bootstrap: %s #%u: rank %d passed %u bytes, the hub (rank %d) passed %zu",
                           op_name(op), seq, r, f.bytes, bs->rank, bytes);
-      io = recv_all(s->fds[r], out + (size_t)r * bytes, bytes, deadline, &err);
-      if (io == IO_TIMEOUT)
-        return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms",
-                          r, op_name(op), seq, bs->timeout_ms);
-      if (io != IO_OK) {
-        close(s->fds[r]);
-        s->fds[r] = -1;
-        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d %s during %s #%u", r,
-                          io_why(io, err, why, sizeof(why)), op_name(op), seq);
-      }
+      WEAVE_CHECK(hub_recv(bs, r, out + (size_t)r * bytes, bytes, deadline, op, seq));
     }
     np = kept;
   }

@@ -89,6 +89,8 @@ typedef struct {
   uint64_t nonce;
 } weave_uid_t;
 void weave_uid_encode(const weave_uid_t *u, weave_unique_id_t *id);
+/* host as an IPv4 address in network order (dotted quad or a name): 0, or -1 with *why. */
+int weave_resolve_ipv4(const char *host, uint32_t *addr, const char **why);
 /* Creates rank `rank` of a socket bootstrap: the hub when listen_fd >= 0 (a listening socket it takes
  * over and closes), else a spoke that connects to u. local_rank/local_world override the ones found
  * from the ranks' hosts when >= 0. The creation ends by deadline_ms (CLOCK_MONOTONIC, in ms; 0: the
