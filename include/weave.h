@@ -168,6 +168,11 @@ typedef enum {
   WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
   WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter (or weave's RS on one GPU) */
 } weave_strategy_t;
+/* For messages and tools: bytes per element; "bf16" / "fp16" / "fp32"; "auto" / "fused" / "bulk" /
+ * "baseline" ("?" for a value outside the enum). */
+WEAVE_API size_t weave_dtype_size(weave_dtype_t dtype);
+WEAVE_API const char *weave_dtype_name(weave_dtype_t dtype);
+WEAVE_API const char *weave_strategy_name(weave_strategy_t strategy);
 typedef enum {
   WEAVE_REDUCE_DETERMINISTIC = 0, /* partials pushed to per-source slots, summed in rank order */
   WEAVE_REDUCE_ATOMIC = 1         /* fp32 remote atomic adds into the owner's accumulator */

@@ -1,6 +1,7 @@
 /*
  * GPU test suite of weave_device.cuh: 1, 2, 4 and 8 ranks sharing GPU 0, all in this process, one
- * host thread (and one non-blocking stream) per rank. Each world runs:
+ * host thread (and one non-blocking stream) per rank; or, under a launcher (scripts/launch.sh -n N
+ * --mps, torchrun, mpirun), this process's rank of the launcher's world. Each world runs:
  *
  *   atomics   every atomic x type x sem x scope, each rank operating on every peer (add, sub, cas
  *             chain, xchg, min/max, and/or/xor, red), plus ld/st of every sem x scope;
@@ -37,6 +38,7 @@
 
 #include <cuda_runtime.h>
 
+#include "harness.h"
 #include "weave.h"
 #include "weave_device.cuh"
 
@@ -978,6 +980,7 @@ static void *rank_main(void *p) {
   return NULL;
 }
 
+/* world ranks as threads of this process, or, under a launcher, this process's rank only. */
 static int run_world(int world) {
   World *W = new World();
   W->world = world;
@@ -988,24 +991,32 @@ static int run_world(int world) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  weave_result_t rc = weave_bootstrap_create_threads(world, &W->bs);
-  if (rc != WEAVE_SUCCESS) {
-    fprintf(stderr, "FAIL world %d: weave_bootstrap_create_threads: %s: %s\n", world, weave_get_error_string(rc),
-            weave_get_last_error(NULL));
-    delete W;
-    return 1;
+  const bool launched = harness_launched_world() > 0;
+  if (launched) {
+    W->bs = harness_launched_bootstrap();
+    ThreadArg arg = {W, harness_launched_rank()};
+    rank_main(&arg);
+  } else {
+    weave_result_t rc = weave_bootstrap_create_threads(world, &W->bs);
+    if (rc != WEAVE_SUCCESS) {
+      fprintf(stderr, "FAIL world %d: weave_bootstrap_create_threads: %s: %s\n", world, weave_get_error_string(rc),
+              weave_get_last_error(NULL));
+      delete W;
+      return 1;
+    }
+    pthread_t th[MAXW];
+    ThreadArg args[MAXW];
+    for (int r = 0; r < world; ++r) {
+      args[r].W = W;
+      args[r].rank = r;
+      pthread_create(&th[r], NULL, rank_main, &args[r]);
+    }
+    for (int r = 0; r < world; ++r) pthread_join(th[r], NULL);
+    weave_bootstrap_destroy(W->bs);
   }
-  pthread_t th[MAXW];
-  ThreadArg args[MAXW];
-  for (int r = 0; r < world; ++r) {
-    args[r].W = W;
-    args[r].rank = r;
-    pthread_create(&th[r], NULL, rank_main, &args[r]);
-  }
-  for (int r = 0; r < world; ++r) pthread_join(th[r], NULL);
-  weave_bootstrap_destroy(W->bs);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   unsigned long long total_fail = 0;
+  if (launched) printf("rank %d of ", harness_launched_rank());
   printf("world %d (%.2f s):", world, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
   for (int i = 0; i < NTESTS; ++i) {
     printf(" %s %llu checks/%llu failed%s", kTestName[i], (unsigned long long)W->checks[i].load(),
@@ -1032,7 +1043,7 @@ int main(int argc, char **argv) {
   g_opt.quick = false;
   g_opt.mp_rounds = -1;
   g_opt.barriers = -1;
-  g_opt.seed = (uint32_t)time(NULL);
+  g_opt.seed = (uint32_t)harness_seed(); /* the same on every rank of a launched job */
   g_opt.timeout_ms = 10000;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--world") && i + 1 < argc) {
@@ -1052,6 +1063,14 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  /* Under a launcher the job's world is the one world (a --world that differs is refused). */
+  const int launched = harness_launched_world();
+  if (launched < 0) return 1;
+  if (launched > MAXW || (launched && g_opt.nworlds && (g_opt.nworlds > 1 || g_opt.worlds[0] != launched))) {
+    fprintf(stderr, "gpu_rma_test: launched as %d ranks: --world must be that (at most %d)\n", launched, MAXW);
+    return 1;
+  }
+  if (launched) g_opt.worlds[0] = launched, g_opt.nworlds = 1;
   if (g_opt.nworlds == 0) {
     const int def[4] = {1, 2, 4, 8};
     for (int i = 0; i < 4; ++i) g_opt.worlds[g_opt.nworlds++] = def[i];
@@ -1059,12 +1078,9 @@ int main(int argc, char **argv) {
   if (g_opt.mp_rounds < 0) g_opt.mp_rounds = g_opt.quick ? 300 : 100000;
   if (g_opt.barriers < 0) g_opt.barriers = g_opt.quick ? 300 : 10000;
 
-  /* Lazy module loading may make a launch wait for running kernels: with ranks spinning on each
-   * other that is a deadlock. Must be set before the first CUDA call. */
-  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-  /* Streams share CUDA_DEVICE_MAX_CONNECTIONS hardware queues (default 8): a rank's kernel queued
-   * behind another rank's spinning kernel on the same queue would never start. */
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  /* CUDA_MODULE_LOADING=EAGER and, for ranks that are threads, CUDA_DEVICE_MAX_CONNECTIONS=32 are set
+   * before CUDA starts by the harness (tests/support/harness.c): a lazy module load, or a rank's
+   * kernel queued behind another rank's spinning kernel, would deadlock. */
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count <= 0) {

@@ -1,47 +1,42 @@
 /*
- * weave-bench: GEMM + ReduceScatter benchmark in the conventions of nccl-tests.
+ * weave-bench: GEMM + ReduceScatter benchmark in the conventions of nccl-tests (--help lists every
+ * option with its default).
  *
- *   weave-bench -M 8192 -N 8192 -K 28672 -g 4 [--devices 0,0,0,0] -d bf16 --strategy all
- *               [-b 1024 -e 16384 -f 2] [-n 20 -w 5 -c 1] [-J out.json] [--tune] [--op gemm]
+ *   weave-bench -M 8192 -N 8192 -K 28672 -g 4 -d bf16 --strategy all [-b 1024 -e 16384 -f 2] [-J out.json]
+ *   scripts/launch.sh -n 4 --mps weave-bench -M 8192 ...      (one process per rank; torchrun, mpirun, srun alike)
  *
- * K is the total reduction length (K_local = K / ranks). Rows: one per strategy (baseline first),
- * median time over -n timed calls after -w warm-ups (each call: max over ranks; the variants are
- * timed round-robin, one call of each per iteration, so drift hits them alike), TFLOP/s per GPU,
- * reduce-scatter algbw/busbw, #wrong from the validated call (-c 1: output poisoned first; 3 ranges
- * of 4 rows per rank against the fp64 CPU reference, and every row against cuBLASLt over the gathered
- * K), speed-up over the baseline measured in the same run, relerr (largest relative Frobenius error
- * of those checks). After the table: cuBLASLt alone on the local shape, the baseline's reduce-scatter
- * part (baseline - that GEMM) and the share of it each fused variant hides. Inputs: random, several
- * sets rotated so the working set exceeds twice the L2.
+ * K is the total reduction length (K_local = K / ranks). Ranks are the threads of this process, or,
+ * under a launcher, one process each (the launcher's world; the process of rank 0 prints). Rows: one
+ * per strategy (baseline first), median time over -n timed calls after -w warm-ups (each call: max
+ * over ranks; the variants are timed round-robin, one call of each per iteration, so drift hits them
+ * alike), TFLOP/s per GPU, reduce-scatter algbw/busbw, #wrong from the validated call (-c 1: output
+ * poisoned first; 3 ranges of 4 rows per rank against the fp64 CPU reference, and every row against
+ * cuBLASLt over the gathered K), speed-up over the baseline measured in the same run, relerr (largest
+ * relative Frobenius error of those checks). After the table: cuBLASLt alone on the local shape, the
+ * baseline's reduce-scatter part (baseline - that GEMM) and the share of it each fused variant hides.
+ * Inputs: random, several sets rotated so the working set exceeds twice the L2.
  * Without a GPU it prints the plan and the roofline for H100/H200 and exits 0.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
 
+#include "bench_support.h"
+#include "cli.h"
 #include "harness.h"
-#include "kernels/kernels.h"
-#include "gemm_rs/lt.h"
-#include "gemm_rs/plan_model.h"
+#include "json_writer.h"
 #include "reference.h"
-#include "gemm_rs/tune.h"
 #include "weave.h"
 #include "weave_trace.h"
 
-/* --op gemm lives in tools/bench_gemm.cu; this weak stand-in answers when it is not built. */
-__attribute__((weak)) int weave_bench_gemm_main(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "weave-bench: --op gemm is not built in this configuration\n");
-  return 2;
-}
+/* --op gemm: tests/bench/bench_hopper_gemm.cu */
+int weave_bench_gemm_main(int argc, char **argv);
 
-#define MAX_STRATS 8
+#define MAX_VARIANTS 72 /* the strategies, and --tune's splits */
+#define MAX_ITERS 256
+#define MAX_SETS 8
 
 typedef struct {
   weave_strategy_t strategy;
@@ -49,195 +44,331 @@ typedef struct {
   weave_dtype_t slot;
   int gemm_blocks, comm_blocks;
   int trace;
-  const char *label;
+  char label[64];
 } bench_variant_t;
 
+/* One rank's results for one M. Every rank fills its own; at the end of the run they are gathered
+ * (over the symmetric heap) so that the process of rank 0 holds them all. */
 typedef struct {
-  int M, N, K_total, world;
-  int devices[WEAVE_MAX_WORLD];
+  double ms[MAX_VARIANTS][MAX_ITERS];
+  double gemm_alone_ms[MAX_ITERS]; /* weave_gemm alone on the local shape, all blocks */
+  double lt_alone_ms[MAX_ITERS];   /* cuBLASLt alone: the baseline's GEMM part */
+  long wrong[MAX_VARIANTS];
+  double relerr[MAX_VARIANTS]; /* largest ||got - ref|| / ||ref|| over the checked rows; NaN sticks */
+  int failed[MAX_VARIANTS];    /* the plan, the validated call or a timed call failed on this rank */
+  int lt_failed;               /* cuBLASLt could not plan the local shape on some rank: not measured */
+  weave_gemm_rs_info_t info[MAX_VARIANTS];
+} rank_record_t;
+
+typedef struct {
+  /* the command line */
+  int M, N, K_total, world, min_M, max_M;
+  double factor;
+  int devices[WEAVE_MAX_WORLD], ndevices;
   weave_dtype_t dtype;
   weave_layout_t layout;
-  int iters, warmup, check;
-  bench_variant_t v[MAX_STRATS + 64];
-  int nv;
   weave_tile_order_t order;
-  /* results, filled by the ranks */
-  double ms[MAX_STRATS + 64][WEAVE_MAX_WORLD][256];
-  long wrong[MAX_STRATS + 64];
-  double relerr[MAX_STRATS + 64]; /* largest ||got - ref|| / ||ref|| (fp64 reference) over the checked rows */
-  int failed[MAX_STRATS + 64];
-  weave_gemm_rs_info_t info[MAX_STRATS + 64][WEAVE_MAX_WORLD];
-  double gemm_alone_ms[WEAVE_MAX_WORLD][256]; /* cuBLASLt-free reference: weave_gemm alone, all blocks */
-  double lt_alone_ms[WEAVE_MAX_WORLD][256];   /* cuBLASLt alone: the baseline's GEMM part */
-  int lt_failed;                              /* some rank could not plan cuBLASLt alone: skipped */
-  pthread_mutex_t mu;
+  int iters, warmup, check, tune;
+  const char *json_path, *trace_path;
+  bench_variant_t v[MAX_VARIANTS];
+  int nv;
+  /* the job */
+  int launched; /* ranks are processes started by a launcher */
+  int my_rank;  /* the lowest rank this process holds (0 with threads): it keeps the gathered results */
+  /* one run (one M) */
   uint64_t seed;
   char device_name[256];
   int sm_count;
-  size_t l2;
-  /* --trace: events of the traced variant's last call, per rank */
-  const char *trace_path;
+  rank_record_t rec[WEAVE_MAX_WORLD];
   int traced_vi;
   weave_trace_event_t *tev[WEAVE_MAX_WORLD];
   size_t tcount[WEAVE_MAX_WORLD];
 } bench_t;
 
-static void usage(void) {
-  printf("usage: weave-bench [-M rows] [-N cols] [-K total_k] [-g ranks] [--devices 0,0,..] [-d bf16|fp16|fp32]\n"
-         "                   [--layout row|col] [--strategy all|auto|fused|bulk|baseline] [--reduce det|atomic|both]\n"
-         "                   [--slot dtype|fp32] [--order own-last|own-first] [--gemm-blocks G --comm-blocks C]\n"
-         "                   [-b minM -e maxM -f factor] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [--tune]\n"
-         "                   [--trace out.json] [--op gemm ...] [--version]\n");
-}
-
-static int parse_devices(const char *s, int *out) {
-  int n = 0;
-  const char *p = s;
-  while (*p && n < WEAVE_MAX_WORLD) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 0) return -1;
-    out[n++] = (int)v;
-    p = *end == ',' ? end + 1 : end;
-    if (*end && *end != ',') return -1;
-  }
-  return n;
-}
-
 /* ------------------------------------------------------------------------------------------------
- * no-GPU mode: the plan and the roofline
+ * the command line
  * ---------------------------------------------------------------------------------------------- */
-static void print_dry(const bench_t *b) {
-  int K = b->K_total / b->world, tm, tn;
-  int hopper = weave_kernel_hopper_ok(b->dtype, b->layout, b->N, K);
-  weave_kernel_tile_shape(hopper, &tm, &tn);
-  weave_tiling_t t = {b->M, b->N, b->world, tm, tn, (int)b->order};
-  printf("# plan of the fused kernel: %s role, tiles %dx%d, each owner's rows tiled on their own, owners\n"
-         "# interleaved tile by tile in an order rotated per rank (%s)\n",
-         hopper ? "TMA + wgmma" : "mma.sync", t.tile_m, t.tile_n,
-         b->order == WEAVE_ORDER_OWN_FIRST ? "own tile first in each round" : "own tile last in each round");
-  printf("#  rank  rows[begin,+n)     tiles_owned  owners in a round          bytes sent/call (%s slots)\n",
-         weave_dtype_name(b->dtype));
-  for (int r = 0; r < b->world; ++r) {
-    int rb, rows;
-    weave_split_rows_of(b->M, b->world, r, &rb, &rows);
-    char owners[64] = "";
-    for (int k = 0; k < b->world && k < 8; ++k) {
-      char x[16];
-      snprintf(x, sizeof(x), "%d ", weave_visit_owner(&t, r, k));
-      strncat(owners, x, sizeof(owners) - strlen(owners) - 1);
+enum {
+  OPT_DEVICES = 256, OPT_LAYOUT, OPT_STRATEGY, OPT_REDUCE, OPT_SLOT, OPT_ORDER, OPT_GEMM_BLOCKS, OPT_COMM_BLOCKS,
+  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION
+};
+
+static const cli_option_t bench_options[] = {
+    {"rows", 'M', "M", "rows of C (default 8192)"},
+    {"cols", 'N', "N", "columns of C (default 8192)"},
+    {"k-total", 'K', "K", "total reduction length, K_local = K / ranks (default 28672)"},
+    {"ranks", 'g', "G", "ranks (default 1; under a launcher the launcher's world)"},
+    {"devices", OPT_DEVICES, "D0,D1,..", "CUDA device of each rank (default rank % visible devices)"},
+    {"dtype", 'd', "T", "bf16, fp16 or fp32 (default bf16)"},
+    {"layout", OPT_LAYOUT, "L", "B as row [K,N] or col [N,K] (default row)"},
+    {"strategy", OPT_STRATEGY, "S", "all, auto, fused, bulk or baseline (default all; the baseline always runs)"},
+    {"reduce", OPT_REDUCE, "R", "fused reduction: det, atomic or both (default both)"},
+    {"slot", OPT_SLOT, "S", "slot type of det/bulk: dtype or fp32 (default dtype)"},
+    {"order", OPT_ORDER, "O", "tile order: own-last or own-first (default own-last)"},
+    {"gemm-blocks", OPT_GEMM_BLOCKS, "G", "fused kernel's GEMM blocks per rank (default 0: the plan's choice)"},
+    {"comm-blocks", OPT_COMM_BLOCKS, "C", "fused kernel's communication blocks per rank (default 0: the plan's)"},
+    {"min-rows", 'b', "M", "sweep M from (default -M)"},
+    {"max-rows", 'e', "M", "sweep M up to (default -M)"},
+    {"factor", 'f', "F", "sweep step factor, > 1 (default 2)"},
+    {"iters", 'n', "N", "timed calls per variant, 1..256 (default 20)"},
+    {"warmup", 'w', "N", "warm-up calls per variant (default 5)"},
+    {"check", 'c', "0|1", "validate one call per variant (default 1)"},
+    {"json", 'J', "FILE", "also write the rows as JSON (default: none)"},
+    {"tune", OPT_TUNE, NULL, "sweep the fused kernel's split; record the best in WEAVE_TUNE_FILE"},
+    {"trace", OPT_TRACE, "FILE", "time one more traced fused variant; write its last call (Chrome JSON + CSV)"},
+    {"op", OPT_OP, "OP", "gemm_rs (default), or gemm: weave's Hopper GEMM against cuBLASLt (see --op gemm --help)"},
+    {"version", OPT_VERSION, NULL, "print the version and exit"},
+    {"help", 'h', NULL, "this text"},
+    {NULL, 0, NULL, NULL},
+};
+
+static const char *const dtype_names[] = {"bf16", "fp16", "fp32", NULL}; /* in weave_dtype_t order */
+
+typedef struct {
+  int strategy; /* index into strategy_names */
+  int reduce;   /* index into reduce_names */
+  int fp32_slot;
+  int gemm_blocks, comm_blocks;
+  int ranks_given;
+} variant_options_t;
+
+static const char *const strategy_names[] = {"all", "auto", "fused", "bulk", "baseline", NULL};
+static const char *const reduce_names[] = {"both", "det", "atomic", NULL};
+
+/* Fills b and vo from argv; exits 0 after --help or --version and 2 on a bad option. */
+static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *vo) {
+  static const char *const layout_names[] = {"row", "col", NULL};
+  static const char *const slot_names[] = {"dtype", "fp32", NULL};
+  static const char *const order_names[] = {"own-last", "own-first", NULL};
+  static const char *const op_names[] = {"gemm_rs", "gemm", NULL};
+  b->M = 8192; b->N = 8192; b->K_total = 28672; b->world = 1; b->factor = 2;
+  b->dtype = WEAVE_BF16; b->layout = WEAVE_LAYOUT_ROW; b->order = WEAVE_ORDER_OWN_LAST;
+  b->iters = 20; b->warmup = 5; b->check = 1;
+  memset(vo, 0, sizeof(*vo));
+  cli_t c;
+  cli_init(&c, "weave-bench", bench_options);
+  long list[WEAVE_MAX_WORLD];
+  for (int key; (key = cli_next(&c, argc, argv)) != -1;) {
+    const char *a = optarg;
+    switch (key) {
+      case 'M': b->M = (int)cli_long(&c, a, 1, 1L << 24); break;
+      case 'N': b->N = (int)cli_long(&c, a, 1, 1L << 24); break;
+      case 'K': b->K_total = (int)cli_long(&c, a, 1, 1L << 26); break;
+      case 'g': b->world = (int)cli_long(&c, a, 1, WEAVE_MAX_WORLD); vo->ranks_given = 1; break;
+      case OPT_DEVICES:
+        b->ndevices = cli_long_list(&c, a, 0, 1023, list, WEAVE_MAX_WORLD);
+        for (int i = 0; i < b->ndevices; ++i) b->devices[i] = (int)list[i];
+        break;
+      case 'd': b->dtype = (weave_dtype_t)cli_choice(&c, a, dtype_names); break;
+      case OPT_LAYOUT: b->layout = cli_choice(&c, a, layout_names) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW; break;
+      case OPT_STRATEGY: vo->strategy = cli_choice(&c, a, strategy_names); break;
+      case OPT_REDUCE: vo->reduce = cli_choice(&c, a, reduce_names); break;
+      case OPT_SLOT: vo->fp32_slot = cli_choice(&c, a, slot_names); break;
+      case OPT_ORDER: b->order = cli_choice(&c, a, order_names) ? WEAVE_ORDER_OWN_FIRST : WEAVE_ORDER_OWN_LAST; break;
+      case OPT_GEMM_BLOCKS: vo->gemm_blocks = (int)cli_long(&c, a, 0, 4096); break;
+      case OPT_COMM_BLOCKS: vo->comm_blocks = (int)cli_long(&c, a, 0, 4096); break;
+      case 'b': b->min_M = (int)cli_long(&c, a, 1, 1L << 24); break;
+      case 'e': b->max_M = (int)cli_long(&c, a, 1, 1L << 24); break;
+      case 'f': b->factor = cli_double(&c, a, 1.0001, 1e6); break;
+      case 'n': b->iters = (int)cli_long(&c, a, 1, MAX_ITERS); break;
+      case 'w': b->warmup = (int)cli_long(&c, a, 0, 100000); break;
+      case 'c': b->check = (int)cli_long(&c, a, 0, 1); break;
+      case 'J': b->json_path = a; break;
+      case OPT_TUNE: b->tune = 1; break;
+      case OPT_TRACE: b->trace_path = a; break;
+      case OPT_OP: cli_choice(&c, a, op_names); break; /* gemm was dispatched before parsing */
+      case OPT_VERSION: {
+        int v[3];
+        weave_get_version(&v[0], &v[1], &v[2]);
+        printf("weave-bench %d.%d.%d\n", v[0], v[1], v[2]);
+        exit(0);
+      }
+      case 'h':
+        cli_usage(&c, stdout, "[options]   (GEMM + ReduceScatter; ranks as threads, or one process each under a "
+                              "launcher)");
+        exit(0);
     }
-    printf("#  %4d  [%6d,+%6d)  %11d  %-25s  %zu\n", r, rb, rows, weave_owner_tiles(&t, r), owners,
-           weave_plan_bytes_sent(b->M, b->N, b->world, r, weave_dtype_size(b->dtype)));
   }
-  printf("#  total tiles %d; symmetric memory per rank (deterministic, %s slots): %.1f MB\n", weave_total_tiles(&t),
-         weave_dtype_name(b->dtype),
-         (double)b->world * weave_cdiv(b->M, b->world) * b->N * weave_dtype_size(b->dtype) / 1e6);
-  /* The plan's split model with an H200's datasheet clock and bandwidth, one rank per GPU. */
-  weave_split_inputs_t in;
-  weave_split_inputs_from_device(132, 1.98e9, 4.8e12, b->dtype, 1, 132, &in);
-  int c = weave_split_comm_blocks(&in, weave_plan_gemm_flops(b->M, b->N, K, b->world),
-                                  weave_plan_comm_bytes(b->M, b->N, b->world, weave_dtype_size(b->dtype),
-                                                        weave_dtype_size(b->dtype)),
-                                  (double)weave_max_owner_tiles(&t));
-  printf("#  cost-model split on a 132-SM H200, one rank per GPU: %d GEMM + %d communication blocks\n", 132 - c, c);
-  printf("# roofline per GPU (datasheet rates; M=%d N=%d K_total=%d world=%d %s)\n", b->M, b->N, b->K_total, b->world,
-         weave_dtype_name(b->dtype));
-  printf("#  %-10s %10s %10s %14s %12s %8s\n", "device", "gemm_ms", "rs_ms", "gemm+rs_ms", "overlap_ms", "bound");
-  for (int d = 0; d < 2; ++d) {
-    weave_roofline_t r;
-    weave_roofline(&weave_roofline_devices[d], b->M, b->N, b->K_total, b->world, weave_dtype_size(b->dtype), &r);
-    printf("#  %-10s %10.3f %10.3f %14.3f %12.3f %7.2fx\n", weave_roofline_devices[d].name, r.t_gemm_ms, r.t_rs_ms,
-           r.t_baseline_ms, r.t_fused_ms, r.t_fused_ms > 0 ? r.t_baseline_ms / r.t_fused_ms : 0);
+  if (b->K_total < b->world || b->K_total % b->world) {
+    fprintf(stderr, "weave-bench: -K %d must be a positive multiple of the ranks (%d)\n", b->K_total, b->world);
+    exit(2);
   }
+  if (b->ndevices && b->ndevices != b->world) {
+    fprintf(stderr, "weave-bench: --devices lists %d devices for %d ranks: one per rank\n", b->ndevices, b->world);
+    exit(2);
+  }
+  /* -b/-e default to -M: "-e 16384" alone sweeps from -M up, "-b 1024" alone from there up to -M */
+  if (b->min_M == 0) b->min_M = b->max_M ? (b->max_M < b->M ? b->max_M : b->M) : b->M;
+  if (b->max_M == 0) b->max_M = b->min_M > b->M ? b->min_M : b->M;
+  if (b->max_M < b->min_M) b->max_M = b->min_M;
 }
 
 /* ------------------------------------------------------------------------------------------------
- * the timed run
+ * the variants
  * ---------------------------------------------------------------------------------------------- */
-/* Collective over the rank threads: each says whether its step went well (*failed, shared, is set by
- * any that failed), and all then take the same decision, so that no rank skips a call the others
- * wait for in a barrier. */
-static int agree_ok(bench_t *b, harness_rank_t *hr, int *failed, int ok) {
-  pthread_mutex_lock(&b->mu);
-  if (!ok) *failed = 1;
-  pthread_mutex_unlock(&b->mu);
-  weave_barrier(hr->team);
-  pthread_mutex_lock(&b->mu);
-  ok = !*failed;
-  pthread_mutex_unlock(&b->mu);
+static bench_variant_t *add_variant(bench_t *b, weave_strategy_t s, weave_reduce_t red, weave_dtype_t slot, int g,
+                                    int c) {
+  bench_variant_t *v = &b->v[b->nv++];
+  v->strategy = s;
+  v->reduce = red;
+  v->slot = slot;
+  v->gemm_blocks = g;
+  v->comm_blocks = c;
+  if (s == WEAVE_STRATEGY_FUSED)
+    snprintf(v->label, sizeof(v->label), "fused/%s/%s%s", red == WEAVE_REDUCE_ATOMIC ? "atomic" : "det",
+             red == WEAVE_REDUCE_ATOMIC ? "f32" : weave_dtype_name(slot), g ? "*" : "");
+  else if (s == WEAVE_STRATEGY_BULK)
+    snprintf(v->label, sizeof(v->label), "bulk/%s", weave_dtype_name(slot));
+  else
+    snprintf(v->label, sizeof(v->label), "%s", weave_strategy_name(s));
+  return v;
+}
+
+/* The baseline first (the speed-ups are over it), then the chosen strategies; --trace adds the
+ * deterministic fused kernel once more, traced; --tune a sweep of its split. */
+static void add_variants(bench_t *b, const variant_options_t *vo, int visible_devices) {
+  const int all = vo->strategy == 0;
+  const int want_det = vo->reduce != 2, want_atomic = vo->reduce != 1;
+  const weave_dtype_t slot = vo->fp32_slot ? WEAVE_FP32 : b->dtype;
+  const int gb = vo->gemm_blocks, cb = vo->comm_blocks;
+  add_variant(b, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
+  if (all || !strcmp(strategy_names[vo->strategy], "fused")) {
+    if (want_det) add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot, gb, cb);
+    if (want_det && all && b->dtype != WEAVE_FP32 && slot != WEAVE_FP32)
+      add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, gb, cb);
+    if (want_atomic) add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, b->dtype, gb, cb);
+  }
+  if (b->trace_path) {
+    bench_variant_t *tv = add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot, gb, cb);
+    tv->trace = 1;
+    snprintf(tv->label, sizeof(tv->label), "fused/det +trace");
+  }
+  if (all || !strcmp(strategy_names[vo->strategy], "bulk"))
+    add_variant(b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot, 0, 0);
+  if (all || !strcmp(strategy_names[vo->strategy], "auto"))
+    add_variant(b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
+  if (b->tune) {
+    /* The plan's budget: the SMs less one per rank when ranks share a GPU, shared by those ranks. */
+    int sms = 132, ranks_here = 0;
+    for (int r = 0; r < b->world; ++r) ranks_here += b->devices[r] == b->devices[0];
+    if (visible_devices > 0 && harness_sm_count(b->devices[0]) > 0) sms = harness_sm_count(b->devices[0]);
+    int budget_guess = (sms - (ranks_here > 1 ? ranks_here : 0)) / ranks_here;
+    for (int c = 1; c < budget_guess && b->nv < MAX_VARIANTS; c = c < 4 ? c + 1 : c * 3 / 2)
+      add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot, budget_guess - c, c);
+  }
+}
+
+/* All plans of a run are alive at once (round-robin timing), so the symmetric heap must hold every
+ * variant's memory at the largest M: at most world slots of ceil(M/world) x N fp32 each (the
+ * deterministic kernel with fp32 slots; the others need as much or less), +25% and 256 MiB for
+ * flags, control words, the result exchange and alignment. Set before the teams, which read it at
+ * creation; a value the user set wins. Writes what it chose to note. */
+static void size_heap(const bench_t *b, char *note, size_t note_len) {
+  const char *heap_env = getenv("WEAVE_HEAP_SIZE");
+  if (heap_env && *heap_env) {
+    snprintf(note, note_len, "%s (WEAVE_HEAP_SIZE as set)", heap_env);
+    return;
+  }
+  double per_variant = (double)b->world * (double)(((long)b->max_M + b->world - 1) / b->world) * b->N * 4.0;
+  double mib = ceil((b->nv * per_variant * 1.25 + 256.0 * 1048576.0) / 1048576.0);
+  unsigned long long heap_mib = mib < 1024 ? 1024 : (unsigned long long)mib;
+  char val[32];
+  snprintf(val, sizeof(val), "%lluM", heap_mib);
+  setenv("WEAVE_HEAP_SIZE", val, 1);
+  snprintf(note, note_len, "%s (for %d variants at M=%d; set WEAVE_HEAP_SIZE to override)", val, b->nv, b->max_M);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * one rank's run
+ * ---------------------------------------------------------------------------------------------- */
+typedef struct {
+  bench_t *b;
+  harness_rank_t *hr;
+  rank_record_t *rec; /* this rank's results */
+  int K, row_begin, rows, nsets;
+  size_t elt, a_n, b_n;
+  void *dA[MAX_SETS], *dB[MAX_SETS], *dC;
+  /* the check: 3 ranges of rcnt rows in fp64, and every row against cuBLASLt */
+  int check_begin[3], check_rows;
+  double *ref, *ref_full;
+  unsigned char *hC;
+  weave_gemm_rs_plan_t plan[MAX_VARIANTS];
+  int live[MAX_VARIANTS]; /* agreed: the same on every rank */
+} rank_run_t;
+
+/* Collective: 1 when every rank says ok. All ranks take the same decision from it, so none skips a
+ * call that the others wait for. */
+static int all_ok(harness_rank_t *hr, int ok) {
+  int votes[WEAVE_MAX_WORLD];
+  if (harness_allgather(hr, &ok, votes, sizeof(int))) return 0;
+  for (int r = 0; r < hr->world; ++r) ok &= votes[r];
   return ok;
 }
 
-static int rank_fn(harness_rank_t *hr) {
-  bench_t *b = (bench_t *)hr->user;
-  const int r = hr->rank, world = hr->world, K = b->K_total / world;
-  const size_t e = weave_dtype_size(b->dtype);
-  const size_t a_n = (size_t)b->M * K, b_n = (size_t)K * b->N;
+/* Input sets rotated so that all ranks' sets together exceed twice the L2. */
+static void inputs_create(rank_run_t *x) {
+  bench_t *b = x->b;
   weave_device_info_t di;
-  weave_team_device_info(hr->team, &di);
-  if (r == 0) {
+  weave_team_device_info(x->hr->team, &di);
+  if (x->hr->rank == b->my_rank) {
     snprintf(b->device_name, sizeof(b->device_name), "%s", di.name);
     b->sm_count = di.sm_count;
-    b->l2 = di.l2_bytes;
   }
-  /* Input sets rotated so that all ranks' sets together exceed twice the L2. */
-  size_t set_bytes = (a_n + b_n) * e;
-  int nsets = (int)((2 * di.l2_bytes) / (set_bytes * (size_t)di.ranks_on_device) + 1);
-  if (nsets > 8) nsets = 8;
-  void *dA[8], *dB[8];
-  void *hA = malloc(a_n * e), *hB = malloc(b_n * e);
-  for (int s = 0; s < nsets; ++s) {
-    dA[s] = harness_dev_alloc(a_n * e);
-    dB[s] = harness_dev_alloc(b_n * e);
-    weave_fill_random(b->dtype, hA, a_n, b->seed + (uint64_t)(r * 16 + s) * 2);
-    weave_fill_random(b->dtype, hB, b_n, b->seed + (uint64_t)(r * 16 + s) * 2 + 1);
-    harness_upload(dA[s], hA, a_n * e);
-    harness_upload(dB[s], hB, b_n * e);
+  size_t set_bytes = (x->a_n + x->b_n) * x->elt;
+  x->nsets = (int)((2 * di.l2_bytes) / (set_bytes * (size_t)di.ranks_on_device) + 1);
+  if (x->nsets > MAX_SETS) x->nsets = MAX_SETS;
+  void *hA = malloc(x->a_n * x->elt), *hB = malloc(x->b_n * x->elt);
+  const int r = x->hr->rank;
+  for (int s = 0; s < x->nsets; ++s) {
+    x->dA[s] = harness_dev_alloc(x->a_n * x->elt);
+    x->dB[s] = harness_dev_alloc(x->b_n * x->elt);
+    weave_fill_random(b->dtype, hA, x->a_n, b->seed + (uint64_t)(r * 16 + s) * 2);
+    weave_fill_random(b->dtype, hB, x->b_n, b->seed + (uint64_t)(r * 16 + s) * 2 + 1);
+    harness_upload(x->dA[s], hA, x->a_n * x->elt);
+    harness_upload(x->dB[s], hB, x->b_n * x->elt);
   }
-  int rb, rows;
-  weave_row_split(b->M, world, r, &rb, &rows);
-  void *dC = harness_dev_alloc((size_t)rows * b->N * e);
-  void *gemm_out = NULL;
-  harness_timer_t *tm = harness_timer_create();
-  int n = b->iters < 256 ? b->iters : 256;
+  free(hA);
+  free(hB);
+  x->dC = harness_dev_alloc((size_t)x->rows * b->N * x->elt);
+  x->hC = (unsigned char *)malloc((size_t)x->rows * b->N * x->elt + 1);
+}
 
-  /* Reference for the check: set 0 of every rank is needed; every rank regenerates the others' set 0
-   * on the host (cheap next to the fp64 product) and checks 3 ranges of 4 of its rows in fp64, and
-   * every one of its rows against cuBLASLt over the gathered K (fp32 output). */
-  double *ref = NULL, *ref_full = NULL;
-  int rbeg[3] = {0, rows / 2, rows > 4 ? rows - 4 : 0}, rcnt = rows < 4 ? rows : 4;
-  if (b->check) {
-    void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
-    for (int s = 0; s < world; ++s) {
-      As[s] = malloc(a_n * e);
-      Bs[s] = malloc(b_n * e);
-      weave_fill_random(b->dtype, As[s], a_n, b->seed + (uint64_t)(s * 16) * 2);
-      weave_fill_random(b->dtype, Bs[s], b_n, b->seed + (uint64_t)(s * 16) * 2 + 1);
-    }
-    ref = (double *)malloc(sizeof(double) * 3 * (size_t)rcnt * b->N + 1);
-    for (int i = 0; i < 3; ++i)
-      weave_ref_gemm_rs(b->M, b->N, K, world, b->dtype, b->layout, 1.0, (const void *const *)As,
-                        (const void *const *)Bs, NULL, rb + rbeg[i], rcnt, ref + (size_t)i * rcnt * b->N);
-    ref_full = harness_ref_rows_lt(b->N, K, world, b->dtype, b->layout, 1.0f, (const void *const *)As,
-                                   (const void *const *)Bs, NULL, rb, rows);
-    if (!ref_full) fprintf(stderr, "rank %d: no cuBLASLt reference: every variant counts as wrong\n", r);
-    for (int s = 0; s < world; ++s) {
-      free(As[s]);
-      free(Bs[s]);
-    }
+/* Set 0 of every rank is needed: every rank regenerates the others' set 0 on the host (cheap next
+ * to the fp64 product), computes 3 ranges of 4 of its rows in fp64, and all its rows with cuBLASLt
+ * over the gathered K (fp32 output). */
+static void reference_create(rank_run_t *x) {
+  bench_t *b = x->b;
+  const int world = x->hr->world, rows = x->rows;
+  x->check_rows = rows < 4 ? rows : 4;
+  x->check_begin[0] = 0;
+  x->check_begin[1] = rows / 2;
+  x->check_begin[2] = rows > 4 ? rows - 4 : 0;
+  void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
+  for (int s = 0; s < world; ++s) {
+    As[s] = malloc(x->a_n * x->elt);
+    Bs[s] = malloc(x->b_n * x->elt);
+    weave_fill_random(b->dtype, As[s], x->a_n, b->seed + (uint64_t)(s * 16) * 2);
+    weave_fill_random(b->dtype, Bs[s], x->b_n, b->seed + (uint64_t)(s * 16) * 2 + 1);
   }
-  unsigned char *hC = (unsigned char *)malloc((size_t)rows * b->N * e + 1);
-  double atol, rtol;
-  weave_tolerance(b->dtype, b->K_total, &atol, &rtol);
+  x->ref = (double *)malloc(sizeof(double) * 3 * (size_t)x->check_rows * b->N + 1);
+  for (int i = 0; i < 3; ++i)
+    weave_ref_gemm_rs(b->M, b->N, x->K, world, b->dtype, b->layout, 1.0, (const void *const *)As,
+                      (const void *const *)Bs, NULL, x->row_begin + x->check_begin[i], x->check_rows,
+                      x->ref + (size_t)i * x->check_rows * b->N);
+  x->ref_full = harness_ref_rows_lt(b->N, x->K, world, b->dtype, b->layout, 1.0f, (const void *const *)As,
+                                    (const void *const *)Bs, NULL, x->row_begin, rows);
+  if (!x->ref_full) fprintf(stderr, "rank %d: no cuBLASLt reference: every variant counts as wrong\n", x->hr->rank);
+  for (int s = 0; s < world; ++s) {
+    free(As[s]);
+    free(Bs[s]);
+  }
+}
 
-  /* Variants are timed round-robin, one call of each per iteration, so that clock and power drift
-   * over the run biases them all alike (timed one block after the other, two identical variants
-   * measured 5.09 and 6.21 ms on an H200). Hence every plan is alive for the whole run. */
-  weave_gemm_rs_plan_t plan[MAX_STRATS + 64] = {NULL};
-  int live[MAX_STRATS + 64] = {0}; /* this rank's copy of the agreed outcome: the same on all ranks */
+/* Plan creation is collective and agreed inside: it fails on every rank or on none. */
+static void plans_create(rank_run_t *x) {
+  bench_t *b = x->b;
   for (int vi = 0; vi < b->nv; ++vi) {
-    bench_variant_t *v = &b->v[vi];
+    const bench_variant_t *v = &b->v[vi];
     weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
     d.dtype = b->dtype;
     d.b_layout = b->layout;
@@ -248,421 +379,419 @@ static int rank_fn(harness_rank_t *hr) {
     d.gemm_blocks = v->gemm_blocks;
     d.comm_blocks = v->comm_blocks;
     d.trace = v->trace;
-    /* Plan creation is collective and agreed inside: it fails on every rank or on none. */
-    if (weave_gemm_rs_plan_create(hr->team, b->M, b->N, K, &d, &plan[vi]) != WEAVE_SUCCESS) {
-      fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
-      plan[vi] = NULL; /* marked failed by the agreement below */
+    if (weave_gemm_rs_plan_create(x->hr->team, b->M, b->N, x->K, &d, &x->plan[vi]) != WEAVE_SUCCESS) {
+      fprintf(stderr, "rank %d %s: %s\n", x->hr->rank, v->label, weave_get_last_error(x->hr->team));
+      x->plan[vi] = NULL;
+      x->rec->failed[vi] = 1;
       continue;
     }
-    weave_gemm_rs_plan_info(plan[vi], &b->info[vi][r]);
+    weave_gemm_rs_plan_info(x->plan[vi], &x->rec->info[vi]);
   }
-  for (int vi = 0; vi < b->nv; ++vi) {
-    bench_variant_t *v = &b->v[vi];
-    int plan_ok = plan[vi] != NULL;
-    if (plan[vi] && b->check) { /* validated call, output poisoned first */
-      int bad = 0;
-      harness_poison(dC, (size_t)rows * b->N * e, hr->stream);
-      weave_gemm_rs_execute(plan[vi], dA[0], dB[0], NULL, dC, hr->stream);
-      if (weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
-        fprintf(stderr, "rank %d %s: %s\n", r, v->label, weave_get_last_error(hr->team));
-        bad = 1;
-      }
-      harness_download(hC, dC, (size_t)rows * b->N * e);
-      long wrong = 0;
-      double relerr = 0;
-      for (int i = 0; i < 3 && rcnt > 0; ++i) {
-        weave_check_t chk;
-        weave_check_result(b->dtype, hC + (size_t)rbeg[i] * b->N * e, ref + (size_t)i * rcnt * b->N,
-                           (size_t)rcnt * b->N, atol, rtol, &chk);
-        wrong += (long)chk.wrong;
-        if (!(chk.rel_err <= relerr)) relerr = chk.rel_err; /* NaN sticks */
-      }
-      if (ref_full) { /* all rows */
-        weave_check_t chk;
-        weave_check_result(b->dtype, hC, ref_full, (size_t)rows * b->N, atol, rtol, &chk);
-        wrong += (long)chk.wrong;
-        if (!(chk.rel_err <= relerr)) relerr = chk.rel_err;
-      } else {
-        wrong += 1;
-      }
-      pthread_mutex_lock(&b->mu);
-      b->wrong[vi] += wrong + bad;
-      if (!(relerr <= b->relerr[vi])) b->relerr[vi] = relerr;
-      pthread_mutex_unlock(&b->mu);
-      if (bad) plan_ok = 0;
-    }
-    live[vi] = agree_ok(b, hr, &b->failed[vi], plan_ok); /* every rank calls it: no short circuit */
-  }
+}
 
-  /* Timed calls. vi = -1 is the local GEMM alone on all blocks (1 rank: the fused kernel's protocol
-   * overhead is measured against it). live[] does not change in the loop, so all ranks make the same
-   * calls in the same order. Consecutive calls take different input sets (the previous call's inputs
-   * may still sit in L2); the counter advances alike on every rank. */
-  gemm_out = harness_dev_alloc((size_t)b->M * b->N * e);
-  /* vi = -2 is cuBLASLt alone on the local shape: the baseline's GEMM part, from which the summary
-   * derives the reduce-scatter's time (baseline - GEMM) and the share of it a fused kernel hides. Its
-   * plan is agreed like the variants' (a rank that cannot plan it makes every rank skip it). */
-  weave_lt_t *lt = NULL;
+/* One call of variant vi on poisoned output, checked against the references. 1 when it ran. */
+static int validate(rank_run_t *x, int vi) {
+  bench_t *b = x->b;
+  const size_t out_bytes = (size_t)x->rows * b->N * x->elt;
+  harness_poison(x->dC, out_bytes, x->hr->stream);
+  weave_gemm_rs_execute(x->plan[vi], x->dA[0], x->dB[0], NULL, x->dC, x->hr->stream);
+  int ran = weave_team_sync(x->hr->team, x->hr->stream) == WEAVE_SUCCESS;
+  if (!ran) fprintf(stderr, "rank %d %s: %s\n", x->hr->rank, b->v[vi].label, weave_get_last_error(x->hr->team));
+  harness_download(x->hC, x->dC, out_bytes);
+  double atol, rtol;
+  weave_tolerance(b->dtype, b->K_total, &atol, &rtol);
+  long wrong = !ran;
+  double relerr = 0;
+  for (int i = 0; i < 3 && x->check_rows > 0; ++i) {
+    weave_check_t chk;
+    weave_check_result(b->dtype, x->hC + (size_t)x->check_begin[i] * b->N * x->elt,
+                       x->ref + (size_t)i * x->check_rows * b->N, (size_t)x->check_rows * b->N, atol, rtol, &chk);
+    wrong += (long)chk.wrong;
+    if (!(chk.rel_err <= relerr)) relerr = chk.rel_err; /* NaN sticks */
+  }
+  if (x->ref_full) {
+    weave_check_t chk;
+    weave_check_result(b->dtype, x->hC, x->ref_full, (size_t)x->rows * b->N, atol, rtol, &chk);
+    wrong += (long)chk.wrong;
+    if (!(chk.rel_err <= relerr)) relerr = chk.rel_err;
+  } else {
+    wrong += 1;
+  }
+  x->rec->wrong[vi] = wrong;
+  x->rec->relerr[vi] = relerr;
+  return ran;
+}
+
+/* Timed calls, round-robin over the variants (one call of each per iteration), so that clock and
+ * power drift biases them all alike (timed one block after the other, two identical variants
+ * measured 5.09 and 6.21 ms on an H200); hence every plan is alive for the whole run. vi = -1 is
+ * weave_gemm alone on all blocks (1 rank: the fused kernel's protocol overhead is measured against
+ * it), vi = -2 cuBLASLt alone on the local shape (the baseline's GEMM part, from which the summary
+ * derives the reduce-scatter's time). live[] does not change in the loop, so all ranks make the
+ * same calls in the same order; consecutive calls take different input sets (the previous call's
+ * inputs may still sit in L2), the counter advancing alike on every rank. */
+static void time_variants(rank_run_t *x) {
+  bench_t *b = x->b;
+  harness_rank_t *hr = x->hr;
+  void *gemm_out = harness_dev_alloc((size_t)b->M * b->N * x->elt);
   char lt_msg[256] = "";
-  int lt_ok = weave_lt_create(b->M, b->N, K, b->dtype, b->dtype, b->layout, 0, &lt, lt_msg, sizeof(lt_msg)) ==
-              WEAVE_SUCCESS;
-  if (!lt_ok) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", r, lt_msg);
-  const int lt_live = agree_ok(b, hr, &b->lt_failed, lt_ok);
-  int reported[MAX_STRATS + 64] = {0}, call = 0;
-  for (int it = 0; it < b->warmup + n; ++it) {
+  harness_lt_t *lt = harness_lt_create(b->M, b->N, x->K, b->dtype, b->dtype, b->layout, lt_msg, sizeof(lt_msg));
+  if (!lt) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", hr->rank, lt_msg);
+  const int lt_live = all_ok(hr, lt != NULL);
+  x->rec->lt_failed = !lt_live;
+  harness_timer_t *tm = harness_timer_create();
+  int reported[MAX_VARIANTS] = {0}, call = 0;
+  for (int it = 0; it < b->warmup + b->iters; ++it) {
     for (int vi = -2; vi < b->nv; ++vi) {
-      if ((vi >= 0 && !live[vi]) || (vi == -2 && !lt_live)) continue;
-      const int s = call++ % nsets;
+      if ((vi >= 0 && !x->live[vi]) || (vi == -2 && !lt_live)) continue;
+      const int s = call++ % x->nsets;
       weave_barrier(hr->team); /* ranks start each call together */
       harness_timer_start(tm, hr->stream);
       if (vi == -2)
-        weave_lt_run(lt, 1.0f, dA[s], dB[s], gemm_out, hr->stream);
+        harness_lt_run(lt, 1.0f, x->dA[s], x->dB[s], gemm_out, hr->stream);
       else if (vi == -1)
-        weave_gemm(b->M, b->N, K, b->dtype, b->layout, 1.0f, dA[s], dB[s], NULL, gemm_out, 0, hr->stream);
+        weave_gemm(b->M, b->N, x->K, b->dtype, b->layout, 1.0f, x->dA[s], x->dB[s], NULL, gemm_out, 0, hr->stream);
       else
-        weave_gemm_rs_execute(plan[vi], dA[s], dB[s], NULL, dC, hr->stream);
+        weave_gemm_rs_execute(x->plan[vi], x->dA[s], x->dB[s], NULL, x->dC, hr->stream);
       harness_timer_stop(tm, hr->stream);
       float ms = harness_timer_ms(tm);
       /* The team's device error record is shared by all plans: read it after every call (outside the
        * timed span) so that a timeout is charged to the plan that ran. */
       if (vi >= 0 && weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
-        if (!reported[vi]) fprintf(stderr, "rank %d %s: %s\n", r, b->v[vi].label, weave_get_last_error(hr->team));
+        if (!reported[vi]) fprintf(stderr, "rank %d %s: %s\n", hr->rank, b->v[vi].label, weave_get_last_error(hr->team));
         reported[vi] = 1;
-        pthread_mutex_lock(&b->mu);
-        b->failed[vi] = 1;
-        pthread_mutex_unlock(&b->mu);
+        x->rec->failed[vi] = 1;
       }
       if (it >= b->warmup) {
-        double *row = vi == -2 ? b->lt_alone_ms[r] : vi == -1 ? b->gemm_alone_ms[r] : b->ms[vi][r];
+        double *row = vi == -2 ? x->rec->lt_alone_ms : vi == -1 ? x->rec->gemm_alone_ms : x->rec->ms[vi];
         row[it - b->warmup] = ms;
       }
     }
   }
+  harness_timer_destroy(tm);
+  harness_lt_destroy(lt);
   harness_dev_free(gemm_out);
-  weave_lt_destroy(lt);
+}
 
+/* The traced variant's last call, from every rank to the process of rank 0. */
+static void gather_trace(rank_run_t *x) {
+  bench_t *b = x->b;
+  harness_rank_t *hr = x->hr;
+  int vi = -1;
+  for (int i = 0; i < b->nv; ++i)
+    if (b->v[i].trace && x->plan[i]) vi = i;
+  if (vi < 0) return; /* the same on every rank: the plans were agreed */
+  const weave_gemm_rs_info_t *in = &x->rec->info[vi];
+  size_t cap = 4 * (size_t)(in->tiles_total + in->tiles_owned) + 256, got = 0;
+  weave_trace_event_t *mine = (weave_trace_event_t *)calloc(cap, sizeof(*mine));
+  if (weave_gemm_rs_trace_fetch(x->plan[vi], hr->stream, mine, cap, &got) != WEAVE_SUCCESS) got = 0;
+  size_t n = got < cap ? got : cap, counts[WEAVE_MAX_WORLD], max_n = 0;
+  if (harness_allgather(hr, &n, counts, sizeof(n)) == 0) {
+    for (int r = 0; r < hr->world; ++r) max_n = counts[r] > max_n ? counts[r] : max_n;
+    weave_trace_event_t *all = (weave_trace_event_t *)calloc((size_t)hr->world * (max_n ? max_n : 1), sizeof(*all));
+    weave_trace_event_t *out = (weave_trace_event_t *)calloc(max_n ? max_n : 1, sizeof(*out));
+    memcpy(out, mine, n * sizeof(*out));
+    if (harness_allgather(hr, out, all, max_n * sizeof(*all)) == 0 && hr->rank == b->my_rank)
+      for (int r = 0; r < hr->world; ++r) {
+        b->tev[r] = (weave_trace_event_t *)calloc(counts[r] + 1, sizeof(*all));
+        memcpy(b->tev[r], all + (size_t)r * max_n, counts[r] * sizeof(*all));
+        b->tcount[r] = counts[r];
+      }
+    b->traced_vi = vi;
+    free(out);
+    free(all);
+  }
+  free(mine);
+}
+
+static void rank_run_free(rank_run_t *x) {
+  for (int vi = 0; vi < x->b->nv; ++vi) /* collective: the same plans in the same order on every rank */
+    if (x->plan[vi]) weave_gemm_rs_plan_destroy(x->plan[vi]);
+  for (int s = 0; s < x->nsets; ++s) {
+    harness_dev_free(x->dA[s]);
+    harness_dev_free(x->dB[s]);
+  }
+  harness_dev_free(x->dC);
+  free(x->hC);
+  free(x->ref);
+  free(x->ref_full);
+  free(x->rec);
+}
+
+static int rank_fn(harness_rank_t *hr) {
+  bench_t *b = (bench_t *)hr->user;
+  rank_run_t x;
+  memset(&x, 0, sizeof(x));
+  x.b = b;
+  x.hr = hr;
+  x.rec = (rank_record_t *)calloc(1, sizeof(*x.rec));
+  x.K = b->K_total / hr->world;
+  x.elt = weave_dtype_size(b->dtype);
+  x.a_n = (size_t)b->M * x.K;
+  x.b_n = (size_t)x.K * b->N;
+  weave_row_split(b->M, hr->world, hr->rank, &x.row_begin, &x.rows);
+  inputs_create(&x);
+  if (b->check) reference_create(&x);
+  plans_create(&x);
   for (int vi = 0; vi < b->nv; ++vi) {
-    if (!plan[vi]) continue;
-    if (b->v[vi].trace) { /* the traced variant's last call */
-      size_t cap = 4 * (size_t)(b->info[vi][r].tiles_total + b->info[vi][r].tiles_owned) + 256, got = 0;
-      b->tev[r] = (weave_trace_event_t *)calloc(cap, sizeof(weave_trace_event_t));
-      if (weave_gemm_rs_trace_fetch(plan[vi], hr->stream, b->tev[r], cap, &got) == WEAVE_SUCCESS)
-        b->tcount[r] = got < cap ? got : cap;
-      b->traced_vi = vi;
+    int ok = x.plan[vi] != NULL;
+    if (ok && b->check) ok = validate(&x, vi);
+    x.live[vi] = all_ok(hr, ok); /* every rank votes: no short circuit */
+    if (!x.live[vi]) x.rec->failed[vi] = 1;
+  }
+  time_variants(&x);
+  gather_trace(&x);
+  /* Every rank's record to the process of rank 0 (with threads: into the one bench_t, by rank 0). */
+  rank_record_t *all = (rank_record_t *)malloc(sizeof(rank_record_t) * (size_t)hr->world);
+  int rc = harness_allgather(hr, x.rec, all, sizeof(rank_record_t));
+  if (rc == 0 && hr->rank == b->my_rank) memcpy(b->rec, all, sizeof(rank_record_t) * (size_t)hr->world);
+  free(all);
+  rank_run_free(&x);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * the report
+ * ---------------------------------------------------------------------------------------------- */
+/* Per call: the slowest rank; then the median over calls. vi = -1: weave_gemm alone, -2: cuBLASLt. */
+static double call_median(const bench_t *b, int vi) {
+  double v[MAX_ITERS];
+  for (int i = 0; i < b->iters; ++i) {
+    v[i] = 0;
+    for (int r = 0; r < b->world; ++r) {
+      const rank_record_t *rec = &b->rec[r];
+      double t = vi == -2 ? rec->lt_alone_ms[i] : vi == -1 ? rec->gemm_alone_ms[i] : rec->ms[vi][i];
+      if (t > v[i]) v[i] = t;
     }
   }
-  for (int vi = 0; vi < b->nv; ++vi) /* collective: the same plans in the same order on every rank */
-    if (plan[vi]) weave_gemm_rs_plan_destroy(plan[vi]);
-  for (int s = 0; s < nsets; ++s) {
-    harness_dev_free(dA[s]);
-    harness_dev_free(dB[s]);
-  }
-  harness_dev_free(dC);
-  harness_timer_destroy(tm);
-  free(hA);
-  free(hB);
-  free(hC);
-  free(ref);
-  free(ref_full);
-  return 0;
+  return harness_median(v, b->iters);
 }
 
-/* Per call: the slowest rank; then the median over calls. */
-static double call_median(double per_rank[][256], int world, int n) {
-  double v[256];
-  for (int i = 0; i < n; ++i) {
-    v[i] = 0;
-    for (int r = 0; r < world; ++r)
-      if (per_rank[r][i] > v[i]) v[i] = per_rank[r][i];
-  }
-  return harness_median(v, n);
+static int variant_failed(const bench_t *b, int vi) {
+  int f = 0;
+  for (int r = 0; r < b->world; ++r) f |= b->rec[r].failed[vi];
+  return f;
 }
 
-static bench_variant_t *add_variant(bench_t *b, weave_strategy_t s, weave_reduce_t red, weave_dtype_t slot, int g,
-                                    int c) {
-  bench_variant_t *v = &b->v[b->nv++];
-  v->strategy = s;
-  v->reduce = red;
-  v->slot = slot;
-  v->gemm_blocks = g;
-  v->comm_blocks = c;
-  static char labels[MAX_STRATS + 64][64];
-  char *l = labels[b->nv - 1];
-  if (s == WEAVE_STRATEGY_FUSED)
-    snprintf(l, 64, "fused/%s/%s%s", red == WEAVE_REDUCE_ATOMIC ? "atomic" : "det",
-             red == WEAVE_REDUCE_ATOMIC ? "f32" : weave_dtype_name(slot), g ? "*" : "");
-  else if (s == WEAVE_STRATEGY_BULK) snprintf(l, 64, "bulk/%s", weave_dtype_name(slot));
-  else snprintf(l, 64, "%s", weave_strategy_name(s));
-  v->label = l;
-  return v;
+static long variant_wrong(const bench_t *b, int vi, double *relerr) {
+  long w = 0;
+  *relerr = 0;
+  for (int r = 0; r < b->world; ++r) {
+    w += b->rec[r].wrong[vi];
+    if (!(b->rec[r].relerr[vi] <= *relerr)) *relerr = b->rec[r].relerr[vi];
+  }
+  return w;
+}
+
+static int distinct_gpus(const bench_t *b) {
+  int gpus = 0;
+  for (int r = 0; r < b->world; ++r) {
+    int seen = 0;
+    for (int q = 0; q < r; ++q) seen |= b->devices[q] == b->devices[r];
+    gpus += !seen;
+  }
+  return gpus;
+}
+
+static void write_trace(bench_t *b) {
+  char title[512], csv[600];
+  snprintf(title, sizeof(title), "weave fused GEMM+RS M=%d N=%d K=%d, %d rank(s), %s", b->M, b->N, b->K_total,
+           b->world, b->device_name);
+  const weave_trace_event_t *per[WEAVE_MAX_WORLD];
+  for (int r = 0; r < b->world; ++r) per[r] = b->tev[r];
+  snprintf(csv, sizeof(csv), "%s.csv", b->trace_path);
+  if (weave_trace_write_json(b->trace_path, per, b->tcount, b->world, title) ||
+      weave_trace_write_csv(csv, per, b->tcount, b->world, title))
+    fprintf(stderr, "weave-bench: cannot write %s / %s\n", b->trace_path, csv);
+  else
+    printf("# trace of the last '%s' call: %s (ui.perfetto.dev), %s (scripts/trace_png.sh)\n",
+           b->v[b->traced_vi].label, b->trace_path, csv);
+  for (int r = 0; r < b->world; ++r) {
+    weave_trace_summary_t s;
+    const weave_gemm_rs_info_t *in = &b->rec[r].info[b->traced_vi];
+    weave_trace_summary(b->tev[r], b->tcount[r], in->gemm_blocks, in->comm_blocks, &s);
+    weave_trace_print_summary(stdout, r, &s);
+    free(b->tev[r]);
+    b->tev[r] = NULL;
+    b->tcount[r] = 0;
+  }
+}
+
+/* The table of one M (and its JSON rows); returns the wrong and failed count. */
+static long report(bench_t *b, json_writer_t *jw) {
+  const int gpus = distinct_gpus(b);
+  const double flops = 2.0 * b->M * (double)b->N * b->K_total;
+  const double t_gemm = call_median(b, -1), t_base = call_median(b, 0);
+  const int lt_ok = !b->rec[0].lt_failed;
+  const double t_lt = lt_ok ? call_median(b, -2) : 0.0; /* 0: not measured */
+  printf("# %s, %d SMs, %d rank(s) on %d GPU(s)%s; weave_gemm alone (K_local, all blocks): %.3f ms\n",
+         b->device_name, b->sm_count, b->world, gpus, b->launched ? ", one process each" : "", t_gemm);
+  printf("#%8s %-18s %6s %6s %10s %10s %9s %9s %8s %8s %9s\n", "M", "strategy", "gemm", "comm", "time(ms)", "TFLOP/s",
+         "algbw", "busbw", "#wrong", "speedup", b->check ? "relerr" : "");
+  long bad = 0;
+  double best = 1e30;
+  int best_v = 0;
+  for (int vi = 0; vi < b->nv; ++vi) {
+    const bench_variant_t *v = &b->v[vi];
+    if (variant_failed(b, vi)) {
+      printf(" %8d %-18s %s\n", b->M, v->label, "failed (see the message above)");
+      bad++;
+      continue;
+    }
+    double relerr, t = call_median(b, vi);
+    long wrong = variant_wrong(b, vi, &relerr);
+    double tf = flops / gpus / (t * 1e-3) / 1e12;
+    double algbw = (double)b->M * b->N * weave_dtype_size(b->dtype) / (t * 1e-3) / 1e9;
+    double busbw = algbw * (b->world - 1) / b->world;
+    const weave_gemm_rs_info_t *in = &b->rec[0].info[vi];
+    printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b->M, v->label, in->gemm_blocks,
+           in->comm_blocks, t, tf, algbw, busbw, wrong, t_base / t);
+    if (b->check) printf(" %9.2e", relerr);
+    printf("\n");
+    bad += wrong;
+    if (v->strategy != WEAVE_STRATEGY_AUTO && t < best) {
+      best = t;
+      best_v = vi;
+    }
+    if (jw) {
+      json_begin_object(jw);
+      json_kv_int(jw, "M", b->M);
+      json_kv_string(jw, "strategy", v->label);
+      json_kv_int(jw, "gemm_blocks", in->gemm_blocks);
+      json_kv_int(jw, "comm_blocks", in->comm_blocks);
+      json_kv_number(jw, "time_ms", t);
+      json_kv_number(jw, "tflops_per_gpu", tf);
+      json_kv_number(jw, "algbw_GBps", algbw);
+      json_kv_number(jw, "busbw_GBps", busbw);
+      json_kv_int(jw, "wrong", wrong);
+      json_kv_number(jw, "speedup", t_base / t);
+      json_kv_number(jw, "rel_err", relerr);
+      json_kv_number(jw, "gemm_alone_ms", t_gemm);
+      json_kv_number(jw, "lt_alone_ms", t_lt);
+      json_kv_string(jw, "device", b->device_name);
+      json_kv_int(jw, "gpus", gpus);
+      json_end_object(jw);
+    }
+  }
+  if (lt_ok && !variant_failed(b, 0)) {
+    /* The baseline is GEMM then reduce-scatter: t_rs = t_baseline - t_gemm (cuBLASLt alone), and a
+     * fused variant hides (t_gemm + t_rs - t_fused) / t_rs of it (1: all, 0: none, < 0: slower). */
+    double t_rs = t_base - t_lt;
+    printf("# cuBLASLt alone (local GEMM, all ranks at once): %.3f ms; reduce-scatter part of the baseline: %.3f ms\n",
+           t_lt, t_rs);
+    if (t_rs > 0.01 * t_base)
+      for (int vi = 0; vi < b->nv; ++vi)
+        if (!variant_failed(b, vi) && b->v[vi].strategy == WEAVE_STRATEGY_FUSED)
+          printf("#   %-18s hides %5.2f of the reduce-scatter\n", b->v[vi].label,
+                 (t_lt + t_rs - call_median(b, vi)) / t_rs);
+  }
+  if (b->trace_path && b->tcount[0]) write_trace(b);
+  if (b->tune) {
+    const bench_variant_t *v = &b->v[best_v];
+    const weave_gemm_rs_info_t *in = &b->rec[0].info[best_v];
+    const int fused = v->strategy == WEAVE_STRATEGY_FUSED;
+    const char *path = getenv("WEAVE_TUNE_FILE");
+    if (bench_tune_record(path, b->device_name, b->world, b->M, b->N, b->K_total / b->world, b->dtype, v->strategy,
+                          fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best) == 0)
+      printf("# tune: %s %s G=%d C=%d (%.2fx) -> %s\n", v->label, weave_strategy_name(v->strategy),
+             fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best, path);
+    else
+      printf("# tune: best %s (%.2fx); set WEAVE_TUNE_FILE to record it\n", v->label, t_base / best);
+  }
+  return bad;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * main
+ * ---------------------------------------------------------------------------------------------- */
+static void print_header(const bench_t *b, const char *heap_note) {
+  printf("# weave-bench  GEMM + ReduceScatter   %s\n", weave_dtype_name(b->dtype));
+  printf("# M %d..%d (x%.2g)  N %d  K_total %d  ranks %d (%s)  B %s  iters %d  warmup %d  check %d\n", b->min_M,
+         b->max_M, b->factor, b->N, b->K_total, b->world, b->launched ? "one process each" : "threads of one process",
+         b->layout == WEAVE_LAYOUT_ROW ? "[K,N]" : "[N,K]", b->iters, b->warmup, b->check);
+  printf("# rank -> device:");
+  for (int r = 0; r < b->world; ++r) printf(" %d->%d", r, b->devices[r]);
+  printf("\n# symmetric heap per rank: %s\n", heap_note);
+  printf("# variants timed round-robin (one call of each per iteration), median over iterations of the slowest rank\n");
+}
+
+static void print_dry(const bench_t *b, const char *why) {
+  printf("# %s: printing the plan and roofline only\n", why);
+  bench_print_plan(stdout, b->min_M, b->N, b->K_total, b->world, b->dtype, b->layout, b->order);
 }
 
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; ++i)
-    if (!strcmp(argv[i], "--op") && i + 1 < argc) {
-      if (!strcmp(argv[i + 1], "gemm")) return weave_bench_gemm_main(argc, argv);
-      if (strcmp(argv[i + 1], "gemm_rs")) {
-        fprintf(stderr, "unknown --op %s (gemm_rs, gemm)\n", argv[i + 1]);
-        return 2;
-      }
-    }
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!strcmp(argv[i], "--op") && !strcmp(argv[i + 1], "gemm")) return weave_bench_gemm_main(argc, argv);
   static bench_t b;
-  memset(&b, 0, sizeof(b));
-  b.M = 8192; b.N = 8192; b.K_total = 28672; b.world = 1;
-  b.dtype = WEAVE_BF16; b.layout = WEAVE_LAYOUT_ROW;
-  b.iters = 20; b.warmup = 5; b.check = 1;
-  int minM = 0, maxM = 0, tune = 0, gb = 0, cb = 0, ndev_list = 0;
-  double factor = 2;
-  const char *strategy = "all", *reduce = "both", *slot = "dtype", *json = NULL;
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEXT() (val ? (i++, val) : (usage(), exit(2), ""))
-    if (!strcmp(a, "-M")) b.M = atoi(NEXT());
-    else if (!strcmp(a, "-N")) b.N = atoi(NEXT());
-    else if (!strcmp(a, "-K")) b.K_total = atoi(NEXT());
-    else if (!strcmp(a, "-g")) b.world = atoi(NEXT());
-    else if (!strcmp(a, "--devices")) ndev_list = parse_devices(NEXT(), b.devices);
-    else if (!strcmp(a, "-d")) { if (weave_dtype_parse(NEXT(), &b.dtype)) { usage(); return 2; } }
-    else if (!strcmp(a, "--layout")) b.layout = !strcmp(NEXT(), "col") ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW;
-    else if (!strcmp(a, "--strategy")) strategy = NEXT();
-    else if (!strcmp(a, "--reduce")) reduce = NEXT();
-    else if (!strcmp(a, "--slot")) slot = NEXT();
-    else if (!strcmp(a, "--order")) b.order = !strcmp(NEXT(), "own-first") ? WEAVE_ORDER_OWN_FIRST : WEAVE_ORDER_OWN_LAST;
-    else if (!strcmp(a, "--gemm-blocks")) gb = atoi(NEXT());
-    else if (!strcmp(a, "--comm-blocks")) cb = atoi(NEXT());
-    else if (!strcmp(a, "-b")) minM = atoi(NEXT());
-    else if (!strcmp(a, "-e")) maxM = atoi(NEXT());
-    else if (!strcmp(a, "-f")) factor = atof(NEXT());
-    else if (!strcmp(a, "-n")) b.iters = atoi(NEXT());
-    else if (!strcmp(a, "-w")) b.warmup = atoi(NEXT());
-    else if (!strcmp(a, "-c")) b.check = atoi(NEXT());
-    else if (!strcmp(a, "-J")) json = NEXT();
-    else if (!strcmp(a, "--tune")) tune = 1;
-    else if (!strcmp(a, "--trace")) b.trace_path = NEXT();
-    else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-    else if (!strcmp(a, "--version")) {
-      int v[3];
-      weave_get_version(&v[0], &v[1], &v[2]);
-      printf("weave-bench %d.%d.%d\n", v[0], v[1], v[2]);
-      return 0;
+  variant_options_t vo;
+  parse_options(argc, argv, &b, &vo);
+
+  /* Under a launcher the job fixes the ranks, and only the process of rank 0 prints. */
+  const int ndev = harness_device_count();
+  const int launched = ndev > 0 ? harness_launched_world() : 0;
+  if (launched < 0) return 1;
+  if (launched) {
+    if (vo.ranks_given && b.world != launched) {
+      fprintf(stderr, "weave-bench: -g %d, but the launcher started %d ranks\n", b.world, launched);
+      return 2;
     }
-    else { fprintf(stderr, "unknown argument %s\n", a); usage(); return 2; }
+    b.world = launched;
+    b.launched = 1;
+    b.my_rank = harness_launched_rank();
+    if (b.K_total % b.world) {
+      fprintf(stderr, "weave-bench: -K %d is not a multiple of the launcher's %d ranks\n", b.K_total, b.world);
+      return 2;
+    }
+    if (b.my_rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
   }
-  if (b.world < 1 || b.world > WEAVE_MAX_WORLD || b.M < 1 || b.N < 1 || b.K_total < b.world || b.iters < 1 ||
-      b.iters > 256 || b.warmup < 0 || factor <= 1.0 || (ndev_list && ndev_list != b.world)) {
-    fprintf(stderr, "weave-bench: bad arguments (ranks 1..%d, K >= ranks, -n 1..256, --devices one per rank)\n",
-            WEAVE_MAX_WORLD);
-    return 2;
-  }
-  if (b.K_total % b.world) {
-    fprintf(stderr, "weave-bench: K %d is not a multiple of the ranks %d\n", b.K_total, b.world);
-    return 2;
-  }
-  int ndev = harness_device_count();
-  if (!ndev_list)
+  if (!b.ndevices)
     for (int r = 0; r < b.world; ++r) b.devices[r] = ndev ? r % ndev : 0;
-  /* -b/-e default to -M: "-e 16384" alone sweeps from -M up, "-b 1024" alone from there up to -M */
-  if (minM == 0) minM = maxM ? (maxM < b.M ? maxM : b.M) : b.M;
-  if (maxM == 0) maxM = minM > b.M ? minM : b.M;
-  if (maxM < minM) maxM = minM;
-
-  /* The variants first: the symmetric heap below is sized for all of them (--tune's included). */
-  int all = !strcmp(strategy, "all");
-  weave_dtype_t slot_t = !strcmp(slot, "fp32") ? WEAVE_FP32 : b.dtype;
-  int want_det = strcmp(reduce, "atomic") != 0, want_atomic = strcmp(reduce, "det") != 0;
-  add_variant(&b, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, b.dtype, 0, 0);
-  if (all || !strcmp(strategy, "fused")) {
-    if (want_det) add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, gb, cb);
-    if (want_det && all && b.dtype != WEAVE_FP32 && slot_t != WEAVE_FP32)
-      add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, gb, cb);
-    if (want_atomic) add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, b.dtype, gb, cb);
-  }
-  if (b.trace_path) { /* the deterministic fused kernel once more, traced: overhead and timeline */
-    bench_variant_t *tv = add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, gb, cb);
-    tv->trace = 1;
-    tv->label = "fused/det +trace";
-  }
-  if (all || !strcmp(strategy, "bulk")) add_variant(&b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot_t, 0, 0);
-  if (all || !strcmp(strategy, "auto")) add_variant(&b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b.dtype, 0, 0);
-  if (tune) { /* sweep the split of the deterministic fused kernel */
-    /* The plan's budget: the SMs less one per rank when ranks share a GPU, shared by those ranks. */
-    int sms = 132, ranks_here = 0;
-    int dev0 = b.devices[0];
-    for (int r = 0; r < b.world; ++r) ranks_here += b.devices[r] == dev0;
-    if (ndev > 0) {
-      int n = harness_sm_count(dev0);
-      if (n > 0) sms = n;
-    }
-    int budget_guess = (sms - (ranks_here > 1 ? ranks_here : 0)) / ranks_here;
-    for (int c = 1; c < budget_guess && b.nv < MAX_STRATS + 60; c = c < 4 ? c + 1 : c * 3 / 2)
-      add_variant(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot_t, budget_guess - c, c);
-  }
-
-  /* All plans of a run are alive at once (round-robin timing), so the symmetric heap must hold every
-   * variant's memory at the largest M: at most world slots of ceil(M/world) x N fp32 each (the
-   * deterministic kernel with fp32 slots; the others need as much or less), +25% and 256 MiB for
-   * flags, control words and alignment. Set before the teams, which read it at creation; a value
-   * the user set wins. */
+  add_variants(&b, &vo, ndev);
   char heap_note[160];
-  const char *heap_env = getenv("WEAVE_HEAP_SIZE");
-  if (heap_env && *heap_env) {
-    snprintf(heap_note, sizeof(heap_note), "%s (WEAVE_HEAP_SIZE as set)", heap_env);
-  } else {
-    double per_variant = (double)b.world * (double)(((long)maxM + b.world - 1) / b.world) * b.N * 4.0;
-    double mib = ceil((b.nv * per_variant * 1.25 + 256.0 * 1048576.0) / 1048576.0);
-    unsigned long long heap_mib = mib < 1024 ? 1024 : (unsigned long long)mib;
-    char val[32];
-    snprintf(val, sizeof(val), "%lluM", heap_mib);
-    setenv("WEAVE_HEAP_SIZE", val, 1);
-    snprintf(heap_note, sizeof(heap_note), "%s (for %d variants at M=%d; set WEAVE_HEAP_SIZE to override)", val, b.nv,
-             maxM);
-  }
-
-  printf("# weave-bench  GEMM + ReduceScatter   %s\n", weave_dtype_name(b.dtype));
-  printf("# M %d..%d (x%.2g)  N %d  K_total %d  ranks %d  B %s  iters %d  warmup %d  check %d\n", minM, maxM, factor,
-         b.N, b.K_total, b.world, b.layout == WEAVE_LAYOUT_ROW ? "[K,N]" : "[N,K]", b.iters, b.warmup, b.check);
-  printf("# rank -> device:");
-  for (int r = 0; r < b.world; ++r) printf(" %d->%d", r, b.devices[r]);
-  printf("\n");
-  printf("# symmetric heap per rank: %s\n", heap_note);
-  printf("# variants timed round-robin (one call of each per iteration), median over iterations of the slowest rank\n");
+  size_heap(&b, heap_note, sizeof(heap_note));
+  print_header(&b, heap_note);
   if (ndev == 0) {
-    printf("# no CUDA device visible (the driver reports none): printing the plan and roofline only\n");
-    b.M = minM;
-    print_dry(&b);
+    print_dry(&b, "no CUDA device visible (the driver reports none)");
     return 0;
   }
 
-  FILE *jf = json ? fopen(json, "w") : NULL;
-  if (json && !jf) {
-    fprintf(stderr, "weave-bench: cannot write %s\n", json);
-    return 2;
+  FILE *jf = NULL;
+  json_writer_t jw;
+  if (b.json_path && b.my_rank == 0) {
+    if (!(jf = fopen(b.json_path, "w"))) {
+      fprintf(stderr, "weave-bench: cannot write %s\n", b.json_path);
+      return 2;
+    }
+    json_open(&jw, jf);
+    json_begin_object(&jw);
+    json_kv_string(&jw, "bench", "gemm_rs");
+    json_kv_string(&jw, "dtype", weave_dtype_name(b.dtype));
+    json_kv_int(&jw, "N", b.N);
+    json_kv_int(&jw, "K_total", b.K_total);
+    json_kv_int(&jw, "ranks", b.world);
+    json_kv_string(&jw, "ranks_are", b.launched ? "processes" : "threads");
+    json_key(&jw, "rows");
+    json_begin_array(&jw);
   }
-  if (jf) fprintf(jf, "{\"bench\":\"gemm_rs\",\"dtype\":\"%s\",\"N\":%d,\"K_total\":%d,\"ranks\":%d,\"rows\":[\n",
-                  weave_dtype_name(b.dtype), b.N, b.K_total, b.world);
-  long total_wrong = 0;
-  int first_row = 1;
-  for (long M = minM; M <= maxM; M = (long)ceil(M * factor)) {
+  long bad = 0;
+  for (long M = b.min_M; M <= b.max_M; M = (long)ceil(M * b.factor)) {
     b.M = (int)M;
-    memset(b.wrong, 0, sizeof(b.wrong));
-    memset(b.relerr, 0, sizeof(b.relerr));
-    memset(b.failed, 0, sizeof(b.failed));
-    b.lt_failed = 0;
-    pthread_mutex_init(&b.mu, NULL);
     b.seed = harness_seed();
     int rc = harness_run(b.world, b.devices, NULL, rank_fn, &b);
     if (rc == HARNESS_SKIP) {
-      printf("# no usable device: plan and roofline only\n");
-      print_dry(&b);
+      print_dry(&b, "no usable device");
       return 0;
     }
     if (rc) return 1;
-    int n = b.iters;
-    double flops = 2.0 * b.M * (double)b.N * b.K_total;
-    int gpus = 0;
-    for (int r = 0; r < b.world; ++r) {
-      int seen = 0;
-      for (int q = 0; q < r; ++q) seen |= b.devices[q] == b.devices[r];
-      gpus += !seen;
-    }
-    double t_gemm = call_median(b.gemm_alone_ms, b.world, n);
-    double t_base = call_median(b.ms[0], b.world, n);
-    double t_lt = b.lt_failed ? 0.0 : call_median(b.lt_alone_ms, b.world, n); /* 0: not measured */
-    printf("# %s, %d SMs, %d rank(s) on %d GPU(s); weave_gemm alone (K_local, all blocks): %.3f ms\n", b.device_name,
-           b.sm_count, b.world, gpus, t_gemm);
-    printf("#%8s %-18s %6s %6s %10s %10s %9s %9s %8s %8s %9s\n", "M", "strategy", "gemm", "comm", "time(ms)",
-           "TFLOP/s", "algbw", "busbw", "#wrong", "speedup", b.check ? "relerr" : "");
-    double best = 1e30;
-    int best_v = 0;
-    for (int vi = 0; vi < b.nv; ++vi) {
-      if (b.failed[vi]) {
-        printf(" %8d %-18s %s\n", b.M, b.v[vi].label, "failed (see the message above)");
-        total_wrong++;
-        continue;
-      }
-      double t = call_median(b.ms[vi], b.world, n);
-      double tf = flops / gpus / (t * 1e-3) / 1e12;
-      double algbw = (double)b.M * b.N * weave_dtype_size(b.dtype) / (t * 1e-3) / 1e9;
-      double busbw = algbw * (b.world - 1) / b.world;
-      printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b.M, b.v[vi].label,
-             b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t, tf, algbw, busbw, b.wrong[vi], t_base / t);
-      if (b.check) printf(" %9.2e", b.relerr[vi]);
-      printf("\n");
-      total_wrong += b.wrong[vi];
-      if (b.v[vi].strategy != WEAVE_STRATEGY_AUTO && t < best) {
-        best = t;
-        best_v = vi;
-      }
-      if (jf)
-        fprintf(jf,
-                "%s{\"M\":%d,\"strategy\":\"%s\",\"gemm_blocks\":%d,\"comm_blocks\":%d,\"time_ms\":%.5f,"
-                "\"tflops_per_gpu\":%.2f,\"algbw_GBps\":%.2f,\"busbw_GBps\":%.2f,\"wrong\":%ld,\"speedup\":%.4f,"
-                "\"rel_err\":%.3e,\"gemm_alone_ms\":%.5f,\"lt_alone_ms\":%.5f,\"device\":\"%s\",\"gpus\":%d}",
-                first_row ? "" : ",\n", b.M, b.v[vi].label, b.info[vi][0].gemm_blocks, b.info[vi][0].comm_blocks, t,
-                tf, algbw, busbw, b.wrong[vi], t_base / t, b.relerr[vi], t_gemm,
-                t_lt, b.device_name, gpus);
-      first_row = 0;
-    }
-    if (!b.lt_failed && !b.failed[0]) {
-      /* The baseline is GEMM then reduce-scatter: t_rs = t_baseline - t_gemm (cuBLASLt alone), and a
-       * fused variant hides (t_gemm + t_rs - t_fused) / t_rs of it (1: all, 0: none, < 0: slower). */
-      double t_rs = t_base - t_lt;
-      printf("# cuBLASLt alone (local GEMM, all ranks at once): %.3f ms; reduce-scatter part of the baseline: %.3f ms\n",
-             t_lt, t_rs);
-      if (t_rs > 0.01 * t_base)
-        for (int vi = 0; vi < b.nv; ++vi)
-          if (!b.failed[vi] && b.v[vi].strategy == WEAVE_STRATEGY_FUSED)
-            printf("#   %-18s hides %5.2f of the reduce-scatter\n", b.v[vi].label,
-                   (t_lt + t_rs - call_median(b.ms[vi], b.world, n)) / t_rs);
-    }
-    if (b.trace_path && b.tcount[0]) {
-      char title[512], csv[600];
-      snprintf(title, sizeof(title), "weave fused GEMM+RS M=%d N=%d K=%d, %d rank(s), %s", b.M, b.N, b.K_total, b.world,
-               b.device_name);
-      const weave_trace_event_t *per[WEAVE_MAX_WORLD];
-      for (int r = 0; r < b.world; ++r) per[r] = b.tev[r];
-      snprintf(csv, sizeof(csv), "%s.csv", b.trace_path);
-      if (weave_trace_write_json(b.trace_path, per, b.tcount, b.world, title) || weave_trace_write_csv(csv, per, b.tcount, b.world, title))
-        fprintf(stderr, "weave-bench: cannot write %s / %s\n", b.trace_path, csv);
-      else
-        printf("# trace of the last '%s' call: %s (ui.perfetto.dev), %s (scripts/trace_png.sh)\n",
-               b.v[b.traced_vi].label, b.trace_path, csv);
-      for (int r = 0; r < b.world; ++r) {
-        weave_trace_summary_t s;
-        weave_trace_summary(b.tev[r], b.tcount[r], b.info[b.traced_vi][r].gemm_blocks,
-                            b.info[b.traced_vi][r].comm_blocks, &s);
-        weave_trace_print_summary(stdout, r, &s);
-        free(b.tev[r]);
-        b.tev[r] = NULL;
-        b.tcount[r] = 0;
-      }
-    }
-    if (tune) {
-      const char *path = getenv("WEAVE_TUNE_FILE");
-      weave_tune_entry_t te;
-      memset(&te, 0, sizeof(te));
-      snprintf(te.device, sizeof(te.device), "%s", b.device_name);
-      te.world = b.world;
-      te.m_bucket = weave_tune_bucket(b.M);
-      te.N = b.N;
-      te.K = b.K_total / b.world;
-      te.dtype = b.dtype;
-      te.strategy = b.v[best_v].strategy;
-      te.gemm_blocks = te.strategy == WEAVE_STRATEGY_FUSED ? b.info[best_v][0].gemm_blocks : 0;
-      te.comm_blocks = te.strategy == WEAVE_STRATEGY_FUSED ? b.info[best_v][0].comm_blocks : 0;
-      te.speedup = t_base / best;
-      if (path && *path && weave_tune_append(path, &te) == 0)
-        printf("# tune: %s %s G=%d C=%d (%.2fx) -> %s\n", b.v[best_v].label, weave_strategy_name(te.strategy),
-               te.gemm_blocks, te.comm_blocks, te.speedup, path);
-      else
-        printf("# tune: best %s (%.2fx); set WEAVE_TUNE_FILE to record it\n", b.v[best_v].label, te.speedup);
-    }
-    if (M >= maxM) break;
+    bad += report(&b, jf ? &jw : NULL);
+    if (M >= b.max_M) break;
   }
   if (jf) {
-    fprintf(jf, "\n]}\n");
+    json_end_array(&jw);
+    json_end_object(&jw);
     fclose(jf);
   }
-  printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-  return total_wrong ? 1 : 0;
+  printf("# Out of bounds values : %ld %s\n", bad, bad ? "FAILED" : "OK");
+  return bad ? 1 : 0;
 }

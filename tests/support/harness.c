@@ -59,6 +59,10 @@ int harness_launched_world(void) {
   return launch_world;
 }
 
+weave_bootstrap_t *harness_launched_bootstrap(void) { return harness_launched_world() > 0 ? launch_bs : NULL; }
+
+int harness_launched_rank(void) { return harness_launched_world() > 0 ? launch_rank : 0; }
+
 int harness_device_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -153,6 +157,29 @@ int harness_run(int world, const int *devices, const weave_config_t *config, har
   return worst;
 }
 
+int harness_allgather(harness_rank_t *r, const void *mine, void *all, size_t bytes) {
+  void *buf = NULL;
+  weave_result_t rc = weave_malloc(r->team, bytes ? bytes : 1, &buf);
+  if (rc != WEAVE_SUCCESS) {
+    fprintf(stderr, "rank %d: harness_allgather: %s\n", r->rank, weave_get_last_error(r->team));
+    return 1;
+  }
+  HCUDA(cudaMemcpy(buf, mine, bytes, cudaMemcpyHostToDevice));
+  rc = weave_barrier(r->team);
+  for (int p = 0; p < r->world && rc == WEAVE_SUCCESS; ++p) {
+    void *peer = NULL;
+    rc = weave_ptr(r->team, buf, p, &peer);
+    if (rc == WEAVE_SUCCESS) HCUDA(cudaMemcpy((char *)all + (size_t)p * bytes, peer, bytes, cudaMemcpyDefault));
+  }
+  /* Nobody frees (collective) before every rank has read every peer's copy. */
+  weave_result_t rc2 = weave_barrier(r->team);
+  if (rc == WEAVE_SUCCESS) rc = rc2;
+  rc2 = weave_free(r->team, buf);
+  if (rc == WEAVE_SUCCESS) rc = rc2;
+  if (rc != WEAVE_SUCCESS) fprintf(stderr, "rank %d: harness_allgather: %s\n", r->rank, weave_get_last_error(r->team));
+  return rc != WEAVE_SUCCESS;
+}
+
 void *harness_dev_alloc(size_t bytes) {
   void *p = NULL;
   HCUDA(cudaMalloc(&p, bytes ? bytes : 1));
@@ -221,6 +248,18 @@ uint64_t harness_seed(void) {
 #include "gemm_rs/plan_model.h"
 #include "reference.h"
 
+/* The handle is the library's cuBLASLt plan itself. */
+harness_lt_t *harness_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t layout,
+                                char *msg, size_t msg_len) {
+  weave_lt_t *lt = NULL;
+  if (weave_lt_create(M, N, K, in, out, layout, 0, &lt, msg, msg_len) != WEAVE_SUCCESS) return NULL;
+  return (harness_lt_t *)lt;
+}
+int harness_lt_run(harness_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream) {
+  return weave_lt_run((weave_lt_t *)lt, alpha, A, B, C, stream) != WEAVE_SUCCESS;
+}
+void harness_lt_destroy(harness_lt_t *lt) { weave_lt_destroy((weave_lt_t *)lt); }
+
 double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layout_t lay, float alpha,
                             const void *const *A, const void *const *B, const void *bias, int row_begin, int rows) {
   if (rows <= 0) return (double *)malloc(sizeof(double));
@@ -244,9 +283,9 @@ double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layo
         memcpy(b + ((size_t)n * Kt + (size_t)s * K) * e, (const unsigned char *)B[s] + (size_t)n * K * e,
                (size_t)K * e);
   }
-  weave_lt_t *lt = NULL;
   char msg[256];
-  if (weave_lt_create(rows, N, (int)Kt, t, WEAVE_FP32, lay, 0, &lt, msg, sizeof(msg)) != WEAVE_SUCCESS) {
+  harness_lt_t *lt = harness_lt_create(rows, N, (int)Kt, t, WEAVE_FP32, lay, msg, sizeof(msg));
+  if (!lt) {
     fprintf(stderr, "harness: cuBLASLt reference: %s\n", msg);
     goto out;
   }
@@ -254,14 +293,14 @@ double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layo
   void *dC = harness_dev_alloc(sizeof(float) * (size_t)rows * N);
   harness_upload(dA, a, (size_t)rows * Kt * e);
   harness_upload(dB, b, Kt * N * e);
-  weave_result_t rc = weave_lt_run(lt, alpha, dA, dB, dC, NULL);
+  int rc = harness_lt_run(lt, alpha, dA, dB, dC, NULL);
   HCUDA(cudaDeviceSynchronize());
   harness_download(c, dC, sizeof(float) * (size_t)rows * N);
   harness_dev_free(dA);
   harness_dev_free(dB);
   harness_dev_free(dC);
-  weave_lt_destroy(lt);
-  if (rc != WEAVE_SUCCESS) {
+  harness_lt_destroy(lt);
+  if (rc) {
     fprintf(stderr, "harness: cuBLASLt reference run failed\n");
     goto out;
   }

@@ -11,6 +11,10 @@
 
 #include "weave.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define HARNESS_SKIP 77
 
 typedef struct harness_rank {
@@ -29,10 +33,19 @@ int harness_sm_count(int device);
 /* Under a launcher (torchrun, mpirun, srun, scripts/launch.sh: one process per rank) the job's world,
  * with the process's bootstrap made on first use; 0 when not launched; -1 when the bootstrap failed. */
 int harness_launched_world(void);
+/* The launched job's bootstrap (NULL when not launched): for tests that create their own teams. */
+weave_bootstrap_t *harness_launched_bootstrap(void);
+/* This process's rank under a launcher; 0 when not launched (the process then holds every rank). */
+int harness_launched_rank(void);
 /* Runs fn on every rank; returns the largest rank result, HARNESS_SKIP without a device, or 1 when
  * a team could not be created. config may be NULL. Under a launcher it runs this process's rank only,
  * and a world other than the job's is HARNESS_SKIP. */
 int harness_run(int world, const int *devices, const weave_config_t *config, harness_fn fn, void *user);
+
+/* Collective over r's team: every rank's `bytes` at `mine` land at all + rank * bytes on every rank.
+ * It goes through the symmetric heap (weave_malloc, weave_ptr, weave_barrier), so it works alike for
+ * ranks that are threads and ranks that are processes. 0 on success, else 1 with a message. */
+int harness_allgather(harness_rank_t *r, const void *mine, void *all, size_t bytes);
 
 /* Device helpers (exit the process with a message on a CUDA failure: test and bench code only). */
 void *harness_dev_alloc(size_t bytes);
@@ -57,7 +70,19 @@ void harness_timer_destroy(harness_timer_t *t);
 double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layout_t lay, float alpha,
                             const void *const *A, const void *const *B, const void *bias, int row_begin, int rows);
 
+/* cuBLASLt alone: C[M, N] (out dtype) = alpha * A[M, K] . B (B [K, N] for ROW, [N, K] for COL), the
+ * GEMM part of the baseline, through the library's own cuBLASLt plan. create returns NULL with a
+ * message in msg when cuBLASLt cannot plan the shape; run returns 0 on success. */
+typedef struct harness_lt harness_lt_t;
+harness_lt_t *harness_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t layout,
+                                char *msg, size_t msg_len);
+int harness_lt_run(harness_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream);
+void harness_lt_destroy(harness_lt_t *lt);
+
 double harness_median(double *v, int n); /* sorts v */
 uint64_t harness_seed(void);             /* fresh per process (time and pid) unless WEAVE_TEST_SEED */
 
+#ifdef __cplusplus
+}
+#endif
 #endif

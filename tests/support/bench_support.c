@@ -1,0 +1,72 @@
+/* What weave-bench needs from weave's internals: see bench_support.h. */
+#include "bench_support.h"
+
+#include <string.h>
+
+#include "common/dtype.h"
+#include "gemm_rs/plan_model.h"
+#include "gemm_rs/tune.h"
+#include "kernels/kernels.h"
+
+void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype_t dtype, weave_layout_t layout,
+                      weave_tile_order_t order) {
+  int K = K_total / world, tm, tn;
+  int hopper = weave_kernel_hopper_ok(dtype, layout, N, K);
+  weave_kernel_tile_shape(hopper, &tm, &tn);
+  weave_tiling_t t = {M, N, world, tm, tn, (int)order};
+  fprintf(f, "# plan of the fused kernel: %s role, tiles %dx%d, each owner's rows tiled on their own, owners\n"
+         "# interleaved tile by tile in an order rotated per rank (%s)\n",
+         hopper ? "TMA + wgmma" : "mma.sync", t.tile_m, t.tile_n,
+         order == WEAVE_ORDER_OWN_FIRST ? "own tile first in each round" : "own tile last in each round");
+  fprintf(f, "#  rank  rows[begin,+n)     tiles_owned  owners in a round          bytes sent/call (%s slots)\n",
+         weave_dtype_name(dtype));
+  for (int r = 0; r < world; ++r) {
+    int rb, rows;
+    weave_split_rows_of(M, world, r, &rb, &rows);
+    char owners[64] = "";
+    for (int k = 0; k < world && k < 8; ++k) {
+      char x[16];
+      snprintf(x, sizeof(x), "%d ", weave_visit_owner(&t, r, k));
+      strncat(owners, x, sizeof(owners) - strlen(owners) - 1);
+    }
+    fprintf(f, "#  %4d  [%6d,+%6d)  %11d  %-25s  %zu\n", r, rb, rows, weave_owner_tiles(&t, r), owners,
+           weave_plan_bytes_sent(M, N, world, r, weave_dtype_size(dtype)));
+  }
+  fprintf(f, "#  total tiles %d; symmetric memory per rank (deterministic, %s slots): %.1f MB\n", weave_total_tiles(&t),
+         weave_dtype_name(dtype),
+         (double)world * weave_cdiv(M, world) * N * weave_dtype_size(dtype) / 1e6);
+  /* The plan's split model with an H200's datasheet clock and bandwidth, one rank per GPU. */
+  weave_split_inputs_t in;
+  weave_split_inputs_from_device(132, 1.98e9, 4.8e12, dtype, 1, 132, &in);
+  int c = weave_split_comm_blocks(&in, weave_plan_gemm_flops(M, N, K, world),
+                                  weave_plan_comm_bytes(M, N, world, weave_dtype_size(dtype),
+                                                        weave_dtype_size(dtype)),
+                                  (double)weave_max_owner_tiles(&t));
+  fprintf(f, "#  cost-model split on a 132-SM H200, one rank per GPU: %d GEMM + %d communication blocks\n", 132 - c, c);
+  fprintf(f, "# roofline per GPU (datasheet rates; M=%d N=%d K_total=%d world=%d %s)\n", M, N, K_total, world,
+         weave_dtype_name(dtype));
+  fprintf(f, "#  %-10s %10s %10s %14s %12s %8s\n", "device", "gemm_ms", "rs_ms", "gemm+rs_ms", "overlap_ms", "bound");
+  for (int d = 0; d < 2; ++d) {
+    weave_roofline_t r;
+    weave_roofline(&weave_roofline_devices[d], M, N, K_total, world, weave_dtype_size(dtype), &r);
+    fprintf(f, "#  %-10s %10.3f %10.3f %14.3f %12.3f %7.2fx\n", weave_roofline_devices[d].name, r.t_gemm_ms, r.t_rs_ms,
+           r.t_baseline_ms, r.t_fused_ms, r.t_fused_ms > 0 ? r.t_baseline_ms / r.t_fused_ms : 0);
+  }
+}
+
+int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
+                      weave_strategy_t strategy, int gemm_blocks, int comm_blocks, double speedup) {
+  weave_tune_entry_t e;
+  memset(&e, 0, sizeof(e));
+  snprintf(e.device, sizeof(e.device), "%s", device);
+  e.world = world;
+  e.m_bucket = weave_tune_bucket(M);
+  e.N = N;
+  e.K = K_local;
+  e.dtype = dtype;
+  e.strategy = strategy;
+  e.gemm_blocks = gemm_blocks;
+  e.comm_blocks = comm_blocks;
+  e.speedup = speedup;
+  return path && *path ? weave_tune_append(path, &e) : -1;
+}

@@ -1,0 +1,24 @@
+/*
+ * What weave-bench needs from weave's internals, behind one small interface, so that the tools
+ * include only the public headers and tests/support: the plan and roofline it prints when there is
+ * no GPU, and the tuning cache it appends to with --tune.
+ */
+#ifndef WEAVE_BENCH_SUPPORT_H
+#define WEAVE_BENCH_SUPPORT_H
+
+#include <stdio.h>
+
+#include "weave.h"
+
+/* The fused kernel's plan for this shape (tiles, rows and tiles per rank, visiting order, bytes
+ * sent, symmetric memory), the cost model's split on a 132-SM H200 and the datasheet roofline of
+ * H100 and H200; no device needed. */
+void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype_t dtype, weave_layout_t layout,
+                      weave_tile_order_t order);
+
+/* Appends the measured best of a shape to the tuning cache at `path` (WEAVE_TUNE_FILE's format).
+ * 0 on success. */
+int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
+                      weave_strategy_t strategy, int gemm_blocks, int comm_blocks, double speedup);
+
+#endif
