@@ -726,6 +726,10 @@ int main(int argc, char **argv) {
   static bench_t b;
   variant_options_t vo;
   parse_options(argc, argv, &b, &vo);
+  if (bench_check_env()) {
+    fprintf(stderr, "weave-bench: %s\n", weave_get_last_error(NULL));
+    return 2;
+  }
 
   /* Under a launcher the job fixes the ranks, and only the process of rank 0 prints. */
   const int ndev = harness_device_count();

@@ -7,6 +7,7 @@
 #include "gemm_rs/plan_model.h"
 #include "gemm_rs/tune.h"
 #include "kernels/kernels.h"
+#include "runtime/internal.h"
 
 void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype_t dtype, weave_layout_t layout,
                       weave_tile_order_t order) {
@@ -69,4 +70,9 @@ int bench_tune_record(const char *path, const char *device, int world, int M, in
   e.comm_blocks = comm_blocks;
   e.speedup = speedup;
   return path && *path ? weave_tune_append(path, &e) : -1;
+}
+
+int bench_check_env(void) {
+  weave_env_t env;
+  return weave_env_load(&env) == WEAVE_SUCCESS ? 0 : -1;
 }

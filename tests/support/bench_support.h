@@ -16,6 +16,11 @@
 void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype_t dtype, weave_layout_t layout,
                       weave_tile_order_t order);
 
+/* Reads every WEAVE_* variable as a team would: 0 when all are valid, else -1 with the message
+ * (which variable, which value, what it takes) in weave_get_last_error(NULL). The dry run checks
+ * them too, so a bad value never passes silently. */
+int bench_check_env(void);
+
 /* Appends the measured best of a shape to the tuning cache at `path` (WEAVE_TUNE_FILE's format).
  * 0 on success. */
 int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
