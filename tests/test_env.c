@@ -204,6 +204,9 @@ static void test_env_load(void) {
   CHECK(weave_env_load(&env) == WEAVE_SUCCESS && env.heap_size == (1u << 20) && env.timeout_ms == 1);
   setenv("WEAVE_TIMEOUT_MS", "3600000", 1);
   CHECK(weave_env_load(&env) == WEAVE_SUCCESS && env.timeout_ms == 3600000);
+  longpath[512] = '\0'; /* 512 characters: one too many for the 512-byte buffer and its NUL */
+  setenv("WEAVE_TUNE_FILE", longpath, 1);
+  CHECK(weave_env_load(&env) == WEAVE_ERROR_ENV);
   longpath[511] = '\0'; /* 511 characters: fits */
   setenv("WEAVE_TUNE_FILE", longpath, 1);
   CHECK(weave_env_load(&env) == WEAVE_SUCCESS && strlen(env.tune_file) == 511);
@@ -216,6 +219,31 @@ static void test_env_load(void) {
   setenv("WEAVE_DEBUG", "bogus", 1);
   CHECK(weave_log_level() == WEAVE_LOG_WARN);
   clear_env();
+}
+
+/* The Hopper GEMM's knobs: each bound is inclusive, one past it (or junk) gives the default. */
+static void test_hgemm_knobs(void) {
+  static const struct { const char *name; long lo, hi; } knobs[] = {
+      {"WEAVE_HGEMM_PINGPONG", 0, 2}, {"WEAVE_HGEMM_STREAMK", 0, 2},     {"WEAVE_HGEMM_CLUSTER", 1, 2},
+      {"WEAVE_HGEMM_TMA_STORE", 0, 1}, {"WEAVE_HGEMM_GROUP_M", 2, 4096}};
+  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
+    const char *n = knobs[i].name;
+    char v[32];
+    unsetenv(n);
+    const int def = weave_hgemm_knob(n);
+    CHECK_MSG(def >= knobs[i].lo && def <= knobs[i].hi, "%s default %d", n, def);
+    const long cases[4][2] = {{knobs[i].lo, knobs[i].lo}, {knobs[i].hi, knobs[i].hi}, {knobs[i].lo - 1, def},
+                              {knobs[i].hi + 1, def}};
+    for (int c = 0; c < 4; ++c) {
+      snprintf(v, sizeof v, "%ld", cases[c][0]);
+      setenv(n, v, 1);
+      CHECK_MSG(weave_hgemm_knob(n) == cases[c][1], "%s=%s gave %d, want %ld", n, v, weave_hgemm_knob(n), cases[c][1]);
+    }
+    setenv(n, "2x", 1);
+    CHECK_MSG(weave_hgemm_knob(n) == def, "%s=2x", n);
+    unsetenv(n);
+  }
+  CHECK(weave_hgemm_knob("WEAVE_NOT_A_KNOB") == 0);
 }
 
 static void test_print_env(void) {
@@ -248,6 +276,7 @@ int main(void) {
   test_parse_int();
   test_parse_bool_level();
   test_env_load();
+  test_hgemm_knobs();
   test_print_env();
   return check_summary("test_env");
 }

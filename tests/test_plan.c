@@ -140,6 +140,8 @@ static void test_split(void) {
   weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_FP32, 1, 132, &d32);
   CHECK(d1.blocks == 132 && d2.blocks == 264);
   CHECK(fabs(d1.flops_per_block - 2 * d2.flops_per_block) < 1 && fabs(d1.bytes_per_block - 2 * d2.bytes_per_block) < 1);
+  /* ... and a tile takes a block twice as long when two blocks share its SM */
+  CHECK(d1.seconds_per_tile > 0 && fabs(d2.seconds_per_tile - 2 * d1.seconds_per_tile) < 1e-15);
   CHECK(d1.flops_per_block > 10 * d32.flops_per_block && d1.bytes_per_block == d32.bytes_per_block);
   CHECK(d1.flops_per_block > 1e12 && d1.flops_per_block < 1e13 && d1.bytes_per_block > 1e9 && d1.bytes_per_block < 1e11);
   /* The 8-rank 8192 x 8192 x 3584 shape of the benchmark leaves a handful of blocks to communication. */
