@@ -1,10 +1,11 @@
 /*
  * GPU tests of GEMM + ReduceScatter, with 1, 2, 4 and 8 ranks sharing the visible GPU(s):
  *   - every strategy x reduction x slot dtype x dtype x B layout on a shape with tails
- *     (M=1000, N=1000, K_local=300) against the fp64 CPU reference, alpha and bias included;
+ *     (M=1003, N=1001/1000, K_local=300/304) against the fp64 CPU reference, alpha and bias included;
  *   - 8192 x 8192 x 1024 (per rank) against fp64 on sampled row ranges and, every row, against cuBLASLt
  *     over the gathered K;
  *   - 1000 back-to-back calls on one plan, every result checked, no reset;
+ *   - calls whose inputs change in place between them, every result checked;
  *   - deterministic mode bitwise identical over 20 runs;
  *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works.
  * Outputs are poisoned (NaN) before every call; inputs are fresh random numbers per case.
@@ -40,6 +41,8 @@ typedef struct {
   int bitwise;       /* also require bitwise equality across calls */
   int sample;        /* fp64 on 3 ranges of 4 rows per rank, every row against cuBLASLt */
   int skip_rank;     /* this rank never executes: the others must time out */
+  int fresh_inputs;  /* new random A and B (in the same device buffers) before every call after the first */
+  uint64_t seed;
   /* host data */
   void *A[WEAVE_MAX_WORLD], *B[WEAVE_MAX_WORLD], *bias;
   pthread_mutex_t mu;
@@ -80,6 +83,21 @@ static int check_ranges(const test_case_t *c, int rows, int begin[3], int count[
   return 3;
 }
 
+/* Inputs of call `call` (> 0) of a fresh-inputs case: every rank draws every rank's (for the
+ * reference) into its own host copies, and uploads its own into its device buffers in place. */
+static void fresh_inputs(const test_case_t *c, int r, int world, int call, void **As, void **Bs, void *dA, void *dB) {
+  const size_t e = weave_dtype_size(c->dtype);
+  for (int s = 0; s < world; ++s) {
+    if (!As[s]) As[s] = malloc((size_t)c->M * c->K * e);
+    if (!Bs[s]) Bs[s] = malloc((size_t)c->K * c->N * e);
+    const uint64_t seed = c->seed + 0x9e3779b97f4a7c15ull * (uint64_t)call + 2 * (uint64_t)s;
+    weave_fill_random(c->dtype, As[s], (size_t)c->M * c->K, seed);
+    weave_fill_random(c->dtype, Bs[s], (size_t)c->K * c->N, seed + 1);
+  }
+  harness_upload(dA, As[r], (size_t)c->M * c->K * e);
+  harness_upload(dB, Bs[r], (size_t)c->K * c->N * e);
+}
+
 static int rank_fn(harness_rank_t *hr) {
   test_case_t *c = (test_case_t *)hr->user;
   const int r = hr->rank, world = hr->world;
@@ -103,6 +121,7 @@ static int rank_fn(harness_rank_t *hr) {
   int nr = check_ranges(c, rows, rb, rc_);
   double *ref[3];
   const void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
+  void *myA[WEAVE_MAX_WORLD] = {NULL}, *myB[WEAVE_MAX_WORLD] = {NULL}; /* fresh inputs: this rank's copies */
   for (int s = 0; s < world; ++s) { As[s] = c->A[s]; Bs[s] = c->B[s]; }
   for (int i = 0; i < nr; ++i) {
     ref[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
@@ -175,6 +194,13 @@ static int rank_fn(harness_rank_t *hr) {
       counted(c, 1);
     }
     for (int call = 0; call < c->calls; ++call) {
+      if (c->fresh_inputs && call > 0) { /* a stale partial from the previous call no longer matches */
+        fresh_inputs(c, r, world, call, myA, myB, dA, dB);
+        for (int i = 0; i < nr; ++i)
+          weave_ref_gemm_rs(c->M, c->N, c->K, world, c->dtype, c->layout, c->alpha, (const void *const *)myA,
+                            (const void *const *)myB, c->has_bias ? c->bias : NULL, row_begin + rb[i], rc_[i], ref[i]);
+        weave_barrier(hr->team); /* every rank's new inputs are in place before anyone calls */
+      }
       harness_poison(dC, (size_t)rows * c->N * e, hr->stream);
       rc = weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
       if (rc == WEAVE_SUCCESS) rc = weave_team_sync(hr->team, hr->stream);
@@ -223,6 +249,10 @@ static int rank_fn(harness_rank_t *hr) {
     if (rc != WEAVE_SUCCESS) fail(c, r, "plan destroy", weave_get_last_error(hr->team));
   }
   for (int i = 0; i < nr; ++i) free(ref[i]);
+  for (int s = 0; s < world; ++s) {
+    free(myA[s]);
+    free(myB[s]);
+  }
   free(ref_all);
   free(hC);
   free(first);
@@ -250,6 +280,7 @@ static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, 
 static int run_case(test_case_t *c, int world, uint64_t seed) {
   c->failures = 0;
   c->checks = 0;
+  c->seed = seed;
   pthread_mutex_init(&c->mu, NULL);
   size_t e = weave_dtype_size(c->dtype);
   for (int s = 0; s < world; ++s) {
@@ -303,10 +334,11 @@ int main(int argc, char **argv) {
         if (tiny && dt == WEAVE_FP16) continue;
         test_case_t c;
         memset(&c, 0, sizeof(c));
-        c.name = (dt + lay) % 2 ? "tails 1000x1000x304" : "tails 1000x1000x300";
-        /* K_local 300 (rows not 16-byte aligned: the mma.sync role) or 304 (the TMA + wgmma role),
-         * alternating so that every dtype and layout meets both roles across the two. */
-        c.M = 1000; c.N = 1000; c.K = (dt + lay) % 2 ? 304 : 300;
+        c.name = (dt + lay) % 2 ? "tails 1003x1000x304" : "tails 1003x1001x300";
+        /* K_local 300 and N 1001 (rows not 16-byte aligned: the mma.sync role and the scalar
+         * reduction) or K_local 304 and N 1000 (the TMA + wgmma role), alternating so that every dtype
+         * and layout meets both roles; M 1003 leaves the first M % world ranks an extra row. */
+        c.M = 1003; c.N = (dt + lay) % 2 ? 1000 : 1001; c.K = (dt + lay) % 2 ? 304 : 300;
         if (tiny) { c.M = 300; c.N = 264; c.K = 72; } /* K, N multiples of 8: the TMA role too */
         c.dtype = (weave_dtype_t)dt;
         c.layout = (weave_layout_t)lay;
@@ -375,6 +407,25 @@ int main(int argc, char **argv) {
       b.ndescs = 0;
       b.descs[b.ndescs++] = make_desc(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_FIRST);
       failed += run_case(&b, world, seed ^ 0xa70a1cull); total++;
+    }
+    /* 3b. inputs changed in place between calls, each result checked: a partial left over from the
+     * previous call, or read before its producer wrote it, can no longer pass */
+    if (!tiny && world >= 2) {
+      test_case_t c;
+      memset(&c, 0, sizeof(c));
+      c.name = "fresh inputs every call";
+      c.M = 1003; c.N = 1024; c.K = 256;
+      c.dtype = WEAVE_BF16;
+      c.layout = WEAVE_LAYOUT_ROW;
+      c.alpha = 1.0f;
+      c.calls = quick ? 5 : 20;
+      c.fresh_inputs = 1;
+      c.skip_rank = -1;
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ 0xf2e5ull); total++;
     }
     /* 5. a rank that never calls */
     if (world >= 2 && !tiny) {
