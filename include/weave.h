@@ -214,7 +214,8 @@ typedef struct {
   size_t bytes_sent;          /* bytes this rank pushes to peers per call */
 } weave_gemm_rs_info_t;
 
-/* Collective. Same (M, N, K_local, desc) on every rank. */
+/* Collective. Same (M, N, K_local, desc) on every rank. Any M >= 1: when M < world the ranks past
+ * the last row own none; they still compute and push their partials, and their C_out may be NULL. */
 WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K_local,
                                          const weave_gemm_rs_desc_t *desc,
                                          weave_gemm_rs_plan_t *plan);

@@ -6,6 +6,7 @@
  *     over the gathered K;
  *   - 1000 back-to-back calls on one plan, every result checked, no reset;
  *   - calls whose inputs change in place between them, every result checked;
+ *   - M = 1 and M = world - 1: ranks that own no row (C_out NULL there), every strategy;
  *   - deterministic mode bitwise identical over 20 runs;
  *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works.
  * Outputs are poisoned (NaN) before every call; inputs are fresh random numbers per case.
@@ -202,7 +203,7 @@ static int rank_fn(harness_rank_t *hr) {
         weave_barrier(hr->team); /* every rank's new inputs are in place before anyone calls */
       }
       harness_poison(dC, (size_t)rows * c->N * e, hr->stream);
-      rc = weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
+      rc = weave_gemm_rs_execute(plan, dA, dB, dbias, rows ? dC : NULL, hr->stream); /* no rows: C_out may be NULL */
       if (rc == WEAVE_SUCCESS) rc = weave_team_sync(hr->team, hr->stream);
       if (rc != WEAVE_SUCCESS) {
         snprintf(msg, sizeof(msg), "call %d: %s", call, weave_get_last_error(hr->team));
@@ -407,6 +408,30 @@ int main(int argc, char **argv) {
       b.ndescs = 0;
       b.descs[b.ndescs++] = make_desc(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_FIRST);
       failed += run_case(&b, world, seed ^ 0xa70a1cull); total++;
+    }
+    /* 2b. fewer rows than ranks (decode steps): ranks past the last row own none, every strategy */
+    if (world >= 2) {
+      const int ms[2] = {1, world - 1};
+      for (int mi = 0; mi < (world > 2 ? 2 : 1); ++mi) {
+        test_case_t c;
+        memset(&c, 0, sizeof(c));
+        c.name = mi ? "M = world - 1" : "M = 1";
+        c.M = ms[mi]; c.N = 264; c.K = 136;
+        c.dtype = WEAVE_BF16;
+        c.layout = (weave_layout_t)mi;
+        c.has_bias = 1;
+        c.alpha = 0.5f;
+        c.calls = 2;
+        c.skip_rank = -1;
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        failed += run_case(&c, world, seed ^ (0x11ull * (uint64_t)(world * 4 + mi + 1)));
+        total++;
+      }
     }
     /* 3b. inputs changed in place between calls, each result checked: a partial left over from the
      * previous call, or read before its producer wrote it, can no longer pass */

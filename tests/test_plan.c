@@ -13,21 +13,21 @@
 #include "gemm_rs/plan_model.h"
 #include "gemm_rs/tune.h"
 
-extern weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int N, int K,
+extern weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
                                                const weave_gemm_rs_desc_t *desc);
 
 /* ---- argument checks --------------------------------------------------------------------------- */
-static void expect_bad(const char *what, int world, int M, int N, int K, const weave_gemm_rs_desc_t *d,
+static void expect_bad(const char *what, int M, int N, int K, const weave_gemm_rs_desc_t *d,
                        const char *needle) {
-  weave_result_t rc = weave_gemm_rs_check_args(NULL, world, M, N, K, d);
+  weave_result_t rc = weave_gemm_rs_check_args(NULL, M, N, K, d);
   const char *msg = weave_get_last_error(NULL);
   CHECK_MSG(rc == WEAVE_ERROR_INVALID_ARGUMENT, "%s: rc %d", what, (int)rc);
   CHECK_MSG(strstr(msg, needle) != NULL, "%s: message '%s' does not mention '%s'", what, msg, needle);
   CHECK_MSG(strstr(msg, "weave_gemm_rs_plan_create") != NULL, "%s: message '%s' does not name the call", what, msg);
 }
 
-static void expect_good(const char *what, int world, int M, int N, int K, const weave_gemm_rs_desc_t *d) {
-  weave_result_t rc = weave_gemm_rs_check_args(NULL, world, M, N, K, d);
+static void expect_good(const char *what, int M, int N, int K, const weave_gemm_rs_desc_t *d) {
+  weave_result_t rc = weave_gemm_rs_check_args(NULL, M, N, K, d);
   CHECK_MSG(rc == WEAVE_SUCCESS, "%s: rc %d (%s)", what, (int)rc, weave_get_last_error(NULL));
 }
 
@@ -35,71 +35,71 @@ static void test_check_args(void) {
   const weave_gemm_rs_desc_t init = WEAVE_GEMM_RS_DESC_INIT;
   weave_gemm_rs_desc_t d;
 
-  expect_bad("NULL desc", 2, 64, 64, 64, NULL, "desc is NULL");
+  expect_bad("NULL desc", 64, 64, 64, NULL, "desc is NULL");
   d = init; d.struct_size = sizeof(d) - 4;
-  expect_bad("short struct_size", 2, 64, 64, 64, &d, "struct_size");
+  expect_bad("short struct_size", 64, 64, 64, &d, "struct_size");
   d = init; d.struct_size = 0;
-  expect_bad("zero struct_size", 2, 64, 64, 64, &d, "struct_size");
+  expect_bad("zero struct_size", 64, 64, 64, &d, "struct_size");
   d = init; d.struct_size = sizeof(d) + 8;
-  expect_bad("long struct_size", 2, 64, 64, 64, &d, "struct_size");
+  expect_bad("long struct_size", 64, 64, 64, &d, "struct_size");
   d = init;
-  expect_bad("M 0", 2, 0, 64, 64, &d, ">= 1");
-  expect_bad("N 0", 2, 64, 0, 64, &d, ">= 1");
-  expect_bad("K 0", 2, 64, 64, 0, &d, ">= 1");
-  expect_bad("M -8", 1, -8, 64, 64, &d, ">= 1");
-  expect_bad("N -1", 1, 64, -1, 64, &d, ">= 1");
-  expect_bad("M < world", 4, 3, 64, 64, &d, "world");
-  expect_bad("M < world 64", 64, 63, 64, 64, &d, "world");
-  expect_bad("huge", 1, 1 << 30, 1 << 30, 1 << 30, &d, "too large");
+  expect_bad("M 0", 0, 64, 64, &d, ">= 1");
+  expect_bad("N 0", 64, 0, 64, &d, ">= 1");
+  expect_bad("K 0", 64, 64, 0, &d, ">= 1");
+  expect_bad("M -8", -8, 64, 64, &d, ">= 1");
+  expect_bad("N -1", 64, -1, 64, &d, ">= 1");
+  expect_good("M < world: ranks that own no row", 3, 64, 64, &d);
+  expect_good("M = 1 of world 64", 1, 64, 64, &d);
+  expect_bad("huge", 1 << 30, 1 << 30, 1 << 30, &d, "too large");
   d = init; d.dtype = (weave_dtype_t)3;
-  expect_bad("dtype 3", 2, 64, 64, 64, &d, "dtype");
+  expect_bad("dtype 3", 64, 64, 64, &d, "dtype");
   d = init; d.dtype = (weave_dtype_t)-1;
-  expect_bad("dtype -1", 2, 64, 64, 64, &d, "dtype");
+  expect_bad("dtype -1", 64, 64, 64, &d, "dtype");
   d = init; d.b_layout = (weave_layout_t)2;
-  expect_bad("layout 2", 2, 64, 64, 64, &d, "b_layout");
+  expect_bad("layout 2", 64, 64, 64, &d, "b_layout");
   d = init; d.strategy = (weave_strategy_t)4;
-  expect_bad("strategy 4", 2, 64, 64, 64, &d, "strategy");
+  expect_bad("strategy 4", 64, 64, 64, &d, "strategy");
   d = init; d.reduce = (weave_reduce_t)2;
-  expect_bad("reduce 2", 2, 64, 64, 64, &d, "reduce");
+  expect_bad("reduce 2", 64, 64, 64, &d, "reduce");
   d = init; d.fp32_slots = 2;
-  expect_bad("fp32_slots 2", 2, 64, 64, 64, &d, "fp32_slots");
+  expect_bad("fp32_slots 2", 64, 64, 64, &d, "fp32_slots");
   d = init; d.fp32_slots = -1;
-  expect_bad("fp32_slots -1", 2, 64, 64, 64, &d, "fp32_slots");
+  expect_bad("fp32_slots -1", 64, 64, 64, &d, "fp32_slots");
   d = init; d.tile_order = (weave_tile_order_t)2;
-  expect_bad("tile order 2", 2, 64, 64, 64, &d, "tile_order");
+  expect_bad("tile order 2", 64, 64, 64, &d, "tile_order");
   d = init; d.alpha = NAN;
-  expect_bad("alpha NaN", 2, 64, 64, 64, &d, "alpha");
+  expect_bad("alpha NaN", 64, 64, 64, &d, "alpha");
   d = init; d.alpha = INFINITY;
-  expect_bad("alpha inf", 2, 64, 64, 64, &d, "alpha");
+  expect_bad("alpha inf", 64, 64, 64, &d, "alpha");
   d = init; d.alpha = -INFINITY;
-  expect_bad("alpha -inf", 2, 64, 64, 64, &d, "alpha");
+  expect_bad("alpha -inf", 64, 64, 64, &d, "alpha");
   d = init; d.has_bias = 2;
-  expect_bad("has_bias 2", 2, 64, 64, 64, &d, "has_bias");
+  expect_bad("has_bias 2", 64, 64, 64, &d, "has_bias");
   d = init; d.has_bias = -1;
-  expect_bad("has_bias -1", 2, 64, 64, 64, &d, "has_bias");
+  expect_bad("has_bias -1", 64, 64, 64, &d, "has_bias");
   d = init; d.gemm_blocks = -1; d.comm_blocks = 4;
-  expect_bad("gemm_blocks -1", 2, 64, 64, 64, &d, "gemm_blocks");
+  expect_bad("gemm_blocks -1", 64, 64, 64, &d, "gemm_blocks");
   d = init; d.gemm_blocks = 4; d.comm_blocks = -2;
-  expect_bad("comm_blocks -2", 2, 64, 64, 64, &d, "comm_blocks");
+  expect_bad("comm_blocks -2", 64, 64, 64, &d, "comm_blocks");
   d = init; d.gemm_blocks = 100;
-  expect_bad("only gemm_blocks", 2, 64, 64, 64, &d, "both");
+  expect_bad("only gemm_blocks", 64, 64, 64, &d, "both");
   d = init; d.comm_blocks = 8;
-  expect_bad("only comm_blocks", 2, 64, 64, 64, &d, "both");
+  expect_bad("only comm_blocks", 64, 64, 64, &d, "both");
 
   /* Good ones. */
   d = init;
-  expect_good("defaults", 2, 64, 64, 64, &d);
-  expect_good("1x1x1 world 1", 1, 1, 1, 1, &d);
-  expect_good("M == world", 8, 8, 1, 1, &d);
-  expect_good("M 64, world 64", 64, 64, 100, 3, &d);
-  expect_good("odd shape", 3, 1001, 777, 129, &d);
-  expect_good("large but allowed", 8, 65536, 65536, 8192, &d);
+  expect_good("defaults", 64, 64, 64, &d);
+  expect_good("1x1x1 world 1", 1, 1, 1, &d);
+  expect_good("M == world", 8, 1, 1, &d);
+  expect_good("M 64, world 64", 64, 100, 3, &d);
+  expect_good("odd shape", 1001, 777, 129, &d);
+  expect_good("large but allowed", 65536, 65536, 8192, &d);
   for (int t = WEAVE_BF16; t <= WEAVE_FP32; ++t)
     for (int slot = 0; slot < 2; ++slot) {
       d = init;
       d.dtype = (weave_dtype_t)t;
       d.fp32_slots = slot;
-      expect_good("dtype/slot", 2, 64, 64, 64, &d);
+      expect_good("dtype/slot", 64, 64, 64, &d);
     }
   for (int s = WEAVE_STRATEGY_AUTO; s <= WEAVE_STRATEGY_BASELINE; ++s)
     for (int r = 0; r < 2; ++r)
@@ -110,16 +110,16 @@ static void test_check_args(void) {
           d.reduce = (weave_reduce_t)r;
           d.tile_order = (weave_tile_order_t)o;
           d.b_layout = (weave_layout_t)l;
-          expect_good("strategy/reduce/order/layout", 4, 128, 64, 32, &d);
+          expect_good("strategy/reduce/order/layout", 128, 64, 32, &d);
         }
   d = init; d.alpha = 0.0f; d.has_bias = 1;
-  expect_good("alpha 0, bias", 2, 64, 64, 64, &d);
+  expect_good("alpha 0, bias", 64, 64, 64, &d);
   d = init; d.alpha = -2.5f; d.has_bias = 0;
-  expect_good("alpha -2.5", 2, 64, 64, 64, &d);
+  expect_good("alpha -2.5", 64, 64, 64, &d);
   d = init; d.alpha = 3.0e38f;
-  expect_good("alpha huge but finite", 2, 64, 64, 64, &d);
+  expect_good("alpha huge but finite", 64, 64, 64, &d);
   d = init; d.gemm_blocks = 120; d.comm_blocks = 12;
-  expect_good("both blocks", 2, 64, 64, 64, &d);
+  expect_good("both blocks", 64, 64, 64, &d);
 }
 
 /* ---- cost model, bytes, roofline --------------------------------------------------------------- */

@@ -56,7 +56,7 @@ weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *
 }
 
 /* Argument checks that need no device (the CPU tests call it directly). */
-weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int N, int K,
+weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
                                         const weave_gemm_rs_desc_t *d) {
   const char *fn = "weave_gemm_rs_plan_create";
   if (!d) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
@@ -65,8 +65,6 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int
                       fn, d->struct_size, sizeof(weave_gemm_rs_desc_t));
   if (M < 1 || N < 1 || K < 1)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, K_local %d must all be >= 1", fn, M, N, K);
-  if (M < world)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d < world %d: some rank would own no row", fn, M, world);
   if ((double)M * N > (double)INT_MAX * 64 || (double)M * K > (double)INT_MAX * 64 || (double)N * K > (double)INT_MAX * 64)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %d x %d x %d is too large", fn, M, N, K);
   if ((unsigned)d->dtype > WEAVE_FP32)
@@ -113,7 +111,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
                                          weave_gemm_rs_plan_t *plan_out) {
   if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
   if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
-  weave_result_t rc = weave_gemm_rs_check_args(team, team->world, M, N, K, desc);
+  weave_result_t rc = weave_gemm_rs_check_args(team, M, N, K, desc);
   WEAVE_CHECK(weave_team_agree(team, rc));
   struct { int M, N, K, pad; weave_gemm_rs_desc_t d; } same;
   memset(&same, 0, sizeof(same)); /* no uninitialised padding in the hash */
@@ -301,7 +299,11 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
                                      void *C_out, weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: plan is NULL");
   weave_team_t team = p->team;
-  if (!A || !B || !C_out)
+  int row_begin, rows;
+  weave_split_rows_of(p->M, team->world, team->rank, &row_begin, &rows);
+  /* A rank that owns no row (M < world) still computes and pushes its partials; it receives nothing,
+   * so its C_out may be NULL. */
+  if (!A || !B || (!C_out && rows > 0))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: A %p, B %p, C_out %p must be non-NULL",
                       A, B, C_out);
   if (p->desc.has_bias && !bias)
@@ -336,8 +338,6 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
   const int direct = team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED;
   if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE)) {
     /* cuBLASLt (alpha) -> ncclReduceScatter (distinct GPUs; none for one rank) -> bias on our rows */
-    int rb, rows;
-    weave_split_rows_of(p->M, team->world, team->rank, &rb, &rows);
     if (weave_lt_run(p->lt, p->desc.alpha, A, B, p->nccl ? fp.data : C_out, stream) != WEAVE_SUCCESS)
       return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
     if (p->nccl &&
