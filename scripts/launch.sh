@@ -3,7 +3,9 @@
 # (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so that a program using
 # weave_bootstrap_create_env runs as it would under torchrun. Several processes share a GPU
 # concurrently only under CUDA MPS: --mps starts a private MPS daemon when none is running and stops
-# it afterwards. When a rank fails the others get WEAVE_TIMEOUT_MS to notice, then are killed.
+# it afterwards; when MPS cannot start, the ranks are told (WEAVE_LAUNCH_TIME_SLICED=1: the tests then
+# run their small cases only) and waits get a longer bound (WEAVE_TIMEOUT_MS=120000 unless set).
+# When a rank fails the others get WEAVE_TIMEOUT_MS to notice, then are killed.
 # Usage: scripts/launch.sh -n N [--mps] [--] command [args...]   Exit: the first non-zero rank status.
 set -uo pipefail
 n=1 mps=0
@@ -25,8 +27,9 @@ if [ $mps = 1 ] && ! pgrep -f nvidia-cuda-mps-control >/dev/null 2>&1; then
   if "$ctl" -d; then
     echo "launch.sh: started a private MPS daemon ($mps_dir)" >&2
   else
-    echo "launch.sh: MPS could not start: ranks on one GPU will run time-sliced" >&2
+    echo "launch.sh: MPS could not start: ranks on one GPU run time-sliced (small cases, longer bound)" >&2
     rm -rf "$mps_dir"; mps_dir=
+    export WEAVE_LAUNCH_TIME_SLICED=1 WEAVE_TIMEOUT_MS=${WEAVE_TIMEOUT_MS:-120000}
   fi
 fi
 stop_mps() {
@@ -58,8 +61,9 @@ while [ ${#live[@]} -gt 0 ]; do
   if [ $rc != 0 ] && [ $status = 0 ]; then
     status=$rc
     echo "launch.sh: a rank exited with $rc; the others have ${grace}s" >&2
-    ( sleep $grace; kill -9 "${pids[@]}" 2>/dev/null ) & killer=$!
+    # (its output away from ours: a caller reading our output must not wait for its sleep)
+    ( sleep $grace; kill -9 "${pids[@]}" 2>/dev/null ) >/dev/null 2>&1 & killer=$!
   fi
 done
-[ -n "${killer:-}" ] && kill $killer 2>/dev/null
+[ -n "${killer:-}" ] && { pkill -P $killer 2>/dev/null; kill $killer 2>/dev/null; }
 exit $status

@@ -323,6 +323,10 @@ int main(int argc, char **argv) {
   int launched = harness_launched_world(); /* one process per rank: only the job's world runs */
   if (launched < 0) return 1;
   if (launched) only_world = launched;
+  if (harness_time_sliced()) {
+    printf("gpu_gemm_rs: processes share the GPU time-sliced (no MPS): small cases only\n");
+    quick = tiny = 1;
+  }
   uint64_t seed = harness_seed();
   printf("gpu_gemm_rs: seed %llu (set WEAVE_TEST_SEED to repeat)\n", (unsigned long long)seed);
   int worlds[] = {1, 2, 4, 8}, failed = 0, total = 0;

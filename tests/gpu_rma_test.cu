@@ -1071,6 +1071,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (launched) g_opt.worlds[0] = launched, g_opt.nworlds = 1;
+  if (harness_time_sliced()) {
+    printf("gpu_rma_test: processes share the GPU time-sliced (no MPS): quick rounds only\n");
+    g_opt.quick = true;
+  }
   if (g_opt.nworlds == 0) {
     const int def[4] = {1, 2, 4, 8};
     for (int i = 0; i < 4; ++i) g_opt.worlds[g_opt.nworlds++] = def[i];

@@ -157,6 +157,11 @@ int harness_run(int world, const int *devices, const weave_config_t *config, har
   return worst;
 }
 
+int harness_time_sliced(void) {
+  const char *v = getenv("WEAVE_LAUNCH_TIME_SLICED");
+  return harness_launched_world() > 0 && v && !strcmp(v, "1");
+}
+
 int harness_allgather(harness_rank_t *r, const void *mine, void *all, size_t bytes) {
   void *buf = NULL;
   weave_result_t rc = weave_malloc(r->team, bytes ? bytes : 1, &buf);

@@ -42,6 +42,10 @@ int harness_launched_rank(void);
  * and a world other than the job's is HARNESS_SKIP. */
 int harness_run(int world, const int *devices, const weave_config_t *config, harness_fn fn, void *user);
 
+/* 1 when scripts/launch.sh could not start MPS, so this job's processes share the GPU in time
+ * slices (a flag round trip takes milliseconds): tests then run their small cases only. */
+int harness_time_sliced(void);
+
 /* Collective over r's team: every rank's `bytes` at `mine` land at all + rank * bytes on every rank.
  * It goes through the symmetric heap (weave_malloc, weave_ptr, weave_barrier), so it works alike for
  * ranks that are threads and ranks that are processes. 0 on success, else 1 with a message. */
