@@ -43,6 +43,7 @@ struct weave_gemm_rs_plan {
   unsigned trace_cap;
   char trace_path[512];       /* WEAVE_TRACE */
   uint32_t epoch;
+  int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
 };
 
 weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *rows) {
@@ -93,6 +94,12 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
   return WEAVE_SUCCESS;
 }
 
+static uint32_t weave_float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
 static weave_result_t cuda_fail(weave_team_t team, int err, const char *what) {
   return weave_fail(team, WEAVE_ERROR_CUDA, "%s: %s", what, weave_cuda_error_string(err));
 }
@@ -113,11 +120,13 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
   weave_result_t rc = weave_gemm_rs_check_args(team, M, N, K, desc);
   WEAVE_CHECK(weave_team_agree(team, rc));
-  struct { int M, N, K, pad; weave_gemm_rs_desc_t d; } same;
-  memset(&same, 0, sizeof(same)); /* no uninitialised padding in the hash */
-  same.M = M; same.N = N; same.K = K;
-  same.d = *desc;
-  WEAVE_CHECK(weave_team_check_same(team, &same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
+  /* Field by field: copying the desc whole would bring its padding bytes (whatever the caller's stack
+   * held) into the comparison. */
+  const uint32_t same[] = {(uint32_t)M, (uint32_t)N, (uint32_t)K, (uint32_t)desc->dtype, (uint32_t)desc->b_layout,
+                           (uint32_t)desc->strategy, (uint32_t)desc->reduce, (uint32_t)desc->fp32_slots,
+                           (uint32_t)desc->tile_order, weave_float_bits(desc->alpha), (uint32_t)desc->has_bias,
+                           (uint32_t)desc->gemm_blocks, (uint32_t)desc->comm_blocks, (uint32_t)desc->trace};
+  WEAVE_CHECK(weave_team_check_same(team, same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
 
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
   if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
@@ -125,6 +134,10 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   p->M = M; p->N = N; p->K = K;
   p->desc = *desc;
   cudaSetDevice(team->info.device);
+  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
+    cudaGetLastError();
+    p->pageable_access = 0;
+  }
 
   /* Strategy: an explicit one, else the tuned one, else the baseline (it is never slower than
    * itself; the fused kernel is chosen only where weave-bench --tune measured it faster). */
@@ -293,6 +306,17 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   return WEAVE_SUCCESS;
 }
 
+/* Pageable host memory (malloc) reaches the GPU only where the device reads it directly (HMM/ATS);
+ * device, managed and pinned host memory always do. */
+static int device_can_reach(const weave_gemm_rs_plan_t p, const void *ptr) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return p->pageable_access;
+  }
+  return a.type != cudaMemoryTypeUnregistered || p->pageable_access;
+}
+
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 
 weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
@@ -310,6 +334,13 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: the plan has a bias but bias is NULL");
   if (!p->desc.has_bias && bias)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: bias given to a plan without bias");
+  const void *ptrs[4] = {A, B, bias, C_out};
+  static const char *const names[4] = {"A", "B", "bias", "C_out"};
+  for (int i = 0; i < 4; ++i)
+    if (ptrs[i] && !device_can_reach(p, ptrs[i]))
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                        "weave_gemm_rs_execute: %s %p is host memory this GPU cannot read (pass device memory)", names[i],
+                        ptrs[i]);
   size_t e = weave_dtype_size(p->desc.dtype);
   if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C_out | (uintptr_t)bias) % e)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: pointers must be %zu-byte aligned", e);
