@@ -36,9 +36,8 @@
 #include "reference.h"
 #include "weave.h"
 
-/* Smallest M drawn. Plans refuse M < world today (weave_gemm_rs_check_args), so 0 means "the team's
- * world size"; set it to 1 once plans accept ranks that own no row. */
-#define SOAK_MIN_M 0
+/* Smallest M drawn: 1, so that ranks that own no row (M < world) are soaked too. */
+#define SOAK_MIN_M 1
 #define SOAK_MAX_M 4096
 #define SOAK_MAX_N 4096
 #define SOAK_MAX_K 2048
