@@ -51,6 +51,7 @@
 typedef struct {
   long calls;
   uint64_t seed;
+  int verbose;
   pthread_mutex_t mu;
   int failures;
   long plans, checked, wrong, sync_errors; /* counted by rank 0 (plans, checked) or by all (the rest) */
@@ -352,6 +353,11 @@ static int rank_fn(harness_rank_t *hr) {
         if (!slots[i].live) {
           draw_plan(&rng, hr->world, &slots[i]);
           slots[i].serial = serial++;
+          if (s->verbose && hr->rank == 0) {
+            char dn[256];
+            desc_name(&slots[i], dn, sizeof(dn));
+            printf("soak: call %ld creates %s\n", call, dn);
+          }
           if (plan_open(s, hr, &slots[i])) stop = 1; /* every rank got the error: all stop */
           else upload_inputs(&slots[i], s->seed, hr->rank, 0);
           break;
@@ -366,6 +372,7 @@ static int rank_fn(harness_rank_t *hr) {
     for (int i = 0; i < SOAK_MAX_PLANS && !p; ++i)
       if (slots[i].live && k-- == 0) p = &slots[i];
     const int checked = call % SOAK_CHECK_EVERY == SOAK_CHECK_EVERY - 1 || call == s->calls - 1;
+    if (s->verbose && hr->rank == 0) printf("soak: call %ld runs plan #%d\n", call, p->serial);
     /* After a failed call or sync this rank makes no more calls, but it still takes every plan
      * decision, so the collectives stay in step and every rank ends (the others' next sync times
      * out and says so). */
@@ -422,6 +429,7 @@ int main(int argc, char **argv) {
   static const cli_option_t options[] = {
       {"calls", 'n', "N", "GEMM + ReduceScatter calls (default 1000)"},
       {"seed", 's', "S", "seed of every decision (default WEAVE_TEST_SEED, else fresh)"},
+      {"verbose", 'v', NULL, "rank 0 prints every plan it creates and the plan of every call"},
       {"help", 'h', NULL, "this text"},
       {NULL, 0, NULL, NULL},
   };
@@ -436,6 +444,7 @@ int main(int argc, char **argv) {
     switch (key) {
       case 'n': s.calls = cli_long(&c, optarg, 1, 100000000L); break;
       case 's': s.seed = (uint64_t)cli_long(&c, optarg, 0, 0x7fffffffffffffffL); break;
+      case 'v': s.verbose = 1; break;
       case 'h': cli_usage(&c, stdout, "[options]   (random plans and calls on one team, checked against fp64)"); return 0;
     }
   }
