@@ -1,5 +1,5 @@
 /* CPU test of plan logic that needs no device: the plan argument checks (weave_gemm_rs_check_args in
- * src/plan.c, hence WEAVE_TEST_NEEDS_RUNTIME: it links libweave, still without a GPU), the split cost
+ * src/gemm_rs/plan_create.c: it links the library, still without a GPU), the split cost
  * model, byte counts, the roofline, and the tuning cache file. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -10,11 +10,9 @@
 
 #include "check.h"
 #include "runtime/internal.h"
+#include "gemm_rs/plan.h"
 #include "gemm_rs/plan_model.h"
 #include "gemm_rs/tune.h"
-
-extern weave_result_t weave_gemm_rs_check_args(weave_team_t team, int world, int M, int N, int K,
-                                               const weave_gemm_rs_desc_t *desc);
 
 /* ---- argument checks --------------------------------------------------------------------------- */
 static void expect_bad(const char *what, int world, int M, int N, int K, const weave_gemm_rs_desc_t *d,
