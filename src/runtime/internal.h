@@ -23,10 +23,22 @@ void weave_log(weave_log_level_t level, const weave_team_t team, const char *fmt
     __attribute__((format(printf, 3, 4)));
 weave_log_level_t weave_log_level(void);
 
+/* Returns a failed weave call's result (its message is already recorded). */
 #define WEAVE_CHECK(call)                                                                          \
   do {                                                                                             \
     weave_result_t weave_check_rc_ = (call);                                                       \
     if (weave_check_rc_ != WEAVE_SUCCESS) return weave_check_rc_;                                  \
+  } while (0)
+
+/* The CUDA check of library code: a failed CUDA runtime call becomes the team's last error,
+ * "<call> failed: <CUDA error string> (file:line)", and the caller returns WEAVE_ERROR_CUDA. Only
+ * for files that include cuda_runtime_api.h (the host core builds without CUDA). */
+#define WEAVE_CUDA_CHECK(team, call)                                                               \
+  do {                                                                                             \
+    cudaError_t weave_cuda_err_ = (call);                                                          \
+    if (weave_cuda_err_ != cudaSuccess)                                                            \
+      return weave_fail((team), WEAVE_ERROR_CUDA, "%s failed: %s (%s:%d)", #call,                  \
+                        cudaGetErrorString(weave_cuda_err_), __FILE__, __LINE__);                  \
   } while (0)
 
 /* ---- environment ---------------------------------------------------------------------------- */
