@@ -144,7 +144,7 @@ static void test_split(void) {
   int c8 = weave_split_comm_blocks(&d1, weave_plan_gemm_flops(8192, 8192, 3584, 8),
                                    weave_plan_comm_bytes(8192, 8192, 8, 2, 2), 8 * 32);
   CHECK_MSG(c8 >= 2 && c8 <= 20, "split %d", c8);
-  /* Calibration (H200, 2026-12-04, docs/performance.md): the model picks the splits measured best
+  /* Calibration (H200, docs/performance.md): the model picks the splits measured best
    * for M=N=8192, K_total=28672, bf16 slots, 128 x 256 tiles: 1 rank -> 4 communication blocks of
    * 132 (0.99x; 5: 0.96x); 4 and 8 ranks sharing the GPU (budgets (132-4)/4 = 32 and (132-8)/8 = 15
    * blocks per rank) -> 2. */

@@ -21,7 +21,9 @@ weave_result_t weave_fail(weave_team_t team, weave_result_t code, const char *fm
     __attribute__((format(printf, 3, 4)));
 void weave_log(weave_log_level_t level, const weave_team_t team, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The level WEAVE_DEBUG sets, read on every call (WARN when unset or invalid). */
 weave_log_level_t weave_log_level(void);
+int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|INFO|TRACE: 0, or -1 */
 
 /* Returns a failed weave call's result (its message is already recorded). */
 #define WEAVE_CHECK(call)                                                                          \
@@ -58,11 +60,10 @@ weave_result_t weave_env_load(weave_env_t *env);
 /* Parsers, exposed for tests. Return 0 on success, -1 on a malformed value. */
 int weave_parse_size(const char *s, size_t *out);     /* 123, 64K, 512M, 2G, 1T */
 int weave_parse_int(const char *s, long lo, long hi, long *out);
-/* A Hopper GEMM knob (WEAVE_HGEMM_*, src/env.c): its value, or its default when unset, empty or
+/* A Hopper GEMM knob (WEAVE_HGEMM_*, runtime/env.c): its value, or its default when unset, empty or
  * invalid (with a warning). */
 int weave_hgemm_knob(const char *name);
 int weave_parse_bool(const char *s, int *out);        /* 0/1/true/false/yes/no/on/off */
-int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|INFO|TRACE */
 
 /* ---- bootstrap ----------------------------------------------------------------------------- */
 struct weave_bootstrap {
