@@ -112,6 +112,7 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
                                           int local_world, int64_t deadline_ms, const char *who,
                                           weave_bootstrap_t **bootstrap);
 int64_t weave_monotonic_ms(void);
+int weave_remaining_ms(int64_t deadline_ms); /* ms until a weave_monotonic_ms deadline, >= 0 */
 uint64_t weave_fnv1a(uint64_t h, const void *data, size_t n); /* FNV-1a 64, chained through h */
 #define WEAVE_FNV_OFFSET 1469598103934665603ull
 
