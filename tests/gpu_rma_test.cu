@@ -38,6 +38,7 @@
 
 #include <cuda_runtime.h>
 
+#include "check.h"
 #include "harness.h"
 #include "weave.h"
 #include "weave_device.cuh"
@@ -82,11 +83,8 @@ static void report(World *W, int rank, int test, const char *fmt, ...) {
   fprintf(stderr, "FAIL world %d rank %d [%s]: %s\n", W->world, rank, kTestName[test], buf);
 }
 
-#define CU(W, rank, test, call)                                                                    \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) report((W), (rank), (test), "%s: %s (line %d)", #call, cudaGetErrorString(e_), __LINE__); \
-  } while (0)
+/* A failed CUDA call is a failure of this rank's test (counted and reported), not the end of the run. */
+#define CU(W, rank, test, call) CUDA_CHECK_OR(call, cu_what_, report((W), (rank), (test), "%s", cu_what_))
 #define WV(W, rank, test, call)                                                                    \
   do {                                                                                             \
     weave_result_t r_ = (call);                                                                    \

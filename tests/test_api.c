@@ -1,4 +1,4 @@
-/* CPU test of the public API's argument handling (WEAVE_TEST_NEEDS_RUNTIME: links libweave and the
+/* CPU test of the public API's argument handling (it links the library and the
  * CUDA runtime, but runs without a GPU). Every call given NULL / out-of-range arguments returns
  * WEAVE_ERROR_INVALID_ARGUMENT with a message naming the argument; weave_team_create on a machine
  * without a GPU fails cleanly with WEAVE_ERROR_NO_DEVICE.

@@ -1,5 +1,5 @@
 /* CPU test of plan logic that needs no device: the plan argument checks (weave_gemm_rs_check_args in
- * src/plan.c, hence WEAVE_TEST_NEEDS_RUNTIME: it links libweave, still without a GPU), the split cost
+ * src/gemm_rs/plan_create.c: it links the library, still without a GPU), the split cost
  * model, byte counts, the roofline, and the tuning cache file. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -10,11 +10,9 @@
 
 #include "check.h"
 #include "runtime/internal.h"
+#include "gemm_rs/plan.h"
 #include "gemm_rs/plan_model.h"
 #include "gemm_rs/tune.h"
-
-extern weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
-                                               const weave_gemm_rs_desc_t *desc);
 
 /* ---- argument checks --------------------------------------------------------------------------- */
 static void expect_bad(const char *what, int M, int N, int K, const weave_gemm_rs_desc_t *d,
@@ -148,7 +146,7 @@ static void test_split(void) {
   int c8 = weave_split_comm_blocks(&d1, weave_plan_gemm_flops(8192, 8192, 3584, 8),
                                    weave_plan_comm_bytes(8192, 8192, 8, 2, 2), 8 * 32);
   CHECK_MSG(c8 >= 2 && c8 <= 20, "split %d", c8);
-  /* Calibration (H200, 2026-12-04, docs/performance.md): the model picks the splits measured best
+  /* Calibration (H200, docs/performance.md): the model picks the splits measured best
    * for M=N=8192, K_total=28672, bf16 slots, 128 x 256 tiles: 1 rank -> 4 communication blocks of
    * 132 (0.99x; 5: 0.96x); 4 and 8 ranks sharing the GPU (budgets (132-4)/4 = 32 and (132-8)/8 = 15
    * blocks per rank) -> 2. */

@@ -150,9 +150,9 @@ int main(void) {
   CHECK(weave_hgemm_sk_workspace_bytes(&a) == (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET + 2u * 124u * 128u * 256u * 4u);
   CHECK(weave_hgemm_sk_workspace_bytes(&f) < weave_hgemm_sk_workspace_max(132));
 
-  /* schedule choice (weave_hgemm_pick_pingpong) on the benchmark's rows, H200 2026-12-04 00:15 and
-   * 00:24 (ping-pong / cooperative, one run each, after session 7's shorter cooperative epilogue):
-   * every row where both runs agree on a winner by 1.5% or more. Left out as close calls (the two
+  /* schedule choice (weave_hgemm_pick_pingpong) on the benchmark's rows, as two runs of the
+   * benchmark on the H200 measured them (ping-pong against cooperative, with today's cooperative
+   * epilogue): every row where both runs agree on a winner by 1.5% or more. Left out as close calls (the two
    * schedules within ~1.5%): 8192x8192x3584 at every block count, 16384x8192x3584 at every block
    * count, 4096x8192x3584 at 116 and 2048x8192x3584 at 132. */
   const struct { int tiles, blocks, kt, pp; } rows[] = {

@@ -41,49 +41,51 @@ static char *slurp(const char *path, size_t *len) {
   return s;
 }
 
+/* s at a '"': just past the string's closing quote, or NULL when the string is not closed. */
+static const char *skip_string(const char *s) {
+  for (s++; *s; s++) {
+    if (*s == '\\' && s[1])
+      s++;
+    else if (*s == '"')
+      return s + 1;
+  }
+  return NULL;
+}
+
 /* Braces/brackets balanced outside strings, strings closed. */
 static int balanced(const char *s) {
   char stack[64];
-  int depth = 0, in_str = 0;
-  for (; *s; s++) {
-    if (in_str) {
-      if (*s == '\\' && s[1])
-        s++;
-      else if (*s == '"')
-        in_str = 0;
+  int depth = 0;
+  while (*s) {
+    if (*s == '"') {
+      if (!(s = skip_string(s))) return 0;
       continue;
     }
-    if (*s == '"')
-      in_str = 1;
-    else if (*s == '{' || *s == '[') {
+    if (*s == '{' || *s == '[') {
       if (depth == 64) return 0;
       stack[depth++] = *s;
     } else if (*s == '}' || *s == ']') {
       if (!depth || stack[depth - 1] != (*s == '}' ? '{' : '[')) return 0;
       depth--;
     }
+    s++;
   }
-  return depth == 0 && !in_str;
+  return depth == 0;
 }
 
 /* End of the JSON value (object) starting at s[0] == '{' (points past the closing brace). */
 static const char *object_end(const char *s) {
-  int depth = 0, in_str = 0;
-  for (; *s; s++) {
-    if (in_str) {
-      if (*s == '\\' && s[1])
-        s++;
-      else if (*s == '"')
-        in_str = 0;
+  int depth = 0;
+  while (s && *s) {
+    if (*s == '"') {
+      s = skip_string(s);
       continue;
     }
-    if (*s == '"')
-      in_str = 1;
-    else if (*s == '{' || *s == '[')
+    if (*s == '{' || *s == '[')
       depth++;
-    else if (*s == '}' || *s == ']') {
-      if (--depth == 0) return s + 1;
-    }
+    else if ((*s == '}' || *s == ']') && --depth == 0)
+      return s + 1;
+    s++;
   }
   return NULL;
 }

@@ -3,6 +3,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -91,4 +92,22 @@ weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const vo
   cublasStatus_t st = cublasLtMatmul(lt->handle, lt->desc, &alpha, B, lt->la, A, lt->lb, &beta, C, lt->lc, C, lt->lc,
                                      &lt->algo, lt->workspace, lt->workspace_bytes, (cudaStream_t)stream);
   return st == CUBLAS_STATUS_SUCCESS ? WEAVE_SUCCESS : WEAVE_ERROR_CUDA;
+}
+
+void weave_lt_describe(const weave_lt_t *lt, char *buf, size_t len) {
+  static const cublasLtMatmulAlgoConfigAttributes_t what[] = {
+      CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+      CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+      CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME};
+  static const char *name[] = {"algo", "tile", "stages", "cluster", "swizzle", "splitk", "reduction"};
+  static const size_t bytes[] = {4, 4, 4, 2, 4, 4, 4}; /* the cluster shape is a uint16_t */
+  size_t at = 0;
+  if (!buf || len == 0) return;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof(what) / sizeof(what[0]) && at < len; ++i) {
+    uint32_t v = 0; /* little-endian: a 2-byte value lands in the low half; a failed query prints -1 */
+    size_t got = 0;
+    const int ok = cublasLtMatmulAlgoConfigGetAttribute(&lt->algo, what[i], &v, bytes[i], &got) == CUBLAS_STATUS_SUCCESS;
+    at += (size_t)snprintf(buf + at, len - at, "%s%s %lld", i ? " " : "", name[i], ok ? (long long)v : -1ll);
+  }
 }

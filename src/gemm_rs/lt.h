@@ -1,18 +1,38 @@
 /*
- * cuBLASLt wrapper: the row-major GEMM the baseline strategy and the benchmarks use.
- * C[M, N] = alpha * A[M, K] . B (B [K, N] row-major or [N, K] row-major), fp32 accumulation.
+ * cuBLASLt wrapper: the row-major GEMM of the baseline strategy, of the tests' and tools' cuBLASLt
+ * references and of the benchmarks' cuBLASLt rows (one implementation for all of them).
+ * C[M, N] = alpha * A[M, K] . B (B [K, N] row-major or [N, K] row-major), fp32 accumulation, output in
+ * `out` (the input dtype, or WEAVE_FP32 for a reference). The algorithm is cuBLASLt's first heuristic
+ * choice for a 64 MiB workspace that the object owns.
  */
 #ifndef WEAVE_LT_H
 #define WEAVE_LT_H
 
+#include <stddef.h>
+
 #include "weave.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct weave_lt weave_lt_t;
 
 /* sm_target > 0 sets CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET. errmsg gets the reason of a failure. */
 weave_result_t weave_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
                                int sm_target, weave_lt_t **lt, char *errmsg, size_t errlen);
+/* Enqueues C = alpha * A . B on stream (NULL: the default stream). WEAVE_ERROR_CUDA when cuBLASLt
+ * refuses. */
 weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream);
+/* The algorithm the heuristic chose, as raw enum values of cublasLt.h (cublasLtMatmulTile_t,
+ * cublasLtMatmulStages_t, cublasLtClusterShape_t, ...): "algo A tile T stages S cluster C swizzle W
+ * splitk K reduction R", -1 for a value that cannot be read. cuBLASLt sees the problem transposed
+ * (C^T = B^T . A^T, column-major), so its tile is N x M. */
+void weave_lt_describe(const weave_lt_t *lt, char *buf, size_t len);
 void weave_lt_destroy(weave_lt_t *lt);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

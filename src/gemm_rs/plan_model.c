@@ -3,17 +3,14 @@
 
 void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
                                     int blocks_per_sm, int budget, weave_split_inputs_t *in) {
-  /* Calibrated on the H200. 2026-12-02: weave's TMA + wgmma GEMM sustained ~0.72 of 4096 dense
-   * 16-bit FLOP/clock/SM at the maximum clock; a communication block moved ~15-19 GB/s, 0.45 of an
-   * even share of HBM bandwidth. 2026-12-04 (M = N = 8192, K_total = 28672, bf16 slots): the fused
-   * kernel's GEMM blocks run at ~5.3 TFLOP/s each (0.65 at 1.98 GHz: the card sits at its power
-   * limit, ~1.5 GHz). The communication role, on two warpgroups since session 4, paid a fixed cost
-   * per owner tile (integer division per vector: ~11 us a 1-rank tile, and 4 blocks fell behind at
-   * 1 rank); with the division-free walk a 1-rank tile takes ~6.3 us at 4 blocks (0.99x the
-   * baseline, 5 blocks 0.96x). The per-tile term stays at 1 us, well under what the traces allow
-   * (the bytes term alone over-estimates the 1-rank tile): with it the model picks the splits
-   * measured best at 1, 4 and 8 ranks (4, 2, 2 blocks); 3 at 1 rank, which a pure bytes model would
-   * give, has not been measured with the new walk. */
+  /* Rates calibrated on the H200 (docs/performance.md). A GEMM block of the fused kernel sustains
+   * ~0.65 of the SM's 4096 dense 16-bit FLOP/clock at the maximum clock (~5.3 TFLOP/s a block at
+   * M = N = 8192, K_total = 28672, bf16 slots; the card runs at its power limit, ~1.5 GHz, below
+   * that clock). A communication block moves ~15-19 GB/s, 0.45 of an even share of HBM bandwidth.
+   * The fixed cost per owner tile is 1 us: small, since the bytes term alone already over-estimates
+   * a 1-rank tile (~6.3 us at 4 blocks), yet with it the model picks the splits measured best at 1,
+   * 4 and 8 ranks (4, 2, 2 communication blocks; tests/test_plan.c holds it to them). A bytes-only
+   * model would pick 3 at 1 rank, which has not been measured. */
   double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.65) * clock_hz;
   if (blocks_per_sm < 1) blocks_per_sm = 1;
   in->blocks = budget;

@@ -11,7 +11,6 @@
 #include "common/schedule.h"
 #include "weave.h"
 
-
 /* What the split depends on. Rates per SM so the answer scales with the SM share a rank gets. */
 typedef struct {
   int blocks;              /* co-resident blocks this rank may use (its share of the GPU) */
@@ -23,8 +22,8 @@ typedef struct {
 /* Rates of one block from the device: an sm_90 SM does 4096 dense 16-bit FLOP per clock (128 for
  * fp32 FMA) and the GEMM roles reach about two thirds of that at the maximum clock; a reduction block
  * moves about half of an even share of the chip's memory bandwidth and pays a fixed cost per tile
- * (it is latency-bound: on the H200 the first version moved ~10 GB/s per block, which made a
- * 1-block split 5x too slow; weave-bench --tune measures). */
+ * (it is latency-bound, so a model of bandwidth alone gives it too few blocks; weave-bench --tune
+ * measures). */
 void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
                                     int blocks_per_sm, int budget, weave_split_inputs_t *in);
 

@@ -64,10 +64,9 @@ int64_t weave_monotonic_ms(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
-#define mono_ms weave_monotonic_ms
 
-static int remaining_ms(int64_t deadline) {
-  int64_t r = deadline - mono_ms();
+int weave_remaining_ms(int64_t deadline_ms) {
+  int64_t r = deadline_ms - weave_monotonic_ms();
   return r < 0 ? 0 : r > INT_MAX ? INT_MAX : (int)r;
 }
 
@@ -299,7 +298,7 @@ static int is_closed_errno(int e) { return e == EPIPE || e == ECONNRESET || e ==
 static io_t wait_ready(int fd, short events, int64_t deadline, int *err) {
   for (;;) {
     struct pollfd p = {fd, events, 0};
-    int n = poll(&p, 1, remaining_ms(deadline));
+    int n = poll(&p, 1, weave_remaining_ms(deadline));
     if (n > 0) return IO_OK; /* also POLLHUP/POLLERR: the next send/recv says what happened */
     if (n == 0) return IO_TIMEOUT;
     if (errno != EINTR) { *err = errno; return IO_ERROR; }
@@ -394,7 +393,7 @@ static void send_abort(int fd, weave_result_t code, int culprit, const char *msg
   frame_encode(&f, frame);
   memcpy(frame + FRAME_BYTES, msg, len);
   int err;
-  send_all(fd, frame, FRAME_BYTES + len, mono_ms() + 200, &err);
+  send_all(fd, frame, FRAME_BYTES + len, weave_monotonic_ms() + 200, &err);
 }
 
 /* Records a failure that leaves the bootstrap unusable: on the hub, every spoke still connected
@@ -441,8 +440,8 @@ static int spoke_pending_abort(weave_bootstrap_t *bs, weave_result_t *rc) {
   frame_decode(hdr, &f);
   if (f.type != FRAME_ABORT) return 0;
   int err;
-  recv_all(s->hub_fd, hdr, sizeof(hdr), mono_ms() + 100, &err);
-  *rc = spoke_take_abort(bs, &f, mono_ms() + 100);
+  recv_all(s->hub_fd, hdr, sizeof(hdr), weave_monotonic_ms() + 100, &err);
+  *rc = spoke_take_abort(bs, &f, weave_monotonic_ms() + 100);
   return 1;
 }
 
@@ -482,7 +481,7 @@ static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, si
   while (np > 0) {
     struct pollfd p[WEAVE_MAX_WORLD];
     for (int i = 0; i < np; ++i) p[i] = (struct pollfd){s->fds[pending[i]], POLLIN, 0};
-    int n = poll(p, (nfds_t)np, remaining_ms(deadline));
+    int n = poll(p, (nfds_t)np, weave_remaining_ms(deadline));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: poll failed in %s #%u: %s", op_name(op), seq, strerror(errno));
     if (n == 0) {
@@ -524,7 +523,7 @@ static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, si
 static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void *in, void *out, size_t bytes,
                                       int64_t deadline, int64_t reply_deadline) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
-  int64_t t0 = mono_ms();
+  int64_t t0 = weave_monotonic_ms();
   uint32_t seq = s->seq++;
   size_t total = (size_t)bs->world * bytes;
   unsigned char *data = s->buf + FRAME_BYTES;
@@ -567,12 +566,12 @@ static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void 
     if (io == IO_TIMEOUT)
       return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
                         "bootstrap: rank %d got no answer from the hub (rank %d at %s) in %s #%u within %d ms (the hub is stuck or gone)",
-                        bs->rank, s->hub_rank, s->where, op_name(op), seq, (int)(mono_ms() - t0));
+                        bs->rank, s->hub_rank, s->where, op_name(op), seq, (int)(weave_monotonic_ms() - t0));
     if (io != IO_OK)
       return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
                         io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
     frame_decode(hdr, &f);
-    if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, mono_ms() + 1000);
+    if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, weave_monotonic_ms() + 1000);
     if (f.type != FRAME_DATA || f.seq != seq || f.arg != op || f.bytes != total)
       return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
                         "bootstrap: rank %d expected the result of %s #%u (%zu bytes) from the hub (rank %d), got frame type %u for %s #%u (%u bytes)",
@@ -603,14 +602,14 @@ static weave_result_t sock_allgather(weave_bootstrap_t *bs, int rank, const void
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap allgather: %zu bytes (1..%d), in %p, out %p", bytes,
                       WEAVE_BOOTSTRAP_MAX_BYTES, in, out);
   WEAVE_CHECK(sock_check_call(bs, rank, "allgather"));
-  int64_t deadline = mono_ms() + bs->timeout_ms;
+  int64_t deadline = weave_monotonic_ms() + bs->timeout_ms;
   sock_impl_t *s = (sock_impl_t *)bs->impl;
   return sock_collective(bs, OP_ALLGATHER, in, out, bytes, deadline, deadline + s->grace_ms);
 }
 
 static weave_result_t sock_barrier(weave_bootstrap_t *bs, int rank) {
   WEAVE_CHECK(sock_check_call(bs, rank, "barrier"));
-  int64_t deadline = mono_ms() + bs->timeout_ms;
+  int64_t deadline = weave_monotonic_ms() + bs->timeout_ms;
   sock_impl_t *s = (sock_impl_t *)bs->impl;
   unsigned char in = 1, out[WEAVE_MAX_WORLD];
   return sock_collective(bs, OP_BARRIER, &in, out, 1, deadline, deadline + s->grace_ms);
@@ -646,7 +645,7 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
     struct pollfd p[1 + MAX_PENDING];
     p[0] = (struct pollfd){listen_fd, POLLIN, 0};
     for (int i = 0; i < npend; ++i) p[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
-    int n = poll(p, (nfds_t)(1 + npend), remaining_ms(deadline));
+    int n = poll(p, (nfds_t)(1 + npend), weave_remaining_ms(deadline));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: poll failed on the hub (rank %d): %s", bs->rank, strerror(errno));
@@ -710,7 +709,7 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
           /* welcome: the ACK tells the spoke the hub's rank and how long the hub will wait, so the
            * spoke waits for the hub's verdict at least that long */
           unsigned char ack[FRAME_BYTES];
-          frame_t f = {FRAME_ACK, (uint32_t)remaining_ms(deadline), 0, bs->rank};
+          frame_t f = {FRAME_ACK, (uint32_t)weave_remaining_ms(deadline), 0, bs->rank};
           frame_encode(&f, ack);
           int err;
           if (send_all(c->fd, ack, sizeof(ack), deadline, &err) == IO_OK) {
@@ -780,12 +779,12 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
     /* nobody listens yet (the hub starts later), or the network is not up yet: retry */
     int transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNRESET ||
                     err == ECONNABORTED || err == EAGAIN;
-    if (!transient || remaining_ms(deadline) == 0)
+    if (!transient || weave_remaining_ms(deadline) == 0)
       return sock_break(bs, transient ? WEAVE_ERROR_TIMEOUT : WEAVE_ERROR_BOOTSTRAP, -1,
                         "bootstrap creation: rank %d could not connect to the hub at %s within %d ms (%s): is the rank that "
                         "holds the id (or rank 0 of the launch) running and reachable?",
                         bs->rank, s->where, bs->timeout_ms, strerror(last_err));
-    int wait = remaining_ms(deadline);
+    int wait = weave_remaining_ms(deadline);
     sleep_ms(wait < backoff ? wait : backoff);
     backoff = backoff * 2 > 200 ? 200 : backoff * 2;
   }
@@ -813,7 +812,7 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
                       io_why(io, err, why, sizeof(why)), bs->rank);
   frame_t f;
   frame_decode(hdr, &f);
-  if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, mono_ms() + 1000);
+  if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, weave_monotonic_ms() + 1000);
   if (f.type != FRAME_ACK || f.arg < 0 || f.arg >= bs->world)
     return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: rank %d got a malformed answer from %s (type %u)", bs->rank,
                       s->where, f.type);
@@ -861,7 +860,7 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
   bs->destroy = sock_destroy;
   bs->impl = s;
 
-  int64_t deadline = deadline_ms > 0 ? deadline_ms : mono_ms() + env.timeout_ms;
+  int64_t deadline = deadline_ms > 0 ? deadline_ms : weave_monotonic_ms() + env.timeout_ms;
   int64_t reply_deadline = deadline;
   if (s->hub) {
     if (world > 1) rc = hub_accept(bs, u, listen_fd, deadline);
@@ -869,7 +868,7 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
     int hub_remaining = 0;
     rc = spoke_connect(bs, u, deadline, &hub_remaining);
     /* wait for the hub's verdict on the whole world at least as long as the hub waits for it */
-    int64_t hub_deadline = mono_ms() + hub_remaining;
+    int64_t hub_deadline = weave_monotonic_ms() + hub_remaining;
     reply_deadline = (hub_deadline > deadline ? hub_deadline : deadline) + s->grace_ms;
   }
   /* every rank has arrived (or creation failed): the listener has done its job */

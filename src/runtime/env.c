@@ -85,14 +85,6 @@ int weave_parse_bool(const char *s, int *out) {
   return -1;
 }
 
-int weave_parse_log_level(const char *s, weave_log_level_t *out) {
-  if (!s || !out) return -1;
-  static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
-  for (int i = 0; i < 4; ++i)
-    if (strcasecmp(s, names[i]) == 0) { *out = (weave_log_level_t)i; return 0; }
-  return -1;
-}
-
 /* Integer knobs of the Hopper GEMM (their entries in WEAVE_ENV_TABLE document them). */
 static const struct {
   const char *name;
@@ -162,15 +154,6 @@ weave_result_t weave_env_load(weave_env_t *env) {
                         hgemm_knobs[i].lo, hgemm_knobs[i].hi);
   }
   return WEAVE_SUCCESS;
-}
-
-weave_log_level_t weave_log_level(void) {
-  /* Read on every call: cheap, and tests may change it. A bad value logs at WARN (the default)
-   * here; weave_env_load reports it as an error to the caller. */
-  weave_log_level_t l = WEAVE_LOG_WARN;
-  const char *v = getenv("WEAVE_DEBUG");
-  if (v && *v && weave_parse_log_level(v, &l) != 0) l = WEAVE_LOG_WARN;
-  return l;
 }
 
 void weave_print_env(void *file) {

@@ -1,9 +1,12 @@
 /* Result strings, last-error messages (per team, and per thread before a team exists) and logging
- * with an NCCL-like prefix: host:pid:tid [rank] LEVEL message. */
+ * with an NCCL-like prefix: host:pid:tid [rank] LEVEL message, at the level WEAVE_DEBUG sets. The
+ * logging reads WEAVE_DEBUG itself, so env.c (which logs) is no dependency of this file. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,6 +41,23 @@ const char *weave_get_error_string(weave_result_t result) {
 
 const char *weave_get_last_error(weave_team_t team) {
   return team ? team->last_error : thread_last_error;
+}
+
+int weave_parse_log_level(const char *s, weave_log_level_t *out) {
+  if (!s || !out) return -1;
+  static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
+  for (int i = 0; i < 4; ++i)
+    if (strcasecmp(s, names[i]) == 0) { *out = (weave_log_level_t)i; return 0; }
+  return -1;
+}
+
+weave_log_level_t weave_log_level(void) {
+  /* Read on every call: cheap, and tests may change it. A bad value logs at WARN (the default)
+   * here; weave_env_load reports it as an error to the caller. */
+  weave_log_level_t l = WEAVE_LOG_WARN;
+  const char *v = getenv("WEAVE_DEBUG");
+  if (v && *v && weave_parse_log_level(v, &l) != 0) l = WEAVE_LOG_WARN;
+  return l;
 }
 
 static void log_prefix(FILE *f, const weave_team_t team, const char *level) {

@@ -42,17 +42,6 @@ typedef struct {
   char msg[400];
 } fdx_status_t;
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int remaining_ms(int64_t deadline) {
-  int64_t r = deadline - mono_ms();
-  return r < 0 ? 0 : r > 1000000000 ? 1000000000 : (int)r;
-}
-
 static uint64_t pid_namespace(void) {
   char buf[64] = "";
   ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
@@ -97,6 +86,15 @@ static weave_result_t agree(weave_bootstrap_t *bs, int rank, weave_result_t mine
   return rc;
 }
 
+/* A message of one iovec with room for control data (the fd). */
+static void msg_init(struct msghdr *msg, struct iovec *iov, void *ctl, size_t ctl_bytes) {
+  memset(msg, 0, sizeof(*msg));
+  msg->msg_iov = iov;
+  msg->msg_iovlen = 1;
+  msg->msg_control = ctl;
+  msg->msg_controllen = ctl_bytes;
+}
+
 /* Connects to `peer`'s socket and sends {rank} with fd attached. */
 static weave_result_t send_fd(const fdx_rec_t *peer_rec, int peer, int rank, int fd, int64_t deadline) {
   struct sockaddr_un sa;
@@ -108,7 +106,7 @@ static weave_result_t send_fd(const fdx_rec_t *peer_rec, int peer, int rank, int
     int e = errno;
     if (e == EINTR) continue;
     /* a full backlog (more senders than it holds) drains as the peer accepts: wait for it */
-    if ((e == EAGAIN || e == EINPROGRESS) && remaining_ms(deadline) > 0) {
+    if ((e == EAGAIN || e == EINPROGRESS) && weave_remaining_ms(deadline) > 0) {
       struct timespec nap = {0, 2 * 1000000L};
       nanosleep(&nap, NULL);
       continue;
@@ -127,11 +125,7 @@ static weave_result_t send_fd(const fdx_rec_t *peer_rec, int peer, int rank, int
   } ctl;
   memset(&ctl, 0, sizeof(ctl));
   struct msghdr msg;
-  memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl.buf;
-  msg.msg_controllen = sizeof(ctl.buf);
+  msg_init(&msg, &iov, ctl.buf, sizeof(ctl.buf));
   struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -142,9 +136,9 @@ static weave_result_t send_fd(const fdx_rec_t *peer_rec, int peer, int rank, int
     if (k == (ssize_t)sizeof(r32)) break;
     int e = k < 0 ? errno : EIO;
     if (e == EINTR) continue;
-    if (e == EAGAIN && remaining_ms(deadline) > 0) {
+    if (e == EAGAIN && weave_remaining_ms(deadline) > 0) {
       struct pollfd p = {s, POLLOUT, 0};
-      poll(&p, 1, remaining_ms(deadline));
+      poll(&p, 1, weave_remaining_ms(deadline));
       continue;
     }
     close(s);
@@ -167,16 +161,12 @@ static weave_result_t recv_fd(int s, int rank, int64_t deadline, int *sender, in
       struct cmsghdr align;
     } ctl;
     struct msghdr msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof(ctl.buf);
+    msg_init(&msg, &iov, ctl.buf, sizeof(ctl.buf));
     ssize_t k = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       struct pollfd p = {s, POLLIN, 0};
-      if (poll(&p, 1, remaining_ms(deadline)) == 0) {
+      if (poll(&p, 1, weave_remaining_ms(deadline)) == 0) {
         if (*fd >= 0) close(*fd);
         return weave_fail(NULL, WEAVE_ERROR_TIMEOUT, "fd exchange: rank %d: a peer connected but sent nothing within the timeout",
                           rank);
@@ -216,7 +206,7 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
   me.pid = (int32_t)getpid();
   me.has_fd = fd >= 0;
   unsigned long long nonce = 0;
-  if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != (ssize_t)sizeof(nonce)) nonce = (unsigned long long)mono_ms() ^ (uint64_t)(uintptr_t)&me;
+  if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != (ssize_t)sizeof(nonce)) nonce = (unsigned long long)weave_monotonic_ms() ^ (uint64_t)(uintptr_t)&me;
   snprintf(me.name, sizeof(me.name), "weave-fdx-%d-%d-%016llx", (int)me.pid, rank, nonce);
 
   fdx_rec_t *all = (fdx_rec_t *)malloc((size_t)world * sizeof(fdx_rec_t));
@@ -238,7 +228,7 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
   if (!any) goto done;
   for (int r = 0; r < world; ++r) expected += sends_to(all, r, rank);
 
-  int64_t deadline = mono_ms() + bs->timeout_ms;
+  int64_t deadline = weave_monotonic_ms() + bs->timeout_ms;
   int lfd = -1;
   weave_result_t local = WEAVE_SUCCESS;
   if (expected > 0) {
@@ -256,7 +246,7 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
       if (sends_to(all, rank, s)) local = send_fd(&all[s], s, rank, fd, deadline);
     for (int n = 0; n < expected && local == WEAVE_SUCCESS;) {
       struct pollfd p = {lfd, POLLIN, 0};
-      int k = poll(&p, 1, remaining_ms(deadline));
+      int k = poll(&p, 1, weave_remaining_ms(deadline));
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) {
         char list[200] = "";

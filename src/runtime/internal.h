@@ -21,12 +21,26 @@ weave_result_t weave_fail(weave_team_t team, weave_result_t code, const char *fm
     __attribute__((format(printf, 3, 4)));
 void weave_log(weave_log_level_t level, const weave_team_t team, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The level WEAVE_DEBUG sets, read on every call (WARN when unset or invalid). */
 weave_log_level_t weave_log_level(void);
+int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|INFO|TRACE: 0, or -1 */
 
+/* Returns a failed weave call's result (its message is already recorded). */
 #define WEAVE_CHECK(call)                                                                          \
   do {                                                                                             \
     weave_result_t weave_check_rc_ = (call);                                                       \
     if (weave_check_rc_ != WEAVE_SUCCESS) return weave_check_rc_;                                  \
+  } while (0)
+
+/* The CUDA check of library code: a failed CUDA runtime call becomes the team's last error,
+ * "<call> failed: <CUDA error string> (file:line)", and the caller returns WEAVE_ERROR_CUDA. Only
+ * for files that include cuda_runtime_api.h (the host core builds without CUDA). */
+#define WEAVE_CUDA_CHECK(team, call)                                                               \
+  do {                                                                                             \
+    cudaError_t weave_cuda_err_ = (call);                                                          \
+    if (weave_cuda_err_ != cudaSuccess)                                                            \
+      return weave_fail((team), WEAVE_ERROR_CUDA, "%s failed: %s (%s:%d)", #call,                  \
+                        cudaGetErrorString(weave_cuda_err_), __FILE__, __LINE__);                  \
   } while (0)
 
 /* ---- environment ---------------------------------------------------------------------------- */
@@ -46,11 +60,10 @@ weave_result_t weave_env_load(weave_env_t *env);
 /* Parsers, exposed for tests. Return 0 on success, -1 on a malformed value. */
 int weave_parse_size(const char *s, size_t *out);     /* 123, 64K, 512M, 2G, 1T */
 int weave_parse_int(const char *s, long lo, long hi, long *out);
-/* A Hopper GEMM knob (WEAVE_HGEMM_*, src/env.c): its value, or its default when unset, empty or
+/* A Hopper GEMM knob (WEAVE_HGEMM_*, runtime/env.c): its value, or its default when unset, empty or
  * invalid (with a warning). */
 int weave_hgemm_knob(const char *name);
 int weave_parse_bool(const char *s, int *out);        /* 0/1/true/false/yes/no/on/off */
-int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|INFO|TRACE */
 
 /* ---- bootstrap ----------------------------------------------------------------------------- */
 struct weave_bootstrap {
@@ -99,6 +112,7 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
                                           int local_world, int64_t deadline_ms, const char *who,
                                           weave_bootstrap_t **bootstrap);
 int64_t weave_monotonic_ms(void);
+int weave_remaining_ms(int64_t deadline_ms); /* ms until a weave_monotonic_ms deadline, >= 0 */
 uint64_t weave_fnv1a(uint64_t h, const void *data, size_t n); /* FNV-1a 64, chained through h */
 #define WEAVE_FNV_OFFSET 1469598103934665603ull
 

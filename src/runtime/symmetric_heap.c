@@ -79,13 +79,12 @@ static const char *cu_error(CUresult r) {
   return "unknown driver error";
 }
 
-#define CU_TRY(team, call, what)                                                                    \
-  do {                                                                                              \
-    CUresult r_ = (call);                                                                           \
-    if (r_ != CUDA_SUCCESS)                                                                         \
-      return weave_fail((team), r_ == CUDA_ERROR_OUT_OF_MEMORY ? WEAVE_ERROR_OUT_OF_MEMORY : WEAVE_ERROR_CUDA, \
-                        "rank %d: %s: %s (%d)", (team)->rank, (what), cu_error(r_), (int)r_);      \
-  } while (0)
+/* A driver call's result: a failure becomes the team's last error (out of memory, or a CUDA error). */
+static weave_result_t cu_check(weave_team_t team, CUresult r, const char *what) {
+  if (r == CUDA_SUCCESS) return WEAVE_SUCCESS;
+  return weave_fail(team, r == CUDA_ERROR_OUT_OF_MEMORY ? WEAVE_ERROR_OUT_OF_MEMORY : WEAVE_ERROR_CUDA,
+                    "rank %d: %s: %s (%d)", team->rank, what, cu_error(r), (int)r);
+}
 
 /* ---- one mapping ---------------------------------------------------------------------------- */
 typedef struct {
@@ -113,10 +112,10 @@ static weave_result_t mapping_map(weave_team_t team, mapping_t *m, size_t granul
                                   int ndevices, const char *whose) {
   char what[96];
   snprintf(what, sizeof what, "reserving addresses for %s heap", whose);
-  CU_TRY(team, vmm.reserve(&m->va, m->size, granularity, 0, 0), what);
+  WEAVE_CHECK(cu_check(team, vmm.reserve(&m->va, m->size, granularity, 0, 0), what));
   m->reserved = 1;
   snprintf(what, sizeof what, "mapping %s heap", whose);
-  CU_TRY(team, vmm.map(m->va, m->size, 0, m->handle, 0), what);
+  WEAVE_CHECK(cu_check(team, vmm.map(m->va, m->size, 0, m->handle, 0), what));
   m->mapped = 1;
   CUmemAccessDesc access[WEAVE_MAX_WORLD];
   for (int i = 0; i < ndevices; ++i) {
@@ -125,7 +124,7 @@ static weave_result_t mapping_map(weave_team_t team, mapping_t *m, size_t granul
     access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   }
   snprintf(what, sizeof what, "granting device access to %s heap (devices without peer access?)", whose);
-  CU_TRY(team, vmm.set_access(m->va, m->size, access, (size_t)ndevices), what);
+  WEAVE_CHECK(cu_check(team, vmm.set_access(m->va, m->size, access, (size_t)ndevices), what));
   return WEAVE_SUCCESS;
 }
 
@@ -153,7 +152,8 @@ static weave_result_t allocate_own(weave_team_t team, size_t bytes, weave_symmet
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = team->info.device;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  CU_TRY(team, vmm.get_granularity(granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "allocation granularity");
+  WEAVE_CHECK(cu_check(team, vmm.get_granularity(granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                       "allocation granularity"));
   h->own.size = (bytes + *granularity - 1) / *granularity * *granularity;
   CUresult r = vmm.create(&h->own.handle, h->own.size, &prop, 0);
   if (r != CUDA_SUCCESS)
@@ -196,8 +196,10 @@ static weave_result_t import_peers(weave_team_t team, weave_symmetric_heap_t *h,
       mapping_t *m = &h->peers[r];
       char whose[32];
       snprintf(whose, sizeof whose, "rank %d's", r);
-      CU_TRY(team, vmm.import_handle(&m->handle, (void *)(uintptr_t)peer_fds[r], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-             "importing a peer's heap");
+      WEAVE_CHECK(cu_check(team,
+                           vmm.import_handle(&m->handle, (void *)(uintptr_t)peer_fds[r],
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                           "importing a peer's heap"));
       m->has_handle = 1;
       close(peer_fds[r]); /* the imported handle keeps the memory alive */
       peer_fds[r] = -1;

@@ -18,14 +18,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#define CUDA_TRY(team, call)                                                                        \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess)                                                                          \
-      return weave_fail((team), WEAVE_ERROR_CUDA, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), \
-                        __FILE__, __LINE__);                                                        \
-  } while (0)
-
 weave_result_t weave_team_agree(weave_team_t team, weave_result_t local) {
   int all[WEAVE_MAX_WORLD];
   int mine = (int)local;
@@ -70,7 +62,7 @@ static weave_result_t read_device(weave_team_t team, int device) {
   if (device < 0 || device >= count)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "rank %d: device %d outside [0, %d)", team->rank, device, count);
   struct cudaDeviceProp p;
-  CUDA_TRY(team, cudaGetDeviceProperties(&p, device));
+  WEAVE_CUDA_CHECK(team, cudaGetDeviceProperties(&p, device));
   if (p.major != 9 || p.minor != 0)
     return weave_fail(team, WEAVE_ERROR_UNSUPPORTED_DEVICE, "rank %d: device %d '%s' is sm_%d%d; weave is built for sm_90a",
                       team->rank, device, p.name, p.major, p.minor);
@@ -87,20 +79,20 @@ static weave_result_t read_device(weave_team_t team, int device) {
 
 static weave_result_t team_setup(weave_team_t team, int device) {
   WEAVE_CHECK(read_device(team, device));
-  CUDA_TRY(team, cudaSetDevice(device));
+  WEAVE_CUDA_CHECK(team, cudaSetDevice(device));
   if (weave_heap_init(&team->heap, team->heap_size, WEAVE_HEAP_RESERVED, WEAVE_HEAP_ALIGNMENT) != 0)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "heap size %zu is too small", team->heap_size);
-  CUDA_TRY(team, cudaFree(0)); /* the primary context, current for the driver calls of the heap */
+  WEAVE_CUDA_CHECK(team, cudaFree(0)); /* the primary context, current for the driver calls of the heap */
   return WEAVE_SUCCESS;
 }
 
 /* This rank's heap header (the device error record) cleared, and the device table of every base. */
 static weave_result_t heap_header_and_table(weave_team_t team) {
   team->heap_base = team->peer_bases[team->rank];
-  CUDA_TRY(team, cudaMemset(team->heap_base, 0, WEAVE_HEAP_RESERVED));
-  CUDA_TRY(team, cudaMalloc((void **)&team->d_bases, sizeof(void *) * (size_t)team->world));
-  CUDA_TRY(team, cudaMemcpy(team->d_bases, team->peer_bases, sizeof(void *) * (size_t)team->world, cudaMemcpyHostToDevice));
-  CUDA_TRY(team, cudaDeviceSynchronize());
+  WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, WEAVE_HEAP_RESERVED));
+  WEAVE_CUDA_CHECK(team, cudaMalloc((void **)&team->d_bases, sizeof(void *) * (size_t)team->world));
+  WEAVE_CUDA_CHECK(team, cudaMemcpy(team->d_bases, team->peer_bases, sizeof(void *) * (size_t)team->world, cudaMemcpyHostToDevice));
+  WEAVE_CUDA_CHECK(team, cudaDeviceSynchronize());
   return WEAVE_SUCCESS;
 }
 
@@ -309,12 +301,12 @@ static const char *cmp_name(uint32_t c) {
 weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CHECK(check_team(team, "weave_team_sync"));
 #ifdef WEAVE_HAVE_CUDA
-  CUDA_TRY(team, cudaSetDevice(team->info.device));
-  CUDA_TRY(team, cudaStreamSynchronize((cudaStream_t)stream));
+  WEAVE_CUDA_CHECK(team, cudaSetDevice(team->info.device));
+  WEAVE_CUDA_CHECK(team, cudaStreamSynchronize((cudaStream_t)stream));
   weave_device_error_t rec;
-  CUDA_TRY(team, cudaMemcpy(&rec, team->heap_base, sizeof(rec), cudaMemcpyDeviceToHost));
+  WEAVE_CUDA_CHECK(team, cudaMemcpy(&rec, team->heap_base, sizeof(rec), cudaMemcpyDeviceToHost));
   if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
-  CUDA_TRY(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
+  WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
   return weave_fail(team, WEAVE_ERROR_TIMEOUT,
                     "rank %d timed out after %d ms waiting for rank %d on item %d: flag at 0x%llx was %llu, "
                     "expected %s %llu",

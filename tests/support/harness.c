@@ -1,6 +1,7 @@
 /* Multi-rank harness: see harness.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "harness.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -10,15 +11,6 @@
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
-
-#define HCUDA(call)                                                                                 \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) {                                                                        \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
-      exit(1);                                                                                      \
-    }                                                                                               \
-  } while (0)
 
 /* Ranks that share a GPU wait on each other's kernels, so every rank's kernel must be able to start
  * while the others spin: load all modules at start-up (a lazy load can wait behind a spinning
@@ -91,7 +83,7 @@ typedef struct {
 
 static void *rank_main(void *arg) {
   rank_thread_t *t = (rank_thread_t *)arg;
-  HCUDA(cudaSetDevice(t->r.device));
+  CUDA_CHECK(cudaSetDevice(t->r.device));
   weave_result_t rc = weave_team_create(t->bs, t->r.rank, t->r.device, t->config, &t->r.team);
   if (rc != WEAVE_SUCCESS) {
     fprintf(stderr, "rank %d: weave_team_create: %s\n", t->r.rank, weave_get_last_error(NULL));
@@ -99,11 +91,11 @@ static void *rank_main(void *arg) {
     return NULL;
   }
   cudaStream_t s;
-  HCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   t->r.stream = (weave_stream_t)s;
   t->result = t->fn(&t->r);
-  HCUDA(cudaStreamSynchronize(s));
-  HCUDA(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaStreamDestroy(s));
   if (weave_team_destroy(t->r.team) != WEAVE_SUCCESS) {
     fprintf(stderr, "rank %d: weave_team_destroy: %s\n", t->r.rank, weave_get_last_error(NULL));
     if (!t->result) t->result = 1;
@@ -169,12 +161,12 @@ int harness_allgather(harness_rank_t *r, const void *mine, void *all, size_t byt
     fprintf(stderr, "rank %d: harness_allgather: %s\n", r->rank, weave_get_last_error(r->team));
     return 1;
   }
-  HCUDA(cudaMemcpy(buf, mine, bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(buf, mine, bytes, cudaMemcpyHostToDevice));
   rc = weave_barrier(r->team);
   for (int p = 0; p < r->world && rc == WEAVE_SUCCESS; ++p) {
     void *peer = NULL;
     rc = weave_ptr(r->team, buf, p, &peer);
-    if (rc == WEAVE_SUCCESS) HCUDA(cudaMemcpy((char *)all + (size_t)p * bytes, peer, bytes, cudaMemcpyDefault));
+    if (rc == WEAVE_SUCCESS) CUDA_CHECK(cudaMemcpy((char *)all + (size_t)p * bytes, peer, bytes, cudaMemcpyDefault));
   }
   /* Nobody frees (collective) before every rank has read every peer's copy. */
   weave_result_t rc2 = weave_barrier(r->team);
@@ -187,32 +179,32 @@ int harness_allgather(harness_rank_t *r, const void *mine, void *all, size_t byt
 
 void *harness_dev_alloc(size_t bytes) {
   void *p = NULL;
-  HCUDA(cudaMalloc(&p, bytes ? bytes : 1));
+  CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
   return p;
 }
-void harness_dev_free(void *p) { HCUDA(cudaFree(p)); }
-void harness_upload(void *dst, const void *src, size_t bytes) { HCUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+void harness_dev_free(void *p) { CUDA_CHECK(cudaFree(p)); }
+void harness_upload(void *dst, const void *src, size_t bytes) { CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
 void harness_download(void *dst, const void *src, size_t bytes) {
-  HCUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
-void harness_poison(void *p, size_t bytes, weave_stream_t s) { HCUDA(cudaMemsetAsync(p, 0xFF, bytes, (cudaStream_t)s)); }
-void harness_sync(weave_stream_t s) { HCUDA(cudaStreamSynchronize((cudaStream_t)s)); }
+void harness_poison(void *p, size_t bytes, weave_stream_t s) { CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, (cudaStream_t)s)); }
+void harness_sync(weave_stream_t s) { CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s)); }
 
 struct harness_timer {
   cudaEvent_t a, b;
 };
 harness_timer_t *harness_timer_create(void) {
   harness_timer_t *t = (harness_timer_t *)calloc(1, sizeof(*t));
-  HCUDA(cudaEventCreate(&t->a));
-  HCUDA(cudaEventCreate(&t->b));
+  CUDA_CHECK(cudaEventCreate(&t->a));
+  CUDA_CHECK(cudaEventCreate(&t->b));
   return t;
 }
-void harness_timer_start(harness_timer_t *t, weave_stream_t s) { HCUDA(cudaEventRecord(t->a, (cudaStream_t)s)); }
-void harness_timer_stop(harness_timer_t *t, weave_stream_t s) { HCUDA(cudaEventRecord(t->b, (cudaStream_t)s)); }
+void harness_timer_start(harness_timer_t *t, weave_stream_t s) { CUDA_CHECK(cudaEventRecord(t->a, (cudaStream_t)s)); }
+void harness_timer_stop(harness_timer_t *t, weave_stream_t s) { CUDA_CHECK(cudaEventRecord(t->b, (cudaStream_t)s)); }
 float harness_timer_ms(harness_timer_t *t) {
   float ms = 0;
-  HCUDA(cudaEventSynchronize(t->b));
-  HCUDA(cudaEventElapsedTime(&ms, t->a, t->b));
+  CUDA_CHECK(cudaEventSynchronize(t->b));
+  CUDA_CHECK(cudaEventElapsedTime(&ms, t->a, t->b));
   return ms;
 }
 void harness_timer_destroy(harness_timer_t *t) {
@@ -299,7 +291,7 @@ double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layo
   harness_upload(dA, a, (size_t)rows * Kt * e);
   harness_upload(dB, b, Kt * N * e);
   int rc = harness_lt_run(lt, alpha, dA, dB, dC, NULL);
-  HCUDA(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaDeviceSynchronize());
   harness_download(c, dC, sizeof(float) * (size_t)rows * N);
   harness_dev_free(dA);
   harness_dev_free(dB);

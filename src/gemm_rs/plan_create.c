@@ -1,0 +1,406 @@
+/*
+ * Creating a GEMM + ReduceScatter plan (see plan.h for the object and its memory), in the order
+ * weave_gemm_rs_plan_create runs the steps:
+ *
+ *   checks     the arguments, the same on every rank
+ *   strategy   explicit, else tuned, else the baseline; the slot dtype and the GEMM role follow
+ *   tiling     tile shape and the per-owner capacities
+ *   blocks     the co-resident budget and its GEMM / communication split
+ *   memory     sizes, then the heap allocation, zeroed flags, cuBLASLt and NCCL (collective)
+ *   params     the kernel's parameter block, TMA store maps, the trace buffer
+ *
+ * Every rank agrees on each collective step, so a failure on one rank fails creation on all of them;
+ * a failed creation frees what it took and writes no plan.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm_rs/plan.h"
+#include "gemm_rs/plan_model.h"
+#include "gemm_rs/tune.h"
+
+weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *rows) {
+  if (!row_begin || !rows)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_row_split: row_begin and rows must be non-NULL");
+  if (M < 0 || world < 1 || rank < 0 || rank >= world)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_row_split: M %d, world %d, rank %d (need M >= 0, "
+                      "world >= 1, 0 <= rank < world)", M, world, rank);
+  weave_split_rows_of(M, world, rank, row_begin, rows);
+  return WEAVE_SUCCESS;
+}
+
+/* ---- checks ------------------------------------------------------------------------------------ */
+weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
+                                        const weave_gemm_rs_desc_t *d) {
+  const char *fn = "weave_gemm_rs_plan_create";
+  if (!d) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
+  if (d->struct_size != sizeof(weave_gemm_rs_desc_t))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc.struct_size %zu != %zu (use WEAVE_GEMM_RS_DESC_INIT)",
+                      fn, d->struct_size, sizeof(weave_gemm_rs_desc_t));
+  if (M < 1 || N < 1 || K < 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, K_local %d must all be >= 1", fn, M, N, K);
+  if ((double)M * N > (double)INT_MAX * 64 || (double)M * K > (double)INT_MAX * 64 || (double)N * K > (double)INT_MAX * 64)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %d x %d x %d is too large", fn, M, N, K);
+  if ((unsigned)d->dtype > WEAVE_FP32)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32", fn, (int)d->dtype);
+  if ((unsigned)d->b_layout > WEAVE_LAYOUT_COL)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: b_layout %d is not ROW/COL", fn, (int)d->b_layout);
+  if ((unsigned)d->strategy > WEAVE_STRATEGY_BASELINE)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
+  if ((unsigned)d->reduce > WEAVE_REDUCE_ATOMIC)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: reduce %d unknown", fn, (int)d->reduce);
+  if (d->fp32_slots != 0 && d->fp32_slots != 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: fp32_slots %d must be 0 or 1", fn, d->fp32_slots);
+  if ((unsigned)d->tile_order > WEAVE_ORDER_OWN_FIRST)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: tile_order %d unknown", fn, (int)d->tile_order);
+  if (!isfinite(d->alpha))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
+  if (d->has_bias != 0 && d->has_bias != 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: has_bias %d must be 0 or 1", fn, d->has_bias);
+  if (d->gemm_blocks < 0 || d->comm_blocks < 0)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: gemm_blocks %d / comm_blocks %d must be >= 0", fn,
+                      d->gemm_blocks, d->comm_blocks);
+  if ((d->gemm_blocks == 0) != (d->comm_blocks == 0))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: give both gemm_blocks and comm_blocks, or neither (got %d and %d)", fn, d->gemm_blocks,
+                      d->comm_blocks);
+  return WEAVE_SUCCESS;
+}
+
+/* Collective: valid arguments on every rank, and the same ones. */
+static weave_result_t plan_check_team_args(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc) {
+  weave_result_t rc = weave_gemm_rs_check_args(team, M, N, K, desc);
+  WEAVE_CHECK(weave_team_agree(team, rc));
+  /* Field by field: copying the desc whole would bring its padding bytes (whatever the caller's stack
+   * held) into the comparison. */
+  uint32_t alpha_bits;
+  memcpy(&alpha_bits, &desc->alpha, sizeof(alpha_bits));
+  const uint32_t same[] = {(uint32_t)M, (uint32_t)N, (uint32_t)K, (uint32_t)desc->dtype, (uint32_t)desc->b_layout,
+                           (uint32_t)desc->strategy, (uint32_t)desc->reduce, (uint32_t)desc->fp32_slots,
+                           (uint32_t)desc->tile_order, alpha_bits, (uint32_t)desc->has_bias,
+                           (uint32_t)desc->gemm_blocks, (uint32_t)desc->comm_blocks, (uint32_t)desc->trace};
+  WEAVE_CHECK(weave_team_check_same(team, same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
+  return WEAVE_SUCCESS;
+}
+
+/* ---- strategy and tiling ----------------------------------------------------------------------- */
+/* An explicit strategy, else the tuned one, else the baseline (it is never slower than itself; the
+ * fused kernel is chosen only where weave-bench --tune measured it faster). tuned: NULL when the
+ * tuning cache has no entry for this shape. */
+static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_tune_entry_t *tuned) {
+  const weave_gemm_rs_desc_t *desc = &p->desc;
+  p->strategy = desc->strategy;
+  if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = tuned ? tuned->strategy : WEAVE_STRATEGY_BASELINE;
+  p->slot_dtype = desc->fp32_slots ? WEAVE_FP32 : desc->dtype;
+  if (p->strategy == WEAVE_STRATEGY_BASELINE) p->slot_dtype = desc->dtype; /* cuBLASLt writes dtype */
+  if (p->strategy == WEAVE_STRATEGY_FUSED && desc->reduce == WEAVE_REDUCE_ATOMIC) p->slot_dtype = WEAVE_FP32;
+  /* The fused kernel uses the Hopper role when rows allow TMA; execute then wants aligned A, B. */
+  p->hopper = p->strategy == WEAVE_STRATEGY_FUSED && weave_kernel_hopper_ok(desc->dtype, desc->b_layout, p->N, p->K);
+}
+
+static void plan_choose_tiling(weave_gemm_rs_plan_t p) {
+  int tm, tn;
+  weave_kernel_tile_shape(p->hopper, &tm, &tn);
+  p->tiling = (weave_tiling_t){p->M, p->N, p->team->world, tm, tn, (int)p->desc.tile_order};
+  p->rows_cap = weave_cdiv(p->M, p->team->world);
+  p->tiles_cap = weave_max_owner_tiles(&p->tiling);
+}
+
+/* ---- blocks ------------------------------------------------------------------------------------ */
+/* The split model's rates from this device's clock and memory attributes. */
+static void split_inputs(weave_team_t team, weave_dtype_t dtype, int per_sm, int budget, weave_split_inputs_t *in) {
+  int clock_khz = 1500000, mem_khz = 2600000, bus_bits = 5120;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, team->info.device);
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, team->info.device);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, team->info.device);
+  weave_split_inputs_from_device(team->info.sm_count, clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0, dtype,
+                                 per_sm, budget, in);
+}
+
+/* The fused kernel's GEMM / communication split: the caller's, else the tuned one if it fits the
+ * budget, else the cost model's. */
+static void plan_split_fused(weave_gemm_rs_plan_t p, int per_sm, const weave_tune_entry_t *tuned) {
+  const weave_gemm_rs_desc_t *desc = &p->desc;
+  if (desc->gemm_blocks > 0) {
+    p->gemm_blocks = desc->gemm_blocks;
+    p->comm_blocks = desc->comm_blocks;
+  } else if (tuned && tuned->strategy == WEAVE_STRATEGY_FUSED && tuned->gemm_blocks + tuned->comm_blocks <= p->budget) {
+    p->gemm_blocks = tuned->gemm_blocks;
+    p->comm_blocks = tuned->comm_blocks;
+  } else {
+    const int world = p->team->world;
+    weave_split_inputs_t in;
+    split_inputs(p->team, desc->dtype, per_sm, p->budget, &in);
+    size_t slot = weave_dtype_size(p->slot_dtype);
+    p->comm_blocks = weave_split_comm_blocks(&in, weave_plan_gemm_flops(p->M, p->N, p->K, world),
+                                             weave_plan_comm_bytes(p->M, p->N, world, slot, weave_dtype_size(desc->dtype)),
+                                             (double)p->tiles_cap);
+    p->gemm_blocks = p->budget - p->comm_blocks;
+  }
+}
+
+/* Co-residency: a rank may use its share of the GPU's resident blocks (the fused kernel's blocks
+ * wait on each other, so more than that could deadlock). Local: fails on this rank only. */
+static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_tune_entry_t *tuned) {
+  const weave_device_info_t *info = &p->team->info;
+  const int fused = p->strategy == WEAVE_STRATEGY_FUSED;
+  size_t smem = 0;
+  int per_sm = weave_kernel_blocks_per_sm(p->desc.dtype, p->hopper, fused, &smem);
+  /* Ranks sharing a GPU leave one SM each free, so the short kernels around the calls (memsets, the
+   * bulk strategy's signal kernels) never take the place of a block that others wait for. */
+  int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
+  p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
+  if (per_sm < 1 || p->budget < (fused ? 2 : 1))
+    return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
+                      "plan: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; "
+                      "the fused kernel needs at least 2 (one GEMM, one communication)",
+                      per_sm, info->sm_count, info->ranks_on_device, p->budget);
+  if (!fused) {
+    p->gemm_blocks = p->budget;
+    p->comm_blocks = p->budget; /* reduce-scatter kernel */
+    return WEAVE_SUCCESS;
+  }
+  plan_split_fused(p, per_sm, tuned);
+  if (p->gemm_blocks + p->comm_blocks > p->budget)
+    return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
+                      "plan: %d GEMM + %d communication blocks could deadlock: only %d blocks of this kernel are "
+                      "co-resident per rank (%d/SM x %d SMs / %d ranks sharing the GPU)",
+                      p->gemm_blocks, p->comm_blocks, p->budget, per_sm, info->sm_count, info->ranks_on_device);
+  return WEAVE_SUCCESS;
+}
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+/* Sizes of the plan's heap allocation (see plan.h): head_bytes and mem_bytes. */
+static void plan_size_memory(weave_gemm_rs_plan_t p) {
+  const int world = p->team->world;
+  size_t flags = 0, data = 0, slot_bytes = weave_dtype_size(p->slot_dtype);
+  if (p->strategy == WEAVE_STRATEGY_FUSED) {
+    if (p->desc.reduce == WEAVE_REDUCE_ATOMIC) {
+      flags = (size_t)p->tiles_cap * 4;
+      data = (size_t)p->rows_cap * p->N * 4;
+    } else {
+      flags = (size_t)world * p->tiles_cap * 4;
+      data = (size_t)world * p->rows_cap * p->N * slot_bytes;
+    }
+  } else if (world > 1) {
+    data = (size_t)p->M * p->N * slot_bytes;
+  } /* one rank: baseline and bulk write C_out directly (the reduce-scatter of one rank is a copy) */
+  p->head_bytes = sizeof(weave_plan_ctl_t) + (flags + 255) / 256 * 256;
+  p->mem_bytes = p->head_bytes + data;
+}
+
+/* Zero the flags (and the atomic accumulator) once; every rank finishes before any kernel runs. */
+static weave_result_t plan_zero_flags(weave_gemm_rs_plan_t p) {
+  size_t zero = p->desc.reduce == WEAVE_REDUCE_ATOMIC && p->strategy == WEAVE_STRATEGY_FUSED ? p->mem_bytes
+                                                                                              : p->head_bytes;
+  int e = (int)cudaMemset(p->mem, 0, zero);
+  if (!e) e = (int)cudaDeviceSynchronize();
+  return e ? weave_plan_cuda_fail(p->team, e, "plan: zeroing flags") : WEAVE_SUCCESS;
+}
+
+/* The baseline's GEMM. Local. */
+static weave_result_t plan_create_lt(weave_gemm_rs_plan_t p) {
+  char msg[256];
+  weave_result_t rc = weave_lt_create(p->M, p->N, p->K, p->desc.dtype, p->desc.dtype, p->desc.b_layout, 0, &p->lt,
+                                      msg, sizeof(msg));
+  if (rc != WEAVE_SUCCESS) weave_fail(p->team, rc, "plan: cuBLASLt: %s", msg);
+  return rc;
+}
+
+/* The baseline's reduce-scatter through NCCL where it can run: NCCL refuses two ranks on one GPU and
+ * wants equal chunks; otherwise (or when NCCL cannot start) weave's reduce-scatter. Collective; never
+ * fails the plan. */
+static void plan_try_nccl(weave_gemm_rs_plan_t p) {
+  weave_team_t team = p->team;
+  int shared = team->info.ranks_on_device > 1, any_shared = 0, all_shared[WEAVE_MAX_WORLD];
+  if (team->bootstrap->allgather(team->bootstrap, team->rank, &shared, all_shared, sizeof(int)) != WEAVE_SUCCESS)
+    return;
+  for (int r = 0; r < team->world; ++r) any_shared |= all_shared[r];
+  if (!any_shared && weave_nccl_create(team, &p->nccl) != WEAVE_SUCCESS)
+    weave_log(WEAVE_LOG_INFO, team, "plan: baseline without NCCL (%s): weave's reduce-scatter instead",
+              weave_get_last_error(team));
+}
+
+/* Collective: the heap allocation (zeroed head), and the baseline's cuBLASLt and NCCL. On failure the
+ * heap allocation is freed again (p->lt and p->nccl are the caller's to destroy). */
+static weave_result_t plan_acquire(weave_gemm_rs_plan_t p) {
+  weave_team_t team = p->team;
+  const int baseline = p->strategy == WEAVE_STRATEGY_BASELINE;
+  WEAVE_CHECK(weave_malloc(team, p->mem_bytes, &p->mem));
+  weave_result_t local = plan_zero_flags(p);
+  if (local == WEAVE_SUCCESS && baseline) local = plan_create_lt(p);
+  weave_result_t rc = weave_team_agree(team, local);
+  if (rc == WEAVE_SUCCESS && baseline && team->world > 1 && p->M % team->world == 0) plan_try_nccl(p);
+  if (rc != WEAVE_SUCCESS) weave_free(team, p->mem);
+  return rc;
+}
+
+/* ---- parameters -------------------------------------------------------------------------------- */
+/* The fused / bulk kernels' parameter block, all but the per-call pointers and epoch. */
+static void plan_fill_params(weave_gemm_rs_plan_t p) {
+  weave_fused_params_t *fp = &p->params;
+  memset(fp, 0, sizeof(*fp));
+  fp->M = p->M; fp->N = p->N; fp->K = p->K;
+  fp->dtype = p->desc.dtype;
+  fp->b_layout = p->desc.b_layout;
+  fp->slot_dtype = p->slot_dtype;
+  fp->hopper = p->hopper;
+  fp->reduce = p->desc.reduce;
+  fp->alpha = p->desc.alpha;
+  weave_team_device_view(p->team, &fp->team);
+  fp->tiling = p->tiling;
+  fp->rows_cap = p->rows_cap;
+  fp->tiles_cap = p->tiles_cap;
+  fp->ctl = (weave_plan_ctl_t *)p->mem;
+  fp->tile_flags = (uint32_t *)((char *)p->mem + sizeof(weave_plan_ctl_t));
+  fp->data = (char *)p->mem + p->head_bytes;
+  fp->gemm_blocks = p->gemm_blocks;
+  fp->comm_blocks = p->comm_blocks;
+}
+
+/* TMA-store epilogue: one store map per owner onto this rank's slot in that owner's heap (the
+ * addresses are fixed for the plan's life). Rows of 16-byte multiples, every owner non-empty. */
+static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) {
+  weave_team_t team = p->team;
+  weave_fused_params_t *fp = &p->params;
+  const int M = p->M, N = p->N;
+  size_t slot_bytes = weave_dtype_size(p->slot_dtype);
+  if (!(p->hopper && p->desc.reduce == WEAVE_REDUCE_DETERMINISTIC && env->tma_epilogue && M >= team->world &&
+        ((size_t)N * slot_bytes) % 16 == 0))
+    return;
+  int ok = 1;
+  for (int o = 0; o < team->world && ok; ++o) {
+    int rb, rows;
+    void *slot = NULL;
+    char msg[256] = "no address of the slot in that owner's heap";
+    weave_split_rows_of(M, team->world, o, &rb, &rows);
+    ok = weave_ptr(team, (char *)fp->data + (size_t)team->rank * p->rows_cap * N * slot_bytes, o, &slot) ==
+             WEAVE_SUCCESS &&
+         weave_hopper_encode_store_map(&fp->slot_map[o], p->slot_dtype, slot, (uint64_t)N, (uint64_t)rows,
+                                       (uint64_t)N * slot_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
+    if (!ok) weave_log(WEAVE_LOG_WARN, team, "plan: no TMA store map for owner %d (%s): plain stores", o, msg);
+  }
+  /* This rank's GEMM blocks only: how a tile reaches its owner does not change the protocol, so
+   * ranks may differ here. */
+  fp->tma_slots = ok;
+}
+
+/* The fused kernel's per-tile trace (desc.trace or WEAVE_TRACE): without device memory for it, the
+ * plan runs untraced. */
+static void plan_trace_buffer(weave_gemm_rs_plan_t p, const weave_env_t *env) {
+  weave_fused_params_t *fp = &p->params;
+  snprintf(p->trace_path, sizeof(p->trace_path), "%s", env->trace);
+  if (!((p->desc.trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED)) return;
+  /* One GEMM event per tile of the walk, WAIT + REDUCE per owned tile, and room to spare. */
+  p->trace_cap = (unsigned)(weave_total_tiles(&p->tiling) + 2 * p->tiles_cap + 64);
+  if (cudaMalloc((void **)&p->trace, sizeof(weave_trace_event_t) * p->trace_cap + 64) != cudaSuccess) {
+    cudaGetLastError();
+    p->trace = NULL;
+    weave_log(WEAVE_LOG_WARN, p->team, "plan: no device memory for the trace: tracing off");
+  } else {
+    fp->trace = p->trace;
+    fp->trace_count = (unsigned *)(p->trace + p->trace_cap);
+    fp->trace_cap = p->trace_cap;
+  }
+}
+
+/* ---- create, info, destroy --------------------------------------------------------------------- */
+/* The host side of a plan: its baselines and the object (the heap allocation is freed apart). */
+static void plan_free_host(weave_gemm_rs_plan_t p) {
+  weave_lt_destroy(p->lt);
+  weave_nccl_destroy(p->nccl);
+  free(p);
+}
+
+weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                         weave_gemm_rs_plan_t *plan_out) {
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
+  if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
+  WEAVE_CHECK(plan_check_team_args(team, M, N, K, desc));
+
+  weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
+  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
+  p->team = team;
+  p->M = M; p->N = N; p->K = K;
+  p->desc = *desc;
+  cudaSetDevice(team->info.device);
+  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
+    cudaGetLastError();
+    p->pageable_access = 0;
+  }
+
+  weave_env_t env;
+  if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */
+  weave_tune_entry_t tuned;
+  const weave_tune_entry_t *have_tune =
+      weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, &tuned) == 0 ? &tuned : NULL;
+  plan_choose_strategy(p, have_tune);
+  plan_choose_tiling(p);
+  weave_result_t rc = plan_choose_blocks(p, have_tune);
+  plan_size_memory(p);
+  /* Every rank takes part in the agreement; a rank that failed here returns its own code. */
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
+  else weave_team_agree(team, rc);
+  if (rc == WEAVE_SUCCESS) rc = plan_acquire(p);
+  if (rc != WEAVE_SUCCESS) {
+    plan_free_host(p);
+    return rc;
+  }
+
+  plan_fill_params(p);
+  plan_tma_store_maps(p, &env);
+  plan_trace_buffer(p, &env);
+  weave_log(WEAVE_LOG_INFO, team,
+            "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes, %s epilogue",
+            M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
+            p->budget, p->mem_bytes, p->params.tma_slots ? "TMA-store" : "register-store");
+  *plan_out = p;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_info_t *info) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_info: plan is NULL");
+  if (!info) return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_info: info is NULL");
+  memset(info, 0, sizeof(*info));
+  info->strategy = p->strategy;
+  weave_split_rows_of(p->M, p->team->world, p->team->rank, &info->row_begin, &info->rows);
+  info->tile_m = p->tiling.tile_m;
+  info->tile_n = p->tiling.tile_n;
+  info->tiles_total = weave_total_tiles(&p->tiling);
+  info->tiles_owned = weave_owner_tiles(&p->tiling, p->team->rank);
+  info->gemm_blocks = p->gemm_blocks;
+  info->comm_blocks = p->comm_blocks;
+  info->heap_bytes = p->mem_bytes;
+  size_t slot = weave_dtype_size(p->slot_dtype);
+  info->bytes_sent = weave_plan_bytes_sent(p->M, p->N, p->team->world, p->team->rank, slot);
+  return WEAVE_SUCCESS;
+}
+
+/* WEAVE_TRACE: this rank's last call, to <path>.rank<r>.json. */
+static void plan_write_trace(weave_gemm_rs_plan_t p) {
+  weave_trace_event_t *ev = (weave_trace_event_t *)malloc(sizeof(*ev) * p->trace_cap);
+  size_t n = 0;
+  if (ev && weave_gemm_rs_trace_fetch(p, NULL, ev, p->trace_cap, &n) == WEAVE_SUCCESS) {
+    char path[600];
+    snprintf(path, sizeof(path), "%s.rank%d.json", p->trace_path, p->team->rank);
+    const weave_trace_event_t *per[1] = {ev};
+    size_t cnt[1] = {n < p->trace_cap ? n : p->trace_cap};
+    if (weave_trace_write_json(path, per, cnt, 1, "weave fused GEMM+RS") != 0)
+      weave_log(WEAVE_LOG_WARN, p->team, "WEAVE_TRACE: cannot write %s", path);
+  }
+  free(ev);
+}
+
+weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
+  if (p->trace && p->trace_path[0] && p->epoch > 0) plan_write_trace(p);
+  if (p->trace) cudaFree(p->trace);
+  weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
+  plan_free_host(p);
+  return rc;
+}

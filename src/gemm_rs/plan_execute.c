@@ -1,0 +1,168 @@
+/*
+ * Executing a GEMM + ReduceScatter plan: the per-call checks, then one of three paths, and the trace
+ * of the last fused call (see plan.h for the object; gemm_rs.cu for the protocol).
+ *
+ *   cuBLASLt path   baseline with NCCL, or baseline on one rank: cuBLASLt (alpha) -> ncclReduceScatter
+ *                   (none for one rank) -> bias on this rank's rows
+ *   direct bulk     bulk on one rank: weave's GEMM with alpha and bias straight into C_out
+ *   protocol        fused: one kernel; bulk and baseline without NCCL: wait for the peers, the GEMM
+ *                   into the partial, ready barrier, weave's reduce-scatter
+ *
+ * Every call is a new epoch of the plan's flags, so nothing is reset between calls.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm_rs/plan.h"
+
+static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
+
+/* Pageable host memory (malloc) reaches the GPU only where the device reads it directly (HMM/ATS);
+ * device, managed and pinned host memory always do. */
+static int device_can_reach(const weave_gemm_rs_plan_t p, const void *ptr) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return p->pageable_access;
+  }
+  return a.type != cudaMemoryTypeUnregistered || p->pageable_access;
+}
+
+static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
+                                         void *C_out) {
+  weave_team_t team = p->team;
+  int row_begin, rows;
+  weave_split_rows_of(p->M, team->world, team->rank, &row_begin, &rows);
+  /* A rank that owns no row (M < world) still computes and pushes its partials; it receives nothing,
+   * so its C_out may be NULL. */
+  if (!A || !B || (!C_out && rows > 0))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: A %p, B %p, C_out %p must be non-NULL",
+                      A, B, C_out);
+  if (p->desc.has_bias && !bias)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: the plan has a bias but bias is NULL");
+  if (!p->desc.has_bias && bias)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: bias given to a plan without bias");
+  const void *ptrs[4] = {A, B, bias, C_out};
+  static const char *const names[4] = {"A", "B", "bias", "C_out"};
+  for (int i = 0; i < 4; ++i)
+    if (ptrs[i] && !device_can_reach(p, ptrs[i]))
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                        "weave_gemm_rs_execute: %s %p is host memory this GPU cannot read (pass device memory)", names[i],
+                        ptrs[i]);
+  size_t e = weave_dtype_size(p->desc.dtype);
+  if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C_out | (uintptr_t)bias) % e)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: pointers must be %zu-byte aligned", e);
+  return WEAVE_SUCCESS;
+}
+
+/* cuBLASLt (alpha) -> ncclReduceScatter (distinct GPUs; none for one rank) -> bias on our rows. */
+static weave_result_t execute_lt(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A, const void *B,
+                                 const void *bias, void *C_out, weave_stream_t stream) {
+  weave_team_t team = p->team;
+  int rb, rows;
+  weave_split_rows_of(p->M, team->world, team->rank, &rb, &rows);
+  if (weave_lt_run(p->lt, p->desc.alpha, A, B, p->nccl ? fp->data : C_out, stream) != WEAVE_SUCCESS)
+    return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
+  if (p->nccl &&
+      weave_nccl_reduce_scatter(p->nccl, fp->data, C_out, (size_t)rows * p->N, p->desc.dtype, stream) != WEAVE_SUCCESS)
+    return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: ncclReduceScatter failed");
+  int err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->desc.dtype, bias, stream) : 0;
+  return err ? weave_plan_cuda_fail(team, err, "weave_gemm_rs_execute: bias") : WEAVE_SUCCESS;
+}
+
+/* Bulk on one rank: weave's GEMM with alpha and bias. */
+static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
+                                          void *C_out, weave_stream_t stream) {
+  char msg[256] = "";
+  weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
+                                          bias, C_out, p->desc.dtype, p->gemm_blocks, stream, msg, sizeof(msg));
+  return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "weave_gemm_rs_execute: %s", msg);
+}
+
+/* The fused kernel, or the bulk / baseline pieces around weave's reduce-scatter. */
+static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A,
+                                       const void *B, weave_stream_t stream) {
+  weave_team_t team = p->team;
+  int err = 0;
+  if (p->trace && cudaMemsetAsync(fp->trace_count, 0, sizeof(unsigned), (cudaStream_t)stream) != cudaSuccess)
+    return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: clearing the trace counter");
+  switch (p->strategy) {
+    case WEAVE_STRATEGY_FUSED:
+      err = weave_launch_fused(fp, stream);
+      break;
+    case WEAVE_STRATEGY_BULK:
+    case WEAVE_STRATEGY_BASELINE:
+      err = weave_launch_wait_done(fp, stream);
+      if (!err) {
+        char msg[256] = "";
+        if (p->strategy == WEAVE_STRATEGY_BULK) {
+          weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, 1.0f, A, B, NULL,
+                                                  fp->data, p->slot_dtype, p->gemm_blocks, stream, msg, sizeof(msg));
+          if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);
+        } else if (weave_lt_run(p->lt, 1.0f, A, B, fp->data, stream) != WEAVE_SUCCESS)
+          return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
+      }
+      if (!err) err = weave_launch_ready_barrier(fp, stream);
+      if (!err) err = weave_launch_reduce_scatter(fp, p->comm_blocks, stream);
+      break;
+    default:
+      return weave_fail(team, WEAVE_ERROR_INTERNAL, "weave_gemm_rs_execute: strategy %d", (int)p->strategy);
+  }
+  if (err) return weave_plan_cuda_fail(team, err, "weave_gemm_rs_execute: kernel launch");
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
+                                     void *C_out, weave_stream_t stream) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: plan is NULL");
+  weave_team_t team = p->team;
+  WEAVE_CHECK(execute_check_args(p, A, B, bias, C_out));
+  cudaSetDevice(team->info.device);
+
+  size_t e = weave_dtype_size(p->desc.dtype);
+  weave_fused_params_t fp = p->params;
+  fp.A = A; fp.B = B; fp.bias = bias; fp.C_out = C_out;
+  fp.epoch = ++p->epoch;
+  size_t rowb_a = (size_t)p->K * e, rowb_b = (p->desc.b_layout == WEAVE_LAYOUT_ROW ? (size_t)p->N : (size_t)p->K) * e;
+  fp.out_vec = aligned16(C_out);
+  fp.vec_ok = aligned16(A) && aligned16(B) && rowb_a % 16 == 0 && rowb_b % 16 == 0;
+
+  if (p->hopper) {
+    char msg[256];
+    if (!aligned16(A) || !aligned16(B))
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                        "weave_gemm_rs_execute: this plan runs the TMA GEMM: A %p and B %p must be 16-byte aligned", A, B);
+    int rc = weave_hopper_gemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg,
+                                           sizeof(msg));
+    if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "weave_gemm_rs_execute: %s", msg);
+  }
+  /* One rank owns every row, so its reduce-scatter is a copy: baseline and bulk write C_out straight
+   * from their GEMM; only the fused kernel runs its protocol (to measure its overhead against the
+   * same GEMM alone). */
+  const int direct = team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED;
+  if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE)) return execute_lt(p, &fp, A, B, bias, C_out, stream);
+  if (direct) return execute_direct_bulk(p, A, B, bias, C_out, stream);
+  return execute_protocol(p, &fp, A, B, stream);
+}
+
+weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t stream, void *events,
+                                         size_t capacity, size_t *count) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_trace_fetch: plan is NULL");
+  if (!count || (!events && capacity))
+    return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_trace_fetch: count/events is NULL");
+  if (!p->trace)
+    return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
+                      "weave_gemm_rs_trace_fetch: the plan records no trace (desc.trace, WEAVE_TRACE; fused only)");
+  unsigned n = 0;
+  if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess ||
+      cudaMemcpy(&n, p->params.trace_count, sizeof(n), cudaMemcpyDeviceToHost) != cudaSuccess)
+    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
+  size_t take = n < p->trace_cap ? n : p->trace_cap;
+  if (take > capacity) take = capacity;
+  if (take && cudaMemcpy(events, p->trace, take * sizeof(weave_trace_event_t), cudaMemcpyDeviceToHost) != cudaSuccess)
+    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
+  *count = n;
+  return WEAVE_SUCCESS;
+}
