@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "gemm/hopper/gemm_streamk.h"
+#include "gemm/hopper/pipeline_state.h"
+#include "gemm/hopper/tile_scheduler.h"
 
 #define MAXT 4096
 #define MAXK 160

@@ -176,7 +176,7 @@ struct Ctx {
  * schedule (stream-K by its cost model), 3 weave ping-pong schedule, 1 cuBLASLt plan */
 static int launch(Ctx &c, int which, int blocks, LtPlan *lp, int set, void *C) {
   if (which != 1) {
-    weave_hopper_gemm_args_t a;
+    weave_hgemm_args_t a;
     memset(&a, 0, sizeof a);
     a.M = c.M; a.N = c.N; a.K = c.K; a.dtype = c.dt; a.b_layout = c.ly; a.alpha = 1.f;
     a.A = c.A[set]; a.B = c.B[set]; a.C = C; a.num_blocks = blocks;
@@ -184,7 +184,7 @@ static int launch(Ctx &c, int which, int blocks, LtPlan *lp, int set, void *C) {
     a.streamk = WEAVE_HGEMM_SK_AUTO;
     a.schedule = which == 2 ? WEAVE_HGEMM_SCHED_COOP : which == 3 ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_AUTO;
     char err[256];
-    int r = weave_hopper_gemm_launch(&a, c.st, err, sizeof err);
+    int r = weave_hgemm_launch(&a, c.st, err, sizeof err);
     if (r) { fprintf(stderr, "bench_gemm: weave: %s\n", err); return 1; }
     return 0;
   }
@@ -362,7 +362,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   c.ly = ly;
   c.ws_bytes = 32u << 20;
   BCK(cudaMalloc(&c.ws, c.ws_bytes));
-  c.sk_bytes = weave_hopper_gemm_workspace_max(0);
+  c.sk_bytes = weave_hgemm_workspace_max(0);
   BCK(cudaMalloc(&c.sk_ws, c.sk_bytes));
   BCK(cudaMemset(c.sk_ws, 0, c.sk_bytes));
   BCKL(cublasLtCreate(&c.lt));
@@ -474,15 +474,15 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
       if (getenv("WEAVE_HGEMM_PROFILE_DIR")) {
         char path[512];
         snprintf(path, sizeof path, "%s/prof_%dx%dx%d_%d.bin", getenv("WEAVE_HGEMM_PROFILE_DIR"), c.M, c.N, c.K, b);
-        if (launch(c, 2, b, NULL, 0, c.C) || weave_hopper_gemm_profile_save(path))
+        if (launch(c, 2, b, NULL, 0, c.C) || weave_hgemm_profile_save(path))
           fprintf(stderr, "bench_gemm: profile %s failed\n", path);
       }
 #endif
       const double t_w = med[0], t_def = meds.back(), t_sm = med[3], tf_def = flop / t_def * 1e-9;
       const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
-      const int pp = weave_hopper_gemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
+      const int pp = weave_hgemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
                      WEAVE_HGEMM_SCHED_PINGPONG;
-      const int sk_tiles = pp ? 0 : weave_hopper_gemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+      const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
       unsigned long long wrong = 0, wrong_pp = 0;
       if (check && (count_wrong(c, 0, b, &def, &wrong) || count_wrong(c, 3, b, &def, &wrong_pp))) return 1;
       wrong += wrong_pp;

@@ -1,0 +1,242 @@
+/*
+ * Tile scheduler of the Hopper GEMM: which work items a persistent block runs, in which order, and
+ * under which schedule. Plain C with host-device functions, shared by the host launcher, the CPU test
+ * (tests/test_streamk.c) and the kernel, so the test checks the very code the GPU runs. Holds:
+ *   - the grouped tile order's default group (the order itself: weave_grouped_tile_coords in
+ *     common/schedule.h);
+ *   - the stream-K tail: plan, per-block walk over items, split-tile segments and workspace slots
+ *     (the device-side fixup of split tiles: streamk_fixup.cuh);
+ *   - the choice between the cooperative and the ping-pong schedule.
+ *
+ * Stream-K. Why: a persistent grid of P blocks over T tiles runs ceil(T / P) rounds; when T % P is small the
+ * last round leaves most SMs idle (4096x8192x3584: 1024 tiles, 124 blocks -> 9 rounds for 8.26
+ * waves). Stream-K (Osama et al., PPoPP'23) hands out the tail as k-blocks ("units") instead of tiles.
+ *
+ * Schedule ("data-parallel + two-tile stream-K"):
+ *   dp_tiles = T - sk_tiles tiles (a multiple of P) go round-robin as whole tiles, first;
+ *   sk_tiles = P + T % P (T >= P) or T (T < P) tiles follow as U = sk_tiles * kt units, where kt is the
+ *   number of k-blocks per tile; SK block b (< sk_blocks) takes the contiguous units
+ *   [lo(b), lo(b + 1)), lo(b) = floor(b * U / sk_blocks), in order. A block's range is one or more
+ *   "items" (tile, kb0, kb1): a first item that may start mid-tile, whole tiles, and a last item that
+ *   may end mid-tile. So every SK block has at most two split items.
+ *
+ * Reduction of a split tile (wait-free, deterministic): the segments of tile t are the items of the
+ * blocks first(t) .. last(t) that cover its units, numbered s = b - first(t) in k order. Each segment
+ * writes its fp32 accumulators to its own workspace slot and adds 1 to the tile's counter
+ * (acq_rel, gpu scope); the one whose add finds segs - 1 earlier arrivals (the last to arrive) sums
+ * all segments in the order s = 0, 1, ... (its own from registers), runs the epilogue and puts the
+ * counter back to 0 for the next call. A segment that finds the counter already at segs - 1 (load
+ * acquire) is last without writing its slot. Nobody ever waits for another block: no deadlock even
+ * when the blocks are not co-resident, no timeout. The sum order is fixed by (shape, blocks), so
+ * repeated calls are bitwise equal.
+ *
+ * Slots: a block's split first item (kb0 > 0) uses slot 2b, its split last item (kb0 == 0) slot 2b+1.
+ * Workspace = WEAVE_HGEMM_SK_COUNTERS 4-byte counters at a fixed place (offset 0, whatever the shape,
+ * so that the zeros one call leaves are where the next looks), then 2 * sk_blocks slots of BM * BN
+ * floats. The counters must be zero before the first call; every call leaves them zero.
+ */
+#ifndef WEAVE_HGEMM_TILE_SCHEDULER_H
+#define WEAVE_HGEMM_TILE_SCHEDULER_H
+
+#include <stddef.h>
+
+#include "common/schedule.h" /* weave_grouped_tile_coords, WEAVE_HOST_DEVICE */
+
+/* Default tile-row group of the standalone kernel's grouped tile order: 16 rows of 128 x ~8 columns
+ * of 256 per wave of 132 tiles, a square footprint (2048 rows of A, ~2100 columns of B per wave).
+ * Measured 0.978 / 1.005 / 1.009x cuBLASLt at 8192^3 / 8192x8192x3584 / 16384x8192x3584 against
+ * 0.917 / 1.009 / 0.877x with 8 (docs/hopper_gemm.md). */
+#define WEAVE_HGEMM_GROUP_M 16
+
+/* per-call choice */
+#define WEAVE_HGEMM_SK_AUTO 0  /* cost model below; WEAVE_HGEMM_STREAMK=0|1|2 overrides (off|auto|on) */
+#define WEAVE_HGEMM_SK_OFF 1
+#define WEAVE_HGEMM_SK_ON 2    /* whenever T % P != 0 and kt >= 2 (tests) */
+
+/* Fewest units (k-blocks) an SK block should get: below this the fixed cost of a split tile (one
+ * partial written, read back by the last segment) outweighs the work. */
+#define WEAVE_HGEMM_SK_MIN_UNITS 4
+/* Cost of the stream-K tail beyond its units, in k-blocks of main loop: a block's split tiles write
+ * and read 128 KiB of partials through L2, and the data-parallel last round it replaces runs faster
+ * than a full one (fewer SMs busy, higher clocks). Fitted on an H200 (24 shapes x block counts,
+ * stream-K against data-parallel round-robin; docs/hopper_gemm.md): 16 puts every measured loss
+ * (K = 1024, 2048x8192x3584 and 4096x8192x3584 at 132 blocks) on the data-parallel side and every
+ * gain of more than 1% on the stream-K side. */
+#define WEAVE_HGEMM_SK_FIXUP_UNITS 16
+/* ... and stream-K must win by at least this share of the data-parallel time (1/100). */
+#define WEAVE_HGEMM_SK_MARGIN_PCT 1
+/* One slot: a whole tile of fp32 accumulators (128 x 256). */
+#define WEAVE_HGEMM_SK_SLOT_FLOATS (128 * 256)
+/* Counters at the start of the workspace (4 KiB); sk_tiles < 2 * blocks, so up to 512 blocks. */
+#define WEAVE_HGEMM_SK_COUNTERS 1024
+#define WEAVE_HGEMM_SK_SLOTS_OFFSET (WEAVE_HGEMM_SK_COUNTERS * 4)
+
+typedef struct {
+  int tiles, blocks, kt;  /* inputs: tiles, persistent blocks, k-blocks per tile */
+  int dp_tiles;           /* whole tiles handed out round-robin first (multiple of blocks) */
+  int sk_tiles;           /* tiles handed out as units after them (0: data-parallel only) */
+  int sk_blocks;          /* blocks that take SK units: 0 .. sk_blocks-1 */
+  long long units;        /* sk_tiles * kt */
+} weave_hgemm_sk_t;
+
+/* The schedule for T tiles on P blocks with kt k-blocks per tile under `mode`. */
+static inline WEAVE_HOST_DEVICE weave_hgemm_sk_t weave_hgemm_sk_plan(int tiles, int blocks, int kt, int mode) {
+  weave_hgemm_sk_t s;
+  s.tiles = tiles;
+  s.blocks = blocks;
+  s.kt = kt;
+  s.dp_tiles = tiles;
+  s.sk_tiles = 0;
+  s.sk_blocks = 0;
+  s.units = 0;
+  if (mode == WEAVE_HGEMM_SK_OFF || tiles < 1 || blocks < 2 || kt < 2 || tiles % blocks == 0) return s;
+  const int sk = tiles >= blocks ? blocks + tiles % blocks : tiles;
+  if (sk > WEAVE_HGEMM_SK_COUNTERS) return s;
+  const long long U = (long long)sk * kt;
+  if (U > 0x7fffffffLL) return s; /* units are ints on the GPU */
+  long long pb = U / WEAVE_HGEMM_SK_MIN_UNITS;
+  if (pb > blocks) pb = blocks;
+  if (pb < 2) return s;
+  if (mode == WEAVE_HGEMM_SK_AUTO) {
+    /* time in units of one k-block: rounds x kt for data-parallel, against the same for the dp
+     * part plus the longest SK range plus the split tiles' fixed cost */
+    const long long t_dp = (long long)((tiles + blocks - 1) / blocks) * kt;
+    const long long t_sk =
+        (long long)((tiles - sk) / blocks) * kt + (U + pb - 1) / pb + WEAVE_HGEMM_SK_FIXUP_UNITS;
+    if (100 * t_sk > (100 - WEAVE_HGEMM_SK_MARGIN_PCT) * t_dp) return s;
+  }
+  s.dp_tiles = tiles - sk;
+  s.sk_tiles = sk;
+  s.sk_blocks = (int)pb;
+  s.units = U;
+  return s;
+}
+
+/* first unit of SK block b (b = sk_blocks: one past the last unit) */
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_sk_lo(const weave_hgemm_sk_t *s, int b) {
+  return (long long)b * s->units / s->sk_blocks;
+}
+
+/* the SK block whose range holds unit u: the largest b with lo(b) <= u */
+static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_block_of(const weave_hgemm_sk_t *s, long long u) {
+  return (int)(((u + 1) * s->sk_blocks + s->units - 1) / s->units) - 1;
+}
+
+/* workspace slot of the split item of block b that starts at k-block kb0 of its tile */
+static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_slot(int b, int kb0) { return 2 * b + (kb0 == 0 ? 1 : 0); }
+
+/* bytes of workspace the schedule needs (counters, then the slots); 0 without a stream-K tail */
+static inline WEAVE_HOST_DEVICE size_t weave_hgemm_sk_workspace_bytes(const weave_hgemm_sk_t *s) {
+  if (!s->sk_tiles) return 0;
+  return (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET +
+         (size_t)2 * s->sk_blocks * WEAVE_HGEMM_SK_SLOT_FLOATS * sizeof(float);
+}
+
+/* The largest workspace any shape needs on `blocks` blocks (what a caller allocates once). */
+static inline WEAVE_HOST_DEVICE size_t weave_hgemm_sk_workspace_max(int blocks) {
+  return (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET + (size_t)2 * blocks * WEAVE_HGEMM_SK_SLOT_FLOATS * sizeof(float);
+}
+
+/* Walks one block's items: the data-parallel tiles seq = b, b + P, ... < dp_tiles, then its SK
+ * range. next() yields (seq, kb0, kb1): tile number (SK tiles are dp_tiles + t) and k-blocks
+ * [kb0, kb1). */
+typedef struct {
+  int seq, stride, dp_tiles, kt;
+  int u, hi; /* this block's SK units still to do: [u, hi) */
+} weave_hgemm_walk_t;
+
+static inline WEAVE_HOST_DEVICE weave_hgemm_walk_t weave_hgemm_walk_begin(const weave_hgemm_sk_t *s, int b, int seq_begin,
+                                                      int seq_stride, int seq_count) {
+  weave_hgemm_walk_t w;
+  w.seq = seq_begin;
+  w.stride = seq_stride;
+  w.dp_tiles = seq_count;
+  w.kt = s->kt;
+  w.u = w.hi = 0;
+  if (s->sk_tiles && b < s->sk_blocks) {
+    w.u = (int)weave_hgemm_sk_lo(s, b);
+    w.hi = (int)weave_hgemm_sk_lo(s, b + 1);
+  }
+  return w;
+}
+
+static inline WEAVE_HOST_DEVICE int weave_hgemm_walk_next(weave_hgemm_walk_t *w, int *seq, int *kb0, int *kb1) {
+  if (w->seq < w->dp_tiles) {
+    *seq = w->seq;
+    *kb0 = 0;
+    *kb1 = w->kt;
+    w->seq += w->stride;
+    return 1;
+  }
+  if (w->u < w->hi) {
+    const int t = w->u / w->kt;
+    const int k0 = w->u - t * w->kt;
+    const int k1 = w->hi - w->u < w->kt - k0 ? k0 + (w->hi - w->u) : w->kt;
+    *seq = w->dp_tiles + t;
+    *kb0 = k0;
+    *kb1 = k1;
+    w->u += k1 - k0;
+    return 1;
+  }
+  return 0;
+}
+
+/* The segments of SK tile t: blocks first .. first + segs - 1 */
+static inline WEAVE_HOST_DEVICE void weave_hgemm_sk_segments(const weave_hgemm_sk_t *s, int t, int *first, int *segs) {
+  const long long u0 = (long long)t * s->kt;
+  *first = weave_hgemm_sk_block_of(s, u0);
+  *segs = weave_hgemm_sk_block_of(s, u0 + s->kt - 1) - *first + 1;
+}
+
+/* ---- the schedule a standalone call runs with (the launcher, the bench and tests/test_streamk.c) ----
+ * Cooperative: both consumer warpgroups on one 128 x 256 tile (gemm_hopper_cooperative.cuh), with the
+ * stream-K tail above. Ping-pong: each warpgroup a 128 x 128 half of the tile, main loops in turns, so
+ * one's epilogue hides under the other's main loop (gemm_hopper_pingpong.cuh); whole tiles only. */
+#define WEAVE_HGEMM_SCHED_AUTO 0
+#define WEAVE_HGEMM_SCHED_COOP 1
+#define WEAVE_HGEMM_SCHED_PINGPONG 2
+
+/* Ping-pong's time against the cooperative schedule's, per tile of kt k-blocks, in 1/32 k-block:
+ * kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32. Each of its k-blocks costs ~3% more (A is
+ * loaded twice: 1.33x the L2 -> SM bytes, and on this power-limited card a lower clock: 1.56 against
+ * 1.62 GHz under ncu), and it hides ~1.75 k-blocks of epilogue a tile. Measured on H200 (two runs):
+ * ping-pong at 1.05-1.12x at K = 1024, 0.97-0.98x at K = 8192, and within about 1% either way at
+ * K = 3584 except 4096x8192x3584 on 132 blocks (0.973-0.981x) and 2048x8192x3584 on 132
+ * (1.001-1.031x); so the model calls K = 3584 a tie (56 * 33 - 56 = 56 * 32), and a tie goes to the
+ * cooperative schedule. */
+#define WEAVE_HGEMM_PP_KBLOCK_32 33
+#define WEAVE_HGEMM_PP_SAVED_32 56
+
+/* Time of the cooperative schedule's plan for `tiles` tiles on `blocks` blocks under `sk_mode`, in
+ * k-blocks of main loop: its rounds of whole tiles, or the stream-K model's estimate of its tail. */
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_coop_units(int tiles, int blocks, int kt, int sk_mode) {
+  const weave_hgemm_sk_t s = weave_hgemm_sk_plan(tiles, blocks, kt, sk_mode);
+  if (blocks < 1) blocks = 1;
+  if (!s.sk_tiles) return (long long)((tiles + blocks - 1) / blocks) * kt;
+  return (long long)(s.dp_tiles / blocks) * kt + (s.units + s.sk_blocks - 1) / s.sk_blocks +
+         WEAVE_HGEMM_SK_FIXUP_UNITS;
+}
+
+/* Time of the ping-pong schedule (whole rounds of tiles, no stream-K) in 1/32 k-block of the
+ * cooperative main loop. */
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_pp_units32(int tiles, int blocks, int kt) {
+  if (blocks < 1) blocks = 1;
+  long long tile32 = (long long)kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32;
+  if (tile32 < 1) tile32 = 1;
+  return (long long)((tiles + blocks - 1) / blocks) * tile32;
+}
+
+/* 1: ping-pong, 0: cooperative, for `tiles` tiles of kt k-blocks on `blocks` blocks. schedule: the
+ * call's request (WEAVE_HGEMM_SCHED_*); knob: the env override for AUTO (0 cooperative, 1 auto,
+ * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). AUTO: ping-pong
+ * only where its estimate is strictly shorter than the cooperative plan's (with that plan's
+ * stream-K tail where one is planned). */
+static inline WEAVE_HOST_DEVICE int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt, int sk_mode) {
+  if (schedule == WEAVE_HGEMM_SCHED_PINGPONG || schedule == WEAVE_HGEMM_SCHED_COOP)
+    return schedule == WEAVE_HGEMM_SCHED_PINGPONG;
+  if (knob == 0 || knob == 2) return knob == 2;
+  if (tiles < 1 || blocks < 1 || kt < 1) return 0;
+  return weave_hgemm_pp_units32(tiles, blocks, kt) < 32 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
+}
+
+#endif /* WEAVE_HGEMM_TILE_SCHEDULER_H */
