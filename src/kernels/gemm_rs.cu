@@ -324,7 +324,7 @@ __device__ int weave_block_wait_sources(const weave_threads &g, const weave_devi
 template <typename T, class Sink>
 __device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsigned char *smem, int begin, int stride,
                                                 int count, Sink &sink) {
-  if constexpr (sizeof(T) == 4) weave_simt_gemm_role(a, smem, begin, stride, count, sink);
+  if constexpr (sizeof(T) == 4) weave_mma_simt_gemm_role(a, smem, begin, stride, count, sink);
   else weave_mma_gemm_role<T>(a, smem, begin, stride, count, sink);
 }
 

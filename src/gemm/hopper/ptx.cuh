@@ -48,6 +48,7 @@ static __device__ __forceinline__ void weave_hgemm_mbar_wait(uint32_t bar, uint3
   } while (!done);
 }
 
+/* ---- TMA loads ---- */
 static __device__ __forceinline__ void weave_hgemm_tma_load_2d(uint32_t dst, const CUtensorMap *map,
                                                                uint32_t bar, int c0, int c1) {
   asm volatile(
@@ -61,6 +62,7 @@ static __device__ __forceinline__ void weave_hgemm_tma_prefetch_map(const CUtens
   asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)map) : "memory");
 }
 
+/* ---- wgmma groups ---- */
 static __device__ __forceinline__ void weave_hgemm_wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
@@ -72,6 +74,7 @@ static __device__ __forceinline__ void weave_hgemm_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+/* ---- setmaxnreg, named barriers ---- */
 template <int REGS>
 static __device__ __forceinline__ void weave_hgemm_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
@@ -128,7 +131,7 @@ static __device__ __forceinline__ void weave_hgemm_tma_load_2d_mc(uint32_t dst, 
       : "memory");
 }
 
-/* ---- TMA store (standalone epilogue) ---- */
+/* ---- TMA stores, bulk groups, shared-memory stores (epilogue) ---- */
 static __device__ __forceinline__ void weave_hgemm_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0,
                                                                 int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
@@ -199,7 +202,7 @@ static __device__ __forceinline__ unsigned weave_hgemm_atom_add_acq_rel_cta_shar
   return old;
 }
 
-/* ---- wgmma ---- */
+/* ---- wgmma descriptors and instructions ---- */
 /* wgmma shared-memory descriptor bits (besides the 14-bit start address >> 4):
  *   bits 16-29 LBO >> 4, bits 32-45 SBO >> 4, bits 62-63 layout (1 = 128-byte swizzle).
  * K-major 128B swizzle: rows of 128 bytes, 8-row core groups 1024 bytes apart (SBO), LBO unused. */
