@@ -46,11 +46,8 @@
 /* ============================================================================================
  * C-compatible part (host C, host C++ and device code)
  * ========================================================================================== */
-#ifdef __CUDACC__
-#define WEAVE_HOST_DEVICE __host__ __device__
-#else
-#define WEAVE_HOST_DEVICE
-#endif
+/* WEAVE_HOST_DEVICE and the wrap-safe epoch comparisons weave_epoch_ge / _gt / _ge64 / _gt64 come
+ * from weave_device_types.h (included above). */
 
 /* Memory-order of an operation (PTX .relaxed / .acquire / .release / .acq_rel). */
 typedef enum {
@@ -62,13 +59,6 @@ typedef enum {
 
 /* Set of threads an operation is ordered with (PTX .cta / .gpu / .sys). */
 typedef enum { WEAVE_SCOPE_CTA = 0, WEAVE_SCOPE_GPU = 1, WEAVE_SCOPE_SYS = 2 } weave_scope_t;
-
-/* Wrap-safe epoch comparisons: a is at or after b when (int32_t)(a - b) >= 0. Valid while the two
- * epochs are less than 2^31 apart (2^63 for the 64-bit forms). */
-static inline WEAVE_HOST_DEVICE int weave_epoch_ge(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
-static inline WEAVE_HOST_DEVICE int weave_epoch_gt(uint32_t a, uint32_t b) { return (int32_t)(a - b) > 0; }
-static inline WEAVE_HOST_DEVICE int weave_epoch_ge64(uint64_t a, uint64_t b) { return (int64_t)(a - b) >= 0; }
-static inline WEAVE_HOST_DEVICE int weave_epoch_gt64(uint64_t a, uint64_t b) { return (int64_t)(a - b) > 0; }
 
 /* Bound used by waits when a view's timeout_ns is 0 (a view filled by hand): 10 s. */
 #define WEAVE_DEVICE_DEFAULT_TIMEOUT_NS 10000000000ull

@@ -1,11 +1,28 @@
 /*
  * Types shared by host code (C) and device code (CUDA): the per-rank view of the team that kernels
- * take by value, and the error record a kernel leaves when a bounded wait expires.
+ * take by value, and the error record a kernel leaves when a bounded wait expires; and the two things
+ * every header shared by C and CUDA needs: the host-device qualifier WEAVE_HOST_DEVICE and the
+ * wrap-safe epoch comparisons.
  */
 #ifndef WEAVE_DEVICE_TYPES_H
 #define WEAVE_DEVICE_TYPES_H
 
 #include <stdint.h>
+
+/* Qualifier of functions that C host code, the CPU tests and CUDA kernels all compile (write
+ * `static inline WEAVE_HOST_DEVICE`): __host__ __device__ under nvcc, nothing in C. */
+#ifdef __CUDACC__
+#define WEAVE_HOST_DEVICE __host__ __device__
+#else
+#define WEAVE_HOST_DEVICE
+#endif
+
+/* Wrap-safe epoch comparisons: a is at or after b when (int32_t)(a - b) >= 0. Valid while the two
+ * epochs are less than 2^31 apart (2^63 for the 64-bit forms). */
+static inline WEAVE_HOST_DEVICE int weave_epoch_ge(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+static inline WEAVE_HOST_DEVICE int weave_epoch_gt(uint32_t a, uint32_t b) { return (int32_t)(a - b) > 0; }
+static inline WEAVE_HOST_DEVICE int weave_epoch_ge64(uint64_t a, uint64_t b) { return (int64_t)(a - b) >= 0; }
+static inline WEAVE_HOST_DEVICE int weave_epoch_gt64(uint64_t a, uint64_t b) { return (int64_t)(a - b) > 0; }
 
 #define WEAVE_MAX_WORLD 64
 

@@ -8,7 +8,7 @@ reads of the others' partials, the other segments' partial writes (docs/hopper_g
 Usage: scripts/hgemm_profile.py [--timeline] prof_*.bin"""
 import re, statistics, struct, sys
 
-BLOCKS, WHO, TILES, EV = 132, 3, 16, 16  # gemm_hopper.cuh WEAVE_HG_PROF_*
+BLOCKS, WHO, TILES, EV = 132, 3, 16, 16  # src/gemm/hopper/prof.cuh WEAVE_HGEMM_PROF_*
 
 def load(path):
     raw = open(path, "rb").read()

@@ -127,8 +127,8 @@ static int g_schedule = WEAVE_HGEMM_SCHED_AUTO;
 /* 1: the cases go through the public weave_gemm (its per-stream workspace cache, its cost model) */
 static int g_public = 0;
 
-static int launch_case(const weave_hopper_gemm_args_t *a, char *err, size_t errlen) {
-  if (!g_public) return weave_hopper_gemm_launch(a, 0, err, errlen);
+static int launch_case(const weave_hgemm_args_t *a, char *err, size_t errlen) {
+  if (!g_public) return weave_hgemm_launch(a, 0, err, errlen);
   weave_result_t r = weave_gemm(a->M, a->N, a->K, a->dtype, a->b_layout, a->alpha, a->A, a->B, a->bias, a->C,
                                 a->num_blocks, NULL);
   if (r != WEAVE_SUCCESS) snprintf(err, errlen, "%s", weave_get_last_error(NULL));
@@ -138,9 +138,9 @@ static int launch_case(const weave_hopper_gemm_args_t *a, char *err, size_t errl
 static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, float alpha,
                      int use_bias, int blocks, int vs_cublas) {
   char what[200];
-  const int pp = weave_hopper_gemm_schedule(M, N, K, blocks, g_streamk, g_schedule) == WEAVE_HGEMM_SCHED_PINGPONG;
+  const int pp = weave_hgemm_schedule(M, N, K, blocks, g_streamk, g_schedule) == WEAVE_HGEMM_SCHED_PINGPONG;
   const size_t sk_need =
-      g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hopper_gemm_workspace_size(M, N, K, blocks, g_streamk);
+      g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hgemm_workspace_size(M, N, K, blocks, g_streamk);
   snprintf(what, sizeof what, "%s%s %s %dx%dx%d alpha %.2f bias %d blocks %d %s%s%s", g_public ? "weave_gemm " : "",
            dtname(dt), lyname(ly), M, N, K, alpha, use_bias, blocks, pp ? "ping-pong" : "coop",
            vs_cublas ? " (vs cuBLASLt)" : "",
@@ -159,7 +159,7 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
   CUDA_CHECK(cudaMemcpy(b.B, hB.data(), hB.size() * 2, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(b.bias, hbias.data(), (size_t)N * 2, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemset(b.C, 0xFF, cbytes));
-  weave_hopper_gemm_args_t a;
+  weave_hgemm_args_t a;
   memset(&a, 0, sizeof a);
   a.M = M; a.N = N; a.K = K; a.dtype = dt; a.b_layout = ly; a.alpha = alpha;
   a.A = b.A; a.B = b.B; a.bias = use_bias ? b.bias : NULL; a.C = b.C; a.num_blocks = blocks;
@@ -222,12 +222,12 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
 static void expect_invalid(int M, int N, int K, weave_layout_t ly) {
   void *buf;
   CUDA_CHECK(cudaMalloc(&buf, 1 << 20));
-  weave_hopper_gemm_args_t a;
+  weave_hgemm_args_t a;
   memset(&a, 0, sizeof a);
   a.M = M; a.N = N; a.K = K; a.dtype = WEAVE_BF16; a.b_layout = ly; a.alpha = 1.f;
   a.A = buf; a.B = buf; a.C = buf;
   char err[256] = "";
-  int r = weave_hopper_gemm_launch(&a, 0, err, sizeof err);
+  int r = weave_hgemm_launch(&a, 0, err, sizeof err);
   int ok = r == WEAVE_ERROR_INVALID_ARGUMENT;
   printf("%-4s %s %dx%dx%d refused: %d (%s)\n", ok ? "ok" : "FAIL", lyname(ly), M, N, K, r, err);
   if (!ok) g_fail = 1;
@@ -279,7 +279,7 @@ int main(void) {
   /* stream-K tail, forced on (the cost model would skip some of these small shapes): tiles left
    * over a few blocks, fewer tiles than blocks (each tile's k-blocks over up to 8 blocks), K tails,
    * alpha and bias; then the large cases against cuBLASLt under the cost model */
-  g_sk_bytes = weave_hopper_gemm_workspace_max(0);
+  g_sk_bytes = weave_hgemm_workspace_max(0);
   CUDA_CHECK(cudaMalloc(&g_sk_ws, g_sk_bytes));
   CUDA_CHECK(cudaMemset(g_sk_ws, 0, g_sk_bytes));
   struct { int M, N, K, blocks; } skc[] = {{1000, 1000, 304, 3}, {1000, 1000, 304, 5}, {129, 264, 1000, 7},

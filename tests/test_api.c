@@ -157,17 +157,17 @@ static void test_gemm_args(int have_device) {
 static void test_hopper_args(void) {
   static _Alignas(16) unsigned char mem[4096];
   CUtensorMap map;
-  WeaveHopperGemmParams hp;
+  weave_hgemm_params_t hp;
   char msg[256];
   void *base = mem;
-  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(NULL, WEAVE_BF16, base, 64, 64, 128, msg, sizeof msg), "store map");
-  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, (weave_dtype_t)3, base, 64, 64, 128, msg, sizeof msg),
+  EXPECT_HGEMM_INVALID(weave_hgemm_encode_store_map(NULL, WEAVE_BF16, base, 64, 64, 128, msg, sizeof msg), "store map");
+  EXPECT_HGEMM_INVALID(weave_hgemm_encode_store_map(&map, (weave_dtype_t)3, base, 64, 64, 128, msg, sizeof msg),
                        "bf16/fp16/fp32");
-  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_BF16, mem + 8, 64, 64, 128, msg, sizeof msg),
+  EXPECT_HGEMM_INVALID(weave_hgemm_encode_store_map(&map, WEAVE_BF16, mem + 8, 64, 64, 128, msg, sizeof msg),
                        "16-byte aligned");
-  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_FP32, base, 64, 64, 100, msg, sizeof msg),
+  EXPECT_HGEMM_INVALID(weave_hgemm_encode_store_map(&map, WEAVE_FP32, base, 64, 64, 100, msg, sizeof msg),
                        "16-byte aligned");
-  EXPECT_HGEMM_INVALID(weave_hopper_encode_store_map(&map, WEAVE_FP16, base, 64, 0, 128, msg, sizeof msg), "non-empty");
+  EXPECT_HGEMM_INVALID(weave_hgemm_encode_store_map(&map, WEAVE_FP16, base, 64, 0, 128, msg, sizeof msg), "non-empty");
   /* make_params: shape, dtype, alignment of A, rows of A, rows of a ROW B */
   static const struct {
     int M, N, K, dtype, layout, a_off;
@@ -178,9 +178,9 @@ static void test_hopper_args(void) {
             {128, 256, 60, WEAVE_BF16, WEAVE_LAYOUT_COL, 0, "rows of A"},
             {128, 260, 64, WEAVE_FP16, WEAVE_LAYOUT_ROW, 0, "rows of B"}};
   for (size_t i = 0; i < sizeof mp / sizeof mp[0]; ++i)
-    EXPECT_HGEMM_INVALID(weave_hopper_gemm_make_params(mp[i].M, mp[i].N, mp[i].K, (weave_dtype_t)mp[i].dtype,
-                                                       (weave_layout_t)mp[i].layout, mem + mp[i].a_off, base, &hp,
-                                                       msg, sizeof msg),
+    EXPECT_HGEMM_INVALID(weave_hgemm_make_params(mp[i].M, mp[i].N, mp[i].K, (weave_dtype_t)mp[i].dtype,
+                                                 (weave_layout_t)mp[i].layout, mem + mp[i].a_off, base, &hp,
+                                                 msg, sizeof msg),
                          mp[i].needle);
 }
 

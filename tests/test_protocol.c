@@ -57,7 +57,7 @@ static size_t at(const model_t *m, int o, int s, int j) { return ((size_t)o * WO
 /* Bounded wait (the model of weave_wait_until): 0 on success, -1 after ~10 s. */
 static int wait_reached(_Atomic uint32_t *flag, uint32_t want) {
   for (long spin = 0; spin < 200000000L; ++spin) {
-    if (weave_epoch_reached(atomic_load_explicit(flag, memory_order_acquire), want)) return 0;
+    if (weave_epoch_ge(atomic_load_explicit(flag, memory_order_acquire), want)) return 0;
     if (spin % 64 == 63) sched_yield();
   }
   return -1;

@@ -231,16 +231,16 @@ static void test_tilings(void) {
 }
 
 static void test_epochs(void) {
-  CHECK(weave_epoch_reached(0, 0));
-  CHECK(weave_epoch_reached(1, 0));
-  CHECK(!weave_epoch_reached(0, 1));
-  CHECK(weave_epoch_reached(0, 0xFFFFFFFFu)); /* wrapped: 0 comes after 0xFFFFFFFF */
-  CHECK(!weave_epoch_reached(0xFFFFFFFFu, 0));
-  CHECK(weave_epoch_reached(5, 0xFFFFFFF0u));
-  CHECK(!weave_epoch_reached(0xFFFFFFF0u, 5));
-  CHECK(weave_epoch_reached(0x80000000u, 0x7FFFFFFFu));
-  CHECK(!weave_epoch_reached(0x7FFFFFFFu, 0x80000000u));
-  CHECK(weave_epoch_reached(0xFFFFFFFFu, 0xFFFFFFFFu));
+  CHECK(weave_epoch_ge(0, 0));
+  CHECK(weave_epoch_ge(1, 0));
+  CHECK(!weave_epoch_ge(0, 1));
+  CHECK(weave_epoch_ge(0, 0xFFFFFFFFu)); /* wrapped: 0 comes after 0xFFFFFFFF */
+  CHECK(!weave_epoch_ge(0xFFFFFFFFu, 0));
+  CHECK(weave_epoch_ge(5, 0xFFFFFFF0u));
+  CHECK(!weave_epoch_ge(0xFFFFFFF0u, 5));
+  CHECK(weave_epoch_ge(0x80000000u, 0x7FFFFFFFu));
+  CHECK(!weave_epoch_ge(0x7FFFFFFFu, 0x80000000u));
+  CHECK(weave_epoch_ge(0xFFFFFFFFu, 0xFFFFFFFFu));
   /* Any a at distance d in [0, 2^31) after b is reached, before it is not. */
   uint32_t s = 0x9e3779b9u;
   int bad = 0;
@@ -249,8 +249,8 @@ static void test_epochs(void) {
     uint32_t b = s;
     s = s * 1664525u + 1013904223u;
     uint32_t d = s & 0x7FFFFFFFu;
-    if (!weave_epoch_reached(b + d, b)) bad++;
-    if (d && weave_epoch_reached(b, b + d)) bad++;
+    if (!weave_epoch_ge(b + d, b)) bad++;
+    if (d && weave_epoch_ge(b, b + d)) bad++;
   }
   CHECK_MSG(bad == 0, "%d wrong epoch comparisons", bad);
 }

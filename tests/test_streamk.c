@@ -1,16 +1,17 @@
-/* CPU test of the Hopper GEMM's stream-K tail schedule (src/gemm_streamk.h), the very functions the
+/* CPU test of the Hopper GEMM's stream-K tail schedule (src/gemm/hopper/tile_scheduler.h), the very functions the
  * kernel runs: every (tile, k-block) is computed exactly once, data-parallel tiles are whole, each
  * block has at most two split items with distinct slots inside the workspace, the segments of a split
  * tile are the blocks that cover it in k order (what the last segment sums), the units are balanced,
  * the last-arriver protocol picks exactly one segment whatever the arrival order and leaves the
  * counter at zero, the cost model's choices on the benchmark's shapes, and the choice between the
  * cooperative and the ping-pong schedule (weave_hgemm_pick_pingpong) on the measured rows, and the
- * ping-pong ring's stage/parity stepping (weave_hgemm_ring_skip). */
+ * ping-pong ring's stage/parity stepping (weave_hgemm_pipe_t of pipeline_state.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "gemm/hopper/gemm_streamk.h"
+#include "gemm/hopper/pipeline_state.h"
+#include "gemm/hopper/tile_scheduler.h"
 
 #define MAXT 4096
 #define MAXK 160
@@ -192,17 +193,17 @@ int main(void) {
   for (int stages = 2; stages <= 8; ++stages)
     for (int kt = 1; kt <= 70; ++kt)
       for (int h = 0; h < 2; ++h) {
-        int stage = 0;
-        unsigned phase = 0;
-        if (h == 1) weave_hgemm_ring_skip(&stage, &phase, kt, stages);
+        weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
+        if (h == 1) weave_hgemm_pipe_skip(&pipe, kt, stages);
         for (int item = 0; item < 5; ++item) {
           for (int kb = 0; kb < kt; ++kb) {
             const long long q = (long long)(2 * item + h) * kt + kb;
-            CHECK_MSG(stage == (int)(q % stages) && phase == (unsigned)((q / stages) & 1),
+            CHECK_MSG(pipe.stage == (int)(q % stages) && pipe.phase == (unsigned)((q / stages) & 1),
                       "stages %d kt %d half %d item %d kb %d", stages, kt, h, item, kb);
-            weave_hgemm_ring_skip(&stage, &phase, 1, stages);
+            if (kb % 2) weave_hgemm_pipe_advance(&pipe, stages); /* both steppers, as the roles use them */
+            else weave_hgemm_pipe_skip(&pipe, 1, stages);
           }
-          weave_hgemm_ring_skip(&stage, &phase, kt, stages);
+          weave_hgemm_pipe_skip(&pipe, kt, stages);
         }
       }
 

@@ -12,8 +12,8 @@
  * visit(k) = r+1+k (OWN_LAST: its own tile last in every round) or r+k (OWN_FIRST). So at any step the
  * ranks push to different owners, and every owner receives its tile j from every source at about the
  * same time, early: its communication blocks reduce while the GEMM runs instead of waiting for the
- * source that visits it last (the first version walked owner after owner; the trace showed the
- * owners' reductions starting only at 3/4 of the GEMM). Owners with one tile-row more (M % world)
+ * source that visits it last (walking owner after owner, the traces showed the owners' reductions
+ * starting only at 3/4 of the GEMM). Owners with one tile-row more (M % world)
  * get their extra tiles after the interleaved rounds. Within an owner the order is the same on every
  * rank.
  */
@@ -22,11 +22,7 @@
 
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define WEAVE_HD static inline __host__ __device__
-#else
-#define WEAVE_HD static inline
-#endif
+#include "weave_device_types.h" /* WEAVE_HOST_DEVICE */
 
 #define WEAVE_GROUP_M 8
 
@@ -36,62 +32,69 @@ typedef struct {
   int order; /* weave_tile_order_t */
 } weave_tiling_t;
 
-WEAVE_HD int weave_cdiv(int a, int b) { return (a + b - 1) / b; }
+static inline WEAVE_HOST_DEVICE int weave_cdiv(int a, int b) { return (a + b - 1) / b; }
 
-WEAVE_HD void weave_split_rows_of(int M, int world, int r, int *begin, int *rows) {
+static inline WEAVE_HOST_DEVICE void weave_split_rows_of(int M, int world, int r, int *begin, int *rows) {
   int base = M / world, extra = M % world;
   *rows = base + (r < extra ? 1 : 0);
   *begin = r * base + (r < extra ? r : extra);
 }
 
 /* Owner of global row `row`. */
-WEAVE_HD int weave_row_owner(int M, int world, int row) {
+static inline WEAVE_HOST_DEVICE int weave_row_owner(int M, int world, int row) {
   int base = M / world, extra = M % world;
   int big = extra * (base + 1); /* rows held by the ranks with one more */
   if (row < big) return row / (base + 1);
   return extra + (row - big) / (base > 0 ? base : 1);
 }
 
-WEAVE_HD int weave_tiles_n(const weave_tiling_t *t) { return weave_cdiv(t->N, t->tile_n); }
+static inline WEAVE_HOST_DEVICE int weave_tiles_n(const weave_tiling_t *t) { return weave_cdiv(t->N, t->tile_n); }
 
-WEAVE_HD int weave_owner_tiles_m(const weave_tiling_t *t, int owner) {
+static inline WEAVE_HOST_DEVICE int weave_owner_tiles_m(const weave_tiling_t *t, int owner) {
   int b, rows;
   weave_split_rows_of(t->M, t->world, owner, &b, &rows);
   return weave_cdiv(rows, t->tile_m);
 }
 
-WEAVE_HD int weave_owner_tiles(const weave_tiling_t *t, int owner) {
+static inline WEAVE_HOST_DEVICE int weave_owner_tiles(const weave_tiling_t *t, int owner) {
   return weave_owner_tiles_m(t, owner) * weave_tiles_n(t);
 }
 
 /* Largest tile count of any owner: the stride of per-owner flag arrays. */
-WEAVE_HD int weave_max_owner_tiles(const weave_tiling_t *t) { return weave_owner_tiles(t, 0); }
+static inline WEAVE_HOST_DEVICE int weave_max_owner_tiles(const weave_tiling_t *t) { return weave_owner_tiles(t, 0); }
 
-WEAVE_HD int weave_total_tiles(const weave_tiling_t *t) {
+static inline WEAVE_HOST_DEVICE int weave_total_tiles(const weave_tiling_t *t) {
   int s = 0;
   for (int o = 0; o < t->world; ++o) s += weave_owner_tiles(t, o);
   return s;
 }
 
-/* Owner's local tile j -> tile-row (within the owner's chunk) and tile-column, grouped order. */
-WEAVE_HD void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm, int *tn) {
-  int tiles_m = weave_owner_tiles_m(t, owner), tiles_n = weave_tiles_n(t);
-  int group = WEAVE_GROUP_M * tiles_n;
-  int first_m = (j / group) * WEAVE_GROUP_M;
-  int gm = tiles_m - first_m < WEAVE_GROUP_M ? tiles_m - first_m : WEAVE_GROUP_M;
-  int in = j % group;
+/* Grouped tile order of a tiles_m x tiles_n grid: tile `seq` -> (tile-row, tile-column). Tiles walk
+ * down groups of `group_m` tile-rows (fewer in the last group), column by column, so the blocks of
+ * one wave share rows of A and columns of B in L2. */
+static inline WEAVE_HOST_DEVICE void weave_grouped_tile_coords(int seq, int tiles_m, int tiles_n, int group_m, int *tm,
+                                                               int *tn) {
+  int group = group_m * tiles_n;
+  int first_m = (seq / group) * group_m;
+  int gm = tiles_m - first_m < group_m ? tiles_m - first_m : group_m;
+  int in = seq % group;
   *tm = first_m + in % gm;
   *tn = in / gm;
 }
 
+/* Owner's local tile j -> tile-row (within the owner's chunk) and tile-column, grouped order. */
+static inline WEAVE_HOST_DEVICE void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm, int *tn) {
+  weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, tm, tn);
+}
+
 /* k-th owner visited by rank r. */
-WEAVE_HD int weave_visit_owner(const weave_tiling_t *t, int rank, int k) {
+static inline WEAVE_HOST_DEVICE int weave_visit_owner(const weave_tiling_t *t, int rank, int k) {
   int first = t->order == 1 /* OWN_FIRST */ ? rank : rank + 1;
   return (first + k) % t->world;
 }
 
 /* Position `seq` of rank r's walk -> (owner, owner-local tile j). Returns 0, or -1 outside. */
-WEAVE_HD int weave_seq_tile(const weave_tiling_t *t, int rank, int seq, int *owner, int *j) {
+static inline WEAVE_HOST_DEVICE int weave_seq_tile(const weave_tiling_t *t, int rank, int seq, int *owner, int *j) {
   if (seq < 0) return -1;
   const int least = weave_owner_tiles(t, t->world - 1); /* owners' tile counts never grow with o */
   if (seq < least * t->world) {
@@ -112,8 +115,5 @@ WEAVE_HD int weave_seq_tile(const weave_tiling_t *t, int rank, int seq, int *own
   }
   return -1;
 }
-
-/* Epochs are uint32 call counters that wrap: "a is at or after b" as a signed distance. */
-WEAVE_HD int weave_epoch_reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
 
 #endif /* WEAVE_SCHEDULE_H */

@@ -281,7 +281,7 @@ static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) 
     weave_split_rows_of(M, team->world, o, &rb, &rows);
     ok = weave_ptr(team, (char *)fp->data + (size_t)team->rank * p->rows_cap * N * slot_bytes, o, &slot) ==
              WEAVE_SUCCESS &&
-         weave_hopper_encode_store_map(&fp->slot_map[o], p->slot_dtype, slot, (uint64_t)N, (uint64_t)rows,
+         weave_hgemm_encode_store_map(&fp->slot_map[o], p->slot_dtype, slot, (uint64_t)N, (uint64_t)rows,
                                        (uint64_t)N * slot_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
     if (!ok) weave_log(WEAVE_LOG_WARN, team, "plan: no TMA store map for owner %d (%s): plain stores", o, msg);
   }

@@ -134,7 +134,7 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
     if (!aligned16(A) || !aligned16(B))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                         "weave_gemm_rs_execute: this plan runs the TMA GEMM: A %p and B %p must be 16-byte aligned", A, B);
-    int rc = weave_hopper_gemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg,
+    int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg,
                                            sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "weave_gemm_rs_execute: %s", msg);
   }

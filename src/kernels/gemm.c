@@ -11,10 +11,10 @@
 #include "kernels/kernels.h"
 #include "common/dtype.h"
 
-/* Stream-K workspaces of the Hopper GEMM (gemm_streamk.h), one per (device, stream): calls on one
+/* Stream-K workspaces of the Hopper GEMM (tile_scheduler.h), one per (device, stream): calls on one
  * stream run one after the other, so they can share one; calls on two streams must not. Allocated
  * (and its counters zeroed on the stream) the first time a call on that stream plans a stream-K
- * tail, kept until the process ends (weave_hopper_gemm_workspace_max bytes: ~33 MiB on 132 SMs).
+ * tail, kept until the process ends (weave_hgemm_workspace_max bytes: ~33 MiB on 132 SMs).
  * Not while the stream is being captured (allocation is not capturable): such calls run
  * data-parallel unless the stream already has a workspace. Table full or allocation failed: the
  * same, data-parallel (correct, only the tail is slower). */
@@ -40,7 +40,7 @@ static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t 
     }
   if (!ws && g_gemm_ws_used < WEAVE_GEMM_WS_SLOTS) {
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    size_t want = weave_hopper_gemm_workspace_max(0);
+    size_t want = weave_hgemm_workspace_max(0);
     if (want < need) want = need;
     if (cudaStreamIsCapturing((cudaStream_t)stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone &&
         cudaMalloc(&ws, want) == cudaSuccess) {
@@ -71,15 +71,15 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
   size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
   int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
   if (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K)) {
-    weave_hopper_gemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
+    weave_hgemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
                                   WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO};
-    const size_t need = weave_hopper_gemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
+    const size_t need = weave_hgemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
     if (need) {
       int dev = 0;
       if (cudaGetDevice(&dev) == cudaSuccess) a.workspace = gemm_workspace(dev, stream, need, &a.workspace_bytes);
       cudaGetLastError();
     }
-    return (weave_result_t)weave_hopper_gemm_launch(&a, (cudaStream_t)stream, msg, msglen);
+    return (weave_result_t)weave_hgemm_launch(&a, (cudaStream_t)stream, msg, msglen);
   }
   int dev = 0, sms = 0;
   cudaGetDevice(&dev);

@@ -16,7 +16,7 @@
  *          deterministic: flags_o[rank][tile] <- epoch      (atom.release.sys.exch)
  *          atomic:        count_o[tile] += 1                (red.release.sys.add; world per call)
  *   Communication blocks (the rest) own this rank's tiles (in the Hopper kernel only warpgroups 1-2
- *   of such a block work, under the GEMM blocks' register split: see weave_hopper_gemm_regs_restore):
+ *   of such a block work, under the GEMM blocks' register split: see weave_hgemm_regs_restore):
  *   for each, one thread per source polls the flag with ld.acquire.sys (bounded), a barrier that ORs
  *   the failures, then the threads sum the world partials in
  *   rank order 0..world-1 in fp32 (bitwise reproducible), applies alpha and bias once, casts and
@@ -156,8 +156,8 @@ struct weave_owner_walk {
     *col0 = tn * p->tiling.tile_n;
   }
   /* the tile's GEMM span: from the end of this block's previous tile (tiles run back to back) to
-   * now. Since session 7 the Hopper role asks for a tile's coordinates under its first k-block, so
-   * owner / j / row_begin / row_end stay live across the main loop (no spills: the build checks). */
+   * now. The Hopper role asks for a tile's coordinates under its first k-block, so owner / j /
+   * row_begin / row_end stay live across the main loop (no spills: the build checks). */
   __device__ void trace_tile() {
     if (p->trace) {
       const uint64_t now = weave_trace_now();
@@ -173,7 +173,7 @@ struct weave_owner_walk {
 };
 
 template <typename S> struct weave_slot_sink : weave_owner_walk {
-  /* TMA-store epilogue (gemm_hopper.cuh): the tile goes to o's slot through slot_map[o], clipped
+  /* TMA-store epilogue (epilogue.cuh): the tile goes to o's slot through slot_map[o], clipped
    * at o's last row by the map; the role waits for the stores before end() publishes. */
   static constexpr bool kWeaveTmaStore = true;
   static constexpr bool kWeaveTmaPublish = true;
@@ -222,8 +222,8 @@ struct weave_atomic_sink : weave_owner_walk {
  * barrier. */
 struct weave_threads {
   int tid, n, bar; /* rank in the group, group size (a multiple of 32), named barrier id */
-  __device__ void sync() const { weave_hg_named_barrier_sync(bar, n); }
-  __device__ bool sync_or(bool pred) const { return weave_hg_named_barrier_or(bar, n, pred); }
+  __device__ void sync() const { weave_hgemm_named_barrier_sync(bar, n); }
+  __device__ bool sync_or(bool pred) const { return weave_hgemm_named_barrier_or(bar, n, pred); }
 };
 __device__ __forceinline__ weave_threads weave_whole_block() { return {(int)threadIdx.x, (int)blockDim.x, 0}; }
 
@@ -324,7 +324,7 @@ __device__ int weave_block_wait_sources(const weave_threads &g, const weave_devi
 template <typename T, class Sink>
 __device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsigned char *smem, int begin, int stride,
                                                 int count, Sink &sink) {
-  if constexpr (sizeof(T) == 4) weave_simt_gemm_role(a, smem, begin, stride, count, sink);
+  if constexpr (sizeof(T) == 4) weave_mma_simt_gemm_role(a, smem, begin, stride, count, sink);
   else weave_mma_gemm_role<T>(a, smem, begin, stride, count, sink);
 }
 
@@ -334,7 +334,7 @@ __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, 
                                                  Sink &sink) {
   if constexpr (HOPPER && sizeof(T) == 2) {
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    weave_hopper_gemm_role(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    weave_hgemm_role<1>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
   } else {
     weave_mma_args_t a = {p.M, p.N, p.K, p.A, p.B, p.b_layout == WEAVE_LAYOUT_COL, p.vec_ok};
     weave_gemm_role<T>(a, smem_raw, blockIdx.x, p.gemm_blocks, total, sink);
@@ -397,19 +397,19 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
     }
   } else {
     if constexpr (HOPPER) {
-      /* the GEMM blocks' register split here too (see weave_hopper_gemm_regs_restore): warpgroup 0
+      /* the GEMM blocks' register split here too (see weave_hgemm_regs_restore): warpgroup 0
        * idles, warpgroups 1-2 reduce */
-      if (weave_hopper_gemm_regs_split())
+      if (weave_hgemm_regs_split())
         weave_fused_comm<T, S, ATOMIC>(p, weave_threads{(int)threadIdx.x - (WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS),
-                                                        WEAVE_HGEMM_CONSUMER_THREADS, 1});
+                                                        WEAVE_HGEMM_CONSUMER_THREADS, WEAVE_HGEMM_CONSUMER_BARRIER_ID});
     } else {
       weave_fused_comm<T, S, ATOMIC>(p, weave_whole_block());
     }
   }
   /* both paths ran one split (the role's or the comm blocks'): exactly one restore here. (A second
    * one would reuse the restore barrier while consumers' non-blocking arrivals of the first may still
-   * be pending, i.e. miscount it; session 4 had that on the GEMM path for a while.) */
-  if constexpr (HOPPER) weave_hopper_gemm_regs_restore();
+   * be pending, i.e. miscount it.) */
+  if constexpr (HOPPER) weave_hgemm_regs_restore();
   weave_block_arrive_and_signal(t, &p.ctl->arrive[0], gridDim.x, p.epoch, p.ctl->done);
 }
 

@@ -47,7 +47,7 @@ typedef struct {
   weave_trace_event_t *trace; /* per-tile events (NULL: tracing off; one uniform branch per tile) */
   unsigned *trace_count;
   unsigned trace_cap;
-  WeaveHopperGemmParams hg; /* tensor maps of this call's A and B (hopper only) */
+  weave_hgemm_params_t hg; /* tensor maps of this call's A and B (hopper only) */
   int tma_slots;   /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
   /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
   CUtensorMap slot_map[WEAVE_MAX_WORLD];

@@ -12,7 +12,7 @@
 #include <strings.h>
 
 #include "runtime/internal.h"
-#include "gemm/hopper/gemm_streamk.h" /* WEAVE_HGEMM_GROUP_M (no CUDA header) */
+#include "gemm/hopper/tile_scheduler.h" /* WEAVE_HGEMM_GROUP_M (no CUDA header) */
 
 /*            name               type      default   meaning */
 #define WEAVE_ENV_TABLE(X)                                                                          \

@@ -11,9 +11,9 @@
  * cuBLASLt's default once, are interleaved launch by launch in a shuffled order per iteration, so
  * drift hits every row and variant alike (the scaling column included) and none keeps one neighbour.
  *
- * Flags: --op gemm (only op), -d bf16|fp16, -l row|col (B layout), -s MxNxK (repeatable; default the
- * six shapes below), -B b1,b2,... (block counts, capped at the SM count; default 132,124,116,100),
- * -w warmup (5), -n iters (20), -c 0|1 (check, default 1), -J file (JSON).
+ * Options: `weave-bench --op gemm --help` lists them with their defaults (one table, gemm_options;
+ * strict values: a bad one names the flag, exit 2). cuBLASLt runs through the library's own plan
+ * (src/gemm_rs/lt.c).
  */
 #include <algorithm>
 #include <math.h>
@@ -23,12 +23,14 @@
 #include <string.h>
 #include <vector>
 
-#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cli.h"
 #include "gemm/hopper/gemm_hopper.h"
+#include "gemm_rs/lt.h"
+#include "json_writer.h"
 
 #define BCK(x)                                                                             \
   do {                                                                                     \
@@ -36,15 +38,6 @@
     if (e_ != cudaSuccess) {                                                               \
       fprintf(stderr, "bench_gemm: %s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
               cudaGetErrorString(e_));                                                     \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
-#define BCKL(x)                                                                            \
-  do {                                                                                     \
-    cublasStatus_t s_ = (x);                                                               \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-      fprintf(stderr, "bench_gemm: %s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, \
-              (int)s_);                                                                    \
       return 1;                                                                            \
     }                                                                                      \
   } while (0)
@@ -93,90 +86,22 @@ __global__ void bench_count_wrong(const uint16_t *w, const uint16_t *c, size_t n
   if ((threadIdx.x & 31) == 0 && k) atomicAdd(wrong, k);
 }
 
-struct LtPlan {
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulAlgo_t algo;
-};
-
-/* row-major C[M,N] = A[M,K] . B  ==  col-major C^T[N,M] = op(B) . A^T ; sm_target 0: default */
-static int lt_plan(cublasLtHandle_t h, LtPlan *p, int M, int N, int K, weave_dtype_t dt,
-                   weave_layout_t ly, int sm_target, void *ws, size_t ws_bytes) {
-  (void)ws;
-  cudaDataType_t t = dt == WEAVE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-  BCKL(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t ta = ly == WEAVE_LAYOUT_ROW ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  BCKL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  BCKL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  if (sm_target > 0) {
-    int32_t s = sm_target;
-    BCKL(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &s, sizeof(s)));
-  }
-  if (ly == WEAVE_LAYOUT_ROW)
-    BCKL(cublasLtMatrixLayoutCreate(&p->la, t, N, K, N));
-  else
-    BCKL(cublasLtMatrixLayoutCreate(&p->la, t, K, N, K));
-  BCKL(cublasLtMatrixLayoutCreate(&p->lb, t, K, M, K));
-  BCKL(cublasLtMatrixLayoutCreate(&p->lc, t, N, M, N));
-  cublasLtMatmulPreference_t pref;
-  BCKL(cublasLtMatmulPreferenceCreate(&pref));
-  BCKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                            sizeof(ws_bytes)));
-  cublasLtMatmulHeuristicResult_t res;
-  int n = 0;
-  BCKL(cublasLtMatmulAlgoGetHeuristic(h, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &n));
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (n < 1) {
-    fprintf(stderr, "bench_gemm: cuBLASLt has no algorithm\n");
-    return 1;
-  }
-  p->algo = res.algo;
-  return 0;
-}
-/* What cuBLASLt's heuristic picked, as the raw enum values of cublasLt.h (cublasLtMatmulTile_t,
- * cublasLtMatmulStages_t, cublasLtClusterShape_t, ...): which kernel weave is measured against. The
- * problem is handed to cuBLASLt transposed (C^T = B^T A^T, column-major), so its tile is N x M. */
-static void lt_describe(const cublasLtMatmulAlgo_t *a, char *buf, size_t len) {
-  static const cublasLtMatmulAlgoConfigAttributes_t what[] = {
-      CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-      CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-      CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME};
-  static const char *name[] = {"algo", "tile", "stages", "cluster", "swizzle", "splitk", "reduction"};
-  static const size_t bytes[] = {4, 4, 4, 2, 4, 4, 4}; /* the cluster shape is a uint16_t */
-  size_t at = 0;
-  buf[0] = 0;
-  for (size_t i = 0; i < sizeof(what) / sizeof(what[0]) && at < len; ++i) {
-    uint32_t v = 0; /* little-endian: a 2-byte value lands in the low half; a failed query prints -1 */
-    size_t got = 0;
-    const bool ok = cublasLtMatmulAlgoConfigGetAttribute(a, what[i], &v, bytes[i], &got) == CUBLAS_STATUS_SUCCESS;
-    at += (size_t)snprintf(buf + at, len - at, "%s%s %lld", i ? " " : "", name[i], ok ? (long long)v : -1ll);
-  }
-}
-static void lt_destroy(LtPlan *p) {
-  cublasLtMatrixLayoutDestroy(p->la);
-  cublasLtMatrixLayoutDestroy(p->lb);
-  cublasLtMatrixLayoutDestroy(p->lc);
-  cublasLtMatmulDescDestroy(p->op);
-}
-
 struct Ctx {
   int M, N, K, sets;
   weave_dtype_t dt;
   weave_layout_t ly;
   std::vector<void *> A, B;
-  void *C, *Cref, *ws;
-  size_t ws_bytes;
+  void *C, *Cref;
   void *sk_ws; /* weave's stream-K workspace (zeroed once) */
   size_t sk_bytes;
-  cublasLtHandle_t lt;
   cudaStream_t st;
 };
 
 /* which: 0 weave (blocks; schedule and stream-K tail as its plan decides), 2 weave cooperative
  * schedule (stream-K by its cost model), 3 weave ping-pong schedule, 1 cuBLASLt plan */
-static int launch(Ctx &c, int which, int blocks, LtPlan *lp, int set, void *C) {
+static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *C) {
   if (which != 1) {
-    weave_hopper_gemm_args_t a;
+    weave_hgemm_args_t a;
     memset(&a, 0, sizeof a);
     a.M = c.M; a.N = c.N; a.K = c.K; a.dtype = c.dt; a.b_layout = c.ly; a.alpha = 1.f;
     a.A = c.A[set]; a.B = c.B[set]; a.C = C; a.num_blocks = blocks;
@@ -184,13 +109,14 @@ static int launch(Ctx &c, int which, int blocks, LtPlan *lp, int set, void *C) {
     a.streamk = WEAVE_HGEMM_SK_AUTO;
     a.schedule = which == 2 ? WEAVE_HGEMM_SCHED_COOP : which == 3 ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_AUTO;
     char err[256];
-    int r = weave_hopper_gemm_launch(&a, c.st, err, sizeof err);
+    int r = weave_hgemm_launch(&a, c.st, err, sizeof err);
     if (r) { fprintf(stderr, "bench_gemm: weave: %s\n", err); return 1; }
     return 0;
   }
-  float alpha = 1.f, beta = 0.f;
-  BCKL(cublasLtMatmul(c.lt, lp->op, &alpha, c.B[set], lp->la, c.A[set], lp->lb, &beta, C, lp->lc, C,
-                      lp->lc, &lp->algo, c.ws, c.ws_bytes, c.st));
+  if (weave_lt_run(lp, 1.f, c.A[set], c.B[set], C, (weave_stream_t)c.st) != WEAVE_SUCCESS) {
+    fprintf(stderr, "bench_gemm: cublasLtMatmul failed\n");
+    return 1;
+  }
   return 0;
 }
 
@@ -205,7 +131,7 @@ __global__ void bench_spin(unsigned long long ns) {
 /* One kernel to time: which as in launch(). */
 struct TimedKernel {
   int which, blocks;
-  LtPlan *lp;
+  weave_lt_t *lp;
 };
 
 /* Times the kernels interleaved, one launch of each per iteration, so that clock and power drift
@@ -256,7 +182,7 @@ static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, do
 }
 
 /* which: the weave variant to check (0, 2 or 3) */
-static int count_wrong(Ctx &c, int which, int blocks, LtPlan *def, unsigned long long *wrong) {
+static int count_wrong(Ctx &c, int which, int blocks, weave_lt_t *def, unsigned long long *wrong) {
   BCK(cudaMemsetAsync(c.C, 0xFF, (size_t)c.M * c.N * 2, c.st));
   if (launch(c, which, blocks, NULL, 0, c.C)) return 1;
   if (launch(c, 1, 0, def, 0, c.Cref)) return 1;
@@ -282,7 +208,7 @@ static int count_wrong(Ctx &c, int which, int blocks, LtPlan *def, unsigned long
 }
 
 /* Without a device: what weave's AUTO would run per row on a 132-SM H100/H200 (default knobs), from
- * the same plan functions the launcher calls (gemm_streamk.h). */
+ * the same plan functions the launcher calls (tile_scheduler.h). */
 static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist) {
   const int sms = 132;
   printf("# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
@@ -306,85 +232,89 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
   }
 }
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: weave-bench --op gemm [-d bf16|fp16] [-l row|col] [-s MxNxK]... [-B b1,b2,...]\n"
-          "                   [-w warmup] [-n iters] [-c 0|1] [-J file.json]\n");
-}
-
-extern "C" int weave_bench_gemm_main(int argc, char **argv) {
+/* ------------------------------------------------------------------------------------------------
+ * the command line
+ * ---------------------------------------------------------------------------------------------- */
+struct Options {
   weave_dtype_t dt = WEAVE_BF16;
   weave_layout_t ly = WEAVE_LAYOUT_ROW;
   int warm = 5, iters = 20, check = 1;
   const char *json = NULL;
   std::vector<int> shapes, blist;
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--op") && v) { if (strcmp(v, "gemm")) { usage(); return 2; } ++i; }
-    else if (!strcmp(a, "-d") && v) { dt = !strcmp(v, "fp16") ? WEAVE_FP16 : WEAVE_BF16; ++i; }
-    else if (!strcmp(a, "-l") && v) { ly = !strcmp(v, "col") ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW; ++i; }
-    else if (!strcmp(a, "-s") && v) {
-      int m, n, k;
-      if (sscanf(v, "%dx%dx%d", &m, &n, &k) != 3) { usage(); return 2; }
-      shapes.push_back(m); shapes.push_back(n); shapes.push_back(k); ++i;
-    } else if (!strcmp(a, "-B") && v) {
-      for (const char *p = v; *p;) { blist.push_back(atoi(p)); const char *q = strchr(p, ','); if (!q) break; p = q + 1; }
-      ++i;
-    } else if (!strcmp(a, "-w") && v) { warm = atoi(v); ++i; }
-    else if (!strcmp(a, "-n") && v) { iters = atoi(v); ++i; }
-    else if (!strcmp(a, "-c") && v) { check = atoi(v); ++i; }
-    else if (!strcmp(a, "-J") && v) { json = v; ++i; }
-    else { usage(); return 2; }
-  }
-  if (iters < 1) iters = 1;
-  if (shapes.empty()) {
-    const int def[] = {8192, 8192, 8192, 8192, 8192, 3584, 8192, 8192, 1024,
-                       4096, 8192, 3584, 16384, 8192, 3584, 2048, 8192, 3584};
-    shapes.assign(def, def + 18);
-  }
-  if (blist.empty()) blist = {132, 124, 116, 100};
+};
 
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    cudaGetLastError();
-    print_plan_without_device(shapes, blist);
-    return 0;
-  }
-  int dev = 0;
-  BCK(cudaSetDevice(dev));
-  cudaDeviceProp prop;
-  BCK(cudaGetDeviceProperties(&prop, dev));
-  for (auto &b : blist) b = std::min(b, prop.multiProcessorCount);
+enum { OPT_OP = 256 };
+static const cli_option_t gemm_options[] = {
+    {"op", OPT_OP, "gemm", "this benchmark (weave-bench --op gemm)"},
+    {"dtype", 'd', "T", "bf16 or fp16 (default bf16)"},
+    {"layout", 'l', "L", "B as row [K,N] or col [N,K] (default row)"},
+    {"shape", 's', "MxNxK", "a shape, repeatable (default six: 8192^3, 8192x8192x{3584,1024}, {4096,16384,2048}x8192x3584)"},
+    {"blocks", 'B', "b1,b2,..", "block counts, capped at the SM count (default 132,124,116,100)"},
+    {"warmup", 'w', "N", "warm-up launches per kernel (default 5)"},
+    {"iters", 'n', "N", "timed launches per kernel, median reported (default 20)"},
+    {"check", 'c', "0|1", "count weave's wrong elements against cuBLASLt (default 1)"},
+    {"json", 'J', "FILE", "also write the rows as JSON (default: none)"},
+    {"help", 'h', NULL, "this text"},
+    {NULL, 0, NULL, NULL},
+};
 
-  Ctx c;
-  c.dt = dt;
-  c.ly = ly;
-  c.ws_bytes = 32u << 20;
-  BCK(cudaMalloc(&c.ws, c.ws_bytes));
-  c.sk_bytes = weave_hopper_gemm_workspace_max(0);
-  BCK(cudaMalloc(&c.sk_ws, c.sk_bytes));
-  BCK(cudaMemset(c.sk_ws, 0, c.sk_bytes));
-  BCKL(cublasLtCreate(&c.lt));
-  BCK(cudaStreamCreateWithFlags(&c.st, cudaStreamNonBlocking));
-  int rtv = 0, cublas_ver = (int)cublasLtGetVersion();
+static void parse_options(int argc, char **argv, Options &o) {
+  static const char *const dtypes[] = {"bf16", "fp16", NULL}, *const layouts[] = {"row", "col", NULL};
+  static const char *const ops[] = {"gemm", NULL};
+  cli_t c;
+  cli_init(&c, "weave-bench --op gemm", gemm_options);
+  optind = 1;
+  long list[64];
+  for (int key; (key = cli_next(&c, argc, argv)) != -1;) {
+    switch (key) {
+      case OPT_OP: cli_choice(&c, optarg, ops); break;
+      case 'd': o.dt = cli_choice(&c, optarg, dtypes) ? WEAVE_FP16 : WEAVE_BF16; break;
+      case 'l': o.ly = cli_choice(&c, optarg, layouts) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW; break;
+      case 's': {
+        int m, n, k, used = 0;
+        if (sscanf(optarg, "%dx%dx%d%n", &m, &n, &k, &used) != 3 || optarg[used] || m < 1 || n < 1 || k < 1) {
+          fprintf(stderr, "weave-bench --op gemm: bad value '%s' for %s: MxNxK, each >= 1\n", optarg, c.flag);
+          exit(2);
+        }
+        o.shapes.insert(o.shapes.end(), {m, n, k});
+        break;
+      }
+      case 'B': {
+        const int n = cli_long_list(&c, optarg, 1, 4096, list, 64);
+        o.blist.assign(list, list + n);
+        break;
+      }
+      case 'w': o.warm = (int)cli_long(&c, optarg, 0, 100000); break;
+      case 'n': o.iters = (int)cli_long(&c, optarg, 1, 100000); break;
+      case 'c': o.check = (int)cli_long(&c, optarg, 0, 1); break;
+      case 'J': o.json = optarg; break;
+      case 'h': cli_usage(&c, stdout, "[options]   (weave's Hopper GEMM against cuBLASLt)"); exit(0);
+    }
+  }
+  if (o.shapes.empty())
+    o.shapes = {8192, 8192, 8192, 8192, 8192, 3584, 8192, 8192, 1024, 4096, 8192, 3584, 16384, 8192, 3584, 2048, 8192, 3584};
+  if (o.blist.empty()) o.blist = {132, 124, 116, 100};
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * the run
+ * ---------------------------------------------------------------------------------------------- */
+static void print_header(const Options &o, const cudaDeviceProp &prop) {
+  int rtv = 0;
   cudaRuntimeGetVersion(&rtv);
-
-  printf("# weave-bench --op gemm: C[M,N] = A[M,K] . B, %s, B %s, fp32 accumulate\n",
-         dt == WEAVE_BF16 ? "bf16" : "fp16", ly == WEAVE_LAYOUT_ROW ? "ROW [K,N]" : "COL [N,K]");
-  printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d, cuBLASLt %d\n", prop.name,
-         prop.multiProcessorCount, prop.l2CacheSize >> 20, prop.major, prop.minor, rtv, cublas_ver);
+  printf("# weave-bench --op gemm: C[M,N] = A[M,K] . B, %s, B %s, fp32 accumulate\n", weave_dtype_name(o.dt),
+         o.ly == WEAVE_LAYOUT_ROW ? "ROW [K,N]" : "COL [N,K]");
+  printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d\n", prop.name, prop.multiProcessorCount,
+         prop.l2CacheSize >> 20, prop.major, prop.minor, rtv);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
          "rotated over > 2x L2, launches queued behind a GPU spin; per shape, every block count's weave / coop / pp / lt_sm and lt_def once per iteration, all in one shuffled order\n",
          WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
-         WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, warm, iters);
-  printf("# knobs: WEAVE_HGEMM_CLUSTER=%s WEAVE_HGEMM_TMA_STORE=%s WEAVE_HGEMM_GROUP_M=%s WEAVE_HGEMM_STREAMK=%s "
-         "WEAVE_HGEMM_PINGPONG=%s (unset: defaults)\n",
-         getenv("WEAVE_HGEMM_CLUSTER") ? getenv("WEAVE_HGEMM_CLUSTER") : "-",
-         getenv("WEAVE_HGEMM_TMA_STORE") ? getenv("WEAVE_HGEMM_TMA_STORE") : "-",
-         getenv("WEAVE_HGEMM_GROUP_M") ? getenv("WEAVE_HGEMM_GROUP_M") : "-",
-         getenv("WEAVE_HGEMM_STREAMK") ? getenv("WEAVE_HGEMM_STREAMK") : "-",
-         getenv("WEAVE_HGEMM_PINGPONG") ? getenv("WEAVE_HGEMM_PINGPONG") : "-");
+         WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, o.warm, o.iters);
+  const char *knobs[] = {"WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M", "WEAVE_HGEMM_STREAMK",
+                         "WEAVE_HGEMM_PINGPONG"};
+  printf("# knobs:");
+  for (const char *k : knobs) printf(" %s=%s", k, getenv(k) ? getenv(k) : "-");
+  printf(" (unset: defaults)\n");
   printf("# TFLOP/s = 2MNK / time. weave: the plan's choice (sch: C cooperative, P ping-pong; sk = tiles in\n"
          "# the stream-K tail, 0: none); coop / pp: the same call with the schedule forced (coop keeps its\n"
          "# stream-K cost model); lt_def: cuBLASLt default heuristic; lt_sm: SM_COUNT_TARGET = blocks;\n"
@@ -392,128 +322,215 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   printf("#%7s %6s %6s %6s %3s %4s %9s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "sch",
          "sk", "time(ms)", "TFLOP/s", "coop", "pp", "lt_def", "lt_sm", "pp/coop", "vs_def", "vs_sm", "scal",
          "#wrong");
-  FILE *jf = json ? fopen(json, "w") : NULL;
-  if (json && !jf) { fprintf(stderr, "bench_gemm: cannot open %s\n", json); return 1; }
-  if (jf)
-    fprintf(jf, "{\"op\":\"gemm\",\"device\":\"%s\",\"sms\":%d,\"dtype\":\"%s\",\"b_layout\":\"%s\",\"results\":[",
-            prop.name, prop.multiProcessorCount, dt == WEAVE_BF16 ? "bf16" : "fp16",
-            ly == WEAVE_LAYOUT_ROW ? "row" : "col");
-  int first_json = 1;
-  unsigned long long total_wrong = 0;
-  for (size_t s = 0; s + 2 < shapes.size(); s += 3) {
-    c.M = shapes[s]; c.N = shapes[s + 1]; c.K = shapes[s + 2];
-    size_t ab = ((size_t)c.M * c.K + (size_t)c.K * c.N) * 2;
-    c.sets = (int)std::max<size_t>(2, (2 * (size_t)prop.l2CacheSize) / ab + 1);
-    c.A.assign(c.sets, NULL);
-    c.B.assign(c.sets, NULL);
-    for (int i = 0; i < c.sets; ++i) {
-      BCK(cudaMalloc(&c.A[i], (size_t)c.M * c.K * 2));
-      BCK(cudaMalloc(&c.B[i], (size_t)c.K * c.N * 2));
-      bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.A[i], (size_t)c.M * c.K, 2 * i + 1, dt == WEAVE_BF16);
-      bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.B[i], (size_t)c.K * c.N, 2 * i + 2, dt == WEAVE_BF16);
-    }
-    BCK(cudaMalloc(&c.C, (size_t)c.M * c.N * 2));
-    BCK(cudaMalloc(&c.Cref, (size_t)c.M * c.N * 2));
-    BCK(cudaStreamSynchronize(c.st));
-    if (s == 0) {
-      /* Bring the clocks up before anything is timed: about half a second of the first shape (the
-       * first rows of a cold process measured ~10% low, for weave and cuBLASLt alike). */
-      cudaEvent_t e0, e1;
-      BCK(cudaEventCreate(&e0));
-      BCK(cudaEventCreate(&e1));
-      float spent = 0;
-      for (int round = 0; spent < 500.f && round < 1000; ++round) {
-        BCK(cudaEventRecord(e0, c.st));
-        for (int i = 0; i < 10; ++i)
-          if (launch(c, 0, 0, NULL, i % c.sets, c.C)) return 1;
-        BCK(cudaEventRecord(e1, c.st));
-        BCK(cudaEventSynchronize(e1));
-        float ms = 0;
-        BCK(cudaEventElapsedTime(&ms, e0, e1));
-        spent += ms;
-      }
-      BCK(cudaEventDestroy(e0));
-      BCK(cudaEventDestroy(e1));
-    }
-    double flop = 2.0 * c.M * c.N * c.K;
-    LtPlan def;
-    if (lt_plan(c.lt, &def, c.M, c.N, c.K, dt, ly, 0, c.ws, c.ws_bytes)) return 1;
-    char lt_algo[160];
-    lt_describe(&def.algo, lt_algo, sizeof(lt_algo));
-    printf("# lt_def for %dx%dx%d (cublasLt.h enum values): %s\n", c.M, c.N, c.K, lt_algo);
-    /* Every block count's weave, weave cooperative, weave ping-pong and cuBLASLt at SM_COUNT_TARGET =
-     * blocks, plus cuBLASLt's default once, all interleaved launch by launch in one shuffled order
-     * (time_ms): the rows of a shape and the scaling between them see the same clocks. Timed one
-     * block count after another, the rows drifted apart: in one run (2026-12-04 01:37) cuBLASLt's
-     * default, the same kernel in both rows, ran 779 TFLOP/s in the 132-block row and 697 in the
-     * 124-block row that followed it. */
-    const size_t nb = blist.size();
-    std::vector<LtPlan> smp(nb);
-    std::vector<TimedKernel> tk;
-    for (size_t bi = 0; bi < nb; ++bi) {
-      const int b = blist[bi];
-      if (lt_plan(c.lt, &smp[bi], c.M, c.N, c.K, dt, ly, b, c.ws, c.ws_bytes)) return 1;
-      char sm_algo[160];
-      lt_describe(&smp[bi].algo, sm_algo, sizeof(sm_algo));
-      if (strcmp(sm_algo, lt_algo)) printf("# lt_sm for %dx%dx%d at %d blocks: %s\n", c.M, c.N, c.K, b, sm_algo);
-    }
-    for (size_t bi = 0; bi < nb; ++bi) {
-      const TimedKernel row[4] = {{0, blist[bi], NULL}, {2, blist[bi], NULL}, {3, blist[bi], NULL}, {1, 0, &smp[bi]}};
-      tk.insert(tk.end(), row, row + 4);
-    }
-    tk.push_back({1, 0, &def});
-    std::vector<double> meds(tk.size());
-    if (time_ms(c, tk.data(), (int)tk.size(), warm, iters, meds.data())) return 1;
-    for (size_t bi = 0; bi < nb; ++bi) lt_destroy(&smp[bi]);
-    double tf_first = 0;
-    for (size_t bi = 0; bi < nb; ++bi) {
-      const int b = blist[bi];
-      const double *med = &meds[4 * bi];
-#if WEAVE_HGEMM_PROFILE
-      /* diagnostic build: clock64() stamps of one more cooperative launch (gemm_hopper.cuh) */
-      if (getenv("WEAVE_HGEMM_PROFILE_DIR")) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/prof_%dx%dx%d_%d.bin", getenv("WEAVE_HGEMM_PROFILE_DIR"), c.M, c.N, c.K, b);
-        if (launch(c, 2, b, NULL, 0, c.C) || weave_hopper_gemm_profile_save(path))
-          fprintf(stderr, "bench_gemm: profile %s failed\n", path);
-      }
-#endif
-      const double t_w = med[0], t_def = meds.back(), t_sm = med[3], tf_def = flop / t_def * 1e-9;
-      const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
-      const int pp = weave_hopper_gemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
-                     WEAVE_HGEMM_SCHED_PINGPONG;
-      const int sk_tiles = pp ? 0 : weave_hopper_gemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
-      unsigned long long wrong = 0, wrong_pp = 0;
-      if (check && (count_wrong(c, 0, b, &def, &wrong) || count_wrong(c, 3, b, &def, &wrong_pp))) return 1;
-      wrong += wrong_pp;
-      total_wrong += wrong;
-      double tf = flop / t_w * 1e-9, tf_sm = flop / t_sm * 1e-9;
-      if (bi == 0) tf_first = tf;
-      double scal = (tf / tf_first) / ((double)b / blist[0]);
-      printf(" %7d %6d %6d %6d %3s %4d %9.4f %8.1f %8.1f %8.1f %8.1f %8.1f %7.3f %7.3f %7.3f %6.3f %7llu\n", c.M,
-             c.N, c.K, b, pp ? "P" : "C", sk_tiles, t_w, tf, tf_coop, tf_pp, tf_def, tf_sm, tf_pp / tf_coop,
-             tf / tf_def, tf / tf_sm, scal, wrong);
-      fflush(stdout);
-      if (jf) {
-        fprintf(jf, "%s\n{\"M\":%d,\"N\":%d,\"K\":%d,\"blocks\":%d,\"schedule\":\"%s\",\"sk_tiles\":%d,"
-                    "\"time_ms\":%.5f,\"tflops\":%.2f,\"coop_tflops\":%.2f,\"pingpong_tflops\":%.2f,"
-                    "\"cublaslt_default_tflops\":%.2f,\"cublaslt_sm_target_tflops\":%.2f,\"pp_vs_coop\":%.4f,"
-                    "\"vs_default\":%.4f,\"vs_sm_target\":%.4f,\"scaling\":%.4f,\"wrong\":%llu}",
-                first_json ? "" : ",", c.M, c.N, c.K, b, pp ? "pingpong" : "coop", sk_tiles, t_w, tf, tf_coop,
-                tf_pp, tf_def, tf_sm, tf_pp / tf_coop, tf / tf_def, tf / tf_sm, scal, wrong);
-        first_json = 0;
-      }
-    }
-    lt_destroy(&def);
-    for (int i = 0; i < c.sets; ++i) { cudaFree(c.A[i]); cudaFree(c.B[i]); }
-    cudaFree(c.C);
-    cudaFree(c.Cref);
+}
+
+/* Bring the clocks up before anything is timed: about half a second of the first shape (the first
+ * rows of a cold process measured ~10% low, for weave and cuBLASLt alike). */
+static int warm_clocks(Ctx &c) {
+  cudaEvent_t e0, e1;
+  BCK(cudaEventCreate(&e0));
+  BCK(cudaEventCreate(&e1));
+  float spent = 0;
+  for (int round = 0; spent < 500.f && round < 1000; ++round) {
+    BCK(cudaEventRecord(e0, c.st));
+    for (int i = 0; i < 10; ++i)
+      if (launch(c, 0, 0, NULL, i % c.sets, c.C)) return 1;
+    BCK(cudaEventRecord(e1, c.st));
+    BCK(cudaEventSynchronize(e1));
+    float ms = 0;
+    BCK(cudaEventElapsedTime(&ms, e0, e1));
+    spent += ms;
   }
-  if (jf) { fprintf(jf, "\n]}\n"); fclose(jf); }
+  BCK(cudaEventDestroy(e0));
+  BCK(cudaEventDestroy(e1));
+  return 0;
+}
+
+/* Input sets rotated past twice the L2, the output and the reference output. */
+static int shape_alloc(Ctx &c, const cudaDeviceProp &prop) {
+  size_t ab = ((size_t)c.M * c.K + (size_t)c.K * c.N) * 2;
+  c.sets = (int)std::max<size_t>(2, (2 * (size_t)prop.l2CacheSize) / ab + 1);
+  c.A.assign(c.sets, NULL);
+  c.B.assign(c.sets, NULL);
+  for (int i = 0; i < c.sets; ++i) {
+    BCK(cudaMalloc(&c.A[i], (size_t)c.M * c.K * 2));
+    BCK(cudaMalloc(&c.B[i], (size_t)c.K * c.N * 2));
+    bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.A[i], (size_t)c.M * c.K, 2 * i + 1, c.dt == WEAVE_BF16);
+    bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.B[i], (size_t)c.K * c.N, 2 * i + 2, c.dt == WEAVE_BF16);
+  }
+  BCK(cudaMalloc(&c.C, (size_t)c.M * c.N * 2));
+  BCK(cudaMalloc(&c.Cref, (size_t)c.M * c.N * 2));
+  BCK(cudaStreamSynchronize(c.st));
+  return 0;
+}
+
+static void shape_free(Ctx &c) {
+  for (int i = 0; i < c.sets; ++i) {
+    cudaFree(c.A[i]);
+    cudaFree(c.B[i]);
+  }
+  cudaFree(c.C);
+  cudaFree(c.Cref);
+}
+
+/* cuBLASLt plans of the shape: the default heuristic (*def) and SM_COUNT_TARGET = each block count. */
+static int lt_plans(const Ctx &c, const std::vector<int> &blist, weave_lt_t **def, std::vector<weave_lt_t *> &smp) {
+  char msg[256], lt_algo[160], sm_algo[160];
+  if (weave_lt_create(c.M, c.N, c.K, c.dt, c.dt, c.ly, 0, def, msg, sizeof msg) != WEAVE_SUCCESS) {
+    fprintf(stderr, "bench_gemm: cuBLASLt: %s\n", msg);
+    return 1;
+  }
+  weave_lt_describe(*def, lt_algo, sizeof lt_algo);
+  printf("# lt_def for %dx%dx%d (cublasLt.h enum values): %s\n", c.M, c.N, c.K, lt_algo);
+  smp.assign(blist.size(), NULL);
+  for (size_t bi = 0; bi < blist.size(); ++bi) {
+    if (weave_lt_create(c.M, c.N, c.K, c.dt, c.dt, c.ly, blist[bi], &smp[bi], msg, sizeof msg) != WEAVE_SUCCESS) {
+      fprintf(stderr, "bench_gemm: cuBLASLt at %d SMs: %s\n", blist[bi], msg);
+      return 1;
+    }
+    weave_lt_describe(smp[bi], sm_algo, sizeof sm_algo);
+    if (strcmp(sm_algo, lt_algo)) printf("# lt_sm for %dx%dx%d at %d blocks: %s\n", c.M, c.N, c.K, blist[bi], sm_algo);
+  }
+  return 0;
+}
+
+/* One shape: every block count's rows (and JSON rows); adds to *total_wrong. */
+static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long long *total_wrong) {
+  const double flop = 2.0 * c.M * c.N * c.K;
+  const std::vector<int> &blist = o.blist;
+  weave_lt_t *def = NULL;
+  std::vector<weave_lt_t *> smp;
+  int rc = lt_plans(c, blist, &def, smp);
+  /* Every block count's weave, weave cooperative, weave ping-pong and cuBLASLt at SM_COUNT_TARGET =
+   * blocks, plus cuBLASLt's default once, all interleaved launch by launch in one shuffled order
+   * (time_ms): the rows of a shape and the scaling between them see the same clocks (timed one block
+   * count after another, cuBLASLt's default, the same kernel in both rows, ran 779 TFLOP/s in one
+   * row and 697 in the next). */
+  const size_t nb = blist.size();
+  std::vector<TimedKernel> tk;
+  for (size_t bi = 0; bi < nb && !rc; ++bi) {
+    const TimedKernel row[4] = {{0, blist[bi], NULL}, {2, blist[bi], NULL}, {3, blist[bi], NULL}, {1, 0, smp[bi]}};
+    tk.insert(tk.end(), row, row + 4);
+  }
+  tk.push_back({1, 0, def});
+  std::vector<double> meds(tk.size());
+  if (!rc) rc = time_ms(c, tk.data(), (int)tk.size(), o.warm, o.iters, meds.data());
+  double tf_first = 0;
+  for (size_t bi = 0; bi < nb && !rc; ++bi) {
+    const int b = blist[bi];
+    const double *med = &meds[4 * bi];
+#if WEAVE_HGEMM_PROFILE
+    /* diagnostic build: clock64() stamps of one more cooperative launch (src/gemm/hopper/prof.cuh) */
+    if (getenv("WEAVE_HGEMM_PROFILE_DIR")) {
+      char path[512];
+      snprintf(path, sizeof path, "%s/prof_%dx%dx%d_%d.bin", getenv("WEAVE_HGEMM_PROFILE_DIR"), c.M, c.N, c.K, b);
+      if (launch(c, 2, b, NULL, 0, c.C) || weave_hgemm_profile_save(path))
+        fprintf(stderr, "bench_gemm: profile %s failed\n", path);
+    }
+#endif
+    const double t_w = med[0], t_def = meds.back(), t_sm = med[3], tf_def = flop / t_def * 1e-9;
+    const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
+    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
+                   WEAVE_HGEMM_SCHED_PINGPONG;
+    const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+    unsigned long long wrong = 0, wrong_pp = 0;
+    if (o.check && (count_wrong(c, 0, b, def, &wrong) || count_wrong(c, 3, b, def, &wrong_pp))) {
+      rc = 1;
+      break;
+    }
+    wrong += wrong_pp;
+    *total_wrong += wrong;
+    double tf = flop / t_w * 1e-9, tf_sm = flop / t_sm * 1e-9;
+    if (bi == 0) tf_first = tf;
+    double scal = (tf / tf_first) / ((double)b / blist[0]);
+    printf(" %7d %6d %6d %6d %3s %4d %9.4f %8.1f %8.1f %8.1f %8.1f %8.1f %7.3f %7.3f %7.3f %6.3f %7llu\n", c.M, c.N,
+           c.K, b, pp ? "P" : "C", sk_tiles, t_w, tf, tf_coop, tf_pp, tf_def, tf_sm, tf_pp / tf_coop, tf / tf_def,
+           tf / tf_sm, scal, wrong);
+    fflush(stdout);
+    if (jw) {
+      json_begin_object(jw);
+      json_kv_int(jw, "M", c.M);
+      json_kv_int(jw, "N", c.N);
+      json_kv_int(jw, "K", c.K);
+      json_kv_int(jw, "blocks", b);
+      json_kv_string(jw, "schedule", pp ? "pingpong" : "coop");
+      json_kv_int(jw, "sk_tiles", sk_tiles);
+      json_kv_number(jw, "time_ms", t_w);
+      json_kv_number(jw, "tflops", tf);
+      json_kv_number(jw, "coop_tflops", tf_coop);
+      json_kv_number(jw, "pingpong_tflops", tf_pp);
+      json_kv_number(jw, "cublaslt_default_tflops", tf_def);
+      json_kv_number(jw, "cublaslt_sm_target_tflops", tf_sm);
+      json_kv_number(jw, "pp_vs_coop", tf_pp / tf_coop);
+      json_kv_number(jw, "vs_default", tf / tf_def);
+      json_kv_number(jw, "vs_sm_target", tf / tf_sm);
+      json_kv_number(jw, "scaling", scal);
+      json_kv_int(jw, "wrong", (long long)wrong);
+      json_end_object(jw);
+    }
+  }
+  weave_lt_destroy(def);
+  for (weave_lt_t *l : smp) weave_lt_destroy(l);
+  return rc;
+}
+
+extern "C" int weave_bench_gemm_main(int argc, char **argv) {
+  Options o;
+  parse_options(argc, argv, o);
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    cudaGetLastError();
+    print_plan_without_device(o.shapes, o.blist);
+    return 0;
+  }
+  BCK(cudaSetDevice(0));
+  cudaDeviceProp prop;
+  BCK(cudaGetDeviceProperties(&prop, 0));
+  for (auto &b : o.blist) b = std::min(b, prop.multiProcessorCount);
+
+  Ctx c;
+  c.dt = o.dt;
+  c.ly = o.ly;
+  c.sk_bytes = weave_hgemm_workspace_max(0);
+  BCK(cudaMalloc(&c.sk_ws, c.sk_bytes));
+  BCK(cudaMemset(c.sk_ws, 0, c.sk_bytes));
+  BCK(cudaStreamCreateWithFlags(&c.st, cudaStreamNonBlocking));
+  print_header(o, prop);
+  FILE *jf = o.json ? fopen(o.json, "w") : NULL;
+  if (o.json && !jf) {
+    fprintf(stderr, "bench_gemm: cannot open %s\n", o.json);
+    return 2;
+  }
+  json_writer_t jw;
+  if (jf) {
+    json_open(&jw, jf);
+    json_begin_object(&jw);
+    json_kv_string(&jw, "op", "gemm");
+    json_kv_string(&jw, "device", prop.name);
+    json_kv_int(&jw, "sms", prop.multiProcessorCount);
+    json_kv_string(&jw, "dtype", weave_dtype_name(o.dt));
+    json_kv_string(&jw, "b_layout", o.ly == WEAVE_LAYOUT_ROW ? "row" : "col");
+    json_key(&jw, "results");
+    json_begin_array(&jw);
+  }
+  unsigned long long total_wrong = 0;
+  int rc = 0;
+  for (size_t s = 0; s + 2 < o.shapes.size() && !rc; s += 3) {
+    c.M = o.shapes[s];
+    c.N = o.shapes[s + 1];
+    c.K = o.shapes[s + 2];
+    rc = shape_alloc(c, prop);
+    if (!rc && s == 0) rc = warm_clocks(c);
+    if (!rc) rc = run_shape(c, o, jf ? &jw : NULL, &total_wrong);
+    shape_free(c);
+  }
+  if (jf) {
+    json_end_array(&jw);
+    json_end_object(&jw);
+    fclose(jf);
+  }
   printf("# Out of bounds values : %llu %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-  cublasLtDestroy(c.lt);
   cudaStreamDestroy(c.st);
-  cudaFree(c.ws);
   cudaFree(c.sk_ws);
-  return total_wrong ? 1 : 0;
+  return rc ? 1 : total_wrong ? 1 : 0;
 }

@@ -9,6 +9,10 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
   const char *name; /* long name, without "--" */
   int key;          /* the short letter, or a value >= 256 for long-only options */
@@ -41,4 +45,7 @@ int cli_choice(cli_t *c, const char *s, const char *const *names);
 /* Comma-separated integers in [lo, hi]: their count (at most max). */
 int cli_long_list(cli_t *c, const char *s, long lo, long hi, long *out, int max);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

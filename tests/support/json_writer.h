@@ -11,6 +11,10 @@
 
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define JSON_MAX_DEPTH 16
 
 typedef struct {
@@ -34,4 +38,7 @@ void json_kv_string(json_writer_t *w, const char *key, const char *s);
 void json_kv_int(json_writer_t *w, const char *key, long long v);
 void json_kv_number(json_writer_t *w, const char *key, double v);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,11 +1,12 @@
 /*
  * weave Hopper GEMM: the standalone persistent kernel and its C launcher.
  *
- * The kernel is the GEMM role of gemm_hopper.cuh with a sink that applies alpha and bias and writes
- * each tile through shared memory and TMA stores when C allows it (16-byte aligned, N*2 % 16 == 0;
- * WEAVE_HGEMM_TMA_STORE=0 turns it off), else stores bf16/fp16 pairs straight from the registers
- * (4-byte stores; scalar stores when N is odd or C is not 4-byte aligned). Grid = num_blocks persistent CTAs (<= SM count), CTA b takes tiles b, b + grid, ...
- * in grouped order (WEAVE_HGEMM_GROUP_M tile rows per group).
+ * The kernel runs the cooperative or the ping-pong role (gemm_hopper.cuh) with a sink that applies
+ * alpha and bias and writes each tile through shared memory and TMA stores when C allows it (16-byte
+ * aligned, N*2 % 16 == 0; WEAVE_HGEMM_TMA_STORE=0 turns it off), else stores bf16/fp16 pairs straight
+ * from the registers (4-byte stores; scalar stores when N is odd or C is not 4-byte aligned).
+ * Grid = num_blocks persistent CTAs (<= SM count), CTA b takes tiles b, b + grid, ... in grouped
+ * order (WEAVE_HGEMM_GROUP_M tile rows per group).
  *
  * Tensor maps are encoded on the host for every call (no cache: a call costs about a microsecond of
  * host time for the two encodes, and callers may change pointers freely).
@@ -17,7 +18,7 @@
 
 #include <cuda_runtime.h>
 
-#include "gemm/hopper/gemm_hopper_pingpong.cuh"
+#include "gemm/hopper/gemm_hopper.cuh"
 
 /* ---------------------------------------------------------------------------------------------
  * Standalone sink
@@ -31,25 +32,25 @@ typedef struct {
   int group_m;
   int pair_ok;   /* N even and C 4-byte aligned: store pairs */
   int tma_store; /* C 16-byte aligned and N*2 % 16 == 0: smem + TMA-store epilogue */
-} WeaveHgemmSinkArgs;
+} weave_hgemm_sink_args_t;
 
 template <int DT, int CL>
-struct WeaveHgemmStandaloneSink {
+struct weave_hgemm_standalone_sink_t {
   static constexpr bool kWeaveTmaStore = true;
   static constexpr bool kWeaveTmaPublish = false; /* nothing waits for a tile: no completion wait */
   static constexpr bool kWeaveNoEnd = true;       /* and nothing happens at its end */
   typedef typename std::conditional<DT == WEAVE_BF16, __nv_bfloat16, __half>::type TmaElem;
-  WeaveHgemmSinkArgs a;
+  weave_hgemm_sink_args_t a;
   const CUtensorMap *cmap; /* in kernel-parameter space */
 
   /* CL == 2: tiles come in pairs (2q, 2q + 1) = tile rows (2i, 2i + 1) of one tile column */
   __device__ __forceinline__ void coords(int seq, int *row0, int *col0) {
     int tm, tn;
     if (CL == 1) {
-      weave_hgemm_grouped_coords(seq, a.tiles_m, a.tiles_n, a.group_m, &tm, &tn);
+      weave_grouped_tile_coords(seq, a.tiles_m, a.tiles_n, a.group_m, &tm, &tn);
     } else {
       int pm;
-      weave_hgemm_grouped_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, &tn);
+      weave_grouped_tile_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, &tn);
       tm = 2 * pm + (seq & 1);
     }
     *row0 = tm * WEAVE_HGEMM_BM;
@@ -108,22 +109,22 @@ struct WeaveHgemmStandaloneSink {
  * instead of the cooperative one */
 template <int DT, int BCOL, int CL, bool PP>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
-    weave_hopper_gemm_kernel(const __grid_constant__ WeaveHopperGemmParams p,
-                             const __grid_constant__ CUtensorMap c_map, WeaveHgemmSinkArgs sa) {
+    weave_hgemm_kernel(const __grid_constant__ weave_hgemm_params_t p,
+                       const __grid_constant__ CUtensorMap c_map, weave_hgemm_sink_args_t sa) {
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem =
       (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
-  WeaveHgemmStandaloneSink<DT, CL> sink;
+  weave_hgemm_standalone_sink_t<DT, CL> sink;
   sink.a = sa;
   sink.cmap = &c_map;
   if constexpr (PP) {
     const int seq_count = CL == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-    weave_hopper_gemm_role_pp_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL>(
+    weave_hgemm_role_pingpong<weave_hgemm_standalone_sink_t<DT, CL>, DT, BCOL, CL>(
         p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   } else {
     /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
     const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-    weave_hopper_gemm_role_t<WeaveHgemmStandaloneSink<DT, CL>, DT, BCOL, CL, CL == 1>(
+    weave_hgemm_role_coop<weave_hgemm_standalone_sink_t<DT, CL>, DT, BCOL, CL, CL == 1>(
         p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   }
 }
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
 /* ---------------------------------------------------------------------------------------------
  * Host
  * ------------------------------------------------------------------------------------------- */
-static int hgemm_fail(char *errmsg, size_t errlen, int code, const char *fmt, ...) {
+static int weave_hgemm_fail(char *errmsg, size_t errlen, int code, const char *fmt, ...) {
   if (errmsg && errlen) {
     va_list ap;
     va_start(ap, fmt);
@@ -141,14 +142,14 @@ static int hgemm_fail(char *errmsg, size_t errlen, int code, const char *fmt, ..
   return code;
 }
 
-typedef CUresult (*weave_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+typedef CUresult (*weave_hgemm_encode_tiled_fn_t)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
                                           const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
                                           const cuuint32_t *, CUtensorMapInterleave,
                                           CUtensorMapSwizzle, CUtensorMapL2promotion,
                                           CUtensorMapFloatOOBfill);
 
-static weave_encode_tiled_fn hgemm_encode_fn(void) {
-  static weave_encode_tiled_fn fn = NULL; /* benign race: every thread stores the same value */
+static weave_hgemm_encode_tiled_fn_t weave_hgemm_encode_fn(void) {
+  static weave_hgemm_encode_tiled_fn_t fn = NULL; /* benign race: every thread stores the same value */
   if (!fn) {
     void *p = NULL;
     cudaDriverEntryPointQueryResult q;
@@ -156,22 +157,22 @@ static weave_encode_tiled_fn hgemm_encode_fn(void) {
                                          &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
       return NULL;
-    fn = (weave_encode_tiled_fn)p;
+    fn = (weave_hgemm_encode_tiled_fn_t)p;
   }
   return fn;
 }
 
 /* 2-D tensor map: dims {inner, outer}, row pitch in bytes, box {box_inner, box_outer}, 128B swizzle */
-static int hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void *ptr, uint64_t inner,
-                        uint64_t outer, uint64_t pitch, uint32_t box_inner, uint32_t box_outer,
-                        char *errmsg, size_t errlen) {
+static int weave_hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void *ptr, uint64_t inner,
+                              uint64_t outer, uint64_t pitch, uint32_t box_inner, uint32_t box_outer,
+                              char *errmsg, size_t errlen) {
   const CUtensorMapDataType dt = dtype == WEAVE_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                  : dtype == WEAVE_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  weave_encode_tiled_fn fn = hgemm_encode_fn();
+  weave_hgemm_encode_tiled_fn_t fn = weave_hgemm_encode_fn();
   if (!fn)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
-                      "hopper gemm: cuTensorMapEncodeTiled not found in the driver");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
+                            "hopper gemm: cuTensorMapEncodeTiled not found in the driver");
   cuuint64_t dims[2] = {inner, outer};
   cuuint64_t strides[1] = {pitch};
   cuuint32_t box[2] = {box_inner, box_outer};
@@ -180,74 +181,74 @@ static int hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void *ptr, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
-                      "hopper gemm: cuTensorMapEncodeTiled failed (CUresult %d) for dims %llu x %llu "
-                      "pitch %llu box %u x %u",
-                      (int)r, (unsigned long long)inner, (unsigned long long)outer,
-                      (unsigned long long)pitch, box_inner, box_outer);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
+                            "hopper gemm: cuTensorMapEncodeTiled failed (CUresult %d) for dims %llu x %llu "
+                            "pitch %llu box %u x %u",
+                            (int)r, (unsigned long long)inner, (unsigned long long)outer,
+                            (unsigned long long)pitch, box_inner, box_outer);
   return WEAVE_SUCCESS;
 }
 
-extern "C" int weave_hopper_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base,
-                                             uint64_t cols, uint64_t rows, uint64_t pitch, char *errmsg,
-                                             size_t errlen) {
+extern "C" int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base,
+                                            uint64_t cols, uint64_t rows, uint64_t pitch, char *errmsg,
+                                            size_t errlen) {
   if (!map || !base || (elem != WEAVE_BF16 && elem != WEAVE_FP16 && elem != WEAVE_FP32))
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: store map needs a map, a base and a bf16/fp16/fp32 element type");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: store map needs a map, a base and a bf16/fp16/fp32 element type");
   if (((uintptr_t)base & 15) || (pitch & 15) || cols == 0 || rows == 0)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: store map: base %p and pitch %llu must be 16-byte aligned, %llu x %llu "
-                      "non-empty", base, (unsigned long long)pitch, (unsigned long long)rows,
-                      (unsigned long long)cols);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: store map: base %p and pitch %llu must be 16-byte aligned, %llu x %llu "
+                            "non-empty", base, (unsigned long long)pitch, (unsigned long long)rows,
+                            (unsigned long long)cols);
   const uint32_t eb = elem == WEAVE_FP32 ? 4 : 2;
-  return hgemm_encode(map, elem, base, cols, rows, pitch, 128 / eb, WEAVE_HGEMM_EPI_ROWS, errmsg, errlen);
+  return weave_hgemm_encode(map, elem, base, cols, rows, pitch, 128 / eb, WEAVE_HGEMM_EPI_ROWS, errmsg, errlen);
 }
 
-extern "C" int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t dtype,
-                                             weave_layout_t b_layout, const void *A, const void *B,
-                                             WeaveHopperGemmParams *p, char *errmsg, size_t errlen) {
+extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
+                                       weave_layout_t b_layout, const void *A, const void *B,
+                                       weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
   if (!p || !A || !B)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: NULL params, A or B");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: NULL params, A or B");
   if (M <= 0 || N <= 0 || K <= 0)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: M, N, K must be positive (got %d, %d, %d)", M, N, K);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: M, N, K must be positive (got %d, %d, %d)", M, N, K);
   if (dtype != WEAVE_BF16 && dtype != WEAVE_FP16)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: dtype must be WEAVE_BF16 or WEAVE_FP16 (got %d)", (int)dtype);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: dtype must be WEAVE_BF16 or WEAVE_FP16 (got %d)", (int)dtype);
   if (b_layout != WEAVE_LAYOUT_ROW && b_layout != WEAVE_LAYOUT_COL)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: b_layout must be WEAVE_LAYOUT_ROW or WEAVE_LAYOUT_COL (got %d)",
-                      (int)b_layout);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: b_layout must be WEAVE_LAYOUT_ROW or WEAVE_LAYOUT_COL (got %d)",
+                            (int)b_layout);
   if (((uintptr_t)A & 15) || ((uintptr_t)B & 15))
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: A and B must be 16-byte aligned (TMA)");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: A and B must be 16-byte aligned (TMA)");
   if (((size_t)K * 2) % 16)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: rows of A must be 16-byte aligned: K*2 = %lld bytes is not a "
-                      "multiple of 16 (K must be a multiple of 8)",
-                      (long long)K * 2);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: rows of A must be 16-byte aligned: K*2 = %lld bytes is not a "
+                            "multiple of 16 (K must be a multiple of 8)",
+                            (long long)K * 2);
   if (b_layout == WEAVE_LAYOUT_ROW && ((size_t)N * 2) % 16)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: rows of B (ROW layout, [K, N]) must be 16-byte aligned: N*2 = %lld "
-                      "bytes is not a multiple of 16 (N must be a multiple of 8)",
-                      (long long)N * 2);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: rows of B (ROW layout, [K, N]) must be 16-byte aligned: N*2 = %lld "
+                            "bytes is not a multiple of 16 (N must be a multiple of 8)",
+                            (long long)N * 2);
   memset(p, 0, sizeof(*p));
-  int r = hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, (uint64_t)K * 2,
-                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BM, errmsg, errlen);
+  int r = weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, (uint64_t)K * 2,
+                             WEAVE_HGEMM_BK, WEAVE_HGEMM_BM, errmsg, errlen);
   if (r) return r;
   if (b_layout == WEAVE_LAYOUT_COL) {
-    r = hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
-                     WEAVE_HGEMM_BK, WEAVE_HGEMM_BN, errmsg, errlen);
+    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                           WEAVE_HGEMM_BK, WEAVE_HGEMM_BN, errmsg, errlen);
     if (!r)
-      r = hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
-                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 2, errmsg, errlen);
+      r = weave_hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                             WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 2, errmsg, errlen);
     if (!r)
-      r = hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
-                       WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 4, errmsg, errlen);
+      r = weave_hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
+                             WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 4, errmsg, errlen);
   } else {
-    r = hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64,
-                     WEAVE_HGEMM_BK, errmsg, errlen);
+    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64,
+                           WEAVE_HGEMM_BK, errmsg, errlen);
   }
   if (r) return r;
   /* MN-major, 128B swizzle: 64-column (128-byte) slabs of BK rows, LBO = distance between slabs
@@ -271,11 +272,11 @@ extern "C" int weave_hgemm_knob(const char *name); /* src/env.c: value in range,
 
 /* launches kernel<DT, BCOL, CL>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
 template <int DT, int BCOL, int CL, bool PP>
-static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensorMap &c_map,
-                                  const WeaveHgemmSinkArgs &sa, int grid, int dev,
-                                  cudaStream_t stream) {
-  void (*kern)(const WeaveHopperGemmParams, const CUtensorMap, WeaveHgemmSinkArgs) =
-      weave_hopper_gemm_kernel<DT, BCOL, CL, PP>;
+static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
+                                           const weave_hgemm_sink_args_t &sa, int grid, int dev,
+                                           cudaStream_t stream) {
+  void (*kern)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t) =
+      weave_hgemm_kernel<DT, BCOL, CL, PP>;
   /* once per device and instantiation (ranks of one process may drive several devices) */
   static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
   static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
@@ -326,11 +327,11 @@ static cudaError_t hgemm_launch_t(const WeaveHopperGemmParams &p, const CUtensor
  * (within noise at 132 blocks, slower at 116); stream-K tail by its cost model. */
 typedef struct {
   int cluster, tma_store, group_m, streamk, pingpong;
-} hgemm_knobs_t;
+} weave_hgemm_knobs_t;
 
-static hgemm_knobs_t hgemm_knobs(void) {
+static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
   static int read = 0;
-  static hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1, 1};
+  static weave_hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1, 1};
   if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) { /* benign race: every thread reads the same values */
     k.cluster = weave_hgemm_knob("WEAVE_HGEMM_CLUSTER");
     k.tma_store = weave_hgemm_knob("WEAVE_HGEMM_TMA_STORE");
@@ -343,7 +344,7 @@ static hgemm_knobs_t hgemm_knobs(void) {
 }
 
 /* SMs of the current device, or 0 (no device) */
-static int hgemm_sm_count(void) {
+static int weave_hgemm_sm_count(void) {
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
@@ -359,9 +360,9 @@ static int hgemm_sm_count(void) {
  * streamk / schedule: the call's requests; AUTO follows WEAVE_HGEMM_STREAMK (0 off, 1 cost model,
  * 2 on) and WEAVE_HGEMM_PINGPONG (0 off, 1 auto, 2 on). The launcher, the workspace query and the
  * bench all ask here. */
-static weave_hgemm_sk_t hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
-                                   int schedule, int *grid_out, int *cl_out, int *pp_out) {
-  const hgemm_knobs_t k = hgemm_knobs();
+static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
+                                         int schedule, int *grid_out, int *cl_out, int *pp_out) {
+  const weave_hgemm_knobs_t k = weave_hgemm_knobs();
   int grid = num_blocks <= 0 || num_blocks > sms ? sms : num_blocks;
   int mode = streamk;
   if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
@@ -377,75 +378,75 @@ static weave_hgemm_sk_t hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blo
   return weave_hgemm_sk_plan(tiles_m * tiles_n, grid, kt, mode);
 }
 
-extern "C" int weave_hopper_gemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule) {
-  const int sms = hgemm_sm_count();
+extern "C" int weave_hgemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule) {
+  const int sms = weave_hgemm_sm_count();
   int pp = 0;
   if (M > 0 && N > 0 && K > 0 && sms > 0)
-    hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-               (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk, schedule, NULL, NULL, &pp);
+    weave_hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
+                     (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk, schedule, NULL, NULL, &pp);
   return pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
 }
 
-extern "C" weave_hgemm_sk_t weave_hopper_gemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk) {
-  const int sms = hgemm_sm_count();
+extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk) {
+  const int sms = weave_hgemm_sm_count();
   if (M <= 0 || N <= 0 || K <= 0 || sms <= 0) return weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
-  return hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                    (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk,
-                    WEAVE_HGEMM_SCHED_AUTO, NULL, NULL, NULL);
+  return weave_hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
+                          (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk,
+                          WEAVE_HGEMM_SCHED_AUTO, NULL, NULL, NULL);
 }
 
-extern "C" size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk) {
-  const weave_hgemm_sk_t sk = weave_hopper_gemm_streamk_plan(M, N, K, num_blocks, streamk);
+extern "C" size_t weave_hgemm_workspace_size(int M, int N, int K, int num_blocks, int streamk) {
+  const weave_hgemm_sk_t sk = weave_hgemm_streamk_plan(M, N, K, num_blocks, streamk);
   return weave_hgemm_sk_workspace_bytes(&sk);
 }
 
-extern "C" size_t weave_hopper_gemm_workspace_max(int num_blocks) {
-  if (num_blocks <= 0) num_blocks = hgemm_sm_count();
+extern "C" size_t weave_hgemm_workspace_max(int num_blocks) {
+  if (num_blocks <= 0) num_blocks = weave_hgemm_sm_count();
   return weave_hgemm_sk_workspace_max(num_blocks > 0 ? num_blocks : 132);
 }
 
 #if WEAVE_HGEMM_PROFILE
-/* Diagnostic build only: writes the last launch's clock64() stamps (gemm_hopper.cuh,
+/* Diagnostic build only: writes the last launch's clock64() stamps (prof.cuh,
  * WEAVE_HGEMM_PROFILE) to `path` as raw int64 [blocks][3][tiles][events] and zeroes them. */
-extern "C" int weave_hopper_gemm_profile_save(const char *path) {
-  static long long h[WEAVE_HG_PROF_BLOCKS][3][WEAVE_HG_PROF_TILES][WEAVE_HG_PROF_EVENTS];
-  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, weave_hg_prof, sizeof h) != cudaSuccess)
+extern "C" int weave_hgemm_profile_save(const char *path) {
+  static long long h[WEAVE_HGEMM_PROF_BLOCKS][3][WEAVE_HGEMM_PROF_TILES][WEAVE_HGEMM_PROF_EVENTS];
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, weave_hgemm_prof, sizeof h) != cudaSuccess)
     return WEAVE_ERROR_CUDA;
   FILE *f = fopen(path, "wb");
   if (!f) return WEAVE_ERROR_INVALID_ARGUMENT;
   const size_t n = fwrite(h, sizeof h, 1, f);
   fclose(f);
   memset(h, 0, sizeof h);
-  if (cudaMemcpyToSymbol(weave_hg_prof, h, sizeof h) != cudaSuccess) return WEAVE_ERROR_CUDA;
+  if (cudaMemcpyToSymbol(weave_hgemm_prof, h, sizeof h) != cudaSuccess) return WEAVE_ERROR_CUDA;
   return n == 1 ? WEAVE_SUCCESS : WEAVE_ERROR_INVALID_ARGUMENT;
 }
 #endif
 
-extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaStream_t stream,
-                                        char *errmsg, size_t errlen) {
-  if (!a) return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL args");
+extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stream,
+                                  char *errmsg, size_t errlen) {
+  if (!a) return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL args");
   if (!a->C)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL C");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL C");
   if (((uintptr_t)a->C & 1) || ((uintptr_t)a->bias & 1))
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "hopper gemm: C and bias must be 2-byte aligned");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: C and bias must be 2-byte aligned");
   int dev = 0, major = 0, minor = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
     cudaGetLastError();
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_NO_DEVICE, "hopper gemm: no usable CUDA device");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_NO_DEVICE, "hopper gemm: no usable CUDA device");
   }
   if (major != 9 || minor != 0)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_UNSUPPORTED_DEVICE,
-                      "hopper gemm: needs an sm_90 device (device %d is sm_%d%d)", dev, major, minor);
-  WeaveHopperGemmParams p;
-  int r = weave_hopper_gemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p,
-                                        errmsg, errlen);
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_UNSUPPORTED_DEVICE,
+                            "hopper gemm: needs an sm_90 device (device %d is sm_%d%d)", dev, major, minor);
+  weave_hgemm_params_t p;
+  int r = weave_hgemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p,
+                                  errmsg, errlen);
   if (r) return r;
-  const hgemm_knobs_t knobs = hgemm_knobs();
-  WeaveHgemmSinkArgs sa;
+  const weave_hgemm_knobs_t knobs = weave_hgemm_knobs();
+  weave_hgemm_sink_args_t sa;
   memset(&sa, 0, sizeof sa);
   sa.C = a->C;
   sa.bias = a->bias;
@@ -459,14 +460,14 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);
   if (knobs.tma_store && ((uintptr_t)a->C & 15) == 0 && ((size_t)p.N * 2) % 16 == 0) {
-    r = weave_hopper_encode_store_map(&c_map, a->dtype, a->C, (uint64_t)p.N, (uint64_t)p.M,
-                                      (uint64_t)p.N * 2, errmsg, errlen);
+    r = weave_hgemm_encode_store_map(&c_map, a->dtype, a->C, (uint64_t)p.N, (uint64_t)p.M,
+                                     (uint64_t)p.N * 2, errmsg, errlen);
     if (r) return r;
     sa.tma_store = 1;
   }
   int grid, cl, pp;
-  const weave_hgemm_sk_t sk = hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk,
-                                         a->schedule, &grid, &cl, &pp);
+  const weave_hgemm_sk_t sk = weave_hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk,
+                                               a->schedule, &grid, &cl, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
    * to the tile count only without it */
@@ -480,10 +481,10 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                            \
-  (pp ? (cl == 2 ? hgemm_launch_t<DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)            \
-               : hgemm_launch_t<DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))             \
-      : cl == 2 ? hgemm_launch_t<DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)              \
-                : hgemm_launch_t<DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
+  (pp ? (cl == 2 ? weave_hgemm_launch_impl<DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)            \
+               : weave_hgemm_launch_impl<DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))             \
+      : cl == 2 ? weave_hgemm_launch_impl<DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)              \
+                : weave_hgemm_launch_impl<DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
   if (a->dtype == WEAVE_BF16) {
     e = a->b_layout == WEAVE_LAYOUT_COL ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0);
   } else {
@@ -491,7 +492,7 @@ extern "C" int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *a, cudaS
   }
 #undef WEAVE_HGEMM_LAUNCH
   if (e != cudaSuccess)
-    return hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s",
-                      cudaGetErrorString(e));
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s",
+                            cudaGetErrorString(e));
   return WEAVE_SUCCESS;
 }

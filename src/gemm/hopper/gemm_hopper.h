@@ -9,6 +9,7 @@
  * N*2 % 16 == 0 for a ROW B); C and bias 2-byte aligned. Anything else is WEAVE_ERROR_INVALID_ARGUMENT.
  *
  * The device side (the GEMM role usable from any kernel, the Sink contract) is in gemm_hopper.cuh.
+ * Names: weave_hgemm_* functions, weave_hgemm_*_t types, WEAVE_HGEMM_* macros.
  * This header is plain C (it needs cuda.h only for the CUtensorMap type; libcuda is not linked: the
  * tensor maps are encoded through cudaGetDriverEntryPointByVersion).
  */
@@ -21,7 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include "weave.h"
-#include "gemm/hopper/gemm_streamk.h"
+#include "gemm/hopper/tile_scheduler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,14 +60,14 @@ extern "C" {
 /* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads); the
  * TMA-store epilogue also uses ids 2 and 3 (128 threads each). */
 #define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
-/* Named barrier id of weave_hopper_gemm_regs_restore (all 384 threads). */
+/* Named barrier id of weave_hgemm_regs_restore (all 384 threads). */
 #define WEAVE_HGEMM_RESTORE_BARRIER_ID 4
 /* The ping-pong role's turn barriers use ids 5 and 6 (WEAVE_HGEMM_PP_ORDER_BARRIER_ID). */
-/* WEAVE_HGEMM_GROUP_M, the default tile-row group of the grouped tile order: gemm_streamk.h. */
+/* WEAVE_HGEMM_GROUP_M, the default tile-row group of the grouped tile order: tile_scheduler.h. */
 
 /* Everything the device role needs. Must live in kernel-parameter space (a __grid_constant__
  * parameter, or a member of one) because the TMA unit reads the tensor maps from there. */
-typedef struct WeaveHopperGemmParams {
+typedef struct weave_hgemm_params {
   CUtensorMap tmap_a;      /* A [M, K]: box {BK, BM}, 128B swizzle */
   CUtensorMap tmap_b;      /* COL: [N, K] box {BK, BN}; ROW: [K, N] box {64, BK} (4 per stage) */
   CUtensorMap tmap_b_half; /* COL only: [N, K] box {BK, BN/2}: 2-CTA clusters, ping-pong halves */
@@ -77,12 +78,12 @@ typedef struct WeaveHopperGemmParams {
   int k_blocks;            /* ceil(K / BK) */
   int dtype;               /* weave_dtype_t: WEAVE_BF16 or WEAVE_FP16 */
   int b_layout;            /* weave_layout_t */
-  /* stream-K tail (gemm_streamk.h); sk.sk_tiles == 0: data-parallel only (what the fused kernel
+  /* stream-K tail (tile_scheduler.h); sk.sk_tiles == 0: data-parallel only (what the fused kernel
    * uses: make_params leaves it so). Set by the standalone launcher. */
   weave_hgemm_sk_t sk;
   float *sk_partials;      /* 2 * sk.sk_blocks slots of WEAVE_HGEMM_SK_SLOT_FLOATS */
   unsigned *sk_counters;   /* sk.sk_tiles counters, zero between calls */
-} WeaveHopperGemmParams;
+} weave_hgemm_params_t;
 
 typedef struct {
   int M, N, K;
@@ -93,51 +94,51 @@ typedef struct {
   const void *bias;          /* [N] or NULL */
   void *C;
   int num_blocks;            /* persistent CTAs; <= 0: SM count; clamped to SM count and tile count */
-  /* Stream-K tail (gemm_streamk.h): used when the workspace is large enough for the schedule
-   * (weave_hopper_gemm_workspace_size), else data-parallel tiles only. The workspace must be zeroed
+  /* Stream-K tail (tile_scheduler.h): used when the workspace is large enough for the schedule
+   * (weave_hgemm_workspace_size), else data-parallel tiles only. The workspace must be zeroed
    * once before its first use (cudaMemset) and used by one stream at a time; every call leaves it
    * ready for the next. streamk: WEAVE_HGEMM_SK_AUTO (cost model; env WEAVE_HGEMM_STREAMK=0|1|2 =
    * off|auto|on overrides), WEAVE_HGEMM_SK_OFF or WEAVE_HGEMM_SK_ON. */
   void *workspace;
   size_t workspace_bytes;
   int streamk;
-  /* WEAVE_HGEMM_SCHED_AUTO (weave_hgemm_pick_pingpong in gemm_streamk.h; env WEAVE_HGEMM_PINGPONG=
+  /* WEAVE_HGEMM_SCHED_AUTO (weave_hgemm_pick_pingpong in tile_scheduler.h; env WEAVE_HGEMM_PINGPONG=
    * 0|1|2 = cooperative|auto|ping-pong overrides), WEAVE_HGEMM_SCHED_COOP or WEAVE_HGEMM_SCHED_PINGPONG
    * (ping-pong: no stream-K, no cluster) */
   int schedule;
-} weave_hopper_gemm_args_t;
+} weave_hgemm_args_t;
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
  * Used by the standalone launcher and by the fused kernel's host code. Returns a weave_result_t. */
-int weave_hopper_gemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                                  const void *A, const void *B, WeaveHopperGemmParams *params,
-                                  char *errmsg, size_t errlen);
+int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
+                            const void *A, const void *B, weave_hgemm_params_t *params,
+                            char *errmsg, size_t errlen);
 
 /* Tensor map for the TMA-store epilogue: a row-major [rows, cols] matrix of `elem` (bf16, fp16 or
  * fp32) at `base` with `pitch` bytes per row, box = one staging buffer (128 bytes x 64 rows), 128B
  * swizzle. base and pitch must be 16-byte aligned. Stores outside [rows, cols] are dropped by the TMA
  * unit, which is how partial tiles (and tiles that cross an owner's last row) are clipped. */
-int weave_hopper_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
-                                  uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen);
+int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
+                                 uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen);
 
 /* The stream-K schedule a call would run with on the current device (given a large enough
  * workspace; sk_tiles 0: whole tiles only), the workspace it needs (0: none), and the most any shape
  * can need on num_blocks blocks (<= 0: all SMs of the current device). */
-weave_hgemm_sk_t weave_hopper_gemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk);
-size_t weave_hopper_gemm_workspace_size(int M, int N, int K, int num_blocks, int streamk);
-size_t weave_hopper_gemm_workspace_max(int num_blocks);
+weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk);
+size_t weave_hgemm_workspace_size(int M, int N, int K, int num_blocks, int streamk);
+size_t weave_hgemm_workspace_max(int num_blocks);
 /* The schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG) a call with these arguments runs with on the
  * current device (COOP when there is none). */
-int weave_hopper_gemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule);
-/* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, gemm_hopper.cuh): saves the last cooperative
+int weave_hgemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule);
+/* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, prof.cuh): saves the last cooperative
  * launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
-int weave_hopper_gemm_profile_save(const char *path);
+int weave_hgemm_profile_save(const char *path);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond
  * of host time; no cache, so pointers may change freely between calls). */
-int weave_hopper_gemm_launch(const weave_hopper_gemm_args_t *args, cudaStream_t stream, char *errmsg,
-                             size_t errlen);
+int weave_hgemm_launch(const weave_hgemm_args_t *args, cudaStream_t stream, char *errmsg,
+                       size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,10 @@
 /*
- * weave Hopper GEMM role, ping-pong schedule: device side (same Sink contract and block shape as the
- * cooperative role in gemm_hopper.cuh, whose helpers it uses).
+ * The Hopper GEMM's ping-pong role (same Sink contract and block shape as the cooperative role,
+ * gemm_hopper.cuh; the same ring, epilogue and register split).
  *
  * Why a second schedule: in the cooperative role both consumer warpgroups share one 128 x 256 tile,
  * so the tensor core idles while they write it out (the epilogue). At K = 1024 that is ~0.5 us of a
- * ~12 us tile, and the ablation with no output write ran 10% faster (docs/hopper_gemm.md, step 4).
+ * ~12 us tile, and an ablation with no output write ran 10% faster (docs/hopper_gemm.md).
  * Here each consumer warpgroup computes its own 128 x 128 half of the same 128 x 256 work item
  * (warpgroup 1 the left half, warpgroup 2 the right), and their main loops take turns, so one
  * warpgroup's epilogue runs under the other's main loop:
@@ -22,7 +22,8 @@
  *   Ring: WEAVE_HGEMM_PP_STAGES stages of A [128 x 64] + B half [128 x 64] (32 KiB; same bytes as
  *   the cooperative ring), full mbarrier (1 arrival + TMA bytes) and empty mbarrier (1 arrival: the
  *   one warpgroup that read it). The producer fills, per item, L's k-blocks then R's k-blocks; each
- *   consumer warpgroup consumes its k_blocks stages and skips the other's (advancing stage/parity).
+ *   consumer warpgroup consumes its k_blocks stages and skips the other's (weave_hgemm_pipe_skip,
+ *   pipeline_state.h).
  *   Turns: two named barriers of 256 threads (WEAVE_HGEMM_PP_ORDER_BARRIER_ID, +1). Warpgroup 2
  *   syncs on the first before each main loop, warpgroup 1 arrives on it after issuing its main loop;
  *   the second works the other way round (warpgroup 1 syncs before every main loop but its first,
@@ -47,7 +48,11 @@
 #ifndef WEAVE_GEMM_HOPPER_PINGPONG_CUH
 #define WEAVE_GEMM_HOPPER_PINGPONG_CUH
 
-#include "gemm/hopper/gemm_hopper.cuh"
+#include "gemm/hopper/epilogue.cuh"
+#include "gemm/hopper/gemm_hopper.h"
+#include "gemm/hopper/pipeline.cuh"
+#include "gemm/hopper/ptx.cuh"
+#include "gemm/hopper/register_split.cuh"
 
 #define WEAVE_HGEMM_PP_BN 128 /* columns of an item a consumer warpgroup computes */
 #define WEAVE_HGEMM_PP_STAGE_BYTES (WEAVE_HGEMM_A_STAGE_BYTES + WEAVE_HGEMM_PP_BN * WEAVE_HGEMM_BK * 2)
@@ -57,63 +62,43 @@
 #define WEAVE_HGEMM_PP_ORDER_BARRIER_ID 5 /* and 6 */
 static_assert(2 * WEAVE_HGEMM_PP_STAGES * 8 + 8 <= 1024, "ping-pong mbarriers and join counters exceed the barrier area");
 
-/* d: a 64-float array (not an expression: the macro indexes it) */
-#define WEAVE_HGEMM_WGMMA_M64N128K16(TY, d, desc_a, desc_b, scale_d, TNSPB) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-    "}, %64, %65, p, 1, 1, 0, %67;\n}\n" \
-    : WEAVE_HG_ACC64_OUT(d, 0) \
-    : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
-
-static __device__ __forceinline__ unsigned weave_hg_atom_add_acq_rel_cta_shared(uint32_t addr, unsigned v) {
-  unsigned old;
-  asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
-  return old;
-}
-
 template <class Sink, int DT, int BCOL, int CL>
-__device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGemmParams &p,
-                                                            unsigned char *smem, int seq_begin,
-                                                            int seq_stride, int seq_count, Sink &sink) {
+__device__ __forceinline__ void weave_hgemm_role_pingpong(const weave_hgemm_params_t &p, unsigned char *smem,
+                                                          int seq_begin, int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
   constexpr int S = WEAVE_HGEMM_PP_STAGES;
-  const uint32_t smem_base = weave_hg_smem_u32(smem);
+  const uint32_t smem_base = weave_hgemm_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
   const uint32_t empty_bar = full_bar + S * 8;
   const uint32_t join = empty_bar + S * 8; /* two u32 counters */
   const int tid = threadIdx.x;
   const int kt = p.k_blocks;
-  const uint32_t cta_rank = CL == 2 ? weave_hg_cluster_ctarank() : 0;
+  const uint32_t cta_rank = CL == 2 ? weave_hgemm_cluster_ctarank() : 0;
 
   if (tid == 0) {
-    weave_hg_st_shared_u32(join, 0u);
-    weave_hg_st_shared_u32(join + 4, 0u);
+    weave_hgemm_st_shared_u32(join, 0u);
+    weave_hgemm_st_shared_u32(join + 4, 0u);
   }
-  weave_hg_ring_init<CL>(full_bar, empty_bar, S, CL); /* a stage's one consumer warpgroup per CTA */
+  weave_hgemm_ring_init<CL>(full_bar, empty_bar, S, CL); /* a stage's one consumer warpgroup per CTA */
 
-  if (!weave_hopper_gemm_regs_split()) {
+  if (!weave_hgemm_regs_split()) {
     /* ---------------- producer: per item, the left half's k-blocks, then the right half's ---- */
     if (tid == 0) {
-      weave_hg_tma_prefetch_map(&p.tmap_a);
-      weave_hg_tma_prefetch_map(BCOL ? (CL == 2 ? &p.tmap_b_quarter : &p.tmap_b_half) : &p.tmap_b);
-      int stage = 0;
-      uint32_t phase = 0;
+      weave_hgemm_tma_prefetch_map(&p.tmap_a);
+      weave_hgemm_tma_prefetch_map(BCOL ? (CL == 2 ? &p.tmap_b_quarter : &p.tmap_b_half) : &p.tmap_b);
+      weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
       for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
         int m0, n0;
         sink.coords(seq, &m0, &n0);
         for (int h = 0; h < 2; ++h) {
           const int nh = n0 + h * WEAVE_HGEMM_PP_BN;
           for (int kb = 0; kb < kt; ++kb) {
-            weave_hg_mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-            const uint32_t fb = full_bar + 8 * stage;
-            weave_hg_mbar_expect_tx(fb, WEAVE_HGEMM_PP_STAGE_BYTES);
-            weave_hg_load_stage<BCOL, WEAVE_HGEMM_PP_BN, CL>(p, smem_base + stage * WEAVE_HGEMM_PP_STAGE_BYTES, fb,
-                                                             kb * WEAVE_HGEMM_BK, m0, nh, cta_rank);
-            weave_hgemm_ring_skip(&stage, &phase, 1, S);
+            weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
+            const uint32_t fb = full_bar + 8 * pipe.stage;
+            weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_PP_STAGE_BYTES);
+            weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_PP_BN, CL>(p, smem_base + pipe.stage * WEAVE_HGEMM_PP_STAGE_BYTES, fb,
+                                                                kb * WEAVE_HGEMM_BK, m0, nh, cta_rank);
+            weave_hgemm_pipe_skip(&pipe, 1, S);
           }
         }
       }
@@ -129,23 +114,22 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
     const int order_wait = WEAVE_HGEMM_PP_ORDER_BARRIER_ID + (cw == 0 ? 1 : 0);
     const int order_post = WEAVE_HGEMM_PP_ORDER_BARRIER_ID + (cw == 0 ? 0 : 1);
     float acc0[64], acc1[64]; /* rows 0-63 and 64-127 of the half-item */
-    int stage = 0;
-    uint32_t phase = 0;
-    if (cw == 1) weave_hgemm_ring_skip(&stage, &phase, kt, S); /* the right half's stages follow the left's */
+    weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
+    if (cw == 1) weave_hgemm_pipe_skip(&pipe, kt, S); /* the right half's stages follow the left's */
     int item = 0;
     for (int seq = seq_begin; seq < seq_count; seq += seq_stride, ++item) {
-      if (cw == 1 || item > 0) weave_hg_named_barrier_sync(order_wait, WEAVE_HGEMM_CONSUMER_THREADS);
+      if (cw == 1 || item > 0) weave_hgemm_named_barrier_sync(order_wait, WEAVE_HGEMM_CONSUMER_THREADS);
       int prev_stage = 0;
       for (int kb = 0; kb < kt; ++kb) {
-        weave_hg_mbar_wait(full_bar + 8 * stage, phase);
-        const uint32_t sa = smem_base + stage * WEAVE_HGEMM_PP_STAGE_BYTES;
+        weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
+        const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_PP_STAGE_BYTES;
         const uint32_t sb = sa + WEAVE_HGEMM_A_STAGE_BYTES;
-        const uint64_t da0 = weave_hg_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
-        const uint64_t da1 = weave_hg_desc(sa + 64 * 128, WEAVE_HGEMM_DESC_KMAJOR_SW128);
-        const uint64_t db = weave_hg_desc(sb, b_base);
-        weave_hg_fence_regs<64>(acc0);
-        weave_hg_fence_regs<64>(acc1);
-        weave_hg_wgmma_fence();
+        const uint64_t da0 = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
+        const uint64_t da1 = weave_hgemm_desc(sa + 64 * 128, WEAVE_HGEMM_DESC_KMAJOR_SW128);
+        const uint64_t db = weave_hgemm_desc(sb, b_base);
+        weave_hgemm_fence_regs<64>(acc0);
+        weave_hgemm_fence_regs<64>(acc1);
+        weave_hgemm_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
           const uint32_t scale_d = (kb > 0 || k > 0) ? 1u : 0u;
@@ -157,21 +141,21 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
             WEAVE_HGEMM_WGMMA_M64N128K16("f16", acc1, da1 + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
           }
         }
-        weave_hg_wgmma_commit();
-        weave_hg_fence_regs<64>(acc0);
-        weave_hg_fence_regs<64>(acc1);
-        weave_hg_wgmma_wait<1>();
-        if (kb > 0 && ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
-        prev_stage = stage;
-        weave_hgemm_ring_skip(&stage, &phase, 1, S);
+        weave_hgemm_wgmma_commit();
+        weave_hgemm_fence_regs<64>(acc0);
+        weave_hgemm_fence_regs<64>(acc1);
+        weave_hgemm_wgmma_wait<1>();
+        if (kb > 0 && ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
+        prev_stage = pipe.stage;
+        weave_hgemm_pipe_skip(&pipe, 1, S);
       }
       /* the partner may issue now: its wgmmas queue behind this warpgroup's last group */
-      weave_hg_named_barrier_arrive(order_post, WEAVE_HGEMM_CONSUMER_THREADS);
-      weave_hg_wgmma_wait<0>();
-      weave_hg_fence_regs<64>(acc0);
-      weave_hg_fence_regs<64>(acc1);
-      if (ltid == 0) weave_hg_release_stage<CL>(empty_bar + 8 * prev_stage);
-      weave_hgemm_ring_skip(&stage, &phase, kt, S); /* the partner's half of the next item */
+      weave_hgemm_named_barrier_arrive(order_post, WEAVE_HGEMM_CONSUMER_THREADS);
+      weave_hgemm_wgmma_wait<0>();
+      weave_hgemm_fence_regs<64>(acc0);
+      weave_hgemm_fence_regs<64>(acc1);
+      if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
+      weave_hgemm_pipe_skip(&pipe, kt, S); /* the partner's half of the next item */
 
       int m0, n0;
       sink.coords(seq, &m0, &n0);
@@ -184,9 +168,9 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
           constexpr int NCH = WEAVE_HGEMM_PP_BN / (128 / (int)sizeof(typename Sink::TmaElem)); /* chunks a call */
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
           const int trow = sink.tma_row(m0);
-          weave_hg_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc0, ebuf, 0, c0, trow, cw, lrow, lane, ltid);
-          weave_hg_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc1, ebuf, NCH, c0, trow + 64, cw, lrow, lane, ltid);
-          weave_hg_store_rows_complete<Sink>(ltid);
+          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc0, ebuf, 0, c0, trow, cw, lrow, lane, ltid);
+          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc1, ebuf, NCH, c0, trow + 64, cw, lrow, lane, ltid);
+          weave_hgemm_store_rows_complete<Sink>(ltid);
           done = true;
         }
       }
@@ -204,21 +188,21 @@ __device__ __forceinline__ void weave_hopper_gemm_role_pp_t(const WeaveHopperGem
         }
       }
       /* this half is stored; the second half to get here hands the item to end() */
-      weave_hg_named_barrier_sync(2 + cw, 128);
+      weave_hgemm_named_barrier_sync(2 + cw, 128);
       if (ltid == 0) {
         const uint32_t slot = join + 4u * (uint32_t)(item & 1);
-        if (weave_hg_atom_add_acq_rel_cta_shared(slot, 1u) == 1u) {
-          weave_hg_st_shared_u32(slot, 0u);
+        if (weave_hgemm_atom_add_acq_rel_cta_shared(slot, 1u) == 1u) {
+          weave_hgemm_st_shared_u32(slot, 0u);
           sink.end(seq);
         }
       }
     }
-    if (cw == 0 && item > 0) weave_hg_named_barrier_sync(order_wait, WEAVE_HGEMM_CONSUMER_THREADS);
+    if (cw == 0 && item > 0) weave_hgemm_named_barrier_sync(order_wait, WEAVE_HGEMM_CONSUMER_THREADS);
     if constexpr (weave_hgemm_sink_tma<Sink>::value) {
-      if (ltid == 0) weave_hg_bulk_wait_all(); /* smem must outlive the stores that read it */
+      if (ltid == 0) weave_hgemm_bulk_wait_all(); /* smem must outlive the stores that read it */
     }
   }
-  if (CL == 2) weave_hg_cluster_sync();
+  if (CL == 2) weave_hgemm_cluster_sync();
 }
 
 #endif /* WEAVE_GEMM_HOPPER_PINGPONG_CUH */

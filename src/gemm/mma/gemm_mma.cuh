@@ -39,35 +39,35 @@ typedef struct {
 
 __device__ __forceinline__ uint32_t weave_mma_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-__device__ __forceinline__ void weave_cp_async16(uint32_t dst, const void *src, int bytes) {
+__device__ __forceinline__ void weave_mma_cp_async16(uint32_t dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
-__device__ __forceinline__ void weave_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void weave_cp_async_wait() {
+__device__ __forceinline__ void weave_mma_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void weave_mma_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void weave_ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                  uint32_t &r3) {
+__device__ __forceinline__ void weave_mma_ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                                      uint32_t &r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
 }
-__device__ __forceinline__ void weave_ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                        uint32_t &r3) {
+__device__ __forceinline__ void weave_mma_ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                                            uint32_t &r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
 }
 
-template <typename T> __device__ __forceinline__ void weave_mma16816(float *c, const uint32_t *a, const uint32_t *b);
-template <> __device__ __forceinline__ void weave_mma16816<__nv_bfloat16>(float *c, const uint32_t *a, const uint32_t *b) {
+template <typename T> __device__ __forceinline__ void weave_mma_m16n8k16(float *c, const uint32_t *a, const uint32_t *b);
+template <> __device__ __forceinline__ void weave_mma_m16n8k16<__nv_bfloat16>(float *c, const uint32_t *a, const uint32_t *b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-template <> __device__ __forceinline__ void weave_mma16816<__half>(float *c, const uint32_t *a, const uint32_t *b) {
+template <> __device__ __forceinline__ void weave_mma_m16n8k16<__half>(float *c, const uint32_t *a, const uint32_t *b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -75,7 +75,7 @@ template <> __device__ __forceinline__ void weave_mma16816<__half>(float *c, con
 }
 
 /* Byte offset of 16-byte chunk `c` of row `r` in a tile whose rows hold `chunks` chunks. */
-__device__ __forceinline__ int weave_swz(int r, int c, int chunks) {
+__device__ __forceinline__ int weave_mma_swz(int r, int c, int chunks) {
   return chunks == 4 ? (r * 4 + (c ^ ((r >> 1) & 3))) * 16 : (r * chunks + (c ^ (r & 7))) * 16;
 }
 
@@ -92,10 +92,10 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
     {
       int r = idx >> 2, c = idx & 3;
       int gr = row0 + r, gk = k0 + c * 8;
-      unsigned char *dst = sA + weave_swz(r, c, 4);
+      unsigned char *dst = sA + weave_mma_swz(r, c, 4);
       if (a.vec_ok) {
         bool in = gr < a.M && gk < a.K;
-        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(A + (size_t)gr * a.K + gk) : a.A, in ? 16 : 0);
+        weave_mma_cp_async16(weave_mma_smem(dst), in ? (const void *)(A + (size_t)gr * a.K + gk) : a.A, in ? 16 : 0);
       } else {
         T v[8];
 #pragma unroll
@@ -107,10 +107,10 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
     if (a.b_col) { /* B [N][K]: row n, 4 chunks of k */
       int r = idx >> 2, c = idx & 3;
       int gn = col0 + r, gk = k0 + c * 8;
-      unsigned char *dst = sB + weave_swz(r, c, 4);
+      unsigned char *dst = sB + weave_mma_swz(r, c, 4);
       if (a.vec_ok) {
         bool in = gn < a.N && gk < a.K;
-        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gn * a.K + gk) : a.B, in ? 16 : 0);
+        weave_mma_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gn * a.K + gk) : a.B, in ? 16 : 0);
       } else {
         T v[8];
 #pragma unroll
@@ -121,10 +121,10 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
     } else { /* B [K][N]: row k, 16 chunks of n */
       int r = idx >> 4, c = idx & 15;
       int gk = k0 + r, gn = col0 + c * 8;
-      unsigned char *dst = sB + weave_swz(r, c, 16);
+      unsigned char *dst = sB + weave_mma_swz(r, c, 16);
       if (a.vec_ok) {
         bool in = gk < a.K && gn < a.N;
-        weave_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gk * a.N + gn) : a.B, in ? 16 : 0);
+        weave_mma_cp_async16(weave_mma_smem(dst), in ? (const void *)(B + (size_t)gk * a.N + gn) : a.B, in ? 16 : 0);
       } else {
         T v[8];
 #pragma unroll
@@ -159,10 +159,10 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
 #pragma unroll
     for (int s = 0; s < WEAVE_MMA_STAGES - 1; ++s) {
       if (s < ksteps) weave_mma_load_stage<T>(a, sA + s * stage_bytes, sB + s * stage_bytes, row0, col0, s * WEAVE_MMA_BK);
-      weave_cp_async_commit();
+      weave_mma_cp_async_commit();
     }
     for (int ks = 0; ks < ksteps; ++ks) {
-      weave_cp_async_wait<WEAVE_MMA_STAGES - 2>();
+      weave_mma_cp_async_wait<WEAVE_MMA_STAGES - 2>();
       __syncthreads();
       /* Refill the stage consumed one step ago (everyone is past it after the barrier). */
       int nk = ks + WEAVE_MMA_STAGES - 1;
@@ -170,7 +170,7 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
         int st = nk % WEAVE_MMA_STAGES;
         weave_mma_load_stage<T>(a, sA + st * stage_bytes, sB + st * stage_bytes, row0, col0, nk * WEAVE_MMA_BK);
       }
-      weave_cp_async_commit();
+      weave_mma_cp_async_commit();
       const unsigned char *tA = sA + (ks % WEAVE_MMA_STAGES) * stage_bytes;
       const unsigned char *tB = sB + (ks % WEAVE_MMA_STAGES) * stage_bytes;
 #pragma unroll
@@ -179,27 +179,27 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
           int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-          weave_ldmatrix_x4(weave_mma_smem(tA + weave_swz(r, c, 4)), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+          weave_mma_ldmatrix_x4(weave_mma_smem(tA + weave_mma_swz(r, c, 4)), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
         }
 #pragma unroll
         for (int nj = 0; nj < 2; ++nj) {
           if (a.b_col) {
             int n = wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-            weave_ldmatrix_x4(weave_mma_smem(tB + weave_swz(n, c, 4)), bf[2 * nj][0], bf[2 * nj][1],
-                              bf[2 * nj + 1][0], bf[2 * nj + 1][1]);
+            weave_mma_ldmatrix_x4(weave_mma_smem(tB + weave_mma_swz(n, c, 4)), bf[2 * nj][0], bf[2 * nj][1],
+                                  bf[2 * nj + 1][0], bf[2 * nj + 1][1]);
           } else {
             int k = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), c = (wn * 32 + nj * 16) / 8 + (lane >> 4);
-            weave_ldmatrix_x4_trans(weave_mma_smem(tB + weave_swz(k, c, 16)), bf[2 * nj][0], bf[2 * nj][1],
-                                    bf[2 * nj + 1][0], bf[2 * nj + 1][1]);
+            weave_mma_ldmatrix_x4_trans(weave_mma_smem(tB + weave_mma_swz(k, c, 16)), bf[2 * nj][0], bf[2 * nj][1],
+                                        bf[2 * nj + 1][0], bf[2 * nj + 1][1]);
           }
         }
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-          for (int ni = 0; ni < 4; ++ni) weave_mma16816<T>(acc[mi][ni], af[mi], bf[ni]);
+          for (int ni = 0; ni < 4; ++ni) weave_mma_m16n8k16<T>(acc[mi][ni], af[mi], bf[ni]);
       }
     }
-    weave_cp_async_wait<0>();
+    weave_mma_cp_async_wait<0>();
     __syncthreads(); /* all reads of this tile's stages are done before the next tile's prologue */
 
     sink.begin(seq);
@@ -223,8 +223,8 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
  * thread owns an 8x8 block of the tile; K in steps of 16 through shared memory. */
 #define WEAVE_SIMT_BK 16
 template <class Sink>
-__device__ void weave_simt_gemm_role(const weave_mma_args_t &a, unsigned char *smem, int seq_begin, int seq_stride,
-                                     int seq_count, Sink &sink) {
+__device__ void weave_mma_simt_gemm_role(const weave_mma_args_t &a, unsigned char *smem, int seq_begin, int seq_stride,
+                                         int seq_count, Sink &sink) {
   float *sA = (float *)smem;                           /* [BK][128] (k-major, for broadcasts) */
   float *sB = sA + WEAVE_SIMT_BK * WEAVE_MMA_BM;       /* [BK][128] */
   const float *A = (const float *)a.A, *B = (const float *)a.B;

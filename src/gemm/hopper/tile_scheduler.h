@@ -1,8 +1,14 @@
 /*
- * Stream-K tail of the standalone Hopper GEMM: the schedule math, shared by the host launcher, the
- * CPU test (tests/test_streamk.c) and the kernel, so the test checks the very code the GPU runs.
+ * Tile scheduler of the Hopper GEMM: which work items a persistent block runs, in which order, and
+ * under which schedule. Plain C with host-device functions, shared by the host launcher, the CPU test
+ * (tests/test_streamk.c) and the kernel, so the test checks the very code the GPU runs. Holds:
+ *   - the grouped tile order's default group (the order itself: weave_grouped_tile_coords in
+ *     common/schedule.h);
+ *   - the stream-K tail: plan, per-block walk over items, split-tile segments and workspace slots
+ *     (the device-side fixup of split tiles: streamk_fixup.cuh);
+ *   - the choice between the cooperative and the ping-pong schedule.
  *
- * Why: a persistent grid of P blocks over T tiles runs ceil(T / P) rounds; when T % P is small the
+ * Stream-K. Why: a persistent grid of P blocks over T tiles runs ceil(T / P) rounds; when T % P is small the
  * last round leaves most SMs idle (4096x8192x3584: 1024 tiles, 124 blocks -> 9 rounds for 8.26
  * waves). Stream-K (Osama et al., PPoPP'23) hands out the tail as k-blocks ("units") instead of tiles.
  *
@@ -29,22 +35,18 @@
  * so that the zeros one call leaves are where the next looks), then 2 * sk_blocks slots of BM * BN
  * floats. The counters must be zero before the first call; every call leaves them zero.
  */
-#ifndef WEAVE_GEMM_STREAMK_H
-#define WEAVE_GEMM_STREAMK_H
+#ifndef WEAVE_HGEMM_TILE_SCHEDULER_H
+#define WEAVE_HGEMM_TILE_SCHEDULER_H
 
 #include <stddef.h>
+
+#include "common/schedule.h" /* weave_grouped_tile_coords, WEAVE_HOST_DEVICE */
 
 /* Default tile-row group of the standalone kernel's grouped tile order: 16 rows of 128 x ~8 columns
  * of 256 per wave of 132 tiles, a square footprint (2048 rows of A, ~2100 columns of B per wave).
  * Measured 0.978 / 1.005 / 1.009x cuBLASLt at 8192^3 / 8192x8192x3584 / 16384x8192x3584 against
  * 0.917 / 1.009 / 0.877x with 8 (docs/hopper_gemm.md). */
 #define WEAVE_HGEMM_GROUP_M 16
-
-#ifdef __CUDACC__
-#define WEAVE_SK_HD static inline __host__ __device__
-#else
-#define WEAVE_SK_HD static inline
-#endif
 
 /* per-call choice */
 #define WEAVE_HGEMM_SK_AUTO 0  /* cost model below; WEAVE_HGEMM_STREAMK=0|1|2 overrides (off|auto|on) */
@@ -54,12 +56,12 @@
 /* Fewest units (k-blocks) an SK block should get: below this the fixed cost of a split tile (one
  * partial written, read back by the last segment) outweighs the work. */
 #define WEAVE_HGEMM_SK_MIN_UNITS 4
-/* Cost of the stream-K tail beyond its units, in k-blocks of main loop, fitted to the H200 run of
- * 2026-12-02 19:00 (docs/hopper_gemm.md, 24 shapes x block counts, stream-K against data-parallel
- * round-robin): a block's split tiles write and read 128 KiB of partials through L2, and the
- * data-parallel last round it replaces runs faster than a full one (fewer SMs busy, higher clocks).
- * 16 puts every measured loss (K = 1024, 2048x8192x3584 and 4096x8192x3584 at 132 blocks) on the
- * data-parallel side and every gain of more than 1% on the stream-K side. */
+/* Cost of the stream-K tail beyond its units, in k-blocks of main loop: a block's split tiles write
+ * and read 128 KiB of partials through L2, and the data-parallel last round it replaces runs faster
+ * than a full one (fewer SMs busy, higher clocks). Fitted on an H200 (24 shapes x block counts,
+ * stream-K against data-parallel round-robin; docs/hopper_gemm.md): 16 puts every measured loss
+ * (K = 1024, 2048x8192x3584 and 4096x8192x3584 at 132 blocks) on the data-parallel side and every
+ * gain of more than 1% on the stream-K side. */
 #define WEAVE_HGEMM_SK_FIXUP_UNITS 16
 /* ... and stream-K must win by at least this share of the data-parallel time (1/100). */
 #define WEAVE_HGEMM_SK_MARGIN_PCT 1
@@ -78,7 +80,7 @@ typedef struct {
 } weave_hgemm_sk_t;
 
 /* The schedule for T tiles on P blocks with kt k-blocks per tile under `mode`. */
-WEAVE_SK_HD weave_hgemm_sk_t weave_hgemm_sk_plan(int tiles, int blocks, int kt, int mode) {
+static inline WEAVE_HOST_DEVICE weave_hgemm_sk_t weave_hgemm_sk_plan(int tiles, int blocks, int kt, int mode) {
   weave_hgemm_sk_t s;
   s.tiles = tiles;
   s.blocks = blocks;
@@ -111,27 +113,27 @@ WEAVE_SK_HD weave_hgemm_sk_t weave_hgemm_sk_plan(int tiles, int blocks, int kt, 
 }
 
 /* first unit of SK block b (b = sk_blocks: one past the last unit) */
-WEAVE_SK_HD long long weave_hgemm_sk_lo(const weave_hgemm_sk_t *s, int b) {
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_sk_lo(const weave_hgemm_sk_t *s, int b) {
   return (long long)b * s->units / s->sk_blocks;
 }
 
 /* the SK block whose range holds unit u: the largest b with lo(b) <= u */
-WEAVE_SK_HD int weave_hgemm_sk_block_of(const weave_hgemm_sk_t *s, long long u) {
+static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_block_of(const weave_hgemm_sk_t *s, long long u) {
   return (int)(((u + 1) * s->sk_blocks + s->units - 1) / s->units) - 1;
 }
 
 /* workspace slot of the split item of block b that starts at k-block kb0 of its tile */
-WEAVE_SK_HD int weave_hgemm_sk_slot(int b, int kb0) { return 2 * b + (kb0 == 0 ? 1 : 0); }
+static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_slot(int b, int kb0) { return 2 * b + (kb0 == 0 ? 1 : 0); }
 
 /* bytes of workspace the schedule needs (counters, then the slots); 0 without a stream-K tail */
-WEAVE_SK_HD size_t weave_hgemm_sk_workspace_bytes(const weave_hgemm_sk_t *s) {
+static inline WEAVE_HOST_DEVICE size_t weave_hgemm_sk_workspace_bytes(const weave_hgemm_sk_t *s) {
   if (!s->sk_tiles) return 0;
   return (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET +
          (size_t)2 * s->sk_blocks * WEAVE_HGEMM_SK_SLOT_FLOATS * sizeof(float);
 }
 
 /* The largest workspace any shape needs on `blocks` blocks (what a caller allocates once). */
-WEAVE_SK_HD size_t weave_hgemm_sk_workspace_max(int blocks) {
+static inline WEAVE_HOST_DEVICE size_t weave_hgemm_sk_workspace_max(int blocks) {
   return (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET + (size_t)2 * blocks * WEAVE_HGEMM_SK_SLOT_FLOATS * sizeof(float);
 }
 
@@ -143,7 +145,7 @@ typedef struct {
   int u, hi; /* this block's SK units still to do: [u, hi) */
 } weave_hgemm_walk_t;
 
-WEAVE_SK_HD weave_hgemm_walk_t weave_hgemm_walk_begin(const weave_hgemm_sk_t *s, int b, int seq_begin,
+static inline WEAVE_HOST_DEVICE weave_hgemm_walk_t weave_hgemm_walk_begin(const weave_hgemm_sk_t *s, int b, int seq_begin,
                                                       int seq_stride, int seq_count) {
   weave_hgemm_walk_t w;
   w.seq = seq_begin;
@@ -158,7 +160,7 @@ WEAVE_SK_HD weave_hgemm_walk_t weave_hgemm_walk_begin(const weave_hgemm_sk_t *s,
   return w;
 }
 
-WEAVE_SK_HD int weave_hgemm_walk_next(weave_hgemm_walk_t *w, int *seq, int *kb0, int *kb1) {
+static inline WEAVE_HOST_DEVICE int weave_hgemm_walk_next(weave_hgemm_walk_t *w, int *seq, int *kb0, int *kb1) {
   if (w->seq < w->dp_tiles) {
     *seq = w->seq;
     *kb0 = 0;
@@ -180,16 +182,16 @@ WEAVE_SK_HD int weave_hgemm_walk_next(weave_hgemm_walk_t *w, int *seq, int *kb0,
 }
 
 /* The segments of SK tile t: blocks first .. first + segs - 1 */
-WEAVE_SK_HD void weave_hgemm_sk_segments(const weave_hgemm_sk_t *s, int t, int *first, int *segs) {
+static inline WEAVE_HOST_DEVICE void weave_hgemm_sk_segments(const weave_hgemm_sk_t *s, int t, int *first, int *segs) {
   const long long u0 = (long long)t * s->kt;
   *first = weave_hgemm_sk_block_of(s, u0);
   *segs = weave_hgemm_sk_block_of(s, u0 + s->kt - 1) - *first + 1;
 }
 
 /* ---- the schedule a standalone call runs with (the launcher, the bench and tests/test_streamk.c) ----
- * Cooperative: both consumer warpgroups on one 128 x 256 tile (gemm_hopper.cuh), with the stream-K
- * tail above. Ping-pong: each warpgroup a 128 x 128 half of the tile, main loops in turns, so one's
- * epilogue hides under the other's main loop (gemm_hopper_pingpong.cuh); whole tiles only. */
+ * Cooperative: both consumer warpgroups on one 128 x 256 tile (gemm_hopper_cooperative.cuh), with the
+ * stream-K tail above. Ping-pong: each warpgroup a 128 x 128 half of the tile, main loops in turns, so
+ * one's epilogue hides under the other's main loop (gemm_hopper_pingpong.cuh); whole tiles only. */
 #define WEAVE_HGEMM_SCHED_AUTO 0
 #define WEAVE_HGEMM_SCHED_COOP 1
 #define WEAVE_HGEMM_SCHED_PINGPONG 2
@@ -197,19 +199,17 @@ WEAVE_SK_HD void weave_hgemm_sk_segments(const weave_hgemm_sk_t *s, int t, int *
 /* Ping-pong's time against the cooperative schedule's, per tile of kt k-blocks, in 1/32 k-block:
  * kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32. Each of its k-blocks costs ~3% more (A is
  * loaded twice: 1.33x the L2 -> SM bytes, and on this power-limited card a lower clock: 1.56 against
- * 1.62 GHz under ncu, session 6), and it hides ~1.75 k-blocks of epilogue a tile. Refitted in
- * session 7 (2026-12-04) after the cooperative epilogue got shorter (stmatrix, the bias test hoisted,
- * coords under the first k-block): two H200 runs (00:15, 00:24 UTC) put ping-pong at 1.05-1.12x at
- * K = 1024, 0.97-0.98x at K = 8192, and within about 1% either way at K = 3584 except
- * 4096x8192x3584 on 132 blocks (0.973-0.981x) and 2048x8192x3584 on 132 (1.001-1.031x); the model
- * calls K = 3584 a tie (56 * 33 - 56 = 56 * 32), which goes to the cooperative schedule. Session 5's
- * constant (1.5 k-blocks a tile at any K) made ping-pong win every K = 3584 tie. */
+ * 1.62 GHz under ncu), and it hides ~1.75 k-blocks of epilogue a tile. Measured on H200 (two runs):
+ * ping-pong at 1.05-1.12x at K = 1024, 0.97-0.98x at K = 8192, and within about 1% either way at
+ * K = 3584 except 4096x8192x3584 on 132 blocks (0.973-0.981x) and 2048x8192x3584 on 132
+ * (1.001-1.031x); so the model calls K = 3584 a tie (56 * 33 - 56 = 56 * 32), and a tie goes to the
+ * cooperative schedule. */
 #define WEAVE_HGEMM_PP_KBLOCK_32 33
 #define WEAVE_HGEMM_PP_SAVED_32 56
 
 /* Time of the cooperative schedule's plan for `tiles` tiles on `blocks` blocks under `sk_mode`, in
  * k-blocks of main loop: its rounds of whole tiles, or the stream-K model's estimate of its tail. */
-WEAVE_SK_HD long long weave_hgemm_coop_units(int tiles, int blocks, int kt, int sk_mode) {
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_coop_units(int tiles, int blocks, int kt, int sk_mode) {
   const weave_hgemm_sk_t s = weave_hgemm_sk_plan(tiles, blocks, kt, sk_mode);
   if (blocks < 1) blocks = 1;
   if (!s.sk_tiles) return (long long)((tiles + blocks - 1) / blocks) * kt;
@@ -219,7 +219,7 @@ WEAVE_SK_HD long long weave_hgemm_coop_units(int tiles, int blocks, int kt, int 
 
 /* Time of the ping-pong schedule (whole rounds of tiles, no stream-K) in 1/32 k-block of the
  * cooperative main loop. */
-WEAVE_SK_HD long long weave_hgemm_pp_units32(int tiles, int blocks, int kt) {
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_pp_units32(int tiles, int blocks, int kt) {
   if (blocks < 1) blocks = 1;
   long long tile32 = (long long)kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32;
   if (tile32 < 1) tile32 = 1;
@@ -231,7 +231,7 @@ WEAVE_SK_HD long long weave_hgemm_pp_units32(int tiles, int blocks, int kt) {
  * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). AUTO: ping-pong
  * only where its estimate is strictly shorter than the cooperative plan's (with that plan's
  * stream-K tail where one is planned). */
-WEAVE_SK_HD int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt, int sk_mode) {
+static inline WEAVE_HOST_DEVICE int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt, int sk_mode) {
   if (schedule == WEAVE_HGEMM_SCHED_PINGPONG || schedule == WEAVE_HGEMM_SCHED_COOP)
     return schedule == WEAVE_HGEMM_SCHED_PINGPONG;
   if (knob == 0 || knob == 2) return knob == 2;
@@ -239,15 +239,4 @@ WEAVE_SK_HD int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int
   return weave_hgemm_pp_units32(tiles, blocks, kt) < 32 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
 }
 
-/* The ping-pong role's smem ring (gemm_hopper_pingpong.cuh): the producer fills positions 0, 1, 2, ...
- * in order, item i's left half at positions 2i * kt .. (2i + 1) * kt - 1 and its right half after
- * them; position q is stage q % stages with mbarrier parity (q / stages) & 1. The producer and each
- * consumer warpgroup keep (stage, parity) and move it with this step: 1 after each k-block, kt to
- * skip the partner's half (tests/test_streamk.c checks that they land where the producer filled). */
-WEAVE_SK_HD void weave_hgemm_ring_skip(int *stage, unsigned *phase, int n, int stages) {
-  const int t = *stage + n;
-  *phase ^= (unsigned)((t / stages) & 1);
-  *stage = t % stages;
-}
-
-#endif /* WEAVE_GEMM_STREAMK_H */
+#endif /* WEAVE_HGEMM_TILE_SCHEDULER_H */

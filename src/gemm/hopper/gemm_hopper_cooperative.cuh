@@ -1,0 +1,206 @@
+/*
+ * The Hopper GEMM's cooperative role: both consumer warpgroups share each 128 x 256 tile.
+ *
+ * Design
+ *   Persistent: the caller hands the role a sequence of tile numbers seq = seq_begin,
+ *   seq_begin + seq_stride, ... (< seq_count); the Sink maps each to (tile_m, tile_n) and receives the
+ *   results. Tile = 128 x 256 of C, K stepped by 64.
+ *   Warpgroup 0 (threads 0..127) is the producer: one thread issues the TMA loads (128-byte swizzle)
+ *   of A [128 x 64] and B [256 x 64 or 64 x 256] into a ring of 4 smem stages (pipeline.cuh). Each
+ *   stage has a `full` mbarrier (1 arrival + the TMA transaction bytes) and an `empty` mbarrier (2
+ *   arrivals, one per consumer warpgroup). Waits use the phase parity, which flips each time the ring
+ *   wraps: producer and consumers each keep a weave_hgemm_pipe_t (pipeline_state.h).
+ *   Warpgroups 1 and 2 (threads 128..383) are consumers: each owns 64 rows of the tile and issues
+ *   4 wgmma.m64n256k16 per stage (fp32 accumulators, 128 registers per thread); a stage is released
+ *   once the wgmma group of the following stage has been issued and the previous one waited for
+ *   (wgmma.wait_group 1), so the tensor core always has one stage queued.
+ *   setmaxnreg moves registers from the producer (40) to the consumers (232).
+ *   B layouts: COL ([N, K], K-major) is wgmma's native B; ROW ([K, N], N-major) is loaded as four
+ *   64-column boxes per stage and read with the transpose bit (tnspB = 1) and an MN-major descriptor.
+ *   Tails: the TMA unit zero-fills what lies outside [M, K] / [N, K], so partial tiles and K < 64 just
+ *   work; stores are masked (row < M, col < N) by the role before it calls the sink.
+ *
+ * The Sink contract, the synchronization the role uses and the register state it leaves:
+ * gemm_hopper.cuh. Optional: stream-K split tiles (SK, streamk_fixup.cuh), 2-CTA clusters (CL == 2).
+ */
+#ifndef WEAVE_HGEMM_COOPERATIVE_CUH
+#define WEAVE_HGEMM_COOPERATIVE_CUH
+
+#include "gemm/hopper/epilogue.cuh"
+#include "gemm/hopper/gemm_hopper.h"
+#include "gemm/hopper/pipeline.cuh"
+#include "gemm/hopper/prof.cuh"
+#include "gemm/hopper/ptx.cuh"
+#include "gemm/hopper/register_split.cuh"
+#include "gemm/hopper/streamk_fixup.cuh"
+
+static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
+
+/* ---------------------------------------------------------------------------------------------
+ * The role, for one (dtype, B layout, cluster size).
+ *   DT: WEAVE_BF16 or WEAVE_FP16; BCOL: 1 for WEAVE_LAYOUT_COL; CL: 1 or 2 CTAs per cluster.
+ * CL == 2 (the kernel is launched with cluster dims (2,1,1)): the two CTAs of a cluster compute two
+ * tiles with the same tile_n at the same time, each loads its own A and one half of B and multicasts
+ * that half to both, halving the B traffic from L2. Requirements: seq_stride and seq_count even, the
+ * CTA of cluster rank r passes seq_begin = 2j + r, and coords(seq) and coords(seq ^ 1) have the same
+ * col0, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
+ * even. Every thread of both CTAs returns only after a cluster barrier.
+ * ------------------------------------------------------------------------------------------- */
+template <class Sink, int DT, int BCOL, int CL, bool SK = false>
+__device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t &p, unsigned char *smem,
+                                                      int seq_begin, int seq_stride, int seq_count, Sink &sink) {
+  static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
+  static_assert(!SK || CL == 1, "stream-K runs without clusters");
+  const uint32_t smem_base = weave_hgemm_smem_u32(smem);
+  const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
+  const uint32_t empty_bar = full_bar + WEAVE_HGEMM_STAGES * 8;
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+  const uint32_t cta_rank = CL == 2 ? weave_hgemm_cluster_ctarank() : 0;
+
+  if (WEAVE_HGEMM_PROFILE && tid == 0) weave_hgemm_prof_edge(0);
+  weave_hgemm_ring_init<CL>(full_bar, empty_bar, WEAVE_HGEMM_STAGES, 2 * CL); /* each consumer warpgroup of each CTA */
+
+  /* data-parallel tiles seq_begin, +seq_stride, ... < seq_count; with SK, then this block's
+   * stream-K range (tile_scheduler.h). Producer and consumers walk the same items. */
+  const weave_hgemm_sk_t sk_off = weave_hgemm_sk_plan(0, 0, p.k_blocks, WEAVE_HGEMM_SK_OFF);
+  weave_hgemm_walk_t walk =
+      weave_hgemm_walk_begin(SK ? &p.sk : &sk_off, seq_begin, seq_begin, seq_stride, seq_count);
+  int seq, kb0, kb1;
+
+  if (!weave_hgemm_regs_split()) {
+    /* ---------------- producer ---------------- */
+    if (tid == 0) {
+      weave_hgemm_tma_prefetch_map(&p.tmap_a);
+      weave_hgemm_tma_prefetch_map(&p.tmap_b);
+      weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
+#if WEAVE_HGEMM_PROFILE
+      int ptile = 0;
+#endif
+      while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
+        int m0, n0;
+        sink.coords(seq, &m0, &n0);
+#if WEAVE_HGEMM_PROFILE /* as a block: the default build's producer SASS stays the verified one */
+        long long *prof = weave_hgemm_prof_slot(2, ptile++);
+#endif
+        for (int kb = kb0; kb < kb1; ++kb) {
+#if WEAVE_HGEMM_PROFILE
+          if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 0);
+#endif
+          weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
+#if WEAVE_HGEMM_PROFILE
+          if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
+#endif
+          const uint32_t fb = full_bar + 8 * pipe.stage;
+          weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
+          weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_BN, CL>(p, smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES, fb,
+                                                           kb * WEAVE_HGEMM_BK, m0, n0, cta_rank);
+          weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
+        }
+      }
+    }
+  } else {
+    /* ---------------- consumers ---------------- */
+    const int cw = wg - 1;            /* 0 or 1: which 64-row half of the tile */
+    const int ltid = tid & 127;
+    const int warp = ltid >> 5, lane = ltid & 31;
+    const uint64_t b_base = BCOL ? WEAVE_HGEMM_DESC_KMAJOR_SW128 : p.b_desc_base;
+    /* per k16 step: K-major advances 32 bytes inside the swizzled row; MN-major 16 rows of 128 B */
+    const uint32_t b_kstep = BCOL ? 2u : (16u * 128u) >> 4;
+    const int M = p.M, N = p.N;
+    float acc[128];
+    weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
+    int ptile = 0; /* WEAVE_HGEMM_PROFILE */
+    while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
+      int prev_stage = 0;
+      int m0 = 0, n0 = 0; /* the tile's place: computed under its first k-block's wgmmas */
+      long long *prof = ltid == 0 ? weave_hgemm_prof_slot(cw, ptile) : nullptr;
+      ++ptile;
+      WEAVE_HGEMM_PROF_STAMP(prof, 0);
+      WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
+      for (int kb = kb0; kb < kb1; ++kb) {
+        weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
+        if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
+        const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
+        const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
+        const uint64_t da = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
+        const uint64_t db = weave_hgemm_desc(sb, b_base);
+        weave_hgemm_fence_regs(acc);
+        weave_hgemm_wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
+          const uint32_t scale_d = (kb > kb0 || k > 0) ? 1u : 0u;
+          if (DT == WEAVE_BF16) {
+            WEAVE_HGEMM_WGMMA_M64N256K16("bf16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+          } else {
+            WEAVE_HGEMM_WGMMA_M64N256K16("f16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+          }
+        }
+        weave_hgemm_wgmma_commit();
+        if (kb == kb0) {
+          /* the sink's coords (integer divisions: ~600 cycles with the jump to the epilogue's code
+           * when they ran after the main loop, by a clock64 breakdown) run while the tensor cores
+           * work on the first k-block; the empty asm pins them here */
+          sink.coords(seq, &m0, &n0);
+          asm volatile("" : "+r"(m0), "+r"(n0));
+        }
+        weave_hgemm_fence_regs(acc);
+        weave_hgemm_wgmma_wait<1>();
+        if (kb > kb0 && ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
+        prev_stage = pipe.stage;
+        weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
+      }
+      weave_hgemm_wgmma_wait<0>();
+      weave_hgemm_fence_regs(acc);
+      WEAVE_HGEMM_PROF_STAMP(prof, 2);
+      if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
+      if constexpr (SK) {
+        /* a split tile: only its last segment to arrive goes on, with the summed accumulators */
+        if ((kb0 != 0 || kb1 != p.k_blocks) &&
+            !weave_hgemm_sk_reduce(p, acc, seq - seq_count, seq_begin, kb0, cw, ltid))
+          continue;
+      }
+
+      /* epilogue: accumulator fragment of m64nNk16: d[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}),
+       * d[4j + {2,3}] at row + 8, with row = 16*warp + lane/4 inside the warpgroup's 64 rows. */
+      sink.begin(seq);
+      const int lrow = warp * 16 + (lane >> 2); /* row inside this warpgroup's 64 rows */
+      const int row0 = m0 + cw * 64 + lrow;
+      const int col0 = n0 + (lane & 3) * 2;
+      bool done = false;
+      if constexpr (weave_hgemm_sink_tma<Sink>::value) {
+        if (sink.tma_store()) {
+          const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
+          WEAVE_HGEMM_PROF_STAMP(prof, 3);
+          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_BN>(sink, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw, lrow,
+                                                       lane, ltid, prof);
+          weave_hgemm_store_rows_complete<Sink>(ltid);
+          WEAVE_HGEMM_PROF_STAMP(prof, 4);
+          done = true;
+        }
+      }
+      if (!done) {
+#pragma unroll
+        for (int j = 0; j < WEAVE_HGEMM_BN / 8; ++j) {
+          const int col = col0 + 8 * j;
+          if (col < N) {
+            if (row0 < M) sink.store2(row0, col, acc[4 * j + 0], acc[4 * j + 1]);
+            if (row0 + 8 < M) sink.store2(row0 + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+          }
+        }
+      }
+      if constexpr (!weave_hgemm_sink_no_end<Sink>::value) {
+        weave_hgemm_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
+        if (tid == WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS) sink.end(seq);
+      }
+      WEAVE_HGEMM_PROF_STAMP(prof, 13);
+    }
+    if constexpr (weave_hgemm_sink_tma<Sink>::value) {
+      if (ltid == 0) weave_hgemm_bulk_wait_all(); /* smem must outlive the stores that read it */
+    }
+    if (WEAVE_HGEMM_PROFILE && ltid == 0 && cw == 0) weave_hgemm_prof_edge(1);
+  }
+  if (CL == 2) weave_hgemm_cluster_sync(); /* no CTA leaves while its peer may still signal it */
+}
+
+#endif /* WEAVE_HGEMM_COOPERATIVE_CUH */
