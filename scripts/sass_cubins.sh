@@ -23,7 +23,7 @@ flags=(-gencode arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr 
        -O3 -DNDEBUG -DWEAVE_HAVE_CUDA=1 -std=c++17 -Xptxas=--warn-on-spills,--warning-as-error)
 # shellcheck disable=SC2206
 extra=(${EXTRA_NVCC_FLAGS:-})
-units=(src/kernels/gemm_rs.cu src/gemm/hopper/gemm_hopper.cu tests/bench/bench_hopper_gemm.cu tools/bench_gemm.cu
+units=(src/kernels/gemm_rs.cu src/gemm/hopper/gemm_hopper.cu tests/bench/bench_hopper_gemm.cu
        tests/gpu_hopper_gemm_test.cu tests/gpu_rma_test.cu tests/gpu_rma_compile_test.cu)
 build_one() {
   local u=$1 name
