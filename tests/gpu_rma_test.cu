@@ -1061,6 +1061,22 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+
+  /* CUDA_MODULE_LOADING=EAGER and, for ranks that are threads, CUDA_DEVICE_MAX_CONNECTIONS=32 are set
+   * before CUDA starts by the harness (tests/support/harness.c): a lazy module load, or a rank's
+   * kernel queued behind another rank's spinning kernel, would deadlock. */
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= 0) {
+    printf("gpu_rma_test: no CUDA device (%s): skipped\n", e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+    return 77;
+  }
+  cudaDeviceProp prop;
+  memset(&prop, 0, sizeof(prop));
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
+    printf("gpu_rma_test: device 0 is not sm_90 (%s): skipped\n", prop.name);
+    return 77;
+  }
   /* Under a launcher the job's world is the one world (a --world that differs is refused). */
   const int launched = harness_launched_world();
   if (launched < 0) return 1;
@@ -1079,22 +1095,6 @@ int main(int argc, char **argv) {
   }
   if (g_opt.mp_rounds < 0) g_opt.mp_rounds = g_opt.quick ? 300 : 100000;
   if (g_opt.barriers < 0) g_opt.barriers = g_opt.quick ? 300 : 10000;
-
-  /* CUDA_MODULE_LOADING=EAGER and, for ranks that are threads, CUDA_DEVICE_MAX_CONNECTIONS=32 are set
-   * before CUDA starts by the harness (tests/support/harness.c): a lazy module load, or a rank's
-   * kernel queued behind another rank's spinning kernel, would deadlock. */
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count <= 0) {
-    printf("gpu_rma_test: no CUDA device (%s): skipped\n", e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  memset(&prop, 0, sizeof(prop));
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9) {
-    printf("gpu_rma_test: device 0 is not sm_90 (%s): skipped\n", prop.name);
-    return 77;
-  }
   if (cudaSetDevice(0) != cudaSuccess || preload_kernels() != 0) {
     fprintf(stderr, "FAIL: cannot load the test kernels: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 1;
