@@ -81,9 +81,9 @@ static void *actor(void *arg) {
       for (int seq = 0; seq < total; ++seq) {
         int o = 0, j = 0;
         if (weave_seq_tile(&m->t, r, seq, &o, &j) != 0) { atomic_fetch_add(&m->errors, 1); return NULL; }
-        if (m->use_credit && !((credit >> o) & 1)) {
-          if (wait_reached(&m->done[r][o], call - 1)) { atomic_fetch_add(&m->errors, 1); return NULL; }
-          credit |= 1ull << o;
+        if (m->use_credit && !weave_credit_held(credit, o)) { /* the kernel's own credit functions */
+          if (wait_reached(&m->done[r][o], weave_credit_epoch(call))) { atomic_fetch_add(&m->errors, 1); return NULL; }
+          credit = weave_credit_take(credit, o);
         }
         pause_a_little(&a->seed);
         atomic_store_explicit(&m->slots[at(m, o, r, j)], value(call, r, o, j), memory_order_relaxed);

@@ -116,4 +116,13 @@ static inline WEAVE_HOST_DEVICE int weave_seq_tile(const weave_tiling_t *t, int 
   return -1;
 }
 
+/* The fused protocol's credit (src/kernels/gemm_rs.cu): before a source's first push of a call to
+ * owner o, o must have finished reading the previous call's slots, i.e. o's done flag at this source
+ * reached weave_credit_epoch(epoch). `credit` has one bit per owner already waited for in this call,
+ * so each owner is waited for once per call. The CPU model of the protocol (tests/test_protocol.c)
+ * runs these very functions. */
+static inline WEAVE_HOST_DEVICE uint32_t weave_credit_epoch(uint32_t epoch) { return epoch - 1u; }
+static inline WEAVE_HOST_DEVICE int weave_credit_held(uint64_t credit, int owner) { return (int)((credit >> owner) & 1u); }
+static inline WEAVE_HOST_DEVICE uint64_t weave_credit_take(uint64_t credit, int owner) { return credit | (1ull << owner); }
+
 #endif /* WEAVE_SCHEDULE_H */

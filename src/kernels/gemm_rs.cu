@@ -166,9 +166,10 @@ struct weave_owner_walk {
     }
   }
   __device__ void begin(int) {
-    if (dead || ((credit >> owner) & 1)) return;
-    if (weave_wait_until(&p->team, &p->ctl->done[owner], WEAVE_CMP_GE, p->epoch - 1u, owner, -1) != 0) dead = true;
-    credit |= 1ull << owner;
+    if (dead || weave_credit_held(credit, owner)) return;
+    if (weave_wait_until(&p->team, &p->ctl->done[owner], WEAVE_CMP_GE, weave_credit_epoch(p->epoch), owner, -1) != 0)
+      dead = true;
+    credit = weave_credit_take(credit, owner);
   }
 };
 
