@@ -278,6 +278,22 @@ static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, 
   return d;
 }
 
+/* A case without descs: every rank calls, no sampling, no bitwise check, inputs drawn once. */
+static test_case_t new_case(const char *name, int M, int N, int K, weave_dtype_t dtype, weave_layout_t layout,
+                            int has_bias, float alpha, int calls) {
+  test_case_t c;
+  memset(&c, 0, sizeof(c));
+  c.name = name;
+  c.M = M; c.N = N; c.K = K;
+  c.dtype = dtype;
+  c.layout = layout;
+  c.has_bias = has_bias;
+  c.alpha = alpha;
+  c.calls = calls;
+  c.skip_rank = -1;
+  return c;
+}
+
 static int run_case(test_case_t *c, int world, uint64_t seed) {
   c->failures = 0;
   c->checks = 0;
@@ -337,20 +353,14 @@ int main(int argc, char **argv) {
     for (int dt = 0; dt < 3; ++dt)
       for (int lay = 0; lay < 2; ++lay) {
         if (tiny && dt == WEAVE_FP16) continue;
-        test_case_t c;
-        memset(&c, 0, sizeof(c));
-        c.name = (dt + lay) % 2 ? "tails 1003x1000x304" : "tails 1003x1001x300";
         /* K_local 300 and N 1001 (rows not 16-byte aligned: the mma.sync role and the scalar
          * reduction) or K_local 304 and N 1000 (the TMA + wgmma role), alternating so that every dtype
          * and layout meets both roles; M 1003 leaves the first M % world ranks an extra row. */
-        c.M = 1003; c.N = (dt + lay) % 2 ? 1000 : 1001; c.K = (dt + lay) % 2 ? 304 : 300;
+        const int odd = (dt + lay) % 2;
+        test_case_t c = new_case(odd ? "tails 1003x1000x304" : "tails 1003x1001x300", 1003, odd ? 1000 : 1001,
+                                 odd ? 304 : 300, (weave_dtype_t)dt, (weave_layout_t)lay, !odd, odd ? 1.0f : 0.75f,
+                                 tiny ? 1 : 2);
         if (tiny) { c.M = 300; c.N = 264; c.K = 72; } /* K, N multiples of 8: the TMA role too */
-        c.dtype = (weave_dtype_t)dt;
-        c.layout = (weave_layout_t)lay;
-        c.has_bias = (dt + lay) % 2 == 0;
-        c.alpha = c.has_bias ? 0.75f : 1.0f;
-        c.calls = tiny ? 1 : 2;
-        c.skip_rank = -1;
         weave_dtype_t dty = c.dtype;
         c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
         if (dty != WEAVE_FP32)
@@ -368,17 +378,8 @@ int main(int argc, char **argv) {
     /* 2. a large shape, sampled rows */
     if (!quick) {
       for (int lay = 0; lay < 2; ++lay) {
-        test_case_t c;
-        memset(&c, 0, sizeof(c));
-        c.name = "large 8192x8192x1024";
-        c.M = 8192; c.N = 8192; c.K = 1024;
-        c.dtype = WEAVE_BF16;
-        c.layout = (weave_layout_t)lay;
-        c.has_bias = lay;
-        c.alpha = 1.0f;
-        c.calls = 1;
+        test_case_t c = new_case("large 8192x8192x1024", 8192, 8192, 1024, WEAVE_BF16, (weave_layout_t)lay, lay, 1.0f, 1);
         c.sample = 1;
-        c.skip_rank = -1;
         c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
         c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
         c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
@@ -389,17 +390,9 @@ int main(int argc, char **argv) {
     }
     /* 3. back-to-back calls without reset (and 4. bitwise determinism) */
     if (!tiny && (world == 4 || world == 2 || only_world)) {
-      test_case_t c;
-      memset(&c, 0, sizeof(c));
-      c.name = quick ? "100 calls, bitwise" : "1000 calls, bitwise";
-      c.M = 1000; c.N = 1024; c.K = 256;
-      c.dtype = WEAVE_BF16;
-      c.layout = WEAVE_LAYOUT_COL;
-      c.has_bias = 1;
-      c.alpha = 1.0f;
-      c.calls = quick ? 100 : 1000;
+      test_case_t c = new_case(quick ? "100 calls, bitwise" : "1000 calls, bitwise", 1000, 1024, 256, WEAVE_BF16,
+                               WEAVE_LAYOUT_COL, 1, 1.0f, quick ? 100 : 1000);
       c.bitwise = 1;
-      c.skip_rank = -1;
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
       c.descs[c.ndescs] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
@@ -417,16 +410,8 @@ int main(int argc, char **argv) {
     if (world >= 2) {
       const int ms[2] = {1, world - 1};
       for (int mi = 0; mi < (world > 2 ? 2 : 1); ++mi) {
-        test_case_t c;
-        memset(&c, 0, sizeof(c));
-        c.name = mi ? "M = world - 1" : "M = 1";
-        c.M = ms[mi]; c.N = 264; c.K = 136;
-        c.dtype = WEAVE_BF16;
-        c.layout = (weave_layout_t)mi;
-        c.has_bias = 1;
-        c.alpha = 0.5f;
-        c.calls = 2;
-        c.skip_rank = -1;
+        test_case_t c = new_case(mi ? "M = world - 1" : "M = 1", ms[mi], 264, 136, WEAVE_BF16, (weave_layout_t)mi, 1,
+                                 0.5f, 2);
         c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
         c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
         c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
@@ -440,16 +425,9 @@ int main(int argc, char **argv) {
     /* 3b. inputs changed in place between calls, each result checked: a partial left over from the
      * previous call, or read before its producer wrote it, can no longer pass */
     if (!tiny && world >= 2) {
-      test_case_t c;
-      memset(&c, 0, sizeof(c));
-      c.name = "fresh inputs every call";
-      c.M = 1003; c.N = 1024; c.K = 256;
-      c.dtype = WEAVE_BF16;
-      c.layout = WEAVE_LAYOUT_ROW;
-      c.alpha = 1.0f;
-      c.calls = quick ? 5 : 20;
+      test_case_t c = new_case("fresh inputs every call", 1003, 1024, 256, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, 1.0f,
+                               quick ? 5 : 20);
       c.fresh_inputs = 1;
-      c.skip_rank = -1;
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
@@ -458,14 +436,7 @@ int main(int argc, char **argv) {
     }
     /* 5. a rank that never calls */
     if (world >= 2 && !tiny) {
-      test_case_t c;
-      memset(&c, 0, sizeof(c));
-      c.name = "missing rank -> timeout";
-      c.M = 512; c.N = 512; c.K = 128;
-      c.dtype = WEAVE_BF16;
-      c.layout = WEAVE_LAYOUT_ROW;
-      c.alpha = 1.0f;
-      c.calls = 2;
+      test_case_t c = new_case("missing rank -> timeout", 512, 512, 128, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, 1.0f, 2);
       c.skip_rank = world - 1;
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);

@@ -192,10 +192,9 @@ static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long
 /* ------------------------------------------------------------------------------------------------
  * plans
  * ---------------------------------------------------------------------------------------------- */
-static void draw_plan(uint64_t *rng, int world, slot_t *p) {
+static void draw_plan(uint64_t *rng, slot_t *p) {
   static const float alphas[] = {1.0f, 0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f};
-  const int m_lo = SOAK_MIN_M > 0 ? SOAK_MIN_M : (world > 4 ? world : 4);
-  p->M = rng_dim(rng, m_lo, SOAK_MAX_M);
+  p->M = rng_dim(rng, SOAK_MIN_M, SOAK_MAX_M);
   p->N = rng_dim(rng, 8, SOAK_MAX_N);
   p->K = rng_dim(rng, 8, SOAK_MAX_K);
   weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
@@ -351,7 +350,7 @@ static int rank_fn(harness_rank_t *hr) {
     if (alive == 0 || (alive < SOAK_MAX_PLANS && u > 0.94)) { /* create one */
       for (int i = 0; i < SOAK_MAX_PLANS; ++i)
         if (!slots[i].live) {
-          draw_plan(&rng, hr->world, &slots[i]);
+          draw_plan(&rng, &slots[i]);
           slots[i].serial = serial++;
           if (s->verbose && hr->rank == 0) {
             char dn[256];

@@ -125,14 +125,16 @@ static const cli_option_t bench_options[] = {
 static const char *const dtype_names[] = {"bf16", "fp16", "fp32", NULL}; /* in weave_dtype_t order */
 
 typedef struct {
-  int strategy; /* index into strategy_names */
-  int reduce;   /* index into reduce_names */
+  int strategy; /* a PICK_*: index into strategy_names */
+  int reduce;   /* a REDUCE_*: index into reduce_names */
   int fp32_slot;
   int gemm_blocks, comm_blocks;
   int ranks_given;
 } variant_options_t;
 
+enum { PICK_ALL, PICK_AUTO, PICK_FUSED, PICK_BULK, PICK_BASELINE };
 static const char *const strategy_names[] = {"all", "auto", "fused", "bulk", "baseline", NULL};
+enum { REDUCE_BOTH, REDUCE_DET, REDUCE_ATOMIC };
 static const char *const reduce_names[] = {"both", "det", "atomic", NULL};
 
 /* Fills b and vo from argv; exits 0 after --help or --version and 2 on a bad option. */
@@ -227,12 +229,12 @@ static bench_variant_t *add_variant(bench_t *b, weave_strategy_t s, weave_reduce
 /* The baseline first (the speed-ups are over it), then the chosen strategies; --trace adds the
  * deterministic fused kernel once more, traced; --tune a sweep of its split. */
 static void add_variants(bench_t *b, const variant_options_t *vo, int visible_devices) {
-  const int all = vo->strategy == 0;
-  const int want_det = vo->reduce != 2, want_atomic = vo->reduce != 1;
+  const int all = vo->strategy == PICK_ALL;
+  const int want_det = vo->reduce != REDUCE_ATOMIC, want_atomic = vo->reduce != REDUCE_DET;
   const weave_dtype_t slot = vo->fp32_slot ? WEAVE_FP32 : b->dtype;
   const int gb = vo->gemm_blocks, cb = vo->comm_blocks;
   add_variant(b, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
-  if (all || !strcmp(strategy_names[vo->strategy], "fused")) {
+  if (all || vo->strategy == PICK_FUSED) {
     if (want_det) add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot, gb, cb);
     if (want_det && all && b->dtype != WEAVE_FP32 && slot != WEAVE_FP32)
       add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, gb, cb);
@@ -243,9 +245,9 @@ static void add_variants(bench_t *b, const variant_options_t *vo, int visible_de
     tv->trace = 1;
     snprintf(tv->label, sizeof(tv->label), "fused/det +trace");
   }
-  if (all || !strcmp(strategy_names[vo->strategy], "bulk"))
+  if (all || vo->strategy == PICK_BULK)
     add_variant(b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot, 0, 0);
-  if (all || !strcmp(strategy_names[vo->strategy], "auto"))
+  if (all || vo->strategy == PICK_AUTO)
     add_variant(b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
   if (b->tune) {
     /* The plan's budget: the SMs less one per rank when ranks share a GPU, shared by those ranks. */

@@ -44,6 +44,7 @@ struct weave_gemm_rs_plan {
   char trace_path[512];       /* WEAVE_TRACE */
   uint32_t epoch;
   int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
+  const void *reachable[4]; /* A, B, bias, C_out last found device-readable (execute_check_args) */
 };
 
 /* Argument checks that need no device (the CPU tests call it directly); messages name

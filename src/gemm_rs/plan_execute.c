@@ -20,14 +20,18 @@
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 
 /* Pageable host memory (malloc) reaches the GPU only where the device reads it directly (HMM/ATS);
- * device, managed and pinned host memory always do. */
-static int device_can_reach(const weave_gemm_rs_plan_t p, const void *ptr) {
+ * device, managed and pinned host memory always do. Argument i's last pointer that passed is kept,
+ * so a loop over the same buffers asks the driver nothing per call. */
+static int device_can_reach(weave_gemm_rs_plan_t p, int i, const void *ptr) {
+  if (p->pageable_access || ptr == p->reachable[i]) return 1;
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
     cudaGetLastError();
-    return p->pageable_access;
+    return 0;
   }
-  return a.type != cudaMemoryTypeUnregistered || p->pageable_access;
+  if (a.type == cudaMemoryTypeUnregistered) return 0;
+  p->reachable[i] = ptr;
+  return 1;
 }
 
 static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
@@ -47,7 +51,7 @@ static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, 
   const void *ptrs[4] = {A, B, bias, C_out};
   static const char *const names[4] = {"A", "B", "bias", "C_out"};
   for (int i = 0; i < 4; ++i)
-    if (ptrs[i] && !device_can_reach(p, ptrs[i]))
+    if (ptrs[i] && !device_can_reach(p, i, ptrs[i]))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                         "weave_gemm_rs_execute: %s %p is host memory this GPU cannot read (pass device memory)", names[i],
                         ptrs[i]);

@@ -77,14 +77,19 @@ static void bad(const cli_t *c, const char *s, const char *want) {
   exit(2);
 }
 
-long cli_long(cli_t *c, const char *s, long lo, long hi) {
-  char want[96];
-  snprintf(want, sizeof(want), "an integer in [%ld, %ld]", lo, hi);
-  if (!s || !*s || isspace((unsigned char)*s)) bad(c, s, want);
-  char *end;
+/* An integer in [lo, hi] at p, not preceded by blanks; *end after it. 1 when it is one. */
+static int read_long(const char *p, char **end, long lo, long hi, long *v) {
+  if (!*p || isspace((unsigned char)*p)) return 0;
   errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || v < lo || v > hi) bad(c, s, want);
+  *v = strtol(p, end, 10);
+  return *end != p && !errno && *v >= lo && *v <= hi;
+}
+
+long cli_long(cli_t *c, const char *s, long lo, long hi) {
+  char want[96], *end;
+  long v;
+  snprintf(want, sizeof(want), "an integer in [%ld, %ld]", lo, hi);
+  if (!s || !read_long(s, &end, lo, hi, &v) || *end) bad(c, s, want);
   return v;
 }
 
@@ -113,14 +118,12 @@ int cli_choice(cli_t *c, const char *s, const char *const *names) {
 int cli_long_list(cli_t *c, const char *s, long lo, long hi, long *out, int max) {
   char want[128];
   snprintf(want, sizeof(want), "comma-separated integers in [%ld, %ld], at most %d", lo, hi, max);
-  if (!s || !*s) bad(c, s, want);
+  if (!s) bad(c, s, want);
   int n = 0;
-  const char *p = s;
-  for (;;) {
+  for (const char *p = s;;) {
     char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (end == p || isspace((unsigned char)*p) || errno || v < lo || v > hi || n == max || (*end && *end != ',')) bad(c, s, want);
+    long v;
+    if (n == max || !read_long(p, &end, lo, hi, &v) || (*end && *end != ',')) bad(c, s, want);
     out[n++] = v;
     if (!*end) return n;
     p = end + 1;
