@@ -34,14 +34,18 @@ declared=$(grep -ho 'WEAVE_API [^(]*\bweave_[a-z0-9_]*(' "$prefix"/include/*.h |
 echo "check_install: $lib (SONAME $soname) exports $(echo "$exported" | wc -l) symbols, all weave_* and declared"
 
 # "$prefix/bin/weave-bench" --version must say the project's version.
-"$prefix/bin/weave-bench" --version | grep -q "weave-bench $version" || fail "weave-bench --version does not say $version"
+# (outputs are read whole before grep: with pipefail, `cmd | grep -q` fails when grep quits before
+# cmd has written everything and cmd dies of SIGPIPE)
+bench_version=$("$prefix/bin/weave-bench" --version)
+grep -q "weave-bench $version" <<<"$bench_version" || fail "weave-bench --version does not say $version"
 
 # The example against the installed CMake package.
 cmake -S examples/gemm_rs -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/cmake" >/dev/null
-ldd "$work/cmake/gemm_rs_example" | grep -q "libweave.so.${version%.*} => $libdir" ||
-  fail "the example does not load the installed libweave.so: $(ldd "$work/cmake/gemm_rs_example" | grep weave)"
-echo "check_install: examples/gemm_rs built with find_package(weave ${version%.*}) links $(ldd "$work/cmake/gemm_rs_example" | grep -o 'libweave.so[^ ]* => [^ ]*')"
+deps=$(ldd "$work/cmake/gemm_rs_example")
+grep -q "libweave.so.${version%.*} => $libdir" <<<"$deps" ||
+  fail "the example does not load the installed libweave.so: $(grep weave <<<"$deps")"
+echo "check_install: examples/gemm_rs built with find_package(weave ${version%.*}) links $(grep -o 'libweave.so[^ ]* => [^ ]*' <<<"$deps")"
 
 # The example through pkg-config (where pkg-config is installed).
 if command -v pkg-config >/dev/null; then
