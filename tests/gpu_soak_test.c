@@ -209,21 +209,32 @@ static void draw_plan(uint64_t *rng, slot_t *p) {
   p->d = d;
 }
 
-/* Collective. 0 on success. */
+static void free_buffers(slot_t *p) {
+  harness_dev_free(p->dA);
+  harness_dev_free(p->dB);
+  if (p->dbias) harness_dev_free(p->dbias);
+  harness_dev_free(p->dC);
+}
+
+/* Collective. 0 on success. The buffers are allocated and filled before the plan is created: the
+ * create's closing agreement then guarantees that no rank launches while another still allocates
+ * (see plan_close). */
 static int plan_open(soak_t *s, harness_rank_t *hr, slot_t *p) {
   char dn[256];
   const size_t e = weave_dtype_size(p->d.dtype);
   weave_row_split(p->M, hr->world, hr->rank, &p->row_begin, &p->rows);
-  weave_result_t rc = weave_gemm_rs_plan_create(hr->team, p->M, p->N, p->K, &p->d, &p->plan);
-  if (rc != WEAVE_SUCCESS) {
-    desc_name(p, dn, sizeof(dn));
-    fail(s, hr->rank, "plan_create %s: %s: %s", dn, weave_get_error_string(rc), weave_get_last_error(hr->team));
-    return 1;
-  }
   p->dA = harness_dev_alloc((size_t)p->M * p->K * e);
   p->dB = harness_dev_alloc((size_t)p->K * p->N * e);
   p->dbias = p->d.has_bias ? harness_dev_alloc((size_t)p->N * e) : NULL;
   p->dC = harness_dev_alloc((size_t)p->rows * p->N * e);
+  upload_inputs(p, s->seed, hr->rank, 0);
+  weave_result_t rc = weave_gemm_rs_plan_create(hr->team, p->M, p->N, p->K, &p->d, &p->plan);
+  if (rc != WEAVE_SUCCESS) {
+    desc_name(p, dn, sizeof(dn));
+    fail(s, hr->rank, "plan_create %s: %s: %s", dn, weave_get_error_string(rc), weave_get_last_error(hr->team));
+    free_buffers(p);
+    return 1;
+  }
   p->live = 1;
   if (hr->rank == 0) {
     pthread_mutex_lock(&s->mu);
@@ -233,17 +244,17 @@ static int plan_open(soak_t *s, harness_rank_t *hr, slot_t *p) {
   return 0;
 }
 
-/* Collective. */
+/* Collective. cudaFree waits for the whole device, other ranks' kernels included: a rank that frees
+ * while a faster rank's next kernel already spins on it would stall both until the timeout (rank
+ * threads share one GPU). So every rank frees, then the barrier, then anyone calls again. */
 static void plan_close(soak_t *s, harness_rank_t *hr, slot_t *p) {
   weave_result_t rc = weave_gemm_rs_plan_destroy(p->plan);
   if (rc != WEAVE_SUCCESS)
     fail(s, hr->rank, "plan_destroy #%d: %s: %s", p->serial, weave_get_error_string(rc), weave_get_last_error(hr->team));
   harness_sync(hr->stream);
-  harness_dev_free(p->dA);
-  harness_dev_free(p->dB);
-  if (p->dbias) harness_dev_free(p->dbias);
-  harness_dev_free(p->dC);
+  free_buffers(p);
   memset(p, 0, sizeof(*p));
+  weave_barrier(hr->team);
 }
 
 static int team_sync(soak_t *s, harness_rank_t *hr, long call) {
@@ -311,7 +322,6 @@ static void warm_up(soak_t *s, harness_rank_t *hr) {
         p.N = shapes[sh][1];
         p.K = shapes[sh][2];
         if (plan_open(s, hr, &p)) continue;
-        upload_inputs(&p, s->seed, hr->rank, 0);
         if (weave_gemm_rs_execute(p.plan, p.dA, p.dB, NULL, p.dC, hr->stream) != WEAVE_SUCCESS)
           fail(s, hr->rank, "warm-up execute: %s", weave_get_last_error(hr->team));
         team_sync(s, hr, -1);
@@ -358,7 +368,6 @@ static int rank_fn(harness_rank_t *hr) {
             printf("soak: call %ld creates %s\n", call, dn);
           }
           if (plan_open(s, hr, &slots[i])) stop = 1; /* every rank got the error: all stop */
-          else upload_inputs(&slots[i], s->seed, hr->rank, 0);
           break;
         }
       if (stop) break;

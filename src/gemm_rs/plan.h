@@ -1,7 +1,8 @@
 /*
  * The GEMM + ReduceScatter plan object, shared by its two halves: plan_create.c (argument checks,
  * strategy and block split, the symmetric memory the plan owns, the baselines; info and destroy) and
- * plan_execute.c (an epoch per call; see gemm_rs.cu for the protocol; the trace of the last call).
+ * plan_execute.c (an epoch per call, counted on the device; see gemm_rs.cu for the protocol; the trace
+ * of the last call).
  *
  * Memory per rank (one weave_malloc):
  *   control words (done/ready/arrive)                  256 + 256 + 128 bytes
@@ -36,13 +37,13 @@ struct weave_gemm_rs_plan {
   void *mem;         /* the plan's heap allocation */
   size_t mem_bytes;
   size_t head_bytes; /* control words + tile flags at the start of mem (zeroed at creation); data follows */
-  weave_fused_params_t params; /* everything but the per-call pointers and epoch */
+  weave_fused_params_t params; /* everything but the per-call pointers */
   weave_lt_t *lt;  /* baseline GEMM */
   weave_nccl_t *nccl; /* baseline reduce-scatter when every rank has a GPU of its own and M % world == 0 */
   weave_trace_event_t *trace; /* device: events of the last traced call, then the counter */
   unsigned trace_cap;
   char trace_path[512];       /* WEAVE_TRACE */
-  uint32_t epoch;
+  unsigned long calls; /* executes enqueued (the trace file is written at destroy if any) */
   int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
   const void *reachable[4]; /* A, B, bias, C_out last found device-readable (execute_check_args) */
 };

@@ -226,22 +226,46 @@ static void plan_try_nccl(weave_gemm_rs_plan_t p) {
               weave_get_last_error(team));
 }
 
-/* Collective: the heap allocation (zeroed head), and the baseline's cuBLASLt and NCCL. On failure the
- * heap allocation is freed again (p->lt and p->nccl are the caller's to destroy). */
-static weave_result_t plan_acquire(weave_gemm_rs_plan_t p) {
+/* The fused kernel's per-tile trace (desc.trace or WEAVE_TRACE): without device memory for it, the
+ * plan runs untraced. */
+static void plan_trace_buffer(weave_gemm_rs_plan_t p, const weave_env_t *env) {
+  snprintf(p->trace_path, sizeof(p->trace_path), "%s", env->trace);
+  if (!((p->desc.trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED)) return;
+  /* One GEMM event per tile of the walk, WAIT + REDUCE per owned tile, and room to spare. */
+  p->trace_cap = (unsigned)(weave_total_tiles(&p->tiling) + 2 * p->tiles_cap + 64);
+  if (cudaMalloc((void **)&p->trace, sizeof(weave_trace_event_t) * p->trace_cap + 64) != cudaSuccess) {
+    cudaGetLastError();
+    p->trace = NULL;
+    p->trace_cap = 0;
+    weave_log(WEAVE_LOG_WARN, p->team, "plan: no device memory for the trace: tracing off");
+  }
+}
+
+/* Collective: the heap allocation (zeroed head), the trace buffer, and the baseline's cuBLASLt and
+ * NCCL. Every CUDA call that may wait for the whole device (allocation, cudaDeviceSynchronize) comes
+ * before the agreement: after it, a faster rank may already launch a kernel that spins until this
+ * rank launches too, and ranks that are threads sharing a GPU would stall each other until the
+ * timeout. On failure the allocations are freed again (p->lt and p->nccl are the caller's to
+ * destroy). */
+static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *env) {
   weave_team_t team = p->team;
   const int baseline = p->strategy == WEAVE_STRATEGY_BASELINE;
   WEAVE_CHECK(weave_malloc(team, p->mem_bytes, &p->mem));
   weave_result_t local = plan_zero_flags(p);
   if (local == WEAVE_SUCCESS && baseline) local = plan_create_lt(p);
+  if (local == WEAVE_SUCCESS) plan_trace_buffer(p, env);
   weave_result_t rc = weave_team_agree(team, local);
   if (rc == WEAVE_SUCCESS && baseline && team->world > 1 && p->M % team->world == 0) plan_try_nccl(p);
-  if (rc != WEAVE_SUCCESS) weave_free(team, p->mem);
+  if (rc != WEAVE_SUCCESS) {
+    weave_free(team, p->mem);
+    cudaFree(p->trace);
+    p->trace = NULL;
+  }
   return rc;
 }
 
 /* ---- parameters -------------------------------------------------------------------------------- */
-/* The fused / bulk kernels' parameter block, all but the per-call pointers and epoch. */
+/* The fused / bulk kernels' parameter block, all but the per-call pointers. */
 static void plan_fill_params(weave_gemm_rs_plan_t p) {
   weave_fused_params_t *fp = &p->params;
   memset(fp, 0, sizeof(*fp));
@@ -261,6 +285,11 @@ static void plan_fill_params(weave_gemm_rs_plan_t p) {
   fp->data = (char *)p->mem + p->head_bytes;
   fp->gemm_blocks = p->gemm_blocks;
   fp->comm_blocks = p->comm_blocks;
+  if (p->trace) {
+    fp->trace = p->trace;
+    fp->trace_count = (unsigned *)(p->trace + p->trace_cap);
+    fp->trace_cap = p->trace_cap;
+  }
 }
 
 /* TMA-store epilogue: one store map per owner onto this rank's slot in that owner's heap (the
@@ -288,25 +317,6 @@ static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) 
   /* This rank's GEMM blocks only: how a tile reaches its owner does not change the protocol, so
    * ranks may differ here. */
   fp->tma_slots = ok;
-}
-
-/* The fused kernel's per-tile trace (desc.trace or WEAVE_TRACE): without device memory for it, the
- * plan runs untraced. */
-static void plan_trace_buffer(weave_gemm_rs_plan_t p, const weave_env_t *env) {
-  weave_fused_params_t *fp = &p->params;
-  snprintf(p->trace_path, sizeof(p->trace_path), "%s", env->trace);
-  if (!((p->desc.trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED)) return;
-  /* One GEMM event per tile of the walk, WAIT + REDUCE per owned tile, and room to spare. */
-  p->trace_cap = (unsigned)(weave_total_tiles(&p->tiling) + 2 * p->tiles_cap + 64);
-  if (cudaMalloc((void **)&p->trace, sizeof(weave_trace_event_t) * p->trace_cap + 64) != cudaSuccess) {
-    cudaGetLastError();
-    p->trace = NULL;
-    weave_log(WEAVE_LOG_WARN, p->team, "plan: no device memory for the trace: tracing off");
-  } else {
-    fp->trace = p->trace;
-    fp->trace_count = (unsigned *)(p->trace + p->trace_cap);
-    fp->trace_cap = p->trace_cap;
-  }
 }
 
 /* ---- create, info, destroy --------------------------------------------------------------------- */
@@ -346,7 +356,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   /* Every rank takes part in the agreement; a rank that failed here returns its own code. */
   if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
   else weave_team_agree(team, rc);
-  if (rc == WEAVE_SUCCESS) rc = plan_acquire(p);
+  if (rc == WEAVE_SUCCESS) rc = plan_acquire(p, &env);
   if (rc != WEAVE_SUCCESS) {
     plan_free_host(p);
     return rc;
@@ -354,11 +364,10 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
 
   plan_fill_params(p);
   plan_tma_store_maps(p, &env);
-  plan_trace_buffer(p, &env);
   weave_log(WEAVE_LOG_INFO, team,
-            "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes, %s epilogue",
+            "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes at offset %zu, %s epilogue",
             M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
-            p->budget, p->mem_bytes, p->params.tma_slots ? "TMA-store" : "register-store");
+            p->budget, p->mem_bytes, (size_t)((char *)p->mem - (char *)team->heap_base), p->params.tma_slots ? "TMA-store" : "register-store");
   *plan_out = p;
   return WEAVE_SUCCESS;
 }
@@ -398,7 +407,7 @@ static void plan_write_trace(weave_gemm_rs_plan_t p) {
 
 weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
-  if (p->trace && p->trace_path[0] && p->epoch > 0) plan_write_trace(p);
+  if (p->trace && p->trace_path[0] && p->calls > 0) plan_write_trace(p);
   if (p->trace) cudaFree(p->trace);
   weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
   plan_free_host(p);

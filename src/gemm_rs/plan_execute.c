@@ -8,7 +8,9 @@
  *   protocol        fused: one kernel; bulk and baseline without NCCL: wait for the peers, the GEMM
  *                   into the partial, ready barrier, weave's reduce-scatter
  *
- * Every call is a new epoch of the plan's flags, so nothing is reset between calls.
+ * Every call is a new epoch of the plan's flags, so nothing is reset between calls. The epoch is
+ * counted on the device (weave_plan_ctl_t), and nothing here waits for the device or allocates: a
+ * call can be captured in a CUDA graph and replayed (see weave.h).
  */
 #include <stdint.h>
 #include <string.h>
@@ -128,7 +130,7 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
   size_t e = weave_dtype_size(p->desc.dtype);
   weave_fused_params_t fp = p->params;
   fp.A = A; fp.B = B; fp.bias = bias; fp.C_out = C_out;
-  fp.epoch = ++p->epoch;
+  p->calls++;
   size_t rowb_a = (size_t)p->K * e, rowb_b = (p->desc.b_layout == WEAVE_LAYOUT_ROW ? (size_t)p->N : (size_t)p->K) * e;
   fp.out_vec = aligned16(C_out);
   fp.vec_ok = aligned16(A) && aligned16(B) && rowb_a % 16 == 0 && rowb_b % 16 == 0;

@@ -155,6 +155,10 @@ struct weave_owner_walk {
     *row0 = row_begin + tm * p->tiling.tile_m;
     *col0 = tn * p->tiling.tile_n;
   }
+  /* This call's epoch, read where it is used rather than held across the main loop (registers):
+   * the block reads it before it arrives at the end of the kernel, and the word only advances
+   * after every block has arrived. */
+  __device__ uint32_t epoch() const { return weave_call_epoch(&p->ctl->epoch); }
   /* the tile's GEMM span: from the end of this block's previous tile (tiles run back to back) to
    * now. The Hopper role asks for a tile's coordinates under its first k-block, so owner / j /
    * row_begin / row_end stay live across the main loop (no spills: the build checks). */
@@ -167,7 +171,7 @@ struct weave_owner_walk {
   }
   __device__ void begin(int) {
     if (dead || weave_credit_held(credit, owner)) return;
-    if (weave_wait_until(&p->team, &p->ctl->done[owner], WEAVE_CMP_GE, weave_credit_epoch(p->epoch), owner, -1) != 0)
+    if (weave_wait_until(&p->team, &p->ctl->done[owner], WEAVE_CMP_GE, weave_credit_epoch(epoch()), owner, -1) != 0)
       dead = true;
     credit = weave_credit_take(credit, owner);
   }
@@ -194,7 +198,7 @@ template <typename S> struct weave_slot_sink : weave_owner_walk {
   __device__ void end(int) {
     if (dead) return;
     uint32_t *flag = p->tile_flags + (size_t)p->team.rank * p->tiles_cap + j;
-    weave_atomic_xchg<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, flag, owner), p->epoch);
+    weave_atomic_xchg<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p->team, flag, owner), epoch());
     trace_tile();
   }
 };
@@ -345,7 +349,7 @@ __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, 
 /* Communication role of the fused kernel (see the top of the file): owner tiles j = blockIdx -
  * gemm_blocks, + comm_blocks, ... of this rank, each waited for and reduced by the group g. */
 template <typename T, typename S, bool ATOMIC>
-__device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, const weave_threads &g) {
+__device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, const weave_threads &g, uint32_t epoch) {
   const weave_device_team_t &t = p.team;
   int row_begin, rows;
   weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
@@ -357,12 +361,12 @@ __device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, 
     int c0 = tn * p.tiling.tile_n, c1 = min(c0 + p.tiling.tile_n, p.N);
     uint64_t t0 = p.trace ? weave_trace_now() : 0, t1 = 0;
     if constexpr (ATOMIC) {
-      if (weave_block_wait_sources(g, t, p.tile_flags + j, 0, 1, (uint32_t)t.world * p.epoch, j)) break;
+      if (weave_block_wait_sources(g, t, p.tile_flags + j, 0, 1, (uint32_t)t.world * epoch, j)) break;
       if (p.trace) t1 = weave_trace_now();
       weave_local_slots<float> src = {(const float *)p.data, 0};
       weave_reduce_region<float, T>(p, g, src, 1, r0, r1, c0, c1, true);
     } else {
-      if (weave_block_wait_sources(g, t, p.tile_flags + j, (size_t)p.tiles_cap, t.world, p.epoch, j)) break;
+      if (weave_block_wait_sources(g, t, p.tile_flags + j, (size_t)p.tiles_cap, t.world, epoch, j)) break;
       if (p.trace) t1 = weave_trace_now();
       weave_local_slots<S> src = {(const S *)p.data, (size_t)p.rows_cap * p.N};
       weave_reduce_region<S, T>(p, g, src, t.world, r0, r1, c0, c1, false);
@@ -385,6 +389,7 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
     weave_fused_kernel(const __grid_constant__ weave_fused_params_t p) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const weave_device_team_t &t = p.team;
+  const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   if ((int)blockIdx.x < p.gemm_blocks) {
     int total = weave_total_tiles(&p.tiling);
     if constexpr (ATOMIC) {
@@ -402,16 +407,17 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
        * idles, warpgroups 1-2 reduce */
       if (weave_hgemm_regs_split())
         weave_fused_comm<T, S, ATOMIC>(p, weave_threads{(int)threadIdx.x - (WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS),
-                                                        WEAVE_HGEMM_CONSUMER_THREADS, WEAVE_HGEMM_CONSUMER_BARRIER_ID});
+                                                        WEAVE_HGEMM_CONSUMER_THREADS, WEAVE_HGEMM_CONSUMER_BARRIER_ID},
+                                       epoch);
     } else {
-      weave_fused_comm<T, S, ATOMIC>(p, weave_whole_block());
+      weave_fused_comm<T, S, ATOMIC>(p, weave_whole_block(), epoch);
     }
   }
   /* both paths ran one split (the role's or the comm blocks'): exactly one restore here. (A second
    * one would reuse the restore barrier while consumers' non-blocking arrivals of the first may still
    * be pending, i.e. miscount it.) */
   if constexpr (HOPPER) weave_hgemm_regs_restore();
-  weave_block_arrive_and_signal(t, &p.ctl->arrive[0], gridDim.x, p.epoch, p.ctl->done);
+  weave_block_arrive_and_signal(t, &p.ctl->arrive[0], gridDim.x, epoch, p.ctl->done, &p.ctl->epoch);
 }
 
 template <typename T, typename O>
@@ -422,7 +428,8 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS, 1) weave_gemm_kernel(weave_
 }
 
 __global__ void weave_wait_done_kernel(const __grid_constant__ weave_fused_params_t p) {
-  weave_block_wait_sources(weave_whole_block(), p.team, p.ctl->done, 1, p.team.world, p.epoch - 1u, -1);
+  const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
+  weave_block_wait_sources(weave_whole_block(), p.team, p.ctl->done, 1, p.team.world, weave_credit_epoch(epoch), -1);
 }
 
 /* One block: publish this rank's partial (ready[rank] = epoch into every peer), then wait for every
@@ -433,15 +440,17 @@ __global__ void weave_ready_barrier_kernel(const __grid_constant__ weave_fused_p
   /* The GEMM before this kernel in stream order wrote P; fence at system scope so the release below
    * carries those writes to the peers of other GPUs too. */
   __threadfence_system();
+  const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   if ((int)threadIdx.x < p.team.world)
     weave_st<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p.team, &p.ctl->ready[p.team.rank], (int)threadIdx.x),
-                                                 p.epoch);
-  weave_block_wait_sources(weave_whole_block(), p.team, p.ctl->ready, 1, p.team.world, p.epoch, -1);
+                                                 epoch);
+  weave_block_wait_sources(weave_whole_block(), p.team, p.ctl->ready, 1, p.team.world, epoch, -1);
 }
 
 template <typename S, typename T>
 __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel(const __grid_constant__ weave_fused_params_t p) {
   const weave_device_team_t &t = p.team;
+  const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   int row_begin, rows;
   weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
   if (!weave_device_failed(&t)) { /* the ready barrier before this kernel gave up: skip the reads */
@@ -455,7 +464,7 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel
       weave_reduce_region<S, T>(p, weave_whole_block(), src, t.world, r0, r1, c0, c1, false);
     }
   }
-  weave_block_arrive_and_signal(t, &p.ctl->arrive[1], gridDim.x, p.epoch, p.ctl->done);
+  weave_block_arrive_and_signal(t, &p.ctl->arrive[1], gridDim.x, epoch, p.ctl->done, &p.ctl->epoch);
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -18,12 +18,18 @@ extern "C" {
 #endif
 
 /* Control words of a plan, at the start of its heap allocation (zeroed at plan creation). Every
- * word only ever grows by one epoch per call, so nothing is reset between calls. */
+ * word only ever grows by one epoch per call, so nothing is reset between calls.
+ *
+ * The call's epoch itself lives here, not in the kernel arguments: each kernel of a call reads
+ * epoch + 1 at its start, and the last block of the call's last kernel stores it (after every block
+ * of that kernel has read it, see weave_block_arrive_and_signal). So a call captured in a CUDA graph
+ * replays with a fresh epoch each time. */
 typedef struct {
   uint32_t done[WEAVE_MAX_WORLD];  /* [src]: last call src finished reading this rank's inputs */
   uint32_t ready[WEAVE_MAX_WORLD]; /* [src]: last call whose partial src has finished (bulk) */
   uint32_t arrive[4];              /* blocks of this rank that finished, per kernel kind */
-  uint32_t pad_[28];
+  uint32_t epoch;                  /* last call of this rank that finished */
+  uint32_t pad_[27];
 } weave_plan_ctl_t;
 
 typedef struct {
@@ -39,7 +45,6 @@ typedef struct {
   void *data;      /* slots (deterministic) / fp32 accumulator (atomic) / partial P (bulk) */
   uint32_t *tile_flags;
   weave_plan_ctl_t *ctl;
-  uint32_t epoch;
   int gemm_blocks, comm_blocks;
   int vec_ok;      /* rows of A and B are 16-byte aligned: cp.async path */
   int out_vec;     /* C_out is 16-byte aligned: vector stores in the reduction */
@@ -66,7 +71,8 @@ int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream
 int weave_launch_gemm(int M, int N, int K, int dtype, int b_layout, float alpha, const void *A, const void *B,
                       const void *bias, void *out, int out_dtype, int blocks, int vec_ok,
                       struct CUstream_st *stream);
-/* Bulk pieces (one block each for the waits): wait for peers' done[] >= epoch-1; ready barrier
+/* Bulk pieces (one block each for the waits; epoch = ctl->epoch + 1): wait for peers' done[] >=
+ * epoch-1; ready barrier
  * (signal ready[] = epoch to peers, wait for theirs); reduce-scatter of the partials P (dtype
  * p->slot_dtype) into C_out, which signals done[] when finished. */
 int weave_launch_wait_done(const weave_fused_params_t *p, struct CUstream_st *stream);

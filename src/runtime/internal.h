@@ -144,6 +144,7 @@ struct weave_team {
   void *peer_bases[WEAVE_MAX_WORLD];  /* every rank's heap as addressable from this rank */
   void **d_bases;                     /* device copy of peer_bases */
   weave_heap_t heap;
+  int threads_on_device;              /* ranks of this team in this process that share its GPU */
   char last_error[1024];
 };
 

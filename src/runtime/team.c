@@ -155,6 +155,7 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
   }
   /* Ranks that are threads of one process share its CUDA context: their spinning kernels need
    * enough hardware queues to run side by side. Ranks in other processes need MPS instead. */
+  team->threads_on_device = local_on_device;
   if (local_on_device > 1) {
     const char *ml = getenv("CUDA_MODULE_LOADING"), *mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     if (!ml || strcmp(ml, "EAGER") != 0 || !mc || atoi(mc) < local_on_device)
@@ -307,11 +308,20 @@ weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CUDA_CHECK(team, cudaMemcpy(&rec, team->heap_base, sizeof(rec), cudaMemcpyDeviceToHost));
   if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
   WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
+  /* The classic cause when ranks are threads sharing a GPU: the awaited rank's thread sat in a CUDA
+   * call that waits for the whole device (the waiting kernel included), so it never launched. */
+  const char *hint = team->threads_on_device > 1
+                         ? " (ranks that are threads sharing a GPU: did rank %d's thread call cudaMalloc, cudaFree, "
+                           "cudaDeviceSynchronize or another device-wide wait while a call was in flight? README, "
+                           "Limitations)"
+                         : "";
+  char why[256];
+  snprintf(why, sizeof(why), hint, (int)rec.peer);
   return weave_fail(team, WEAVE_ERROR_TIMEOUT,
                     "rank %d timed out after %d ms waiting for rank %d on item %d: flag at 0x%llx was %llu, "
-                    "expected %s %llu",
+                    "expected %s %llu%s",
                     rec.rank, team->timeout_ms, rec.peer, rec.item, (unsigned long long)rec.flag_addr,
-                    (unsigned long long)rec.observed, cmp_name(rec.cmp), (unsigned long long)rec.expected);
+                    (unsigned long long)rec.observed, cmp_name(rec.cmp), (unsigned long long)rec.expected, why);
 #else
   (void)stream;
   return WEAVE_ERROR_INTERNAL;
