@@ -38,6 +38,8 @@ struct weave_gemm_rs_plan {
   size_t mem_bytes;
   size_t head_bytes; /* control words + tile flags at the start of mem (zeroed at creation); data follows */
   weave_fused_params_t params; /* everything but the per-call pointers */
+  void *gemm_ws;   /* bulk: the stream-K workspace of its GEMM (NULL: none needed) */
+  size_t gemm_ws_bytes;
   weave_lt_t *lt;  /* baseline GEMM */
   weave_nccl_t *nccl; /* baseline reduce-scatter when every rank has a GPU of its own and M % world == 0 */
   weave_trace_event_t *trace; /* device: events of the last traced call, then the counter */

@@ -241,8 +241,26 @@ static void plan_trace_buffer(weave_gemm_rs_plan_t p, const weave_env_t *env) {
   }
 }
 
-/* Collective: the heap allocation (zeroed head), the trace buffer, and the baseline's cuBLASLt and
- * NCCL. Every CUDA call that may wait for the whole device (allocation, cudaDeviceSynchronize) comes
+/* The bulk GEMM's own stream-K workspace (zeroed), so that no call allocates: a plan's calls are
+ * ordered, so one workspace serves them on any stream. None needed, or none to be had: the GEMM
+ * runs data-parallel tiles only. */
+static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
+  if (p->strategy != WEAVE_STRATEGY_BULK) return;
+  const weave_dtype_t out = p->team->world == 1 ? p->desc.dtype : p->slot_dtype;
+  const size_t need = weave_gemm_workspace_need(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, out, p->gemm_blocks);
+  if (!need) return;
+  if (cudaMalloc(&p->gemm_ws, need) != cudaSuccess || cudaMemset(p->gemm_ws, 0, need) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(p->gemm_ws);
+    p->gemm_ws = NULL;
+    weave_log(WEAVE_LOG_WARN, p->team, "plan: no device memory for the GEMM's stream-K workspace: whole tiles only");
+    return;
+  }
+  p->gemm_ws_bytes = need;
+}
+
+/* Collective: the heap allocation (zeroed head), the trace buffer, the bulk GEMM's workspace, and the
+ * baseline's cuBLASLt and NCCL. Every CUDA call that may wait for the whole device (allocation, cudaDeviceSynchronize) comes
  * before the agreement: after it, a faster rank may already launch a kernel that spins until this
  * rank launches too, and ranks that are threads sharing a GPU would stall each other until the
  * timeout. On failure the allocations are freed again (p->lt and p->nccl are the caller's to
@@ -254,12 +272,17 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
   weave_result_t local = plan_zero_flags(p);
   if (local == WEAVE_SUCCESS && baseline) local = plan_create_lt(p);
   if (local == WEAVE_SUCCESS) plan_trace_buffer(p, env);
+  if (local == WEAVE_SUCCESS) plan_gemm_workspace(p);
+  if (local == WEAVE_SUCCESS && cudaDeviceSynchronize() != cudaSuccess) /* the memsets done */
+    local = weave_plan_cuda_fail(team, (int)cudaGetLastError(), "plan: zeroing the workspace");
   weave_result_t rc = weave_team_agree(team, local);
   if (rc == WEAVE_SUCCESS && baseline && team->world > 1 && p->M % team->world == 0) plan_try_nccl(p);
   if (rc != WEAVE_SUCCESS) {
     weave_free(team, p->mem);
     cudaFree(p->trace);
+    cudaFree(p->gemm_ws);
     p->trace = NULL;
+    p->gemm_ws = NULL;
   }
   return rc;
 }
@@ -408,7 +431,9 @@ static void plan_write_trace(weave_gemm_rs_plan_t p) {
 weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
   if (p->trace && p->trace_path[0] && p->calls > 0) plan_write_trace(p);
-  if (p->trace) cudaFree(p->trace);
+  /* cudaFree waits for this plan's last calls; every rank has enqueued its own before coming here */
+  cudaFree(p->trace);
+  cudaFree(p->gemm_ws);
   weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
   plan_free_host(p);
   return rc;

@@ -66,7 +66,8 @@ static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t 
  * 16-byte aligned rows and an output of the input dtype, else mma.sync / SIMT. */
 weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
                                    const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
-                                   int num_blocks, weave_stream_t stream, char *msg, size_t msglen) {
+                                   int num_blocks, void *ws, size_t ws_bytes, weave_stream_t stream, char *msg,
+                                   size_t msglen) {
   size_t e = weave_dtype_size(dtype);
   size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
   int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
@@ -74,7 +75,10 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
     weave_hgemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
                                   WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO};
     const size_t need = weave_hgemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
-    if (need) {
+    if (need && ws) {
+      a.workspace = ws;
+      a.workspace_bytes = ws_bytes;
+    } else if (need) {
       int dev = 0;
       if (cudaGetDevice(&dev) == cudaSuccess) a.workspace = gemm_workspace(dev, stream, need, &a.workspace_bytes);
       cudaGetLastError();
@@ -92,6 +96,12 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
     return WEAVE_ERROR_CUDA;
   }
   return WEAVE_SUCCESS;
+}
+
+size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
+                                 weave_dtype_t out_dtype, int num_blocks) {
+  if (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K)) return 0;
+  return weave_hgemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
 }
 
 weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
@@ -114,7 +124,7 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
     return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave_gemm: no CUDA device");
   }
   char msg[256] = "";
-  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, bias, C, dtype, num_blocks, stream, msg,
+  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, bias, C, dtype, num_blocks, NULL, 0, stream, msg,
                                           sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "weave_gemm: %s", msg);
   return WEAVE_SUCCESS;

@@ -82,10 +82,16 @@ int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struc
 int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
 
-/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). */
+/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). The Hopper
+ * role's stream-K tail uses `ws` (zeroed once, one stream at a time) when given, else the stream's
+ * own workspace, allocated on its first need. */
 weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
                                    const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
-                                   int num_blocks, weave_stream_t stream, char *msg, size_t msglen);
+                                   int num_blocks, void *ws, size_t ws_bytes, weave_stream_t stream, char *msg,
+                                   size_t msglen);
+/* The stream-K workspace a plan's GEMM of this shape needs (0: none, or not the Hopper role). */
+size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
+                                 weave_dtype_t out_dtype, int num_blocks);
 
 #ifdef __cplusplus
 }

@@ -180,6 +180,17 @@ weave_result_t weave_team_destroy(weave_team_t team) {
   cudaDeviceSynchronize();
   /* Peers may still read this heap until every rank got here. */
   weave_result_t rc = team->bootstrap->barrier(team->bootstrap, team->rank);
+  if (rc != WEAVE_SUCCESS) {
+    /* Some rank did not arrive (an earlier timeout, a dead process): it may still run kernels that
+     * read or write this heap, so the memory stays mapped (a leak, not a fault in a peer). */
+    weave_log(WEAVE_LOG_WARN, team,
+              "weave_team_destroy: not every rank arrived (%s): this rank's heap (%zu bytes) stays mapped so "
+              "that a peer still running cannot fault on it",
+              weave_get_error_string(rc), team->heap_size);
+    weave_heap_fini(&team->heap);
+    free(team);
+    return rc;
+  }
   team_release(team);
   return rc;
 #else
