@@ -220,7 +220,10 @@ WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int
                                          const weave_gemm_rs_desc_t *desc,
                                          weave_gemm_rs_plan_t *plan);
 /* Enqueue one call on `stream`. A: [M, K_local], B: see b_layout, bias: [N] or NULL,
- * C_out: [rows, N] row-major. Device pointers of this rank (any memory, not only the heap). */
+ * C_out: [rows, N] row-major. Device pointers of this rank (any memory, not only the heap).
+ * Neither waits for the device nor allocates, and the plan counts its calls on the device: a call
+ * can be captured into a CUDA graph (after the plan's first call) and every replay is a new call.
+ * The calls of a plan, direct or replayed, must come in the same order on every rank. */
 WEAVE_API weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t plan, const void *A, const void *B,
                                      const void *bias, void *C_out, weave_stream_t stream);
 WEAVE_API weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t plan, weave_gemm_rs_info_t *info);

@@ -23,6 +23,7 @@
 
 #include "harness.h"
 #include "gemm_rs/plan_model.h"
+#include "kernels/kernels.h"
 #include "reference.h"
 #include "weave.h"
 #include "weave_trace.h"
@@ -99,6 +100,35 @@ static void fresh_inputs(const test_case_t *c, int r, int world, int call, void 
   harness_upload(dB, Bs[r], (size_t)c->K * c->N * e);
 }
 
+/* The fused split the cost model gives for this plan's budget, with the owner tiles counted here
+ * (the most tiles any owner has: ceil(rows_o / tile_m) x ceil(N / tile_n)) -- not taken from the
+ * plan, so a plan that feeds the model another count (all tiles, say) fails. */
+static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t slot, const weave_gemm_rs_info_t *info) {
+  int dev = 0, sms = 0, clock_khz = 0, mem_khz = 0, bus_bits = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev);
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev);
+  int hm, hn;
+  weave_kernel_tile_shape(1, &hm, &hn);
+  const int hopper = info->tile_m == hm && info->tile_n == hn;
+  const int per_sm = weave_kernel_blocks_per_sm(c->dtype, hopper, 1, NULL);
+  weave_split_inputs_t in;
+  weave_split_inputs_from_device(sms, clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0, c->dtype, per_sm,
+                                 info->gemm_blocks + info->comm_blocks, &in);
+  int most = 0;
+  for (int o = 0; o < world; ++o) {
+    int b, rows;
+    weave_row_split(c->M, world, o, &b, &rows);
+    const int t = (rows + info->tile_m - 1) / info->tile_m * ((c->N + info->tile_n - 1) / info->tile_n);
+    if (t > most) most = t;
+  }
+  return weave_split_comm_blocks(&in, weave_plan_gemm_flops(c->M, c->N, c->K, world),
+                                 weave_plan_comm_bytes(c->M, c->N, world, weave_dtype_size(slot), weave_dtype_size(c->dtype)),
+                                 (double)most);
+}
+
 static int rank_fn(harness_rank_t *hr) {
   test_case_t *c = (test_case_t *)hr->user;
   const int r = hr->rank, world = hr->world;
@@ -152,6 +182,15 @@ static int rank_fn(harness_rank_t *hr) {
     weave_gemm_rs_info_t info;
     weave_gemm_rs_plan_info(plan, &info);
     if (info.row_begin != row_begin || info.rows != rows) fail(c, r, dn, "plan info rows differ from weave_row_split");
+    if (info.strategy == WEAVE_STRATEGY_FUSED && d.gemm_blocks == 0 && !getenv("WEAVE_TUNE_FILE")) {
+      const weave_dtype_t slot = d.reduce == WEAVE_REDUCE_ATOMIC || d.fp32_slots ? WEAVE_FP32 : d.dtype;
+      const int want = expected_comm_blocks(c, world, slot, &info);
+      if (info.comm_blocks != want) {
+        snprintf(msg, sizeof(msg), "the cost model gives %d communication blocks (this rank owns %d tiles), the plan has %d",
+                 want, info.tiles_owned, info.comm_blocks);
+        fail(c, r, dn, msg);
+      }
+    }
 
     if (c->skip_rank >= 0) {
       /* Timeout case: one rank never calls; everyone else must get a timeout naming the wait. */

@@ -435,7 +435,7 @@ static int rank_fn(harness_rank_t *hr) {
 
 int main(int argc, char **argv) {
   static const cli_option_t options[] = {
-      {"calls", 'n', "N", "GEMM + ReduceScatter calls (default 1000)"},
+      {"calls", 'n', "N", "GEMM + ReduceScatter calls (default 10000)"},
       {"seed", 's', "S", "seed of every decision (default WEAVE_TEST_SEED, else fresh)"},
       {"verbose", 'v', NULL, "rank 0 prints every plan it creates and the plan of every call"},
       {"help", 'h', NULL, "this text"},
@@ -444,7 +444,7 @@ int main(int argc, char **argv) {
   soak_t s;
   memset(&s, 0, sizeof(s));
   pthread_mutex_init(&s.mu, NULL);
-  s.calls = 1000;
+  s.calls = 10000;
   s.seed = harness_seed();
   cli_t c;
   cli_init(&c, "gpu_soak_test", options);
