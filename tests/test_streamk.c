@@ -78,8 +78,9 @@ static int check_schedule(int T, int P, int kt, int mode) {
   return check_failures == before;
 }
 
-/* The counter protocol for one split tile of `segs` segments arriving in a random order; `peek`:
- * does a segment look at the counter before writing? Returns the number that went on to store. */
+/* The counter protocol of streamk_fixup.cuh for one split tile of `segs` segments arriving in a
+ * random order, with the kernel's decision (weave_hgemm_sk_is_last); `peek`: does a segment look at
+ * the counter before writing? Returns the number that went on to store. */
 static int simulate_arrivals(int segs, unsigned seed, int peek, unsigned *counter) {
   int order[64], lasts = 0;
   for (int i = 0; i < segs; ++i) order[i] = i;
@@ -90,8 +91,8 @@ static int simulate_arrivals(int segs, unsigned seed, int peek, unsigned *counte
   }
   for (int i = 0; i < segs; ++i) {
     (void)order[i];
-    int last = peek && *counter == (unsigned)(segs - 1);
-    if (!last) last = (*counter)++ == (unsigned)(segs - 1);
+    int last = peek && weave_hgemm_sk_is_last(*counter, segs);
+    if (!last) last = weave_hgemm_sk_is_last((*counter)++, segs);
     if (last) {
       lasts++;
       *counter = 0;

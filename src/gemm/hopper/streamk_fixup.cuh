@@ -31,7 +31,7 @@ static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const weave_hgemm_p
   const bool leader = cw == 0 && ltid == 0;
   /* every other segment already arrived: last without writing the slot */
   bool last =
-      weave_hgemm_consumer_bar_or(leader && weave_ld<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU>(cnt) == (unsigned)(segs - 1));
+      weave_hgemm_consumer_bar_or(leader && weave_hgemm_sk_is_last(weave_ld<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU>(cnt), segs));
   if (!last) {
     float4 *dst = (float4 *)(p.sk_partials + (size_t)weave_hgemm_sk_slot(b, kb0) * WEAVE_HGEMM_SK_SLOT_FLOATS) +
                   cw * 32 * 128 + ltid;
@@ -40,8 +40,8 @@ static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const weave_hgemm_p
       __stcg(dst + g * 128, make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]));
     weave_hgemm_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
     /* release (cumulative over the barrier) of every thread's slot writes; acquire of the others' */
-    last = weave_hgemm_consumer_bar_or(leader && weave_atomic_add<WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_GPU>(cnt, 1u) ==
-                                                     (unsigned)(segs - 1));
+    last = weave_hgemm_consumer_bar_or(
+        leader && weave_hgemm_sk_is_last(weave_atomic_add<WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_GPU>(cnt, 1u), segs));
     if (!last) return false;
   }
   /* acc = ((seg 0 + seg 1) + seg 2) + ... in this order, own segment s from the registers:

@@ -124,6 +124,11 @@ static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_block_of(const weave_hgemm_sk
 
 /* workspace slot of the split item of block b that starts at k-block kb0 of its tile */
 static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_slot(int b, int kb0) { return 2 * b + (kb0 == 0 ? 1 : 0); }
+/* A split tile's counter counts its segments' arrivals: the segment that sees segs - 1 earlier ones
+ * (by looking first, or as the old value of its own increment) is the last and sums the tile. */
+static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_is_last(unsigned arrivals_before, int segs) {
+  return arrivals_before == (unsigned)(segs - 1);
+}
 
 /* bytes of workspace the schedule needs (counters, then the slots); 0 without a stream-K tail */
 static inline WEAVE_HOST_DEVICE size_t weave_hgemm_sk_workspace_bytes(const weave_hgemm_sk_t *s) {
