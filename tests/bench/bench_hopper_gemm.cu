@@ -430,9 +430,9 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
 #endif
     const double t_w = med[0], t_def = meds.back(), t_sm = med[3], tf_def = flop / t_def * 1e-9;
     const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
-    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
+    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
                    WEAVE_HGEMM_SCHED_PINGPONG;
-    const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+    const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
     unsigned long long wrong = 0, wrong_pp = 0;
     if (o.check && (count_wrong(c, 0, b, def, &wrong) || count_wrong(c, 3, b, def, &wrong_pp))) {
       rc = 1;
