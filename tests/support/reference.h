@@ -1,5 +1,5 @@
 /*
- * CPU reference for GEMM + ReduceScatter in fp64, and host conversions of bf16/fp16. Independent of
+ * CPU reference for GEMM + ReduceScatter in fp64, and host conversions of bf16/fp16/fp8. Independent of
  * the kernels: the tests and the bench check the GPU against it.
  */
 #ifndef WEAVE_REFERENCE_H
@@ -9,6 +9,10 @@
 #include <stdint.h>
 
 #include "weave.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 float weave_bf16_to_float(uint16_t h);
 uint16_t weave_float_to_bf16(float f); /* round to nearest even; NaN stays NaN */
@@ -70,4 +74,7 @@ void weave_tolerance(weave_dtype_t t, int K_total, double *atol, double *rtol);
 /* Fills with uniform values in [-1, 1) of dtype t from a 64-bit seed (splitmix64). */
 void weave_fill_random(weave_dtype_t t, void *p, size_t n, uint64_t seed);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
