@@ -17,7 +17,7 @@
  *     partial (weave_ref_gemm_rs_scaled / weave_fp8_accum_bound: 13 fraction bits kept at every k32
  *     step, as cuBLASLt's fast accumulation, which the fp8 baseline uses too).
  * Outputs are poisoned (NaN) before every call; inputs are fresh random numbers per case.
- * Usage: gpu_gemm_rs [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
+ * Usage: gpu_gemm_rs [--world N] [--quick] [--tiny] [--fp8-only]   Exit 0 pass, 1 fail, 77 no device.
  * Under a launcher (scripts/launch.sh -n N --mps, mpirun, torchrun) each process is one rank and the
  * cases of world N run; every process builds every rank's inputs from the same seed.
  */
@@ -384,11 +384,12 @@ static int run_case(test_case_t *c, int world, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-  int only_world = 0, quick = 0, tiny = 0;
+  int only_world = 0, quick = 0, tiny = 0, fp8_only = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--world") && i + 1 < argc) only_world = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--tiny")) quick = tiny = 1; /* for the sanitizers: one small case per dtype */
+    else if (!strcmp(argv[i], "--fp8-only")) fp8_only = 1;  /* the fp8 cases (1b) alone */
   }
   if (harness_device_count() == 0) {
     printf("gpu_gemm_rs: no CUDA device: skipped\n");
@@ -408,7 +409,7 @@ int main(int argc, char **argv) {
     int world = worlds[wi];
     if (only_world && world != only_world) continue;
     /* 1. every strategy x reduction x slot x dtype x layout, with tails */
-    for (int dt = 0; dt < 3; ++dt)
+    for (int dt = 0; dt < 3 && !fp8_only; ++dt)
       for (int lay = 0; lay < 2; ++lay) {
         if (tiny && dt == WEAVE_FP16) continue;
         /* K_local 300 and N 1001 (rows not 16-byte aligned: the mma.sync role and the scalar
@@ -467,6 +468,7 @@ int main(int argc, char **argv) {
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
       failed += run_case(&c, world, seed ^ (0xf8ull * (uint64_t)world)); total++;
     }
+    if (fp8_only) continue;
     /* 2. a large shape, sampled rows */
     if (!quick) {
       for (int lay = 0; lay < 2; ++lay) {
