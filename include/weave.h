@@ -157,7 +157,13 @@ WEAVE_API weave_result_t weave_team_device_view(weave_team_t team, weave_device_
  *   C = alpha * sum_r A_r[M, K_local] . B_r[K_local, N]  (+ bias[N]); rank r keeps rows
  *   [row_begin(r), row_begin(r) + rows(r)) where the first M % world ranks get one row more.
  * ------------------------------------------------------------------------------------------- */
-typedef enum { WEAVE_BF16 = 0, WEAVE_FP16 = 1, WEAVE_FP32 = 2 } weave_dtype_t;
+typedef enum {
+  WEAVE_DTYPE_AUTO = -1, /* out_dtype only: the output type that goes with the input type (below) */
+  WEAVE_BF16 = 0,
+  WEAVE_FP16 = 1,
+  WEAVE_FP32 = 2,
+  WEAVE_FP8_E4M3 = 3     /* inputs only (A and B), with scales; C and bias bf16 or fp16 (out_dtype) */
+} weave_dtype_t;
 typedef enum {
   WEAVE_LAYOUT_ROW = 0, /* B stored [K_local, N] row-major */
   WEAVE_LAYOUT_COL = 1  /* B stored [N, K_local] row-major (nn.Linear weight) */
@@ -168,8 +174,21 @@ typedef enum {
   WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
   WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter (or weave's RS on one GPU) */
 } weave_strategy_t;
-/* For messages and tools: bytes per element; "bf16" / "fp16" / "fp32"; "auto" / "fused" / "bulk" /
- * "baseline" ("?" for a value outside the enum). */
+/* fp8 inputs (WEAVE_FP8_E4M3): fp32 accumulation in the tensor cores, the dequantization scales applied
+ * to each partial before it leaves its rank (so the reduction is the 16/32-bit one), then alpha, then
+ * bias. Per tensor: one fp32 for A and one for B; per row: one fp32 per row of A ([M]) and one per
+ * output column ([N]), i.e. C[i][j] = alpha * sum_r scale_a_r[i] * scale_b_r[j] * (A_r . B_r)[i][j]
+ * (+ bias[j]). Scales are device pointers passed with each call, so they may change without a new
+ * plan. fp8 needs B as WEAVE_LAYOUT_COL ([N, K], nn.Linear's weight: both operands K-major, as the
+ * fp8 tensor-core instructions read them) and K (K_local) a multiple of 16 (16-byte rows for TMA). */
+typedef enum {
+  WEAVE_SCALE_NONE = 0,   /* no scales (as if 1) */
+  WEAVE_SCALE_TENSOR = 1, /* scale_a[0], scale_b[0] */
+  WEAVE_SCALE_ROW = 2     /* scale_a[M] (rows of A), scale_b[N] (columns of C) */
+} weave_scale_mode_t;
+/* For messages and tools: bytes per element (1 for fp8, 0 for WEAVE_DTYPE_AUTO); "bf16" / "fp16" /
+ * "fp32" / "fp8_e4m3" / "auto"; "auto" / "fused" / "bulk" / "baseline" ("?" for a value outside the
+ * enum). */
 WEAVE_API size_t weave_dtype_size(weave_dtype_t dtype);
 WEAVE_API const char *weave_dtype_name(weave_dtype_t dtype);
 WEAVE_API const char *weave_strategy_name(weave_strategy_t strategy);
@@ -182,9 +201,11 @@ typedef enum {
   WEAVE_ORDER_OWN_FIRST = 1  /* rank r computes its own tiles, then r+1, ... */
 } weave_tile_order_t;
 
+/* Versioned by struct_size: a desc of the 0.2 layout (up to and including `trace`, struct_size =
+ * WEAVE_GEMM_RS_DESC_SIZE_0_2) is accepted and its later fields take their defaults. */
 typedef struct {
   size_t struct_size;
-  weave_dtype_t dtype;       /* A, B, C and bias */
+  weave_dtype_t dtype;       /* A and B; C and bias too, unless fp8 (see out_dtype) */
   weave_layout_t b_layout;
   weave_strategy_t strategy;
   weave_reduce_t reduce;
@@ -195,11 +216,18 @@ typedef struct {
   int gemm_blocks;           /* 0: from the cost model / tune file */
   int comm_blocks;           /* 0: from the cost model / tune file */
   int trace;                 /* record per-tile events of each fused call (also on with WEAVE_TRACE) */
+  /* since 0.3 */
+  weave_dtype_t out_dtype;   /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8 inputs
+                              * WEAVE_BF16 / WEAVE_FP16; 16/32-bit inputs: AUTO or dtype itself */
+  weave_scale_mode_t scale_mode; /* fp8 only: scales passed to weave_gemm_rs_execute_scaled */
 } weave_gemm_rs_desc_t;
 
 #define WEAVE_GEMM_RS_DESC_INIT                                                                 \
   {sizeof(weave_gemm_rs_desc_t), WEAVE_BF16, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_AUTO,             \
-   WEAVE_REDUCE_DETERMINISTIC, 0, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0, 0}
+   WEAVE_REDUCE_DETERMINISTIC, 0, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0, 0, WEAVE_DTYPE_AUTO,     \
+   WEAVE_SCALE_NONE}
+/* struct_size of a desc of weave 0.2 (fields up to `trace`). */
+#define WEAVE_GEMM_RS_DESC_SIZE_0_2 ((sizeof(size_t) + 11 * sizeof(int) + sizeof(size_t) - 1) / sizeof(size_t) * sizeof(size_t))
 
 typedef struct weave_gemm_rs_plan *weave_gemm_rs_plan_t;
 
@@ -226,6 +254,13 @@ WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int
  * The calls of a plan, direct or replayed, must come in the same order on every rank. */
 WEAVE_API weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t plan, const void *A, const void *B,
                                      const void *bias, void *C_out, weave_stream_t stream);
+/* The same for a plan with scales (desc.scale_mode, fp8): device pointers to this rank's scales,
+ * WEAVE_SCALE_TENSOR: one float each; WEAVE_SCALE_ROW: scale_a [M] (rows of this rank's A) and
+ * scale_b [N]. A plan with scale_mode WEAVE_SCALE_NONE takes NULL for both (it is then
+ * weave_gemm_rs_execute). They are read by the call's kernels: keep them unchanged until it ends. */
+WEAVE_API weave_result_t weave_gemm_rs_execute_scaled(weave_gemm_rs_plan_t plan, const void *A, const void *B,
+                                            const float *scale_a, const float *scale_b, const void *bias,
+                                            void *C_out, weave_stream_t stream);
 WEAVE_API weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t plan, weave_gemm_rs_info_t *info);
 WEAVE_API weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t plan); /* collective */
 
@@ -251,6 +286,30 @@ WEAVE_API weave_result_t weave_row_split(int M, int world, int rank, int *row_be
 WEAVE_API weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
                           float alpha, const void *A, const void *B, const void *bias, void *C,
                           int num_blocks, weave_stream_t stream);
+
+/* The same with every option (fp8 inputs, their scales, the output type), as one versioned struct:
+ * C[M, N] = alpha * (scale_a . scale_b) * A . B + bias. fp8: A [M, K] and B [N, K] (b_layout
+ * WEAVE_LAYOUT_COL), K a multiple of 16, 16-byte aligned A and B, on the Hopper GEMM (sm_90). */
+typedef struct {
+  size_t struct_size;            /* sizeof(weave_gemm_args_t) */
+  int M, N, K;
+  weave_dtype_t dtype;           /* A and B */
+  weave_dtype_t out_dtype;       /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8
+                                  * WEAVE_BF16 / WEAVE_FP16 */
+  weave_layout_t b_layout;
+  float alpha;
+  weave_scale_mode_t scale_mode; /* fp8 only */
+  const float *scale_a, *scale_b; /* device; TENSOR: one float each; ROW: [M] and [N] */
+  const void *A, *B, *bias;      /* bias [N] of out_dtype, or NULL */
+  void *C;
+  int num_blocks;                /* 0: all SMs */
+} weave_gemm_args_t;
+
+#define WEAVE_GEMM_ARGS_INIT                                                                     \
+  {sizeof(weave_gemm_args_t), 0, 0, 0, WEAVE_BF16, WEAVE_DTYPE_AUTO, WEAVE_LAYOUT_ROW, 1.0f,      \
+   WEAVE_SCALE_NONE, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+
+WEAVE_API weave_result_t weave_gemm_ex(const weave_gemm_args_t *args, weave_stream_t stream);
 
 /* Prints every WEAVE_* environment variable with its value, type, default and meaning. */
 WEAVE_API void weave_print_env(void *file /* FILE* */);

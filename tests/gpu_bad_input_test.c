@@ -125,7 +125,7 @@ static weave_result_t create_mn_2p32(ctx_t *c) { /* M*N = 2^32 overflows int; le
   weave_gemm_rs_desc_t d = good_desc();
   return create(c, 65536, 65536, 65536, &d);
 }
-static weave_result_t create_bad_dtype(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.dtype = (weave_dtype_t)3; return create(c, 64, 64, 64, &d); }
+static weave_result_t create_bad_dtype(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.dtype = (weave_dtype_t)4; return create(c, 64, 64, 64, &d); }
 static weave_result_t create_bad_layout(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.b_layout = (weave_layout_t)7; return create(c, 64, 64, 64, &d); }
 static weave_result_t create_bad_strategy(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.strategy = (weave_strategy_t)-1; return create(c, 64, 64, 64, &d); }
 static weave_result_t create_bad_reduce(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.reduce = (weave_reduce_t)2; return create(c, 64, 64, 64, &d); }
@@ -308,7 +308,7 @@ static const row_t table[] = {
     {"plan_create: M*N*K 2^60", create_huge, INVALID, ON_TEAM},
     {"plan_create: M=N=K=INT_MAX", create_int_max, INVALID, ON_TEAM},
     {"plan_create: M*N 2^32 (heap too small)", create_mn_2p32, WEAVE_ERROR_OUT_OF_MEMORY, ON_TEAM},
-    {"plan_create: dtype 3", create_bad_dtype, INVALID, ON_TEAM},
+    {"plan_create: dtype 4", create_bad_dtype, INVALID, ON_TEAM},
     {"plan_create: b_layout 7", create_bad_layout, INVALID, ON_TEAM},
     {"plan_create: strategy -1", create_bad_strategy, INVALID, ON_TEAM},
     {"plan_create: reduce 2", create_bad_reduce, INVALID, ON_TEAM},

@@ -8,9 +8,16 @@
  *   - calls whose inputs change in place between them, every result checked;
  *   - M = 1 and M = world - 1: ranks that own no row (C_out NULL there), every strategy;
  *   - deterministic mode bitwise identical over 20 runs;
- *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works.
+ *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works;
+ *   - fp8 e4m3 inputs (B [N, K]) with every scale mode (none, per tensor, per row; each rank its own
+ *     scales), bf16 and fp16 output, every strategy x reduction x slot dtype, against fp64 of the
+ *     dequantized inputs within the stated bound: weave_tolerance of the output type and K_total
+ *     (fp32 accumulation, one rounding of each partial and of the output) times the largest
+ *     |alpha scale_a scale_b|, plus, per element, the Hopper fp8 accumulation bound of each rank's
+ *     partial (weave_ref_gemm_rs_scaled / weave_fp8_accum_bound: 13 fraction bits kept at every k32
+ *     step, as cuBLASLt's fast accumulation, which the fp8 baseline uses too).
  * Outputs are poisoned (NaN) before every call; inputs are fresh random numbers per case.
- * Usage: gpu_gemm_rs [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
+ * Usage: gpu_gemm_rs [--world N] [--quick] [--tiny] [--fp8-only]   Exit 0 pass, 1 fail, 77 no device.
  * Under a launcher (scripts/launch.sh -n N --mps, mpirun, torchrun) each process is one rank and the
  * cases of world N run; every process builds every rank's inputs from the same seed.
  */
@@ -33,7 +40,10 @@
 typedef struct {
   const char *name;
   int M, N, K; /* K per rank */
-  weave_dtype_t dtype;
+  weave_dtype_t dtype;   /* A and B */
+  weave_dtype_t out;     /* C and bias (dtype, or bf16 / fp16 for fp8) */
+  weave_scale_mode_t scale_mode;
+  float *sa[WEAVE_MAX_WORLD], *sb[WEAVE_MAX_WORLD]; /* per rank: 1 each (TENSOR) or [M] and [N] (ROW) */
   weave_layout_t layout;
   int has_bias;
   float alpha;
@@ -67,7 +77,8 @@ static void counted(test_case_t *c, long n) {
 
 static const char *desc_name(const weave_gemm_rs_desc_t *d, char *buf, size_t len) {
   snprintf(buf, len, "%s/%s/slot=%s/%s", weave_strategy_name(d->strategy),
-           d->reduce == WEAVE_REDUCE_ATOMIC ? "atomic" : "det", d->fp32_slots ? "fp32" : weave_dtype_name(d->dtype),
+           d->reduce == WEAVE_REDUCE_ATOMIC ? "atomic" : "det",
+           d->fp32_slots ? "fp32" : weave_dtype_name(weave_dtype_out(d->dtype, d->out_dtype)),
            d->tile_order == WEAVE_ORDER_OWN_FIRST ? "own-first" : "own-last");
   return buf;
 }
@@ -132,14 +143,24 @@ static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t s
 static int rank_fn(harness_rank_t *hr) {
   test_case_t *c = (test_case_t *)hr->user;
   const int r = hr->rank, world = hr->world;
-  const size_t e = weave_dtype_size(c->dtype);
+  const size_t ei = weave_dtype_size(c->dtype), e = weave_dtype_size(c->out); /* inputs, outputs */
   const size_t a_elems = (size_t)c->M * c->K, b_elems = (size_t)c->K * c->N;
-  void *dA = harness_dev_alloc(a_elems * e), *dB = harness_dev_alloc(b_elems * e), *dbias = NULL;
-  harness_upload(dA, c->A[r], a_elems * e);
-  harness_upload(dB, c->B[r], b_elems * e);
+  void *dA = harness_dev_alloc(a_elems * ei), *dB = harness_dev_alloc(b_elems * ei), *dbias = NULL;
+  harness_upload(dA, c->A[r], a_elems * ei);
+  harness_upload(dB, c->B[r], b_elems * ei);
   if (c->has_bias) {
     dbias = harness_dev_alloc((size_t)c->N * e);
     harness_upload(dbias, c->bias, (size_t)c->N * e);
+  }
+  /* this rank's scales (fp8) */
+  const int scaled = c->scale_mode != WEAVE_SCALE_NONE;
+  const size_t na = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->M : 1, nb = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->N : 1;
+  float *dsa = NULL, *dsb = NULL;
+  if (scaled) {
+    dsa = (float *)harness_dev_alloc(na * 4);
+    dsb = (float *)harness_dev_alloc(nb * 4);
+    harness_upload(dsa, c->sa[r], na * 4);
+    harness_upload(dsb, c->sb[r], nb * 4);
   }
   int row_begin, rows;
   weave_row_split(c->M, world, r, &row_begin, &rows);
@@ -154,13 +175,29 @@ static int rank_fn(harness_rank_t *hr) {
   const void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
   void *myA[WEAVE_MAX_WORLD] = {NULL}, *myB[WEAVE_MAX_WORLD] = {NULL}; /* fresh inputs: this rank's copies */
   for (int s = 0; s < world; ++s) { As[s] = c->A[s]; Bs[s] = c->B[s]; }
+  const int fp8 = c->dtype == WEAVE_FP8_E4M3;
+  double *bound[3] = {NULL, NULL, NULL}; /* fp8: the accumulation bound per element */
   for (int i = 0; i < nr; ++i) {
     ref[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
-    weave_ref_gemm_rs(c->M, c->N, c->K, world, c->dtype, c->layout, c->alpha, As, Bs, c->has_bias ? c->bias : NULL,
-                      row_begin + rb[i], rc_[i], ref[i]);
+    if (fp8) {
+      bound[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
+      weave_ref_gemm_rs_scaled(c->M, c->N, c->K, world, c->dtype, c->out, c->layout, c->alpha, c->scale_mode,
+                               (const float *const *)c->sa, (const float *const *)c->sb, As, Bs,
+                               c->has_bias ? c->bias : NULL, row_begin + rb[i], rc_[i], ref[i], bound[i]);
+    } else {
+      weave_ref_gemm_rs(c->M, c->N, c->K, world, c->dtype, c->layout, c->alpha, As, Bs, c->has_bias ? c->bias : NULL,
+                        row_begin + rb[i], rc_[i], ref[i]);
+    }
   }
   double atol, rtol;
-  weave_tolerance(c->dtype, c->K * world, &atol, &rtol);
+  weave_tolerance(c->out, c->K * world, &atol, &rtol);
+  if (scaled) { /* |C| grows with the scales: the largest |alpha sa sb| of any rank */
+    double smax = 0;
+    for (int s = 0; s < world; ++s)
+      for (size_t i = 0; i < na; ++i)
+        for (size_t j = 0; j < nb; ++j) smax = fmax(smax, fabs((double)c->alpha * c->sa[s][i] * c->sb[s][j]));
+    atol *= smax > 1 ? smax : 1;
+  }
   /* Sampled shapes: every row is checked too, against cuBLASLt over the gathered K. */
   double *ref_all = NULL;
   if (c->sample) {
@@ -242,7 +279,8 @@ static int rank_fn(harness_rank_t *hr) {
         weave_barrier(hr->team); /* every rank's new inputs are in place before anyone calls */
       }
       harness_poison(dC, (size_t)rows * c->N * e, hr->stream);
-      rc = weave_gemm_rs_execute(plan, dA, dB, dbias, rows ? dC : NULL, hr->stream); /* no rows: C_out may be NULL */
+      rc = scaled ? weave_gemm_rs_execute_scaled(plan, dA, dB, dsa, dsb, dbias, rows ? dC : NULL, hr->stream)
+                  : weave_gemm_rs_execute(plan, dA, dB, dbias, rows ? dC : NULL, hr->stream); /* no rows: C_out may be NULL */
       if (rc == WEAVE_SUCCESS) rc = weave_team_sync(hr->team, hr->stream);
       if (rc != WEAVE_SUCCESS) {
         snprintf(msg, sizeof(msg), "call %d: %s", call, weave_get_last_error(hr->team));
@@ -252,27 +290,28 @@ static int rank_fn(harness_rank_t *hr) {
       harness_download(hC, dC, (size_t)rows * c->N * e);
       for (int i = 0; i < nr; ++i) {
         weave_check_t chk;
-        weave_check_result(c->dtype, hC + (size_t)rb[i] * c->N * e, ref[i], (size_t)rc_[i] * c->N, atol, rtol, &chk);
+        weave_check_result_ex(c->out, hC + (size_t)rb[i] * c->N * e, ref[i], bound[i], (size_t)rc_[i] * c->N, atol,
+                              rtol, &chk);
         if (chk.wrong) {
           size_t fb = chk.first_bad;
           snprintf(msg, sizeof(msg),
                    "call %d: %zu wrong (%zu non-finite) of %d x %d, rel err %.3g, first bad row %d col %d: got %g want %g",
                    call, chk.wrong, chk.nonfinite, rc_[i], c->N, chk.rel_err, row_begin + rb[i] + (int)(fb / c->N),
-                   (int)(fb % c->N), weave_host_get(c->dtype, hC + (size_t)rb[i] * c->N * e, fb), ref[i][fb]);
+                   (int)(fb % c->N), weave_host_get(c->out, hC + (size_t)rb[i] * c->N * e, fb), ref[i][fb]);
           fail(c, r, dn, msg);
           break;
         }
       }
       if (ref_all) {
         weave_check_t chk;
-        weave_check_result(c->dtype, hC, ref_all, (size_t)rows * c->N, atol, rtol, &chk);
+        weave_check_result(c->out, hC, ref_all, (size_t)rows * c->N, atol, rtol, &chk);
         if (chk.wrong) {
           size_t fb = chk.first_bad;
           snprintf(msg, sizeof(msg),
                    "call %d: %zu wrong (%zu non-finite) of all %d x %d rows vs cuBLASLt, rel err %.3g, first bad row %d "
                    "col %d: got %g want %g",
                    call, chk.wrong, chk.nonfinite, rows, c->N, chk.rel_err, row_begin + (int)(fb / c->N),
-                   (int)(fb % c->N), weave_host_get(c->dtype, hC, fb), ref_all[fb]);
+                   (int)(fb % c->N), weave_host_get(c->out, hC, fb), ref_all[fb]);
           fail(c, r, dn, msg);
         }
       }
@@ -288,7 +327,12 @@ static int rank_fn(harness_rank_t *hr) {
     rc = weave_gemm_rs_plan_destroy(plan);
     if (rc != WEAVE_SUCCESS) fail(c, r, "plan destroy", weave_get_last_error(hr->team));
   }
-  for (int i = 0; i < nr; ++i) free(ref[i]);
+  for (int i = 0; i < nr; ++i) {
+    free(ref[i]);
+    free(bound[i]);
+  }
+  if (dsa) harness_dev_free(dsa);
+  if (dsb) harness_dev_free(dsb);
   for (int s = 0; s < world; ++s) {
     free(myA[s]);
     free(myB[s]);
@@ -307,6 +351,8 @@ static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, 
                                       weave_dtype_t slot, weave_tile_order_t order) {
   weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
   d.dtype = c->dtype;
+  d.out_dtype = c->dtype == WEAVE_FP8_E4M3 ? c->out : WEAVE_DTYPE_AUTO;
+  d.scale_mode = c->scale_mode;
   d.b_layout = c->layout;
   d.strategy = s;
   d.reduce = red;
@@ -325,6 +371,7 @@ static test_case_t new_case(const char *name, int M, int N, int K, weave_dtype_t
   c.name = name;
   c.M = M; c.N = N; c.K = K;
   c.dtype = dtype;
+  c.out = dtype == WEAVE_FP8_E4M3 ? WEAVE_BF16 : dtype;
   c.layout = layout;
   c.has_bias = has_bias;
   c.alpha = alpha;
@@ -344,9 +391,17 @@ static int run_case(test_case_t *c, int world, uint64_t seed) {
     c->B[s] = malloc((size_t)c->K * c->N * e);
     weave_fill_random(c->dtype, c->A[s], (size_t)c->M * c->K, seed + 2 * (uint64_t)s);
     weave_fill_random(c->dtype, c->B[s], (size_t)c->K * c->N, seed + 2 * (uint64_t)s + 1);
+    /* each rank its own scales, in [0.25, 2) */
+    const int row = c->scale_mode == WEAVE_SCALE_ROW;
+    c->sa[s] = (float *)malloc(sizeof(float) * (row ? (size_t)c->M : 1));
+    c->sb[s] = (float *)malloc(sizeof(float) * (row ? (size_t)c->N : 1));
+    c->sa[s][0] = 0.5f + 0.25f * (float)s;
+    c->sb[s][0] = 1.25f - 0.125f * (float)s;
+    for (int i = 0; row && i < c->M; ++i) c->sa[s][i] = 0.25f + 0.0625f * (float)((i * 7 + s * 3) % 28);
+    for (int j = 0; row && j < c->N; ++j) c->sb[s][j] = 0.25f + 0.0625f * (float)((j * 5 + s * 11) % 28);
   }
-  c->bias = malloc((size_t)c->N * e);
-  weave_fill_random(c->dtype, c->bias, (size_t)c->N, seed ^ 0xb1a5);
+  c->bias = malloc((size_t)c->N * weave_dtype_size(c->out));
+  weave_fill_random(c->out, c->bias, (size_t)c->N, seed ^ 0xb1a5);
   int devices[WEAVE_MAX_WORLD];
   int ndev = harness_device_count();
   for (int r = 0; r < world; ++r) devices[r] = ndev ? r % ndev : 0;
@@ -356,20 +411,24 @@ static int run_case(test_case_t *c, int world, uint64_t seed) {
   for (int s = 0; s < world; ++s) {
     free(c->A[s]);
     free(c->B[s]);
+    free(c->sa[s]);
+    free(c->sb[s]);
   }
   free(c->bias);
   if (rc == HARNESS_SKIP) return rc;
-  printf("%-28s world %d %s %s: %ld checked calls, %d failures%s\n", c->name, world, weave_dtype_name(c->dtype),
+  printf("%-28s world %d %s%s%s %s: %ld checked calls, %d failures%s\n", c->name, world, weave_dtype_name(c->dtype),
+         c->dtype == WEAVE_FP8_E4M3 ? "->" : "", c->dtype == WEAVE_FP8_E4M3 ? weave_dtype_name(c->out) : "",
          c->layout == WEAVE_LAYOUT_ROW ? "B[K,N]" : "B[N,K]", c->checks, c->failures, c->failures ? "  <-- FAIL" : "");
   return (rc || c->failures) ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
-  int only_world = 0, quick = 0, tiny = 0;
+  int only_world = 0, quick = 0, tiny = 0, fp8_only = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--world") && i + 1 < argc) only_world = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--tiny")) quick = tiny = 1; /* for the sanitizers: one small case per dtype */
+    else if (!strcmp(argv[i], "--fp8-only")) fp8_only = 1;  /* the fp8 cases (1b) alone */
   }
   if (harness_device_count() == 0) {
     printf("gpu_gemm_rs: no CUDA device: skipped\n");
@@ -389,7 +448,7 @@ int main(int argc, char **argv) {
     int world = worlds[wi];
     if (only_world && world != only_world) continue;
     /* 1. every strategy x reduction x slot x dtype x layout, with tails */
-    for (int dt = 0; dt < 3; ++dt)
+    for (int dt = 0; dt < 3 && !fp8_only; ++dt)
       for (int lay = 0; lay < 2; ++lay) {
         if (tiny && dt == WEAVE_FP16) continue;
         /* K_local 300 and N 1001 (rows not 16-byte aligned: the mma.sync role and the scalar
@@ -414,6 +473,41 @@ int main(int argc, char **argv) {
         if (rc == HARNESS_SKIP) return rc;
         failed += rc; total++;
       }
+    /* 1b. fp8 e4m3 inputs: every scale mode, bf16 and fp16 output, every strategy x reduction x slot
+     * dtype; M off the tile and the ranks, K_local a multiple of 16 but not of the 128-element k-block */
+    for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode) {
+      if (tiny && mode == WEAVE_SCALE_NONE) continue;
+      const weave_dtype_t out = mode == WEAVE_SCALE_TENSOR ? WEAVE_FP16 : WEAVE_BF16;
+      test_case_t c = new_case(mode == WEAVE_SCALE_ROW ? "fp8 row scales 1003x1000x304"
+                               : mode == WEAVE_SCALE_TENSOR ? "fp8 tensor scales 1003x1000x304"
+                                                            : "fp8 no scales 1003x1000x304",
+                               1003, 1000, 304, WEAVE_FP8_E4M3, WEAVE_LAYOUT_COL, mode != WEAVE_SCALE_NONE,
+                               mode == WEAVE_SCALE_TENSOR ? 0.75f : 1.0f, tiny ? 1 : 2);
+      c.out = out;
+      c.scale_mode = (weave_scale_mode_t)mode;
+      if (tiny) { c.M = 300; c.N = 264; c.K = 80; }
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, out, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
+      int rc = run_case(&c, world, seed + (uint64_t)(5000 * world + mode) * 1000003ull);
+      if (rc == HARNESS_SKIP) return rc;
+      failed += rc; total++;
+    }
+    /* fp8 with row scales, bitwise over 20 calls and at M < world (ranks that own no row) */
+    if (!tiny) {
+      test_case_t c = new_case("fp8 row scales, 20 calls", world > 1 ? world - 1 : 1, 264, 1024, WEAVE_FP8_E4M3,
+                               WEAVE_LAYOUT_COL, 1, 0.5f, 20);
+      c.scale_mode = WEAVE_SCALE_ROW;
+      c.bitwise = 1;
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ (0xf8ull * (uint64_t)world)); total++;
+    }
+    if (fp8_only) continue;
     /* 2. a large shape, sampled rows */
     if (!quick) {
       for (int lay = 0; lay < 2; ++lay) {

@@ -74,6 +74,8 @@ static void test_null_team_calls(void) {
   EXPECT_INVALID(weave_gemm_rs_plan_create(NULL, 64, 64, 64, &desc, &plan), "weave_gemm_rs_plan_create", "team");
   CHECK(plan == NULL);
   EXPECT_INVALID(weave_gemm_rs_execute(NULL, &i, &i, NULL, &i, NULL), "weave_gemm_rs_execute", "plan");
+  EXPECT_INVALID(weave_gemm_rs_execute_scaled(NULL, &i, &i, NULL, NULL, NULL, &i, NULL), "weave_gemm_rs_execute_scaled",
+                 "plan");
   EXPECT_INVALID(weave_gemm_rs_plan_info(NULL, &pinfo), "weave_gemm_rs_plan_info", "plan");
   EXPECT_INVALID(weave_gemm_rs_plan_destroy(NULL), "weave_gemm_rs_plan_destroy", "plan");
   size_t n = 0;
@@ -136,6 +138,52 @@ static void test_gemm_args(int have_device) {
                  "aligned");
   EXPECT_INVALID(weave_gemm(8, 8, 8, WEAVE_FP16, WEAVE_LAYOUT_COL, 1.0f, A, B, cb + 3, C, 0, NULL), "weave_gemm",
                  "aligned");
+  /* weave_gemm_ex: the versioned struct, fp8's rules, scales */
+  const weave_gemm_args_t init = WEAVE_GEMM_ARGS_INIT;
+  weave_gemm_args_t g;
+  static _Alignas(16) unsigned char f8[4096];
+  static float scales[64];
+  EXPECT_INVALID(weave_gemm_ex(NULL, NULL), "weave_gemm_ex", "NULL");
+  g = init; g.struct_size = 8;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "struct_size");
+#define FP8_ARGS(g)                                                                               \
+  do {                                                                                          \
+    g = init; g.M = 32; g.N = 32; g.K = 32; g.dtype = WEAVE_FP8_E4M3; g.b_layout = WEAVE_LAYOUT_COL; \
+    g.A = f8; g.B = f8 + 1024; g.C = f8 + 2048;                                                 \
+  } while (0)
+  FP8_ARGS(g); g.M = 0;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "M 0");
+  FP8_ARGS(g); g.b_layout = WEAVE_LAYOUT_ROW;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "WEAVE_LAYOUT_COL");
+  FP8_ARGS(g); g.K = 40;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "multiple of 16", "K");
+  FP8_ARGS(g); g.out_dtype = WEAVE_FP32;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "bf16 or fp16");
+  FP8_ARGS(g); g.scale_mode = WEAVE_SCALE_TENSOR;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "scale_a");
+  FP8_ARGS(g); g.scale_mode = WEAVE_SCALE_ROW; g.scale_a = scales; g.scale_b = (const float *)((char *)scales + 2);
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "4-byte aligned");
+  FP8_ARGS(g); g.scale_a = scales; g.scale_b = scales;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "scale_mode NONE");
+  FP8_ARGS(g); g.A = f8 + 8;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "16-byte aligned");
+  FP8_ARGS(g); g.C = f8 + 2049;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "aligned");
+  FP8_ARGS(g); g.scale_mode = (weave_scale_mode_t)7;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "scale_mode 7");
+  g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.scale_mode = WEAVE_SCALE_TENSOR;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "fp8 inputs only");
+  g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.dtype = WEAVE_FP16; g.out_dtype = WEAVE_BF16;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "only fp8");
+#undef FP8_ARGS
+  if (!have_device) {
+    weave_gemm_args_t ok = init;
+    ok.M = 32; ok.N = 32; ok.K = 32; ok.dtype = WEAVE_FP8_E4M3; ok.b_layout = WEAVE_LAYOUT_COL;
+    ok.A = f8; ok.B = f8 + 1024; ok.C = f8 + 2048; ok.scale_mode = WEAVE_SCALE_ROW; ok.scale_a = scales;
+    ok.scale_b = scales;
+    weave_result_t rc = weave_gemm_ex(&ok, NULL);
+    CHECK_MSG(rc == WEAVE_ERROR_NO_DEVICE, "weave_gemm_ex without a GPU: %d (%s)", (int)rc, last());
+  }
   if (!have_device) {
     /* Good arguments without a GPU: a clean NO_DEVICE, not a crash. */
     weave_result_t rc = weave_gemm(8, 8, 8, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, 0, NULL);
@@ -176,7 +224,9 @@ static void test_hopper_args(void) {
             {128, 256, 64, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0, "dtype"},
             {128, 256, 64, WEAVE_BF16, WEAVE_LAYOUT_COL, 2, "16-byte aligned"},
             {128, 256, 60, WEAVE_BF16, WEAVE_LAYOUT_COL, 0, "rows of A"},
-            {128, 260, 64, WEAVE_FP16, WEAVE_LAYOUT_ROW, 0, "rows of B"}};
+            {128, 260, 64, WEAVE_FP16, WEAVE_LAYOUT_ROW, 0, "rows of B"},
+            {128, 256, 64, WEAVE_FP8_E4M3, WEAVE_LAYOUT_ROW, 0, "WEAVE_LAYOUT_COL"},
+            {128, 256, 72, WEAVE_FP8_E4M3, WEAVE_LAYOUT_COL, 0, "multiple of 16"}};
   for (size_t i = 0; i < sizeof mp / sizeof mp[0]; ++i)
     EXPECT_HGEMM_INVALID(weave_hgemm_make_params(mp[i].M, mp[i].N, mp[i].K, (weave_dtype_t)mp[i].dtype,
                                                  (weave_layout_t)mp[i].layout, mem + mp[i].a_off, base, &hp,

@@ -49,8 +49,48 @@ static void test_check_args(void) {
   expect_good("M < world: ranks that own no row", 3, 64, 64, &d);
   expect_good("M = 1 of world 64", 1, 64, 64, &d);
   expect_bad("huge", 1 << 30, 1 << 30, 1 << 30, &d, "too large");
-  d = init; d.dtype = (weave_dtype_t)3;
-  expect_bad("dtype 3", 64, 64, 64, &d, "dtype");
+  d = init; d.dtype = (weave_dtype_t)4;
+  expect_bad("dtype 4", 64, 64, 64, &d, "dtype");
+  d = init; d.dtype = WEAVE_DTYPE_AUTO;
+  expect_bad("dtype AUTO", 64, 64, 64, &d, "dtype");
+  /* fp8: B [N, K] only, K_local % 16, output bf16/fp16, scales for fp8 only */
+  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_ROW;
+  expect_bad("fp8 B ROW", 64, 64, 64, &d, "WEAVE_LAYOUT_COL");
+  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL;
+  expect_bad("fp8 K 72", 64, 64, 72, &d, "multiple of 16");
+  expect_bad("fp8 K 8", 64, 64, 8, &d, "multiple of 16");
+  d.out_dtype = WEAVE_FP32;
+  expect_bad("fp8 out fp32", 64, 64, 64, &d, "bf16 or fp16");
+  d.out_dtype = WEAVE_FP8_E4M3;
+  expect_bad("fp8 out fp8", 64, 64, 64, &d, "bf16 or fp16");
+  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.scale_mode = (weave_scale_mode_t)3;
+  expect_bad("scale mode 3", 64, 64, 64, &d, "scale_mode");
+  d = init; d.scale_mode = WEAVE_SCALE_TENSOR;
+  expect_bad("bf16 with scales", 64, 64, 64, &d, "fp8 inputs only");
+  d = init; d.dtype = WEAVE_FP16; d.out_dtype = WEAVE_BF16;
+  expect_bad("fp16 in, bf16 out", 64, 64, 64, &d, "only fp8");
+  d = init; d.dtype = WEAVE_FP16; d.out_dtype = WEAVE_FP16;
+  expect_good("fp16 out_dtype fp16", 64, 64, 64, &d);
+  for (int o = WEAVE_DTYPE_AUTO; o <= WEAVE_FP16; ++o)
+    for (int sm = WEAVE_SCALE_NONE; sm <= WEAVE_SCALE_ROW; ++sm)
+      for (int s = WEAVE_STRATEGY_AUTO; s <= WEAVE_STRATEGY_BASELINE; ++s) {
+        d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.out_dtype = (weave_dtype_t)o;
+        d.scale_mode = (weave_scale_mode_t)sm; d.strategy = (weave_strategy_t)s; d.fp32_slots = sm & 1;
+        expect_good("fp8 out/scales/strategy", 1003, 1001, 304, &d);
+      }
+  /* a desc of weave 0.2 (struct_size without the 0.3 fields) still works: the new fields default */
+  {
+    weave_gemm_rs_desc_t old, got;
+    memset(&old, 0x5a, sizeof old); /* whatever lies past the 0.2 fields must not be read */
+    const weave_gemm_rs_desc_t i2 = WEAVE_GEMM_RS_DESC_INIT;
+    memcpy(&old, &i2, WEAVE_GEMM_RS_DESC_SIZE_0_2 - 4); /* the 0.2 fields, not the padding */
+    old.struct_size = WEAVE_GEMM_RS_DESC_SIZE_0_2;
+    old.dtype = WEAVE_FP16;
+    expect_good("0.2 desc", 64, 64, 64, &old);
+    CHECK(weave_gemm_rs_desc_read(NULL, &old, &got) == WEAVE_SUCCESS && got.struct_size == sizeof(got) &&
+          got.dtype == WEAVE_FP16 && got.out_dtype == WEAVE_DTYPE_AUTO && got.scale_mode == WEAVE_SCALE_NONE);
+    CHECK(WEAVE_GEMM_RS_DESC_SIZE_0_2 == 56 || sizeof(size_t) != 8);
+  }
   d = init; d.dtype = (weave_dtype_t)-1;
   expect_bad("dtype -1", 64, 64, 64, &d, "dtype");
   d = init; d.b_layout = (weave_layout_t)2;
@@ -243,7 +283,11 @@ static void test_bytes_roofline(void) {
   CHECK(weave_dtype_parse("half", &t) == 0 && t == WEAVE_FP16);
   CHECK(weave_dtype_parse("float32", &t) == 0 && t == WEAVE_FP32);
   CHECK(weave_dtype_parse("int8", &t) == -1 && weave_dtype_parse(NULL, &t) == -1);
-  for (int i = 0; i <= 2; ++i) {
+  CHECK(weave_dtype_parse("fp8", &t) == 0 && t == WEAVE_FP8_E4M3);
+  CHECK(weave_dtype_size(WEAVE_FP8_E4M3) == 1 && weave_dtype_size(WEAVE_DTYPE_AUTO) == 0);
+  CHECK(weave_dtype_out(WEAVE_FP8_E4M3, WEAVE_DTYPE_AUTO) == WEAVE_BF16 &&
+        weave_dtype_out(WEAVE_FP8_E4M3, WEAVE_FP16) == WEAVE_FP16 && weave_dtype_out(WEAVE_FP16, WEAVE_DTYPE_AUTO) == WEAVE_FP16);
+  for (int i = 0; i <= 3; ++i) {
     weave_dtype_t back;
     CHECK(weave_dtype_parse(weave_dtype_name((weave_dtype_t)i), &back) == 0 && back == (weave_dtype_t)i);
   }

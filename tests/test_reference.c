@@ -1,4 +1,4 @@
-/* CPU test of the fp64 reference (src/reference.c): bf16/fp16 conversions (exhaustive round trips,
+/* CPU test of the fp64 reference (src/reference.c): bf16/fp16/fp8 e4m3 conversions (exhaustive round trips,
  * ties to even, NaN, overflow, subnormals), the blocked reference against the naive one, the result
  * checker (it must be able to fail) and the random fill. */
 #include <math.h>
@@ -338,6 +338,99 @@ static void test_fill_random(void) {
   }
 }
 
+/* fp8 e4m3: every code decodes to its value and encodes back (NaN to NaN), ties go to the even code,
+ * values past 448 saturate, subnormals; the scaled reference against a direct sum. */
+static double e4m3_value(uint8_t v) {
+  int sign = v >> 7, e = (v >> 3) & 15, m = v & 7;
+  double x = e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
+  return sign ? -x : x;
+}
+
+static void test_fp8(void) {
+  int bad_to = 0, bad_rt = 0, bad_tie = 0;
+  for (int c = 0; c < 256; ++c) {
+    const uint8_t v = (uint8_t)c;
+    const float f = weave_fp8_e4m3_to_float(v);
+    if ((c & 0x7f) == 0x7f) {
+      if (!isnan(f) || weave_float_to_fp8_e4m3(f) != 0x7f) bad_rt++;
+      continue;
+    }
+    if ((double)f != e4m3_value(v)) bad_to++;
+    if (weave_float_to_fp8_e4m3(f) != v && !(c == 0x80 && weave_float_to_fp8_e4m3(f) == 0x80)) bad_rt++;
+  }
+  /* midpoints between adjacent positive codes (0 .. 0x7e): to the even code; just off them: nearer */
+  for (int c = 0; c < 0x7e; ++c) {
+    const double lo = e4m3_value((uint8_t)c), hi = e4m3_value((uint8_t)(c + 1)), mid = 0.5 * (lo + hi);
+    const uint8_t even = (uint8_t)(c % 2 == 0 ? c : c + 1);
+    if (weave_float_to_fp8_e4m3((float)mid) != even) bad_tie++;
+    if (weave_float_to_fp8_e4m3((float)(mid - (hi - lo) / 64)) != c) bad_tie++;
+    if (weave_float_to_fp8_e4m3((float)(mid + (hi - lo) / 64)) != c + 1) bad_tie++;
+    if (weave_float_to_fp8_e4m3((float)-mid) != (0x80 | even)) bad_tie++;
+  }
+  CHECK_MSG(bad_to == 0, "%d e4m3 decodes wrong", bad_to);
+  CHECK_MSG(bad_rt == 0, "%d e4m3 round trips wrong", bad_rt);
+  CHECK_MSG(bad_tie == 0, "%d e4m3 roundings wrong", bad_tie);
+  CHECK(weave_float_to_fp8_e4m3(1.0f) == 0x38);
+  CHECK(weave_float_to_fp8_e4m3(-2.0f) == 0xc0);
+  CHECK(weave_float_to_fp8_e4m3(448.0f) == 0x7e && weave_fp8_e4m3_to_float(0x7e) == 448.0f);
+  CHECK(weave_float_to_fp8_e4m3(464.0f) == 0x7e);  /* would round to 480: saturates */
+  CHECK(weave_float_to_fp8_e4m3(1e6f) == 0x7e && weave_float_to_fp8_e4m3(-INFINITY) == 0xfe);
+  CHECK(weave_float_to_fp8_e4m3(1.0625f) == 0x38); /* tie between 1 and 1.125: even */
+  CHECK(weave_float_to_fp8_e4m3(1.1875f) == 0x3a); /* tie between 1.125 and 1.25: even */
+  CHECK(weave_float_to_fp8_e4m3(ldexpf(1.0f, -9)) == 0x01 && weave_float_to_fp8_e4m3(ldexpf(1.0f, -10)) == 0x00);
+  CHECK(weave_float_to_fp8_e4m3(ldexpf(3.0f, -10)) == 0x02); /* 1.5 * 2^-9: tie to even (2) */
+  CHECK(weave_float_to_fp8_e4m3(ldexpf(15.0f, -10)) == 0x08); /* 7.5 * 2^-9 -> 8 * 2^-9 = 2^-6, the first normal */
+  CHECK(weave_dtype_size(WEAVE_FP8_E4M3) == 1);
+  unsigned char buf[4];
+  weave_host_set(WEAVE_FP8_E4M3, buf, 2, -0.75);
+  CHECK(buf[2] == 0xb4 && weave_host_get(WEAVE_FP8_E4M3, buf, 2) == -0.75);
+
+  /* scaled reference (2 ranks, both modes, bias) against a direct sum; the bound is positive and
+   * covers a truncation of the running sum at every k32 step */
+  enum { M = 5, N = 7, K = 70, W = 2 };
+  unsigned char a8[W][M * K], b8[W][N * K];
+  uint16_t bias[N];
+  float sa[W][M], sb[W][N];
+  const void *As[W], *Bs[W];
+  const float *sas[W], *sbs[W];
+  for (int r = 0; r < W; ++r) {
+    weave_fill_random(WEAVE_FP8_E4M3, a8[r], M * K, 11 + r);
+    weave_fill_random(WEAVE_FP8_E4M3, b8[r], N * K, 21 + r);
+    for (int i = 0; i < M; ++i) sa[r][i] = 0.5f + 0.25f * (float)((i + r) % 5);
+    for (int j = 0; j < N; ++j) sb[r][j] = 2.0f - 0.125f * (float)((j * 3 + r) % 7);
+    As[r] = a8[r];
+    Bs[r] = b8[r];
+    sas[r] = sa[r];
+    sbs[r] = sb[r];
+  }
+  weave_fill_random(WEAVE_BF16, bias, N, 5);
+  for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode) {
+    double out[2 * N], bound[2 * N];
+    weave_ref_gemm_rs_scaled(M, N, K, W, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 0.75, (weave_scale_mode_t)mode,
+                             sas, sbs, As, Bs, bias, 2, 2, out, bound);
+    int bad = 0, bad_bound = 0;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < N; ++j) {
+        double want = weave_bf16_to_float(bias[j]), tb = 0;
+        for (int r = 0; r < W; ++r) {
+          double s = 0, mxp = 0;
+          for (int k = 0; k < K; ++k) {
+            s += weave_fp8_e4m3_to_float(a8[r][(2 + i) * K + k]) * weave_fp8_e4m3_to_float(b8[r][j * K + k]);
+            if ((k + 1) % 32 == 0 || k == K - 1) mxp = fabs(s) > mxp ? fabs(s) : mxp;
+          }
+          double sc = mode == WEAVE_SCALE_TENSOR ? (double)sa[r][0] * sb[r][0]
+                      : mode == WEAVE_SCALE_ROW  ? (double)sa[r][2 + i] * sb[r][j]
+                                                 : 1.0;
+          want += 0.75 * sc * s;
+          tb += 0.75 * sc * 3 * ldexp(mxp, -12); /* ceil(70 / 32) = 3 steps */
+        }
+        if (fabs(out[i * N + j] - want) > 1e-12 * (1 + fabs(want))) bad++;
+        if (!(bound[i * N + j] > 0) || fabs(bound[i * N + j] - tb) > 1e-12 * tb) bad_bound++;
+      }
+    CHECK_MSG(bad == 0 && bad_bound == 0, "scaled reference mode %d: %d values, %d bounds wrong", mode, bad, bad_bound);
+  }
+}
+
 int main(void) {
   test_bf16();
   test_fp16();
@@ -345,5 +438,6 @@ int main(void) {
   test_ref_gemm();
   test_checker();
   test_fill_random();
+  test_fp8();
   return check_summary("test_reference");
 }

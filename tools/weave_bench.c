@@ -65,7 +65,9 @@ typedef struct {
   int M, N, K_total, world, min_M, max_M;
   double factor;
   int devices[WEAVE_MAX_WORLD], ndevices;
-  weave_dtype_t dtype;
+  weave_dtype_t dtype;  /* A and B */
+  weave_dtype_t out;    /* C (dtype; bf16 for fp8) */
+  int scale_mode;       /* fp8: weave_scale_mode_t */
   weave_layout_t layout;
   weave_tile_order_t order;
   int iters, warmup, check, tune;
@@ -90,7 +92,7 @@ typedef struct {
  * ---------------------------------------------------------------------------------------------- */
 enum {
   OPT_DEVICES = 256, OPT_LAYOUT, OPT_STRATEGY, OPT_REDUCE, OPT_SLOT, OPT_ORDER, OPT_GEMM_BLOCKS, OPT_COMM_BLOCKS,
-  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION
+  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION, OPT_SCALES
 };
 
 static const cli_option_t bench_options[] = {
@@ -99,8 +101,9 @@ static const cli_option_t bench_options[] = {
     {"k-total", 'K', "K", "total reduction length, K_local = K / ranks (default 28672)"},
     {"ranks", 'g', "G", "ranks (default 1; under a launcher the launcher's world)"},
     {"devices", OPT_DEVICES, "D0,D1,..", "CUDA device of each rank (default rank % visible devices)"},
-    {"dtype", 'd', "T", "bf16, fp16 or fp32 (default bf16)"},
-    {"layout", OPT_LAYOUT, "L", "B as row [K,N] or col [N,K] (default row)"},
+    {"dtype", 'd', "T", "bf16, fp16, fp32 or fp8 (e4m3 in, bf16 out, B col only) (default bf16)"},
+    {"layout", OPT_LAYOUT, "L", "B as row [K,N] or col [N,K] (default row; col for fp8)"},
+    {"scales", OPT_SCALES, "S", "fp8 scales, each rank its own: none, tensor or row (default tensor)"},
     {"strategy", OPT_STRATEGY, "S", "all, auto, fused, bulk or baseline (default all; the baseline always runs)"},
     {"reduce", OPT_REDUCE, "R", "fused reduction: det, atomic or both (default both)"},
     {"slot", OPT_SLOT, "S", "slot type of det/bulk: dtype or fp32 (default dtype)"},
@@ -122,7 +125,8 @@ static const cli_option_t bench_options[] = {
     {NULL, 0, NULL, NULL},
 };
 
-static const char *const dtype_names[] = {"bf16", "fp16", "fp32", NULL}; /* in weave_dtype_t order */
+static const char *const dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NULL}; /* in weave_dtype_t order */
+static const char *const scale_names[] = {"none", "tensor", "row", NULL};        /* weave_scale_mode_t order */
 
 typedef struct {
   int strategy; /* a PICK_*: index into strategy_names */
@@ -146,6 +150,8 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
   b->M = 8192; b->N = 8192; b->K_total = 28672; b->world = 1; b->factor = 2;
   b->dtype = WEAVE_BF16; b->layout = WEAVE_LAYOUT_ROW; b->order = WEAVE_ORDER_OWN_LAST;
   b->iters = 20; b->warmup = 5; b->check = 1;
+  b->scale_mode = WEAVE_SCALE_TENSOR;
+  int layout_given = 0;
   memset(vo, 0, sizeof(*vo));
   cli_t c;
   cli_init(&c, "weave-bench", bench_options);
@@ -162,7 +168,11 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
         for (int i = 0; i < b->ndevices; ++i) b->devices[i] = (int)list[i];
         break;
       case 'd': b->dtype = (weave_dtype_t)cli_choice(&c, a, dtype_names); break;
-      case OPT_LAYOUT: b->layout = cli_choice(&c, a, layout_names) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW; break;
+      case OPT_LAYOUT:
+        b->layout = cli_choice(&c, a, layout_names) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW;
+        layout_given = 1;
+        break;
+      case OPT_SCALES: b->scale_mode = cli_choice(&c, a, scale_names); break;
       case OPT_STRATEGY: vo->strategy = cli_choice(&c, a, strategy_names); break;
       case OPT_REDUCE: vo->reduce = cli_choice(&c, a, reduce_names); break;
       case OPT_SLOT: vo->fp32_slot = cli_choice(&c, a, slot_names); break;
@@ -191,6 +201,16 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
         exit(0);
     }
   }
+  if (b->dtype == WEAVE_FP8_E4M3) {
+    if (layout_given && b->layout != WEAVE_LAYOUT_COL) {
+      fprintf(stderr, "weave-bench: fp8 takes B as col [N,K] only (--layout col)\n");
+      exit(2);
+    }
+    b->layout = WEAVE_LAYOUT_COL;
+  } else {
+    b->scale_mode = WEAVE_SCALE_NONE;
+  }
+  b->out = b->dtype == WEAVE_FP8_E4M3 ? WEAVE_BF16 : b->dtype; /* fp8 writes bf16 here */
   if (b->K_total < b->world || b->K_total % b->world) {
     fprintf(stderr, "weave-bench: -K %d must be a positive multiple of the ranks (%d)\n", b->K_total, b->world);
     exit(2);
@@ -288,11 +308,13 @@ typedef struct {
   harness_rank_t *hr;
   rank_record_t *rec; /* this rank's results */
   int K, row_begin, rows, nsets;
-  size_t elt, a_n, b_n;
+  size_t elt, oelt, a_n, b_n; /* bytes of an input and of an output element */
   void *dA[MAX_SETS], *dB[MAX_SETS], *dC;
-  /* the check: 3 ranges of rcnt rows in fp64, and every row against cuBLASLt */
+  float *dsa, *dsb;           /* fp8: this rank's scales (NULL without) */
+  /* the check: 3 ranges of rcnt rows in fp64, and every row against cuBLASLt (not for fp8: each
+   * rank's scales differ, so no single cuBLASLt call over the gathered K gives the sum) */
   int check_begin[3], check_rows;
-  double *ref, *ref_full;
+  double *ref, *ref_full, *bound; /* bound: fp8's accumulation allowance per checked element */
   unsigned char *hC;
   weave_gemm_rs_plan_t plan[MAX_VARIANTS];
   int live[MAX_VARIANTS]; /* agreed: the same on every rank */
@@ -305,6 +327,16 @@ static int all_ok(harness_rank_t *hr, int ok) {
   if (harness_allgather(hr, &ok, votes, sizeof(int))) return 0;
   for (int r = 0; r < hr->world; ++r) ok &= votes[r];
   return ok;
+}
+
+/* fp8: rank r's host scales (malloc'd; TENSOR one each, ROW [M] and [N]; values near 1, per rank). */
+static void bench_scales(const bench_t *b, int r, float **sa, float **sb) {
+  const int row = b->scale_mode == WEAVE_SCALE_ROW;
+  const size_t na = row ? (size_t)b->M : 1, nb = row ? (size_t)b->N : 1;
+  *sa = (float *)malloc(sizeof(float) * na);
+  *sb = (float *)malloc(sizeof(float) * nb);
+  for (size_t i = 0; i < na; ++i) (*sa)[i] = 0.5f + 0.03125f * (float)((i * 7 + (size_t)r * 5) % 32);
+  for (size_t j = 0; j < nb; ++j) (*sb)[j] = 0.5f + 0.03125f * (float)((j * 3 + (size_t)r * 11) % 32);
 }
 
 /* Input sets rotated so that all ranks' sets together exceed twice the L2. */
@@ -331,8 +363,19 @@ static void inputs_create(rank_run_t *x) {
   }
   free(hA);
   free(hB);
-  x->dC = harness_dev_alloc((size_t)x->rows * b->N * x->elt);
-  x->hC = (unsigned char *)malloc((size_t)x->rows * b->N * x->elt + 1);
+  x->dC = harness_dev_alloc((size_t)x->rows * b->N * x->oelt);
+  x->hC = (unsigned char *)malloc((size_t)x->rows * b->N * x->oelt + 1);
+  if (b->scale_mode != WEAVE_SCALE_NONE) {
+    float *sa, *sb;
+    bench_scales(b, r, &sa, &sb);
+    const int row = b->scale_mode == WEAVE_SCALE_ROW;
+    x->dsa = (float *)harness_dev_alloc(sizeof(float) * (row ? (size_t)b->M : 1));
+    x->dsb = (float *)harness_dev_alloc(sizeof(float) * (row ? (size_t)b->N : 1));
+    harness_upload(x->dsa, sa, sizeof(float) * (row ? (size_t)b->M : 1));
+    harness_upload(x->dsb, sb, sizeof(float) * (row ? (size_t)b->N : 1));
+    free(sa);
+    free(sb);
+  }
 }
 
 /* Set 0 of every rank is needed: every rank regenerates the others' set 0 on the host (cheap next
@@ -353,13 +396,30 @@ static void reference_create(rank_run_t *x) {
     weave_fill_random(b->dtype, Bs[s], x->b_n, b->seed + (uint64_t)(s * 16) * 2 + 1);
   }
   x->ref = (double *)malloc(sizeof(double) * 3 * (size_t)x->check_rows * b->N + 1);
-  for (int i = 0; i < 3; ++i)
-    weave_ref_gemm_rs(b->M, b->N, x->K, world, b->dtype, b->layout, 1.0, (const void *const *)As,
-                      (const void *const *)Bs, NULL, x->row_begin + x->check_begin[i], x->check_rows,
-                      x->ref + (size_t)i * x->check_rows * b->N);
-  x->ref_full = harness_ref_rows_lt(b->N, x->K, world, b->dtype, b->layout, 1.0f, (const void *const *)As,
-                                    (const void *const *)Bs, NULL, x->row_begin, rows);
-  if (!x->ref_full) fprintf(stderr, "rank %d: no cuBLASLt reference: every variant counts as wrong\n", x->hr->rank);
+  if (b->dtype == WEAVE_FP8_E4M3) {
+    /* fp64 of the dequantized inputs with each rank's scales, and the fp8 accumulation bound */
+    float *sa[WEAVE_MAX_WORLD], *sb[WEAVE_MAX_WORLD];
+    for (int s = 0; s < world; ++s) bench_scales(b, s, &sa[s], &sb[s]);
+    x->bound = (double *)malloc(sizeof(double) * 3 * (size_t)x->check_rows * b->N + 1);
+    for (int i = 0; i < 3; ++i)
+      weave_ref_gemm_rs_scaled(b->M, b->N, x->K, world, b->dtype, b->out, b->layout, 1.0,
+                               (weave_scale_mode_t)b->scale_mode, (const float *const *)sa, (const float *const *)sb,
+                               (const void *const *)As, (const void *const *)Bs, NULL,
+                               x->row_begin + x->check_begin[i], x->check_rows,
+                               x->ref + (size_t)i * x->check_rows * b->N, x->bound + (size_t)i * x->check_rows * b->N);
+    for (int s = 0; s < world; ++s) {
+      free(sa[s]);
+      free(sb[s]);
+    }
+  } else {
+    for (int i = 0; i < 3; ++i)
+      weave_ref_gemm_rs(b->M, b->N, x->K, world, b->dtype, b->layout, 1.0, (const void *const *)As,
+                        (const void *const *)Bs, NULL, x->row_begin + x->check_begin[i], x->check_rows,
+                        x->ref + (size_t)i * x->check_rows * b->N);
+    x->ref_full = harness_ref_rows_lt(b->N, x->K, world, b->dtype, b->layout, 1.0f, (const void *const *)As,
+                                      (const void *const *)Bs, NULL, x->row_begin, rows);
+    if (!x->ref_full) fprintf(stderr, "rank %d: no cuBLASLt reference: every variant counts as wrong\n", x->hr->rank);
+  }
   for (int s = 0; s < world; ++s) {
     free(As[s]);
     free(Bs[s]);
@@ -373,6 +433,7 @@ static void plans_create(rank_run_t *x) {
     const bench_variant_t *v = &b->v[vi];
     weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
     d.dtype = b->dtype;
+    d.scale_mode = (weave_scale_mode_t)b->scale_mode;
     d.b_layout = b->layout;
     d.strategy = v->strategy;
     d.reduce = v->reduce;
@@ -394,29 +455,31 @@ static void plans_create(rank_run_t *x) {
 /* One call of variant vi on poisoned output, checked against the references. 1 when it ran. */
 static int validate(rank_run_t *x, int vi) {
   bench_t *b = x->b;
-  const size_t out_bytes = (size_t)x->rows * b->N * x->elt;
+  const size_t out_bytes = (size_t)x->rows * b->N * x->oelt;
   harness_poison(x->dC, out_bytes, x->hr->stream);
-  weave_gemm_rs_execute(x->plan[vi], x->dA[0], x->dB[0], NULL, x->dC, x->hr->stream);
+  weave_gemm_rs_execute_scaled(x->plan[vi], x->dA[0], x->dB[0], x->dsa, x->dsb, NULL, x->dC, x->hr->stream);
   int ran = weave_team_sync(x->hr->team, x->hr->stream) == WEAVE_SUCCESS;
   if (!ran) fprintf(stderr, "rank %d %s: %s\n", x->hr->rank, b->v[vi].label, weave_get_last_error(x->hr->team));
   harness_download(x->hC, x->dC, out_bytes);
   double atol, rtol;
-  weave_tolerance(b->dtype, b->K_total, &atol, &rtol);
+  weave_tolerance(b->out, b->K_total, &atol, &rtol); /* fp8: scales < 1.5, the bound covers the rest */
   long wrong = !ran;
   double relerr = 0;
   for (int i = 0; i < 3 && x->check_rows > 0; ++i) {
     weave_check_t chk;
-    weave_check_result(b->dtype, x->hC + (size_t)x->check_begin[i] * b->N * x->elt,
-                       x->ref + (size_t)i * x->check_rows * b->N, (size_t)x->check_rows * b->N, atol, rtol, &chk);
+    weave_check_result_ex(b->out, x->hC + (size_t)x->check_begin[i] * b->N * x->oelt,
+                          x->ref + (size_t)i * x->check_rows * b->N,
+                          x->bound ? x->bound + (size_t)i * x->check_rows * b->N : NULL, (size_t)x->check_rows * b->N,
+                          atol, rtol, &chk);
     wrong += (long)chk.wrong;
     if (!(chk.rel_err <= relerr)) relerr = chk.rel_err; /* NaN sticks */
   }
   if (x->ref_full) {
     weave_check_t chk;
-    weave_check_result(b->dtype, x->hC, x->ref_full, (size_t)x->rows * b->N, atol, rtol, &chk);
+    weave_check_result(b->out, x->hC, x->ref_full, (size_t)x->rows * b->N, atol, rtol, &chk);
     wrong += (long)chk.wrong;
     if (!(chk.rel_err <= relerr)) relerr = chk.rel_err;
-  } else {
+  } else if (b->dtype != WEAVE_FP8_E4M3) {
     wrong += 1;
   }
   x->rec->wrong[vi] = wrong;
@@ -435,9 +498,13 @@ static int validate(rank_run_t *x, int vi) {
 static void time_variants(rank_run_t *x) {
   bench_t *b = x->b;
   harness_rank_t *hr = x->hr;
-  void *gemm_out = harness_dev_alloc((size_t)b->M * b->N * x->elt);
+  void *gemm_out = harness_dev_alloc((size_t)b->M * b->N * x->oelt);
   char lt_msg[256] = "";
-  harness_lt_t *lt = harness_lt_create(b->M, b->N, x->K, b->dtype, b->dtype, b->layout, lt_msg, sizeof(lt_msg));
+  harness_lt_t *lt = harness_lt_create_scaled(b->M, b->N, x->K, b->dtype, b->out, b->layout,
+                                              (weave_scale_mode_t)b->scale_mode, lt_msg, sizeof(lt_msg));
+  weave_gemm_args_t ga = WEAVE_GEMM_ARGS_INIT; /* weave_gemm alone (vi = -1) */
+  ga.M = b->M; ga.N = b->N; ga.K = x->K; ga.dtype = b->dtype; ga.b_layout = b->layout;
+  ga.scale_mode = (weave_scale_mode_t)b->scale_mode; ga.scale_a = x->dsa; ga.scale_b = x->dsb; ga.C = gemm_out;
   if (!lt) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", hr->rank, lt_msg);
   const int lt_live = all_ok(hr, lt != NULL);
   x->rec->lt_failed = !lt_live;
@@ -449,12 +516,15 @@ static void time_variants(rank_run_t *x) {
       const int s = call++ % x->nsets;
       weave_barrier(hr->team); /* ranks start each call together */
       harness_timer_start(tm, hr->stream);
-      if (vi == -2)
-        harness_lt_run(lt, 1.0f, x->dA[s], x->dB[s], gemm_out, hr->stream);
-      else if (vi == -1)
-        weave_gemm(b->M, b->N, x->K, b->dtype, b->layout, 1.0f, x->dA[s], x->dB[s], NULL, gemm_out, 0, hr->stream);
-      else
-        weave_gemm_rs_execute(x->plan[vi], x->dA[s], x->dB[s], NULL, x->dC, hr->stream);
+      if (vi == -2) {
+        harness_lt_run_scaled(lt, 1.0f, x->dA[s], x->dB[s], x->dsa, x->dsb, gemm_out, hr->stream);
+      } else if (vi == -1) {
+        ga.A = x->dA[s];
+        ga.B = x->dB[s];
+        weave_gemm_ex(&ga, hr->stream);
+      } else {
+        weave_gemm_rs_execute_scaled(x->plan[vi], x->dA[s], x->dB[s], x->dsa, x->dsb, NULL, x->dC, hr->stream);
+      }
       harness_timer_stop(tm, hr->stream);
       float ms = harness_timer_ms(tm);
       /* The team's device error record is shared by all plans: read it after every call (outside the
@@ -514,9 +584,12 @@ static void rank_run_free(rank_run_t *x) {
     harness_dev_free(x->dB[s]);
   }
   harness_dev_free(x->dC);
+  if (x->dsa) harness_dev_free(x->dsa);
+  if (x->dsb) harness_dev_free(x->dsb);
   free(x->hC);
   free(x->ref);
   free(x->ref_full);
+  free(x->bound);
   free(x->rec);
 }
 
@@ -529,6 +602,7 @@ static int rank_fn(harness_rank_t *hr) {
   x.rec = (rank_record_t *)calloc(1, sizeof(*x.rec));
   x.K = b->K_total / hr->world;
   x.elt = weave_dtype_size(b->dtype);
+  x.oelt = weave_dtype_size(b->out);
   x.a_n = (size_t)b->M * x.K;
   x.b_n = (size_t)x.K * b->N;
   weave_row_split(b->M, hr->world, hr->rank, &x.row_begin, &x.rows);
@@ -643,7 +717,7 @@ static long report(bench_t *b, json_writer_t *jw) {
     double relerr, t = call_median(b, vi);
     long wrong = variant_wrong(b, vi, &relerr);
     double tf = flops / gpus / (t * 1e-3) / 1e12;
-    double algbw = (double)b->M * b->N * weave_dtype_size(b->dtype) / (t * 1e-3) / 1e9;
+    double algbw = (double)b->M * b->N * weave_dtype_size(b->out) / (t * 1e-3) / 1e9;
     double busbw = algbw * (b->world - 1) / b->world;
     const weave_gemm_rs_info_t *in = &b->rec[0].info[vi];
     printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b->M, v->label, in->gemm_blocks,
@@ -707,7 +781,11 @@ static long report(bench_t *b, json_writer_t *jw) {
  * main
  * ---------------------------------------------------------------------------------------------- */
 static void print_header(const bench_t *b, const char *heap_note) {
-  printf("# weave-bench  GEMM + ReduceScatter   %s\n", weave_dtype_name(b->dtype));
+  printf("# weave-bench  GEMM + ReduceScatter   %s", weave_dtype_name(b->dtype));
+  if (b->dtype == WEAVE_FP8_E4M3)
+    printf(" -> %s, %s scales (each rank its own; cuBLASLt fp8 with fast accumulation in the baseline)",
+           weave_dtype_name(b->out), scale_names[b->scale_mode]);
+  printf("\n");
   printf("# M %d..%d (x%.2g)  N %d  K_total %d  ranks %d (%s)  B %s  iters %d  warmup %d  check %d\n", b->min_M,
          b->max_M, b->factor, b->N, b->K_total, b->world, b->launched ? "one process each" : "threads of one process",
          b->layout == WEAVE_LAYOUT_ROW ? "[K,N]" : "[N,K]", b->iters, b->warmup, b->check);

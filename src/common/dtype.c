@@ -3,13 +3,31 @@
 
 #include <strings.h>
 
-size_t weave_dtype_size(weave_dtype_t t) { return t == WEAVE_FP32 ? 4 : 2; }
+#include "runtime/internal.h" /* weave_fail */
+
+size_t weave_dtype_size(weave_dtype_t t) {
+  switch (t) {
+    case WEAVE_DTYPE_AUTO: return 0;
+    case WEAVE_FP32: return 4;
+    case WEAVE_FP8_E4M3: return 1;
+    default: return 2;
+  }
+}
+
+int weave_dtype_is_fp8(weave_dtype_t t) { return t == WEAVE_FP8_E4M3; }
+
+weave_dtype_t weave_dtype_out(weave_dtype_t in, weave_dtype_t out) {
+  if (out != WEAVE_DTYPE_AUTO) return out;
+  return weave_dtype_is_fp8(in) ? WEAVE_BF16 : in;
+}
 
 const char *weave_dtype_name(weave_dtype_t t) {
   switch (t) {
     case WEAVE_BF16: return "bf16";
     case WEAVE_FP16: return "fp16";
     case WEAVE_FP32: return "fp32";
+    case WEAVE_FP8_E4M3: return "fp8_e4m3";
+    case WEAVE_DTYPE_AUTO: return "auto";
   }
   return "?";
 }
@@ -19,6 +37,7 @@ int weave_dtype_parse(const char *s, weave_dtype_t *out) {
   if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16")) *out = WEAVE_BF16;
   else if (!strcasecmp(s, "fp16") || !strcasecmp(s, "half") || !strcasecmp(s, "float16")) *out = WEAVE_FP16;
   else if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float") || !strcasecmp(s, "float32")) *out = WEAVE_FP32;
+  else if (!strcasecmp(s, "fp8_e4m3") || !strcasecmp(s, "fp8") || !strcasecmp(s, "e4m3")) *out = WEAVE_FP8_E4M3;
   else return -1;
   return 0;
 }
@@ -31,4 +50,34 @@ const char *weave_strategy_name(weave_strategy_t s) {
     case WEAVE_STRATEGY_BASELINE: return "baseline";
   }
   return "?";
+}
+
+weave_result_t weave_check_fp8_args(weave_team_t team, const char *fn, weave_dtype_t dtype, weave_dtype_t out_dtype,
+                                    weave_layout_t b_layout, weave_scale_mode_t scale_mode, int K, const char *k_name) {
+  const int fp8 = weave_dtype_is_fp8(dtype);
+  if ((unsigned)scale_mode > WEAVE_SCALE_ROW)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: scale_mode %d is not NONE/TENSOR/ROW", fn, (int)scale_mode);
+  if (!fp8) {
+    if (out_dtype != WEAVE_DTYPE_AUTO && out_dtype != dtype)
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                        "%s: out_dtype %d differs from dtype %s: only fp8 inputs take another output type (use "
+                        "WEAVE_DTYPE_AUTO)", fn, (int)out_dtype, weave_dtype_name(dtype));
+    if (scale_mode != WEAVE_SCALE_NONE)
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: scale_mode %d: scales apply to fp8 inputs only (dtype %s)",
+                        fn, (int)scale_mode, weave_dtype_name(dtype));
+    return WEAVE_SUCCESS;
+  }
+  if (out_dtype != WEAVE_DTYPE_AUTO && out_dtype != WEAVE_BF16 && out_dtype != WEAVE_FP16)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: out_dtype %d: fp8 inputs write bf16 or fp16 (WEAVE_BF16, WEAVE_FP16 or WEAVE_DTYPE_AUTO)", fn,
+                      (int)out_dtype);
+  if (b_layout != WEAVE_LAYOUT_COL)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: fp8 needs b_layout WEAVE_LAYOUT_COL (B as [N, K], nn.Linear's weight): the fp8 tensor-core "
+                      "instructions read both operands K-major", fn);
+  if (K % 16)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: fp8 needs %s a multiple of 16 (got %d): rows of A and B must be 16-byte multiples for the "
+                      "TMA loads", fn, k_name, K);
+  return WEAVE_SUCCESS;
 }

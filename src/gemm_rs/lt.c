@@ -14,10 +14,11 @@ struct weave_lt {
   cublasLtMatmulAlgo_t algo;
   void *workspace;
   size_t workspace_bytes;
+  int scale_mode; /* weave_scale_mode_t: which scale pointers a call sets */
 };
 
 static cudaDataType_t to_cuda(weave_dtype_t t) {
-  return t == WEAVE_BF16 ? CUDA_R_16BF : t == WEAVE_FP16 ? CUDA_R_16F : CUDA_R_32F;
+  return t == WEAVE_BF16 ? CUDA_R_16BF : t == WEAVE_FP16 ? CUDA_R_16F : t == WEAVE_FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
 }
 
 void weave_lt_destroy(weave_lt_t *lt) {
@@ -43,17 +44,49 @@ void weave_lt_destroy(weave_lt_t *lt) {
 
 weave_result_t weave_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
                                int sm_target, weave_lt_t **out_lt, char *errmsg, size_t errlen) {
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
+  o.sm_target = sm_target;
+  return weave_lt_create_ex(M, N, K, in, out, b_layout, &o, out_lt, errmsg, errlen);
+}
+
+weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
+                                  const weave_lt_opts_t *opts, weave_lt_t **out_lt, char *errmsg, size_t errlen) {
+  const weave_lt_opts_t defaults = WEAVE_LT_OPTS_INIT;
+  if (!opts) opts = &defaults;
+  const int sm_target = opts->sm_target, fp8 = in == WEAVE_FP8_E4M3;
+  if (fp8 && b_layout != WEAVE_LAYOUT_COL) {
+    snprintf(errmsg, errlen, "cuBLASLt fp8 needs B as [N, K] (WEAVE_LAYOUT_COL)");
+    return WEAVE_ERROR_INVALID_ARGUMENT;
+  }
   weave_lt_t *lt = (weave_lt_t *)calloc(1, sizeof(*lt));
   if (!lt) {
     snprintf(errmsg, errlen, "host allocation failed");
     return WEAVE_ERROR_OUT_OF_MEMORY;
   }
+  lt->scale_mode = fp8 ? opts->scale_mode : WEAVE_SCALE_NONE;
   LT_TRY(cublasLtCreate(&lt->handle));
   LT_TRY(cublasLtMatmulDescCreate(&lt->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  /* "A" of the column-major product is B^T [N, K]. */
+  /* "A" of the column-major product is B^T [N, K]. fp8 takes only this "TN" form (both K-major). */
   cublasOperation_t opa = b_layout == WEAVE_LAYOUT_ROW ? CUBLAS_OP_N : CUBLAS_OP_T, opb = CUBLAS_OP_N;
   LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
   LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  if (fp8) {
+    const int8_t fast = opts->fast_accum ? 1 : 0;
+    LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    if (lt->scale_mode == WEAVE_SCALE_ROW) {
+      /* cuBLASLt's A is our B (its M = our N): its A scales are our scale_b [N], its B scales our
+       * scale_a [M] (swapped at run time) */
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    }
+    if (lt->scale_mode != WEAVE_SCALE_NONE) {
+      /* any device address for the heuristic (the calls set their own); it only has to be non-NULL */
+      static const float *const placeholder = (const float *)(uintptr_t)256;
+      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof(placeholder)));
+      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof(placeholder)));
+    }
+  }
   if (sm_target > 0)
     LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof(sm_target)));
   if (b_layout == WEAVE_LAYOUT_ROW) LT_TRY(cublasLtMatrixLayoutCreate(&lt->la, to_cuda(in), N, K, N));
@@ -88,7 +121,21 @@ weave_result_t weave_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtyp
 }
 
 weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream) {
+  return weave_lt_run_scaled(lt, alpha, A, B, NULL, NULL, C, stream);
+}
+
+weave_result_t weave_lt_run_scaled(weave_lt_t *lt, float alpha, const void *A, const void *B, const float *scale_a,
+                                   const float *scale_b, void *C, weave_stream_t stream) {
   float beta = 0.f;
+  if (lt->scale_mode != WEAVE_SCALE_NONE) {
+    /* per call: the pointers may change without a new plan (swapped: cuBLASLt's A is our B) */
+    if (!scale_a || !scale_b ||
+        cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_b, sizeof(scale_b)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_a, sizeof(scale_a)) !=
+            CUBLAS_STATUS_SUCCESS)
+      return WEAVE_ERROR_CUDA;
+  }
   cublasStatus_t st = cublasLtMatmul(lt->handle, lt->desc, &alpha, B, lt->la, A, lt->lb, &beta, C, lt->lc, C, lt->lc,
                                      &lt->algo, lt->workspace, lt->workspace_bytes, (cudaStream_t)stream);
   return st == CUBLAS_STATUS_SUCCESS ? WEAVE_SUCCESS : WEAVE_ERROR_CUDA;

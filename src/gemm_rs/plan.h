@@ -26,7 +26,8 @@
 
 struct weave_gemm_rs_plan {
   weave_team_t team;
-  weave_dtype_t slot_dtype; /* of the partials: dtype, or fp32 (fp32_slots, atomic accumulator) */
+  weave_dtype_t out_dtype;  /* of C and bias: desc.out_dtype resolved (dtype, or bf16/fp16 for fp8) */
+  weave_dtype_t slot_dtype; /* of the partials: out_dtype, or fp32 (fp32_slots, atomic accumulator) */
   int hopper;               /* GEMM role: TMA + wgmma */
   int M, N, K;
   weave_gemm_rs_desc_t desc;
@@ -47,13 +48,18 @@ struct weave_gemm_rs_plan {
   char trace_path[512];       /* WEAVE_TRACE */
   unsigned long calls; /* executes enqueued (the trace file is written at destroy if any) */
   int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
-  const void *reachable[4]; /* A, B, bias, C_out last found device-readable (execute_check_args) */
+  const void *reachable[6]; /* A, B, bias, C_out, scale_a, scale_b last found device-readable
+                             * (execute_check_args) */
 };
 
 /* Argument checks that need no device (the CPU tests call it directly); messages name
  * weave_gemm_rs_plan_create. */
 weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
                                         const weave_gemm_rs_desc_t *desc);
+/* The caller's desc in this version's layout: a 0.2 desc (struct_size WEAVE_GEMM_RS_DESC_SIZE_0_2)
+ * gets the defaults of the later fields. INVALID_ARGUMENT for NULL or another struct_size. */
+weave_result_t weave_gemm_rs_desc_read(weave_team_t team, const weave_gemm_rs_desc_t *desc,
+                                       weave_gemm_rs_desc_t *out);
 
 /* "<what>: <CUDA error string>" as the team's last error; returns WEAVE_ERROR_CUDA. */
 static inline weave_result_t weave_plan_cuda_fail(weave_team_t team, int err, const char *what) {

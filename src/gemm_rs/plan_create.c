@@ -14,6 +14,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,21 +36,42 @@ weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *
 }
 
 /* ---- checks ------------------------------------------------------------------------------------ */
-weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
-                                        const weave_gemm_rs_desc_t *d) {
+weave_result_t weave_gemm_rs_desc_read(weave_team_t team, const weave_gemm_rs_desc_t *d, weave_gemm_rs_desc_t *out) {
   const char *fn = "weave_gemm_rs_plan_create";
   if (!d) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
-  if (d->struct_size != sizeof(weave_gemm_rs_desc_t))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc.struct_size %zu != %zu (use WEAVE_GEMM_RS_DESC_INIT)",
-                      fn, d->struct_size, sizeof(weave_gemm_rs_desc_t));
+  if (d->struct_size == sizeof(weave_gemm_rs_desc_t)) {
+    *out = *d;
+    return WEAVE_SUCCESS;
+  }
+  if (d->struct_size == WEAVE_GEMM_RS_DESC_SIZE_0_2) {
+    /* the 0.2 fields (everything up to trace; not the padding after it), then this version's defaults */
+    const weave_gemm_rs_desc_t init = WEAVE_GEMM_RS_DESC_INIT;
+    *out = init;
+    memcpy(out, d, offsetof(weave_gemm_rs_desc_t, trace) + sizeof(d->trace));
+    out->struct_size = sizeof(weave_gemm_rs_desc_t);
+    return WEAVE_SUCCESS;
+  }
+  return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                    "%s: desc.struct_size %zu is neither %zu (this version) nor %zu (0.2) (use WEAVE_GEMM_RS_DESC_INIT)",
+                    fn, d->struct_size, sizeof(weave_gemm_rs_desc_t), (size_t)WEAVE_GEMM_RS_DESC_SIZE_0_2);
+}
+
+weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
+                                        const weave_gemm_rs_desc_t *desc) {
+  const char *fn = "weave_gemm_rs_plan_create";
+  weave_gemm_rs_desc_t dd;
+  WEAVE_CHECK(weave_gemm_rs_desc_read(team, desc, &dd));
+  const weave_gemm_rs_desc_t *d = &dd;
   if (M < 1 || N < 1 || K < 1)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, K_local %d must all be >= 1", fn, M, N, K);
   if ((double)M * N > (double)INT_MAX * 64 || (double)M * K > (double)INT_MAX * 64 || (double)N * K > (double)INT_MAX * 64)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %d x %d x %d is too large", fn, M, N, K);
-  if ((unsigned)d->dtype > WEAVE_FP32)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32", fn, (int)d->dtype);
+  if ((unsigned)d->dtype > WEAVE_FP8_E4M3)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32/fp8_e4m3", fn,
+                      (int)d->dtype);
   if ((unsigned)d->b_layout > WEAVE_LAYOUT_COL)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: b_layout %d is not ROW/COL", fn, (int)d->b_layout);
+  WEAVE_CHECK(weave_check_fp8_args(team, fn, d->dtype, d->out_dtype, d->b_layout, d->scale_mode, K, "K_local"));
   if ((unsigned)d->strategy > WEAVE_STRATEGY_BASELINE)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
   if ((unsigned)d->reduce > WEAVE_REDUCE_ATOMIC)
@@ -74,7 +96,7 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
 
 /* Collective: valid arguments on every rank, and the same ones. */
 static weave_result_t plan_check_team_args(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc) {
-  weave_result_t rc = weave_gemm_rs_check_args(team, M, N, K, desc);
+  weave_result_t rc = weave_gemm_rs_check_args(team, M, N, K, desc); /* desc: already read (current layout) */
   WEAVE_CHECK(weave_team_agree(team, rc));
   /* Field by field: copying the desc whole would bring its padding bytes (whatever the caller's stack
    * held) into the comparison. */
@@ -83,7 +105,8 @@ static weave_result_t plan_check_team_args(weave_team_t team, int M, int N, int 
   const uint32_t same[] = {(uint32_t)M, (uint32_t)N, (uint32_t)K, (uint32_t)desc->dtype, (uint32_t)desc->b_layout,
                            (uint32_t)desc->strategy, (uint32_t)desc->reduce, (uint32_t)desc->fp32_slots,
                            (uint32_t)desc->tile_order, alpha_bits, (uint32_t)desc->has_bias,
-                           (uint32_t)desc->gemm_blocks, (uint32_t)desc->comm_blocks, (uint32_t)desc->trace};
+                           (uint32_t)desc->gemm_blocks, (uint32_t)desc->comm_blocks, (uint32_t)desc->trace,
+                           (uint32_t)desc->out_dtype, (uint32_t)desc->scale_mode};
   WEAVE_CHECK(weave_team_check_same(team, same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
   return WEAVE_SUCCESS;
 }
@@ -96,8 +119,9 @@ static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_tune_entry_
   const weave_gemm_rs_desc_t *desc = &p->desc;
   p->strategy = desc->strategy;
   if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = tuned ? tuned->strategy : WEAVE_STRATEGY_BASELINE;
-  p->slot_dtype = desc->fp32_slots ? WEAVE_FP32 : desc->dtype;
-  if (p->strategy == WEAVE_STRATEGY_BASELINE) p->slot_dtype = desc->dtype; /* cuBLASLt writes dtype */
+  p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
+  p->slot_dtype = desc->fp32_slots ? WEAVE_FP32 : p->out_dtype;
+  if (p->strategy == WEAVE_STRATEGY_BASELINE) p->slot_dtype = p->out_dtype; /* cuBLASLt writes out_dtype */
   if (p->strategy == WEAVE_STRATEGY_FUSED && desc->reduce == WEAVE_REDUCE_ATOMIC) p->slot_dtype = WEAVE_FP32;
   /* The fused kernel uses the Hopper role when rows allow TMA; execute then wants aligned A, B. */
   p->hopper = p->strategy == WEAVE_STRATEGY_FUSED && weave_kernel_hopper_ok(desc->dtype, desc->b_layout, p->N, p->K);
@@ -138,7 +162,7 @@ static void plan_split_fused(weave_gemm_rs_plan_t p, int per_sm, const weave_tun
     split_inputs(p->team, desc->dtype, per_sm, p->budget, &in);
     size_t slot = weave_dtype_size(p->slot_dtype);
     p->comm_blocks = weave_split_comm_blocks(&in, weave_plan_gemm_flops(p->M, p->N, p->K, world),
-                                             weave_plan_comm_bytes(p->M, p->N, world, slot, weave_dtype_size(desc->dtype)),
+                                             weave_plan_comm_bytes(p->M, p->N, world, slot, weave_dtype_size(p->out_dtype)),
                                              (double)p->tiles_cap);
     p->gemm_blocks = p->budget - p->comm_blocks;
   }
@@ -150,7 +174,7 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_tun
   const weave_device_info_t *info = &p->team->info;
   const int fused = p->strategy == WEAVE_STRATEGY_FUSED;
   size_t smem = 0;
-  int per_sm = weave_kernel_blocks_per_sm(p->desc.dtype, p->hopper, fused, &smem);
+  int per_sm = weave_kernel_blocks_per_sm(p->out_dtype, p->hopper, fused, &smem);
   /* Ranks sharing a GPU leave one SM each free, so the short kernels around the calls (memsets, the
    * bulk strategy's signal kernels) never take the place of a block that others wait for. */
   int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
@@ -206,8 +230,10 @@ static weave_result_t plan_zero_flags(weave_gemm_rs_plan_t p) {
 /* The baseline's GEMM. Local. */
 static weave_result_t plan_create_lt(weave_gemm_rs_plan_t p) {
   char msg[256];
-  weave_result_t rc = weave_lt_create(p->M, p->N, p->K, p->desc.dtype, p->desc.dtype, p->desc.b_layout, 0, &p->lt,
-                                      msg, sizeof(msg));
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
+  o.scale_mode = p->desc.scale_mode;
+  weave_result_t rc = weave_lt_create_ex(p->M, p->N, p->K, p->desc.dtype, p->out_dtype, p->desc.b_layout, &o, &p->lt,
+                                         msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) weave_fail(p->team, rc, "plan: cuBLASLt: %s", msg);
   return rc;
 }
@@ -293,7 +319,8 @@ static void plan_fill_params(weave_gemm_rs_plan_t p) {
   weave_fused_params_t *fp = &p->params;
   memset(fp, 0, sizeof(*fp));
   fp->M = p->M; fp->N = p->N; fp->K = p->K;
-  fp->dtype = p->desc.dtype;
+  fp->dtype = p->out_dtype; /* what the kernels write (C, bias); in_dtype is what they read */
+  fp->in_dtype = p->desc.dtype;
   fp->b_layout = p->desc.b_layout;
   fp->slot_dtype = p->slot_dtype;
   fp->hopper = p->hopper;
@@ -354,13 +381,16 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
                                          weave_gemm_rs_plan_t *plan_out) {
   if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
   if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
-  WEAVE_CHECK(plan_check_team_args(team, M, N, K, desc));
+  weave_gemm_rs_desc_t d;
+  WEAVE_CHECK(weave_team_agree(team, weave_gemm_rs_desc_read(team, desc, &d)));
+  WEAVE_CHECK(plan_check_team_args(team, M, N, K, &d));
+  desc = &d;
 
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
   if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
   p->team = team;
   p->M = M; p->N = N; p->K = K;
-  p->desc = *desc;
+  weave_gemm_rs_desc_read(team, desc, &p->desc); /* checked above */
   cudaSetDevice(team->info.device);
   if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
     cudaGetLastError();

@@ -36,8 +36,8 @@ static int device_can_reach(weave_gemm_rs_plan_t p, int i, const void *ptr) {
   return 1;
 }
 
-static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
-                                         void *C_out) {
+static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+                                         const float *scale_b, const void *bias, void *C_out) {
   weave_team_t team = p->team;
   int row_begin, rows;
   weave_split_rows_of(p->M, team->world, team->rank, &row_begin, &rows);
@@ -50,16 +50,26 @@ static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, 
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: the plan has a bias but bias is NULL");
   if (!p->desc.has_bias && bias)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: bias given to a plan without bias");
-  const void *ptrs[4] = {A, B, bias, C_out};
-  static const char *const names[4] = {"A", "B", "bias", "C_out"};
-  for (int i = 0; i < 4; ++i)
+  if (p->desc.scale_mode != WEAVE_SCALE_NONE &&
+      (!scale_a || !scale_b || ((uintptr_t)scale_a & 3) || ((uintptr_t)scale_b & 3)))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "weave_gemm_rs_execute_scaled: the plan's scale_mode %d needs 4-byte aligned device pointers "
+                      "scale_a and scale_b (got %p, %p)", (int)p->desc.scale_mode, (const void *)scale_a,
+                      (const void *)scale_b);
+  if (p->desc.scale_mode == WEAVE_SCALE_NONE && (scale_a || scale_b))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "weave_gemm_rs_execute_scaled: scale_a / scale_b given to a plan without scales (scale_mode NONE)");
+  const void *ptrs[6] = {A, B, bias, C_out, scale_a, scale_b};
+  static const char *const names[6] = {"A", "B", "bias", "C_out", "scale_a", "scale_b"};
+  for (int i = 0; i < 6; ++i)
     if (ptrs[i] && !device_can_reach(p, i, ptrs[i]))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                         "weave_gemm_rs_execute: %s %p is host memory this GPU cannot read (pass device memory)", names[i],
                         ptrs[i]);
-  size_t e = weave_dtype_size(p->desc.dtype);
-  if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C_out | (uintptr_t)bias) % e)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: pointers must be %zu-byte aligned", e);
+  size_t e = weave_dtype_size(p->desc.dtype), eo = weave_dtype_size(p->out_dtype);
+  if (((uintptr_t)A | (uintptr_t)B) % e || ((uintptr_t)C_out | (uintptr_t)bias) % eo)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "weave_gemm_rs_execute: A and B must be %zu-byte, C_out and bias %zu-byte aligned", e, eo);
   return WEAVE_SUCCESS;
 }
 
@@ -69,21 +79,23 @@ static weave_result_t execute_lt(weave_gemm_rs_plan_t p, const weave_fused_param
   weave_team_t team = p->team;
   int rb, rows;
   weave_split_rows_of(p->M, team->world, team->rank, &rb, &rows);
-  if (weave_lt_run(p->lt, p->desc.alpha, A, B, p->nccl ? fp->data : C_out, stream) != WEAVE_SUCCESS)
+  if (weave_lt_run_scaled(p->lt, p->desc.alpha, A, B, fp->hg.scales.a, fp->hg.scales.b, p->nccl ? fp->data : C_out,
+                          stream) != WEAVE_SUCCESS)
     return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
   if (p->nccl &&
-      weave_nccl_reduce_scatter(p->nccl, fp->data, C_out, (size_t)rows * p->N, p->desc.dtype, stream) != WEAVE_SUCCESS)
+      weave_nccl_reduce_scatter(p->nccl, fp->data, C_out, (size_t)rows * p->N, p->out_dtype, stream) != WEAVE_SUCCESS)
     return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: ncclReduceScatter failed");
-  int err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->desc.dtype, bias, stream) : 0;
+  int err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->out_dtype, bias, stream) : 0;
   return err ? weave_plan_cuda_fail(team, err, "weave_gemm_rs_execute: bias") : WEAVE_SUCCESS;
 }
 
-/* Bulk on one rank: weave's GEMM with alpha and bias. */
-static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
-                                          void *C_out, weave_stream_t stream) {
+/* Bulk on one rank: weave's GEMM with alpha, scales and bias. */
+static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A,
+                                          const void *B, const void *bias, void *C_out, weave_stream_t stream) {
   char msg[256] = "";
   weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
-                                          bias, C_out, p->desc.dtype, p->gemm_blocks, p->gemm_ws, p->gemm_ws_bytes, stream, msg,
+                                          &fp->hg.scales, bias, C_out, p->out_dtype, p->gemm_blocks, p->gemm_ws,
+                                          p->gemm_ws_bytes, stream, msg,
                                           sizeof(msg));
   return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "weave_gemm_rs_execute: %s", msg);
 }
@@ -105,11 +117,13 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused
       if (!err) {
         char msg[256] = "";
         if (p->strategy == WEAVE_STRATEGY_BULK) {
-          weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, 1.0f, A, B, NULL,
-                                                  fp->data, p->slot_dtype, p->gemm_blocks, p->gemm_ws, p->gemm_ws_bytes, stream,
+          weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, 1.0f, A, B,
+                                                  &fp->hg.scales, NULL, fp->data, p->slot_dtype, p->gemm_blocks,
+                                                  p->gemm_ws, p->gemm_ws_bytes, stream,
                                                   msg, sizeof(msg));
           if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);
-        } else if (weave_lt_run(p->lt, 1.0f, A, B, fp->data, stream) != WEAVE_SUCCESS)
+        } else if (weave_lt_run_scaled(p->lt, 1.0f, A, B, fp->hg.scales.a, fp->hg.scales.b, fp->data, stream) !=
+                   WEAVE_SUCCESS)
           return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
       }
       if (!err) err = weave_launch_ready_barrier(fp, stream);
@@ -122,16 +136,18 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused
   return WEAVE_SUCCESS;
 }
 
-weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
-                                     void *C_out, weave_stream_t stream) {
-  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: plan is NULL");
+static weave_result_t execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+                              const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
   weave_team_t team = p->team;
-  WEAVE_CHECK(execute_check_args(p, A, B, bias, C_out));
+  WEAVE_CHECK(execute_check_args(p, A, B, scale_a, scale_b, bias, C_out));
   cudaSetDevice(team->info.device);
 
   size_t e = weave_dtype_size(p->desc.dtype);
   weave_fused_params_t fp = p->params;
   fp.A = A; fp.B = B; fp.bias = bias; fp.C_out = C_out;
+  /* this call's scales (every path reads them from here; make_params below keeps them) */
+  const weave_hgemm_scales_t sc = {(int)p->desc.scale_mode, scale_a, scale_b};
+  fp.hg.scales = sc;
   p->calls++;
   size_t rowb_a = (size_t)p->K * e, rowb_b = (p->desc.b_layout == WEAVE_LAYOUT_ROW ? (size_t)p->N : (size_t)p->K) * e;
   fp.out_vec = aligned16(C_out);
@@ -145,14 +161,31 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
     int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg,
                                            sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "weave_gemm_rs_execute: %s", msg);
+    fp.hg.scales = sc;
   }
   /* One rank owns every row, so its reduce-scatter is a copy: baseline and bulk write C_out straight
    * from their GEMM; only the fused kernel runs its protocol (to measure its overhead against the
    * same GEMM alone). */
   const int direct = team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED;
   if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE)) return execute_lt(p, &fp, A, B, bias, C_out, stream);
-  if (direct) return execute_direct_bulk(p, A, B, bias, C_out, stream);
+  if (direct) return execute_direct_bulk(p, &fp, A, B, bias, C_out, stream);
   return execute_protocol(p, &fp, A, B, stream);
+}
+
+weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
+                                     void *C_out, weave_stream_t stream) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: plan is NULL");
+  if (p->desc.scale_mode != WEAVE_SCALE_NONE)
+    return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "weave_gemm_rs_execute: the plan has scales (scale_mode %d): use weave_gemm_rs_execute_scaled",
+                      (int)p->desc.scale_mode);
+  return execute(p, A, B, NULL, NULL, bias, C_out, stream);
+}
+
+weave_result_t weave_gemm_rs_execute_scaled(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+                                            const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute_scaled: plan is NULL");
+  return execute(p, A, B, scale_a, scale_b, bias, C_out, stream);
 }
 
 weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t stream, void *events,

@@ -12,6 +12,7 @@ void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_by
    * 4 and 8 ranks (4, 2, 2 communication blocks; tests/test_plan.c holds it to them). A bytes-only
    * model would pick 3 at 1 rank, which has not been measured. */
   double sm_flops = (dtype == WEAVE_FP32 ? 128.0 : 4096.0 * 0.65) * clock_hz;
+  if (weave_dtype_is_fp8(dtype)) sm_flops *= 2.0; /* the fp8 tensor-core rate (not calibrated) */
   if (blocks_per_sm < 1) blocks_per_sm = 1;
   in->blocks = budget;
   in->flops_per_block = sm_flops / blocks_per_sm;

@@ -63,18 +63,22 @@ static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t 
 }
 
 /* The local GEMM on the fastest role the arguments allow: TMA + wgmma for 16-bit inputs with
- * 16-byte aligned rows and an output of the input dtype, else mma.sync / SIMT. */
+ * 16-byte aligned rows and an output of the input dtype, and for fp8 (its only role), else
+ * mma.sync / SIMT. */
 weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
-                                   const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
-                                   int num_blocks, void *ws, size_t ws_bytes, weave_stream_t stream, char *msg,
+                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, const void *bias,
+                                   void *C, weave_dtype_t out_dtype, int num_blocks, void *ws, size_t ws_bytes,
+                                   weave_stream_t stream, char *msg,
                                    size_t msglen) {
   size_t e = weave_dtype_size(dtype);
   size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
   int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
-  if (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K)) {
+  const int fp8 = weave_dtype_is_fp8(dtype);
+  if (fp8 || (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K))) {
     weave_hgemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
-                                  WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO};
-    const size_t need = weave_hgemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
+                                  WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL}};
+    if (fp8 && scales) a.scales = *scales;
+    const size_t need = weave_hgemm_workspace_size(M, N, K, dtype, num_blocks, WEAVE_HGEMM_SK_AUTO);
     if (need && ws) {
       a.workspace = ws;
       a.workspace_bytes = ws_bytes;
@@ -100,8 +104,8 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
 
 size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
                                  weave_dtype_t out_dtype, int num_blocks) {
-  if (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K)) return 0;
-  return weave_hgemm_workspace_size(M, N, K, num_blocks, WEAVE_HGEMM_SK_AUTO);
+  if (!weave_dtype_is_fp8(dtype) && (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K))) return 0;
+  return weave_hgemm_workspace_size(M, N, K, dtype, num_blocks, WEAVE_HGEMM_SK_AUTO);
 }
 
 weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
@@ -109,6 +113,9 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
                           weave_stream_t stream) {
   if (M < 1 || N < 1 || K < 1)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: M %d, N %d, K %d must be >= 1", M, N, K);
+  if (weave_dtype_is_fp8(dtype))
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "weave_gemm: dtype %d (fp8) takes scales and an output type: use weave_gemm_ex", (int)dtype);
   if ((unsigned)dtype > WEAVE_FP32 || (unsigned)b_layout > WEAVE_LAYOUT_COL)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: dtype %d / b_layout %d unknown", (int)dtype,
                       (int)b_layout);
@@ -124,8 +131,54 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
     return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave_gemm: no CUDA device");
   }
   char msg[256] = "";
-  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, bias, C, dtype, num_blocks, NULL, 0, stream, msg,
-                                          sizeof(msg));
+  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, NULL, bias, C, dtype, num_blocks,
+                                          NULL, 0, stream, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "weave_gemm: %s", msg);
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) {
+  const char *fn = "weave_gemm_ex";
+  if (!a) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: args is NULL", fn);
+  if (a->struct_size != sizeof(weave_gemm_args_t))
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: args.struct_size %zu != %zu (use WEAVE_GEMM_ARGS_INIT)",
+                      fn, a->struct_size, sizeof(weave_gemm_args_t));
+  const int M = a->M, N = a->N, K = a->K;
+  if (M < 1 || N < 1 || K < 1)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, K %d must be >= 1", fn, M, N, K);
+  if ((unsigned)a->dtype > WEAVE_FP8_E4M3 || (unsigned)a->b_layout > WEAVE_LAYOUT_COL)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d / b_layout %d unknown", fn, (int)a->dtype,
+                      (int)a->b_layout);
+  WEAVE_CHECK(weave_check_fp8_args(NULL, fn, a->dtype, a->out_dtype, a->b_layout, a->scale_mode, K, "K"));
+  if (!a->A || !a->B || !a->C) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A, B and C must be non-NULL", fn);
+  if (!isfinite(a->alpha)) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
+  if (a->num_blocks < 0)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: num_blocks %d < 0", fn, a->num_blocks);
+  const weave_dtype_t out = weave_dtype_out(a->dtype, a->out_dtype);
+  const size_t ein = weave_dtype_size(a->dtype), eout = weave_dtype_size(out);
+  if (((uintptr_t)a->A | (uintptr_t)a->B) % ein || ((uintptr_t)a->C | (uintptr_t)a->bias) % eout)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A, B must be %zu-byte and C, bias %zu-byte aligned", fn,
+                      ein, eout);
+  const int fp8 = weave_dtype_is_fp8(a->dtype);
+  if (fp8 && (((uintptr_t)a->A | (uintptr_t)a->B) & 15))
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: fp8 needs 16-byte aligned A and B (TMA); got %p, %p", fn,
+                      a->A, a->B);
+  const int scaled = a->scale_mode != WEAVE_SCALE_NONE;
+  if (scaled && (!a->scale_a || !a->scale_b || ((uintptr_t)a->scale_a & 3) || ((uintptr_t)a->scale_b & 3)))
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: scale_mode %d needs 4-byte aligned device pointers scale_a and scale_b (got %p, %p)", fn,
+                      (int)a->scale_mode, (const void *)a->scale_a, (const void *)a->scale_b);
+  if (!scaled && (a->scale_a || a->scale_b))
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: scale_a / scale_b given with scale_mode NONE", fn);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "%s: no CUDA device", fn);
+  }
+  const weave_hgemm_scales_t sc = {(int)a->scale_mode, a->scale_a, a->scale_b};
+  char msg[256] = "";
+  weave_result_t rc = weave_gemm_dispatch(M, N, K, a->dtype, a->b_layout, a->alpha, a->A, a->B, fp8 ? &sc : NULL,
+                                          a->bias, a->C, out, a->num_blocks, NULL, 0, stream, msg, sizeof(msg));
+  if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "%s: %s", fn, msg);
   return WEAVE_SUCCESS;
 }

@@ -34,7 +34,7 @@ typedef struct {
 
 typedef struct {
   int M, N, K;
-  int dtype, b_layout, slot_dtype, reduce;
+  int dtype, b_layout, slot_dtype, reduce; /* dtype: of C and bias (and of A, B unless in_dtype is fp8) */
   float alpha;
   const void *A, *B, *bias;
   void *C_out;
@@ -56,10 +56,12 @@ typedef struct {
   int tma_slots;   /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
   /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
   CUtensorMap slot_map[WEAVE_MAX_WORLD];
+  int in_dtype;    /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
 } weave_fused_params_t;
 
 /* The GEMM role a shape can use: the Hopper role (TMA + wgmma) needs 16-bit inputs and 16-byte
- * aligned rows of A and B; everything else runs on the mma.sync / SIMT role. */
+ * aligned rows of A and B, or fp8 inputs (B [N, K], K % 16 == 0; fp8 has no other role); everything
+ * else runs on the mma.sync / SIMT role. */
 int weave_kernel_hopper_ok(int dtype, int b_layout, int N, int K);
 /* Occupancy (blocks per SM) and dynamic shared memory of the fused (or plain GEMM) kernel. */
 int weave_kernel_blocks_per_sm(int dtype, int hopper, int fused, size_t *smem_bytes);
@@ -82,13 +84,14 @@ int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struc
 int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
 
-/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). The Hopper
+/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). scales: fp8
+ * only (NULL: none); fp8 runs on the Hopper role only, out_dtype bf16, fp16 or fp32. The Hopper
  * role's stream-K tail uses `ws` (zeroed once, one stream at a time) when given, else the stream's
  * own workspace, allocated on its first need. */
 weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
-                                   const void *A, const void *B, const void *bias, void *C, weave_dtype_t out_dtype,
-                                   int num_blocks, void *ws, size_t ws_bytes, weave_stream_t stream, char *msg,
-                                   size_t msglen);
+                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, const void *bias,
+                                   void *C, weave_dtype_t out_dtype, int num_blocks, void *ws, size_t ws_bytes,
+                                   weave_stream_t stream, char *msg, size_t msglen);
 /* The stream-K workspace a plan's GEMM of this shape needs (0: none, or not the Hopper role). */
 size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
                                  weave_dtype_t out_dtype, int num_blocks);

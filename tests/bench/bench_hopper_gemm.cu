@@ -25,6 +25,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "cli.h"
@@ -41,6 +42,16 @@
       return 1;                                                                            \
     }                                                                                      \
   } while (0)
+
+/* fp8 e4m3 inputs: the same uniform values in [-1, 1), rounded to e4m3 */
+__global__ void bench_fill_fp8(uint8_t *p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    float f = (float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f;
+    p[i] = (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+  }
+}
 
 __global__ void bench_fill(uint16_t *p, size_t n, uint32_t seed, int bf16) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -90,6 +101,8 @@ struct Ctx {
   int M, N, K, sets;
   weave_dtype_t dt;
   weave_layout_t ly;
+  int scale_mode;       /* fp8: weave_scale_mode_t of every launch (weave and cuBLASLt alike) */
+  float *sa, *sb;       /* fp8: device scales, [M] and [N] (TENSOR reads the first of each) */
   std::vector<void *> A, B;
   void *C, *Cref;
   void *sk_ws; /* weave's stream-K workspace (zeroed once) */
@@ -106,6 +119,12 @@ static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *
     a.M = c.M; a.N = c.N; a.K = c.K; a.dtype = c.dt; a.b_layout = c.ly; a.alpha = 1.f;
     a.A = c.A[set]; a.B = c.B[set]; a.C = C; a.num_blocks = blocks;
     a.workspace = c.sk_ws; a.workspace_bytes = c.sk_bytes;
+    if (c.dt == WEAVE_FP8_E4M3) {
+      a.out_dtype = WEAVE_BF16;
+      a.scales.mode = c.scale_mode;
+      a.scales.a = c.scale_mode ? c.sa : NULL;
+      a.scales.b = c.scale_mode ? c.sb : NULL;
+    }
     a.streamk = WEAVE_HGEMM_SK_AUTO;
     a.schedule = which == 2 ? WEAVE_HGEMM_SCHED_COOP : which == 3 ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_AUTO;
     char err[256];
@@ -113,7 +132,8 @@ static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *
     if (r) { fprintf(stderr, "bench_gemm: weave: %s\n", err); return 1; }
     return 0;
   }
-  if (weave_lt_run(lp, 1.f, c.A[set], c.B[set], C, (weave_stream_t)c.st) != WEAVE_SUCCESS) {
+  if (weave_lt_run_scaled(lp, 1.f, c.A[set], c.B[set], c.scale_mode ? c.sa : NULL, c.scale_mode ? c.sb : NULL, C,
+                          (weave_stream_t)c.st) != WEAVE_SUCCESS) {
     fprintf(stderr, "bench_gemm: cublasLtMatmul failed\n");
     return 1;
   }
@@ -193,7 +213,7 @@ static int count_wrong(Ctx &c, int which, int blocks, weave_lt_t *def, unsigned 
   BCK(cudaMemsetAsync(sq, 0, sizeof(double), c.st));
   BCK(cudaMemsetAsync(w, 0, sizeof(unsigned long long), c.st));
   size_t n = (size_t)c.M * c.N;
-  if (c.dt == WEAVE_BF16) {
+  if (c.dt != WEAVE_FP16) { /* bf16 output (fp8 writes bf16 here) */
     bench_sumsq<1><<<1024, 256, 0, c.st>>>((const uint16_t *)c.Cref, n, sq);
     bench_count_wrong<1><<<1024, 256, 0, c.st>>>((const uint16_t *)c.C, (const uint16_t *)c.Cref, n, sq, w);
   } else {
@@ -209,7 +229,7 @@ static int count_wrong(Ctx &c, int which, int blocks, weave_lt_t *def, unsigned 
 
 /* Without a device: what weave's AUTO would run per row on a 132-SM H100/H200 (default knobs), from
  * the same plan functions the launcher calls (tile_scheduler.h). */
-static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist) {
+static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist, weave_dtype_t dt) {
   const int sms = 132;
   printf("# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
          "# %d-SM H100/H200 (default knobs): schedule (cooperative or ping-pong), stream-K tail tiles, and\n"
@@ -220,7 +240,7 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
   for (size_t i = 0; i + 2 < shapes.size(); i += 3) {
     const int M = shapes[i], N = shapes[i + 1], K = shapes[i + 2];
     const int tiles = ((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM) * ((N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN);
-    const int kt = (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK;
+    const int kt = weave_hgemm_k_blocks(K, dt);
     for (int b : blist) {
       b = std::min(std::max(b, 1), sms);
       const int pp = weave_hgemm_pick_pingpong(WEAVE_HGEMM_SCHED_AUTO, 1, tiles, b, kt, WEAVE_HGEMM_SK_AUTO);
@@ -238,16 +258,18 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
 struct Options {
   weave_dtype_t dt = WEAVE_BF16;
   weave_layout_t ly = WEAVE_LAYOUT_ROW;
+  int scales = WEAVE_SCALE_TENSOR; /* fp8 */
   int warm = 5, iters = 20, check = 1;
   const char *json = NULL;
   std::vector<int> shapes, blist;
 };
 
-enum { OPT_OP = 256 };
+enum { OPT_OP = 256, OPT_SCALES };
 static const cli_option_t gemm_options[] = {
     {"op", OPT_OP, "gemm", "this benchmark (weave-bench --op gemm)"},
-    {"dtype", 'd', "T", "bf16 or fp16 (default bf16)"},
-    {"layout", 'l', "L", "B as row [K,N] or col [N,K] (default row)"},
+    {"dtype", 'd', "T", "bf16, fp16 or fp8 (e4m3 in, bf16 out; B col only; default bf16)"},
+    {"layout", 'l', "L", "B as row [K,N] or col [N,K] (default row; col for fp8)"},
+    {"scales", OPT_SCALES, "S", "fp8 scales: none, tensor or row (default tensor; cuBLASLt gets the same)"},
     {"shape", 's', "MxNxK", "a shape, repeatable (default six: 8192^3, 8192x8192x{3584,1024}, {4096,16384,2048}x8192x3584)"},
     {"blocks", 'B', "b1,b2,..", "block counts, capped at the SM count (default 132,124,116,100)"},
     {"warmup", 'w', "N", "warm-up launches per kernel (default 5)"},
@@ -259,7 +281,9 @@ static const cli_option_t gemm_options[] = {
 };
 
 static void parse_options(int argc, char **argv, Options &o) {
-  static const char *const dtypes[] = {"bf16", "fp16", NULL}, *const layouts[] = {"row", "col", NULL};
+  static const char *const dtypes[] = {"bf16", "fp16", "fp8", NULL}, *const layouts[] = {"row", "col", NULL};
+  static const char *const scale_names[] = {"none", "tensor", "row", NULL};
+  int layout_given = 0;
   static const char *const ops[] = {"gemm", NULL};
   cli_t c;
   cli_init(&c, "weave-bench --op gemm", gemm_options);
@@ -268,8 +292,16 @@ static void parse_options(int argc, char **argv, Options &o) {
   for (int key; (key = cli_next(&c, argc, argv)) != -1;) {
     switch (key) {
       case OPT_OP: cli_choice(&c, optarg, ops); break;
-      case 'd': o.dt = cli_choice(&c, optarg, dtypes) ? WEAVE_FP16 : WEAVE_BF16; break;
-      case 'l': o.ly = cli_choice(&c, optarg, layouts) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW; break;
+      case 'd': {
+        const int d = cli_choice(&c, optarg, dtypes);
+        o.dt = d == 2 ? WEAVE_FP8_E4M3 : d ? WEAVE_FP16 : WEAVE_BF16;
+        break;
+      }
+      case 'l':
+        o.ly = cli_choice(&c, optarg, layouts) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW;
+        layout_given = 1;
+        break;
+      case OPT_SCALES: o.scales = cli_choice(&c, optarg, scale_names); break;
       case 's': {
         int m, n, k, used = 0;
         if (sscanf(optarg, "%dx%dx%d%n", &m, &n, &k, &used) != 3 || optarg[used] || m < 1 || n < 1 || k < 1) {
@@ -291,6 +323,13 @@ static void parse_options(int argc, char **argv, Options &o) {
       case 'h': cli_usage(&c, stdout, "[options]   (weave's Hopper GEMM against cuBLASLt)"); exit(0);
     }
   }
+  if (o.dt == WEAVE_FP8_E4M3) {
+    if (layout_given && o.ly != WEAVE_LAYOUT_COL) {
+      fprintf(stderr, "weave-bench --op gemm: fp8 takes B as col [N,K] only\n");
+      exit(2);
+    }
+    o.ly = WEAVE_LAYOUT_COL;
+  }
   if (o.shapes.empty())
     o.shapes = {8192, 8192, 8192, 8192, 8192, 3584, 8192, 8192, 1024, 4096, 8192, 3584, 16384, 8192, 3584, 2048, 8192, 3584};
   if (o.blist.empty()) o.blist = {132, 124, 116, 100};
@@ -304,11 +343,16 @@ static void print_header(const Options &o, const cudaDeviceProp &prop) {
   cudaRuntimeGetVersion(&rtv);
   printf("# weave-bench --op gemm: C[M,N] = A[M,K] . B, %s, B %s, fp32 accumulate\n", weave_dtype_name(o.dt),
          o.ly == WEAVE_LAYOUT_ROW ? "ROW [K,N]" : "COL [N,K]");
+  if (o.dt == WEAVE_FP8_E4M3)
+    printf("# fp8: e4m3 in, bf16 out, %s scales (weave and cuBLASLt alike); the tensor cores' own accumulation\n"
+           "# (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 in lt_def / lt_sm; its default, promoting\n"
+           "# accumulation is timed once per shape as lt_prec, after the rows)\n",
+           o.scales == WEAVE_SCALE_ROW ? "per-row" : o.scales == WEAVE_SCALE_TENSOR ? "per-tensor" : "no");
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d\n", prop.name, prop.multiProcessorCount,
          prop.l2CacheSize >> 20, prop.major, prop.minor, rtv);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
          "rotated over > 2x L2, launches queued behind a GPU spin; per shape, every block count's weave / coop / pp / lt_sm and lt_def once per iteration, all in one shuffled order\n",
-         WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BK, WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
+         WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, weave_hgemm_bk(o.dt), WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
          WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, o.warm, o.iters);
   const char *knobs[] = {"WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M", "WEAVE_HGEMM_STREAMK",
                          "WEAVE_HGEMM_PINGPONG"};
@@ -348,15 +392,30 @@ static int warm_clocks(Ctx &c) {
 
 /* Input sets rotated past twice the L2, the output and the reference output. */
 static int shape_alloc(Ctx &c, const cudaDeviceProp &prop) {
-  size_t ab = ((size_t)c.M * c.K + (size_t)c.K * c.N) * 2;
+  const size_t ein = weave_dtype_size(c.dt);
+  size_t ab = ((size_t)c.M * c.K + (size_t)c.K * c.N) * ein;
   c.sets = (int)std::max<size_t>(2, (2 * (size_t)prop.l2CacheSize) / ab + 1);
   c.A.assign(c.sets, NULL);
   c.B.assign(c.sets, NULL);
   for (int i = 0; i < c.sets; ++i) {
-    BCK(cudaMalloc(&c.A[i], (size_t)c.M * c.K * 2));
-    BCK(cudaMalloc(&c.B[i], (size_t)c.K * c.N * 2));
-    bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.A[i], (size_t)c.M * c.K, 2 * i + 1, c.dt == WEAVE_BF16);
-    bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.B[i], (size_t)c.K * c.N, 2 * i + 2, c.dt == WEAVE_BF16);
+    BCK(cudaMalloc(&c.A[i], (size_t)c.M * c.K * ein));
+    BCK(cudaMalloc(&c.B[i], (size_t)c.K * c.N * ein));
+    if (c.dt == WEAVE_FP8_E4M3) {
+      bench_fill_fp8<<<1024, 256, 0, c.st>>>((uint8_t *)c.A[i], (size_t)c.M * c.K, 2 * i + 1);
+      bench_fill_fp8<<<1024, 256, 0, c.st>>>((uint8_t *)c.B[i], (size_t)c.K * c.N, 2 * i + 2);
+    } else {
+      bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.A[i], (size_t)c.M * c.K, 2 * i + 1, c.dt == WEAVE_BF16);
+      bench_fill<<<1024, 256, 0, c.st>>>((uint16_t *)c.B[i], (size_t)c.K * c.N, 2 * i + 2, c.dt == WEAVE_BF16);
+    }
+  }
+  c.sa = c.sb = NULL;
+  if (c.dt == WEAVE_FP8_E4M3) { /* scales near 1, different per row / column */
+    std::vector<float> h((size_t)std::max(c.M, c.N));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = 0.5f + 0.03125f * (float)(i % 32);
+    BCK(cudaMalloc(&c.sa, (size_t)c.M * 4));
+    BCK(cudaMalloc(&c.sb, (size_t)c.N * 4));
+    BCK(cudaMemcpy(c.sa, h.data(), (size_t)c.M * 4, cudaMemcpyHostToDevice));
+    BCK(cudaMemcpy(c.sb, h.data(), (size_t)c.N * 4, cudaMemcpyHostToDevice));
   }
   BCK(cudaMalloc(&c.C, (size_t)c.M * c.N * 2));
   BCK(cudaMalloc(&c.Cref, (size_t)c.M * c.N * 2));
@@ -371,12 +430,17 @@ static void shape_free(Ctx &c) {
   }
   cudaFree(c.C);
   cudaFree(c.Cref);
+  cudaFree(c.sa);
+  cudaFree(c.sb);
 }
 
 /* cuBLASLt plans of the shape: the default heuristic (*def) and SM_COUNT_TARGET = each block count. */
 static int lt_plans(const Ctx &c, const std::vector<int> &blist, weave_lt_t **def, std::vector<weave_lt_t *> &smp) {
   char msg[256], lt_algo[160], sm_algo[160];
-  if (weave_lt_create(c.M, c.N, c.K, c.dt, c.dt, c.ly, 0, def, msg, sizeof msg) != WEAVE_SUCCESS) {
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT; /* fp8: fast accumulation, as weave's kernel */
+  o.scale_mode = c.scale_mode;
+  const weave_dtype_t out = c.dt == WEAVE_FP8_E4M3 ? WEAVE_BF16 : c.dt;
+  if (weave_lt_create_ex(c.M, c.N, c.K, c.dt, out, c.ly, &o, def, msg, sizeof msg) != WEAVE_SUCCESS) {
     fprintf(stderr, "bench_gemm: cuBLASLt: %s\n", msg);
     return 1;
   }
@@ -384,7 +448,8 @@ static int lt_plans(const Ctx &c, const std::vector<int> &blist, weave_lt_t **de
   printf("# lt_def for %dx%dx%d (cublasLt.h enum values): %s\n", c.M, c.N, c.K, lt_algo);
   smp.assign(blist.size(), NULL);
   for (size_t bi = 0; bi < blist.size(); ++bi) {
-    if (weave_lt_create(c.M, c.N, c.K, c.dt, c.dt, c.ly, blist[bi], &smp[bi], msg, sizeof msg) != WEAVE_SUCCESS) {
+    o.sm_target = blist[bi];
+    if (weave_lt_create_ex(c.M, c.N, c.K, c.dt, out, c.ly, &o, &smp[bi], msg, sizeof msg) != WEAVE_SUCCESS) {
       fprintf(stderr, "bench_gemm: cuBLASLt at %d SMs: %s\n", blist[bi], msg);
       return 1;
     }
@@ -413,6 +478,17 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
     tk.insert(tk.end(), row, row + 4);
   }
   tk.push_back({1, 0, def});
+  weave_lt_t *prec = NULL; /* fp8: cuBLASLt with its default (promoting) accumulation */
+  if (!rc && c.dt == WEAVE_FP8_E4M3) {
+    char msg[256];
+    weave_lt_opts_t o8 = WEAVE_LT_OPTS_INIT;
+    o8.scale_mode = c.scale_mode;
+    o8.fast_accum = 0;
+    if (weave_lt_create_ex(c.M, c.N, c.K, c.dt, WEAVE_BF16, c.ly, &o8, &prec, msg, sizeof msg) == WEAVE_SUCCESS)
+      tk.push_back({1, 0, prec});
+    else
+      printf("# lt_prec: cuBLASLt: %s\n", msg);
+  }
   std::vector<double> meds(tk.size());
   if (!rc) rc = time_ms(c, tk.data(), (int)tk.size(), o.warm, o.iters, meds.data());
   double tf_first = 0;
@@ -428,11 +504,11 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
         fprintf(stderr, "bench_gemm: profile %s failed\n", path);
     }
 #endif
-    const double t_w = med[0], t_def = meds.back(), t_sm = med[3], tf_def = flop / t_def * 1e-9;
+    const double t_w = med[0], t_def = meds[4 * nb], t_sm = med[3], tf_def = flop / t_def * 1e-9;
     const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
-    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
+    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
                    WEAVE_HGEMM_SCHED_PINGPONG;
-    const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(c.M, c.N, c.K, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+    const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
     unsigned long long wrong = 0, wrong_pp = 0;
     if (o.check && (count_wrong(c, 0, b, def, &wrong) || count_wrong(c, 3, b, def, &wrong_pp))) {
       rc = 1;
@@ -469,6 +545,10 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
       json_end_object(jw);
     }
   }
+  if (prec && !rc)
+    printf("# lt_prec %dx%dx%d (cuBLASLt fp8, default accumulation): %.1f TFLOP/s\n", c.M, c.N, c.K,
+           flop / meds[4 * nb + 1] * 1e-9);
+  weave_lt_destroy(prec);
   weave_lt_destroy(def);
   for (weave_lt_t *l : smp) weave_lt_destroy(l);
   return rc;
@@ -480,7 +560,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();
-    print_plan_without_device(o.shapes, o.blist);
+    print_plan_without_device(o.shapes, o.blist, o.dt);
     return 0;
   }
   BCK(cudaSetDevice(0));
@@ -491,6 +571,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   Ctx c;
   c.dt = o.dt;
   c.ly = o.ly;
+  c.scale_mode = o.scales;
   c.sk_bytes = weave_hgemm_workspace_max(0);
   BCK(cudaMalloc(&c.sk_ws, c.sk_bytes));
   BCK(cudaMemset(c.sk_ws, 0, c.sk_bytes));

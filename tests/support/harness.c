@@ -256,6 +256,18 @@ int harness_lt_run(harness_lt_t *lt, float alpha, const void *A, const void *B, 
   return weave_lt_run((weave_lt_t *)lt, alpha, A, B, C, stream) != WEAVE_SUCCESS;
 }
 void harness_lt_destroy(harness_lt_t *lt) { weave_lt_destroy((weave_lt_t *)lt); }
+harness_lt_t *harness_lt_create_scaled(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t layout,
+                                       weave_scale_mode_t scale_mode, char *msg, size_t msg_len) {
+  weave_lt_t *lt = NULL;
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
+  o.scale_mode = scale_mode;
+  if (weave_lt_create_ex(M, N, K, in, out, layout, &o, &lt, msg, msg_len) != WEAVE_SUCCESS) return NULL;
+  return (harness_lt_t *)lt;
+}
+int harness_lt_run_scaled(harness_lt_t *lt, float alpha, const void *A, const void *B, const float *scale_a,
+                          const float *scale_b, void *C, weave_stream_t stream) {
+  return weave_lt_run_scaled((weave_lt_t *)lt, alpha, A, B, scale_a, scale_b, C, stream) != WEAVE_SUCCESS;
+}
 
 double *harness_ref_rows_lt(int N, int K, int world, weave_dtype_t t, weave_layout_t lay, float alpha,
                             const void *const *A, const void *const *B, const void *bias, int row_begin, int rows) {

@@ -55,11 +55,45 @@ uint16_t weave_float_to_fp16(float f) {
   return sign | (uint16_t)h;
 }
 
+float weave_fp8_e4m3_to_float(uint8_t v) {
+  const int sign = v >> 7, e = (v >> 3) & 15, m = v & 7;
+  float f;
+  if (e == 15 && m == 7) return sign ? -NAN : NAN;
+  if (e == 0) f = ldexpf((float)m, -9);            /* subnormal: m/8 * 2^-6 */
+  else f = ldexpf((float)(8 + m), e - 10);         /* (1 + m/8) * 2^(e-7) */
+  return sign ? -f : f;
+}
+
+uint8_t weave_float_to_fp8_e4m3(float f) {
+  if (isnan(f)) return 0x7f;
+  const uint8_t sign = signbit(f) ? 0x80 : 0;
+  const double a = fabs((double)f);
+  if (a >= 448.0) return sign | 0x7e; /* saturate (448 itself is 0x7e) */
+  if (a < ldexp(1.0, -6)) {
+    /* subnormal range: multiples of 2^-9; nearbyint rounds to even (default rounding mode); 8 is the
+     * smallest normal, code 0x08 */
+    return sign | (uint8_t)nearbyint(a * 512.0);
+  }
+  int E;
+  frexp(a, &E);                 /* a = f * 2^E, f in [0.5, 1): exponent of a is E - 1 */
+  int e = E - 1;
+  int q = (int)nearbyint((ldexp(a, -e) - 1.0) * 8.0); /* mantissa 0..8 */
+  if (q == 8) {
+    q = 0;
+    ++e;
+  }
+  const int be = e + 7;
+  if (be > 15 || (be == 15 && q == 7)) return sign | 0x7e; /* rounds past 448: saturate */
+  return sign | (uint8_t)(be << 3) | (uint8_t)q;
+}
+
 double weave_host_get(weave_dtype_t t, const void *p, size_t i) {
   switch (t) {
     case WEAVE_BF16: return weave_bf16_to_float(((const uint16_t *)p)[i]);
     case WEAVE_FP16: return weave_fp16_to_float(((const uint16_t *)p)[i]);
     case WEAVE_FP32: return ((const float *)p)[i];
+    case WEAVE_FP8_E4M3: return weave_fp8_e4m3_to_float(((const uint8_t *)p)[i]);
+    case WEAVE_DTYPE_AUTO: break;
   }
   return NAN;
 }
@@ -69,6 +103,8 @@ void weave_host_set(weave_dtype_t t, void *p, size_t i, double v) {
     case WEAVE_BF16: ((uint16_t *)p)[i] = weave_float_to_bf16((float)v); break;
     case WEAVE_FP16: ((uint16_t *)p)[i] = weave_float_to_fp16((float)v); break;
     case WEAVE_FP32: ((float *)p)[i] = (float)v; break;
+    case WEAVE_FP8_E4M3: ((uint8_t *)p)[i] = weave_float_to_fp8_e4m3((float)v); break;
+    case WEAVE_DTYPE_AUTO: break;
   }
 }
 
@@ -116,8 +152,63 @@ void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, we
     }
 }
 
+double weave_fp8_accum_bound(int K, double max_prefix) { return (double)((K + 31) / 32) * ldexp(max_prefix, -12); }
+
+void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t, weave_dtype_t out_t,
+                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, const float *const *sa,
+                              const float *const *sb, const void *const *A, const void *const *B, const void *bias,
+                              int row_begin, int rows, double *out, double *bound) {
+  (void)M;
+  const size_t n_out = (size_t)rows * N;
+  double *brow = (double *)malloc(sizeof(double) * (size_t)N);
+  double *acc = (double *)malloc(sizeof(double) * (n_out ? n_out : 1));
+  double *mx = (double *)malloc(sizeof(double) * (n_out ? n_out : 1));
+  memset(out, 0, sizeof(double) * n_out);
+  if (bound) memset(bound, 0, sizeof(double) * n_out);
+  for (int r = 0; r < world; ++r) {
+    /* rank r's unscaled dot products, i-k-j over a converted row of B, with the largest prefix sum
+     * at k32 boundaries for the bound */
+    memset(acc, 0, sizeof(double) * n_out);
+    memset(mx, 0, sizeof(double) * n_out);
+    for (int k = 0; k < K; ++k) {
+      for (int n = 0; n < N; ++n) brow[n] = b_at(in_t, b_layout, B[r], N, K, k, n);
+      const int edge = (k + 1) % 32 == 0 || k == K - 1;
+      for (int i = 0; i < rows; ++i) {
+        double a = weave_host_get(in_t, A[r], (size_t)(row_begin + i) * K + k);
+        double *o = acc + (size_t)i * N;
+        if (a != 0.0)
+          for (int n = 0; n < N; ++n) o[n] += a * brow[n];
+        if (edge && bound) {
+          double *m = mx + (size_t)i * N;
+          for (int n = 0; n < N; ++n) m[n] = fabs(o[n]) > m[n] ? fabs(o[n]) : m[n];
+        }
+      }
+    }
+    for (int i = 0; i < rows; ++i)
+      for (int n = 0; n < N; ++n) {
+        double s = alpha;
+        if (mode == WEAVE_SCALE_TENSOR) s *= (double)sa[r][0] * (double)sb[r][0];
+        else if (mode == WEAVE_SCALE_ROW) s *= (double)sa[r][row_begin + i] * (double)sb[r][n];
+        const size_t at = (size_t)i * N + n;
+        out[at] += s * acc[at];
+        if (bound) bound[at] += fabs(s) * weave_fp8_accum_bound(K, mx[at]);
+      }
+  }
+  if (bias)
+    for (int i = 0; i < rows; ++i)
+      for (int n = 0; n < N; ++n) out[(size_t)i * N + n] += weave_host_get(out_t, bias, (size_t)n);
+  free(brow);
+  free(acc);
+  free(mx);
+}
+
 void weave_check_result(weave_dtype_t t, const void *got, const double *ref, size_t n, double atol, double rtol,
                         weave_check_t *out) {
+  weave_check_result_ex(t, got, ref, NULL, n, atol, rtol, out);
+}
+
+void weave_check_result_ex(weave_dtype_t t, const void *got, const double *ref, const double *extra, size_t n,
+                           double atol, double rtol, weave_check_t *out) {
   memset(out, 0, sizeof(*out));
   out->first_bad = (size_t)-1;
   double num = 0, den = 0;
@@ -130,7 +221,7 @@ void weave_check_result(weave_dtype_t t, const void *got, const double *ref, siz
     } else {
       double d = fabs(g - r);
       if (d > out->max_abs_err) out->max_abs_err = d;
-      if (d > atol + rtol * fabs(r)) bad = 1;
+      if (d > atol + rtol * fabs(r) + (extra ? extra[i] : 0.0)) bad = 1;
       num += d * d;
     }
     den += r * r;

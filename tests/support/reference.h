@@ -1,5 +1,5 @@
 /*
- * CPU reference for GEMM + ReduceScatter in fp64, and host conversions of bf16/fp16. Independent of
+ * CPU reference for GEMM + ReduceScatter in fp64, and host conversions of bf16/fp16/fp8. Independent of
  * the kernels: the tests and the bench check the GPU against it.
  */
 #ifndef WEAVE_REFERENCE_H
@@ -10,10 +10,19 @@
 
 #include "weave.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 float weave_bf16_to_float(uint16_t h);
 uint16_t weave_float_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 float weave_fp16_to_float(uint16_t h);
 uint16_t weave_float_to_fp16(float f); /* round to nearest even; overflow -> inf */
+
+/* fp8 e4m3 (the "fn" variant: bias 7, no infinities, 0x7f / 0xff NaN, largest finite 448): exact
+ * decode; encode rounds to nearest even and saturates to +-448 (as cuda_fp8.h's __NV_SATFINITE). */
+float weave_fp8_e4m3_to_float(uint8_t v);
+uint8_t weave_float_to_fp8_e4m3(float f);
 
 /* Element i of a host array of dtype t, as double; and the store of a double. */
 double weave_host_get(weave_dtype_t t, const void *p, size_t i);
@@ -29,6 +38,23 @@ void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, we
                              double alpha, const void *const *A, const void *const *B, const void *bias,
                              int row_begin, int rows, double *out);
 
+/* The same with dequantization scales and an output type (fp8 inputs): rows [row_begin, +rows) of
+ *   C = alpha * sum_r sa_r[i] sb_r[j] (A_r . B_r)[i][j] (+ bias[j]) in fp64,
+ * in_t: A and B; out_t: bias; sa[r], sb[r]: rank r's host scales (mode TENSOR: one each, ROW: [M] and
+ * [N], NONE: unused, may be NULL). bound (NULL: not wanted): per element, what the fp8 tensor cores'
+ * own accumulation may add to the error (weave_fp8_accum_bound), summed over ranks and scaled. */
+void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t, weave_dtype_t out_t,
+                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, const float *const *sa,
+                              const float *const *sb, const void *const *A, const void *const *B, const void *bias,
+                              int row_begin, int rows, double *out, double *bound);
+/* Hopper's fp8 wgmma keeps its fp32 accumulator to 13 fraction bits (e8m13, truncated) at every k32
+ * instruction (cuBLASLt calls this "fast accumulation"; weave's fp8 kernel accumulates so). A k32 step
+ * may thus lose 2^-13 of the running sum d; d is a prefix sum of the dot product from the start of a
+ * k-range the kernel sums on its own (k = 0, or a stream-K segment's first k-block), so |d| <=
+ * |P(k)| + |P(k0)| <= 2 max_k |P(k)| over the prefix sums P at k32 boundaries. Bound of one K-long dot:
+ * ceil(K / 32) * 2^-12 * max |P|. */
+double weave_fp8_accum_bound(int K, double max_prefix);
+
 /* Compare `got` (dtype t, [rows, N]) with `ref`: counts elements outside atol + rtol*|ref| (NaN/Inf
  * always count), and returns the relative Frobenius error ||got-ref|| / ||ref||. */
 typedef struct {
@@ -38,10 +64,17 @@ typedef struct {
 } weave_check_t;
 void weave_check_result(weave_dtype_t t, const void *got, const double *ref, size_t n, double atol, double rtol,
                         weave_check_t *out);
+/* The same with a per-element allowance added to atol + rtol |ref| (extra[i] >= 0, e.g. the bound of
+ * weave_ref_gemm_rs_scaled); extra NULL: none. */
+void weave_check_result_ex(weave_dtype_t t, const void *got, const double *ref, const double *extra, size_t n,
+                           double atol, double rtol, weave_check_t *out);
 /* Tolerance for a K-term fp32-accumulated dot of dtype t inputs, output rounded to t. */
 void weave_tolerance(weave_dtype_t t, int K_total, double *atol, double *rtol);
 
 /* Fills with uniform values in [-1, 1) of dtype t from a 64-bit seed (splitmix64). */
 void weave_fill_random(weave_dtype_t t, void *p, size_t n, uint64_t seed);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,7 +1,8 @@
 /*
  * Epilogue of the Hopper GEMM's consumer warpgroups: the optional sink capabilities (what a sink may
  * declare beyond the Sink contract of gemm_hopper.cuh) and the TMA-store epilogue that sinks
- * declaring kWeaveTmaStore get: accumulators -> alpha / bias (the sink's epi) -> 16-bit or fp32 ->
+ * declaring kWeaveTmaStore get: accumulators -> the role's scales (scales.cuh) -> alpha / bias (the
+ * sink's epi) -> 16-bit or fp32 ->
  * 128B-swizzled staging buffers in smem (stmatrix for 16-bit) -> one TMA store per 64-row x 128-byte
  * chunk.
  */
@@ -13,6 +14,7 @@
 #include "gemm/hopper/gemm_hopper.h"
 #include "gemm/hopper/prof.cuh"
 #include "gemm/hopper/ptx.cuh"
+#include "gemm/hopper/scales.cuh"
 
 /* Optional sink capability: a sink that declares
  *   static constexpr bool kWeaveTmaStore = true;
@@ -49,12 +51,14 @@ struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
     : std::integral_constant<bool, S::kWeaveTmaStore> {};
 
 
-/* The accumulators of 8-column group j of a m64nNk16 fragment (rows r and r + 8), through the sink's
- * alpha/bias; col = this thread's first column of the group. */
-template <class Sink, bool BIAS>
-static __device__ __forceinline__ void weave_hgemm_epi_group(Sink &sink, const float *a, int j, int col, float *v) {
+/* The accumulators of 8-column group j of a m64nNk16 fragment (rows r and r + 8), through the role's
+ * scale policy (scales.cuh) and the sink's alpha/bias; col = this thread's first column of the group. */
+template <class Sink, bool BIAS, class SC>
+static __device__ __forceinline__ void weave_hgemm_epi_group(Sink &sink, const weave_hgemm_params_t &p, const SC &sc,
+                                                             const float *a, int j, int col, float *v) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) v[e] = a[4 * j + e];
+  sc.apply(p, col, v);
   sink.template epi<BIAS>(col, v[0], v[1]);
   sink.template epi<BIAS>(col, v[2], v[3]);
 }
@@ -65,8 +69,9 @@ static __device__ __forceinline__ void weave_hgemm_epi_group(Sink &sink, const f
  * of 4-byte elements) through the warpgroup's WEAVE_HGEMM_EPI_BUFS staging buffers at ebuf (chunk q
  * of the call uses buffer (q0 + q) % EPI_BUFS), 128B-swizzled rows (16-byte unit u of row r at
  * u ^ (r % 8): the warp's stores spread over all banks), one TMA store each. */
-template <class Sink, int NC, bool BIAS>
-static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, const float *a, uint32_t ebuf,
+template <class Sink, int NC, bool BIAS, class SC>
+static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, const weave_hgemm_params_t &p,
+                                                                   const SC &sc, const float *a, uint32_t ebuf,
                                                                    int q0, int c0, int trow, int cw, int lrow,
                                                                    int lane, int ltid, long long *prof) {
   typedef typename Sink::TmaElem E;
@@ -89,8 +94,8 @@ static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, c
         const int j = G * c + jj;
         const int col = c0 + (lane & 3) * 2 + 8 * j;
         float v[8];
-        weave_hgemm_epi_group<Sink, BIAS>(sink, a, j, col, v);
-        weave_hgemm_epi_group<Sink, BIAS>(sink, a, j + 1, col + 8, v + 4);
+        weave_hgemm_epi_group<Sink, BIAS>(sink, p, sc, a, j, col, v);
+        weave_hgemm_epi_group<Sink, BIAS>(sink, p, sc, a, j + 1, col + 8, v + 4);
         const int u = jj + (q >> 1);
         weave_hgemm_stmatrix_x4(b + R * 128 + (uint32_t)((u ^ (R & 7)) * 16), weave_hgemm_pack2<E>(v[0], v[1]),
                                 weave_hgemm_pack2<E>(v[2], v[3]), weave_hgemm_pack2<E>(v[4], v[5]),
@@ -101,7 +106,7 @@ static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, c
       for (int jj = 0; jj < G; ++jj) {
         const int j = G * c + jj;
         float v[4];
-        weave_hgemm_epi_group<Sink, BIAS>(sink, a, j, c0 + (lane & 3) * 2 + 8 * j, v);
+        weave_hgemm_epi_group<Sink, BIAS>(sink, p, sc, a, j, c0 + (lane & 3) * 2 + 8 * j, v);
         const int pos = (lane & 3) * 8; /* byte of this thread's pair in an 8-column group */
         const int unit = 2 * jj + pos / 16;
         const uint32_t at = b + lrow * 128 + (uint32_t)((unit ^ (lrow & 7)) * 16 + pos % 16);
@@ -123,14 +128,15 @@ static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, c
  * the warps run per tile is only the conversions and stores. With the bias test inside epi() (two
  * never-taken branches per 8 columns) a 64-column chunk was 4.6 KB of SASS and took ~525 cycles
  * (clock64 breakdown, docs/hopper_gemm.md); without it (and with stmatrix) ~250. */
-template <class Sink, int NC>
-static __device__ __forceinline__ void weave_hgemm_store_rows(Sink &sink, const float *a, uint32_t ebuf, int q0,
-                                                              int c0, int trow, int cw, int lrow, int lane,
-                                                              int ltid, long long *prof = nullptr) {
+template <class Sink, int NC, class SC>
+static __device__ __forceinline__ void weave_hgemm_store_rows(Sink &sink, const weave_hgemm_params_t &p, const SC &sc,
+                                                              const float *a, uint32_t ebuf, int q0, int c0, int trow,
+                                                              int cw, int lrow, int lane, int ltid,
+                                                              long long *prof = nullptr) {
   if (sink.epi_bias())
-    weave_hgemm_store_rows_impl<Sink, NC, true>(sink, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
+    weave_hgemm_store_rows_impl<Sink, NC, true>(sink, p, sc, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
   else
-    weave_hgemm_store_rows_impl<Sink, NC, false>(sink, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
+    weave_hgemm_store_rows_impl<Sink, NC, false>(sink, p, sc, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
 }
 
 /* After a warpgroup's last weave_hgemm_store_rows of a tile, for sinks whose end() publishes it: the

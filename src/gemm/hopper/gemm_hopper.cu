@@ -3,8 +3,11 @@
  *
  * The kernel runs the cooperative or the ping-pong role (gemm_hopper.cuh) with a sink that applies
  * alpha and bias and writes each tile through shared memory and TMA stores when C allows it (16-byte
- * aligned, N*2 % 16 == 0; WEAVE_HGEMM_TMA_STORE=0 turns it off), else stores bf16/fp16 pairs straight
- * from the registers (4-byte stores; scalar stores when N is odd or C is not 4-byte aligned).
+ * aligned, rows of 16-byte multiples; WEAVE_HGEMM_TMA_STORE=0 turns it off), else stores pairs
+ * straight from the registers (scalar stores when N is odd or C is not aligned to a pair).
+ * fp8 inputs: per-tensor scales (and none) are folded into the sink's alpha once per thread; per-row
+ * scales go through the role's weave_hgemm_scale_fp8 policy (scales.cuh). The output is bf16, fp16
+ * or fp32 (the last for the bulk strategy's fp32 partials: cooperative schedule only).
  * Grid = num_blocks persistent CTAs (<= SM count), CTA b takes tiles b, b + grid, ... in grouped
  * order (WEAVE_HGEMM_GROUP_M tile rows per group).
  *
@@ -34,12 +37,15 @@ typedef struct {
   int tma_store; /* C 16-byte aligned and N*2 % 16 == 0: smem + TMA-store epilogue */
 } weave_hgemm_sink_args_t;
 
-template <int DT, int CL>
+/* OUT: the type of C and bias (WEAVE_BF16, WEAVE_FP16; WEAVE_FP32 for fp8 inputs only) */
+template <int OUT, int CL>
 struct weave_hgemm_standalone_sink_t {
   static constexpr bool kWeaveTmaStore = true;
   static constexpr bool kWeaveTmaPublish = false; /* nothing waits for a tile: no completion wait */
   static constexpr bool kWeaveNoEnd = true;       /* and nothing happens at its end */
-  typedef typename std::conditional<DT == WEAVE_BF16, __nv_bfloat16, __half>::type TmaElem;
+  typedef typename std::conditional<
+      OUT == WEAVE_BF16, __nv_bfloat16,
+      typename std::conditional<OUT == WEAVE_FP16, __half, float>::type>::type TmaElem;
   weave_hgemm_sink_args_t a;
   const CUtensorMap *cmap; /* in kernel-parameter space */
 
@@ -63,8 +69,9 @@ struct weave_hgemm_standalone_sink_t {
   __device__ __forceinline__ const CUtensorMap *c_map() const { return cmap; }
   __device__ __forceinline__ int tma_row(int row0) const { return row0; }
   __device__ __forceinline__ float bias_at(int col) {
-    if (DT == WEAVE_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.bias)[col]);
-    return __half2float(((const __half *)a.bias)[col]);
+    if (OUT == WEAVE_BF16) return __bfloat162float(((const __nv_bfloat16 *)a.bias)[col]);
+    if (OUT == WEAVE_FP16) return __half2float(((const __half *)a.bias)[col]);
+    return ((const float *)a.bias)[col];
   }
   __device__ __forceinline__ bool epi_bias() const { return a.bias != NULL; }
   template <bool BIAS>
@@ -85,7 +92,15 @@ struct weave_hgemm_standalone_sink_t {
       if (two) v1 += bias_at(col + 1);
     }
     const size_t off = (size_t)row * (size_t)a.N + (size_t)col;
-    if (DT == WEAVE_BF16) {
+    if (OUT == WEAVE_FP32) {
+      float *c = (float *)a.C + off;
+      if (a.pair_ok) {
+        *(float2 *)c = make_float2(v0, v1);
+      } else {
+        c[0] = v0;
+        if (two) c[1] = v1;
+      }
+    } else if (OUT == WEAVE_BF16) {
       __nv_bfloat16 *c = (__nv_bfloat16 *)a.C + off;
       if (a.pair_ok) {
         *(__nv_bfloat162 *)c = __floats2bfloat162_rn(v0, v1);
@@ -105,27 +120,31 @@ struct weave_hgemm_standalone_sink_t {
   }
 };
 
-/* CL: 1 or 2 CTAs per cluster; PP: the ping-pong schedule (gemm_hopper_pingpong.cuh; no stream-K)
- * instead of the cooperative one */
-template <int DT, int BCOL, int CL, bool PP>
+/* DT: A and B; OUT: C and bias (DT itself for 16-bit inputs); CL: 1 or 2 CTAs per cluster; PP: the
+ * ping-pong schedule (gemm_hopper_pingpong.cuh; no stream-K) instead of the cooperative one; SC: the
+ * roles' scale policy (scales.cuh; weave_hgemm_scale_none unless fp8 with per-row scales). */
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hgemm_kernel(const __grid_constant__ weave_hgemm_params_t p,
                        const __grid_constant__ CUtensorMap c_map, weave_hgemm_sink_args_t sa) {
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem =
       (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
-  weave_hgemm_standalone_sink_t<DT, CL> sink;
+  typedef weave_hgemm_standalone_sink_t<OUT, CL> sink_t;
+  sink_t sink;
   sink.a = sa;
   sink.cmap = &c_map;
+  if constexpr (DT == WEAVE_FP8_E4M3 && std::is_same<SC, weave_hgemm_scale_none>::value) {
+    /* per-tensor scales: folded into alpha, one product a thread instead of one a element */
+    if (p.scales.mode == WEAVE_SCALE_TENSOR) sink.a.alpha *= __ldg(p.scales.a) * __ldg(p.scales.b);
+  }
   if constexpr (PP) {
     const int seq_count = CL == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-    weave_hgemm_role_pingpong<weave_hgemm_standalone_sink_t<DT, CL>, DT, BCOL, CL>(
-        p, smem, blockIdx.x, gridDim.x, seq_count, sink);
+    weave_hgemm_role_pingpong<sink_t, DT, BCOL, CL, SC>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   } else {
     /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
     const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-    weave_hgemm_role_coop<weave_hgemm_standalone_sink_t<DT, CL>, DT, BCOL, CL, CL == 1>(
-        p, smem, blockIdx.x, gridDim.x, seq_count, sink);
+    weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1, SC>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   }
 }
 
@@ -166,9 +185,10 @@ static weave_hgemm_encode_tiled_fn_t weave_hgemm_encode_fn(void) {
 static int weave_hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void *ptr, uint64_t inner,
                               uint64_t outer, uint64_t pitch, uint32_t box_inner, uint32_t box_outer,
                               char *errmsg, size_t errlen) {
-  const CUtensorMapDataType dt = dtype == WEAVE_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                 : dtype == WEAVE_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUtensorMapDataType dt = dtype == WEAVE_BF16       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                 : dtype == WEAVE_FP16     ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                 : dtype == WEAVE_FP8_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 /* bytes: TMA only moves them */
+                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   weave_hgemm_encode_tiled_fn_t fn = weave_hgemm_encode_fn();
   if (!fn)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
@@ -213,9 +233,9 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   if (M <= 0 || N <= 0 || K <= 0)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: M, N, K must be positive (got %d, %d, %d)", M, N, K);
-  if (dtype != WEAVE_BF16 && dtype != WEAVE_FP16)
+  if (dtype != WEAVE_BF16 && dtype != WEAVE_FP16 && dtype != WEAVE_FP8_E4M3)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                            "hopper gemm: dtype must be WEAVE_BF16 or WEAVE_FP16 (got %d)", (int)dtype);
+                            "hopper gemm: dtype must be WEAVE_BF16, WEAVE_FP16 or WEAVE_FP8_E4M3 (got %d)", (int)dtype);
   if (b_layout != WEAVE_LAYOUT_ROW && b_layout != WEAVE_LAYOUT_COL)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: b_layout must be WEAVE_LAYOUT_ROW or WEAVE_LAYOUT_COL (got %d)",
@@ -223,7 +243,16 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   if (((uintptr_t)A & 15) || ((uintptr_t)B & 15))
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: A and B must be 16-byte aligned (TMA)");
-  if (((size_t)K * 2) % 16)
+  const int fp8 = dtype == WEAVE_FP8_E4M3;
+  if (fp8 && b_layout != WEAVE_LAYOUT_COL)
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: fp8 needs B as [N, K] (WEAVE_LAYOUT_COL): the fp8 wgmma reads both "
+                            "operands K-major");
+  if (fp8 && K % 16)
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: fp8 rows of A and B must be 16-byte aligned: K = %d is not a multiple of 16",
+                            K);
+  if (!fp8 && ((size_t)K * 2) % 16)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: rows of A must be 16-byte aligned: K*2 = %lld bytes is not a "
                             "multiple of 16 (K must be a multiple of 8)",
@@ -234,18 +263,20 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
                             "bytes is not a multiple of 16 (N must be a multiple of 8)",
                             (long long)N * 2);
   memset(p, 0, sizeof(*p));
-  int r = weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, (uint64_t)K * 2,
-                             WEAVE_HGEMM_BK, WEAVE_HGEMM_BM, errmsg, errlen);
+  /* a stage's rows are 128 bytes of K whatever the type: 64 16-bit or 128 fp8 elements */
+  const uint32_t bk = (uint32_t)weave_hgemm_bk(dtype);
+  const uint64_t krow = (uint64_t)K * (fp8 ? 1 : 2); /* bytes of a row of A (and of a COL B) */
+  int r = weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, krow, bk, WEAVE_HGEMM_BM, errmsg,
+                             errlen);
   if (r) return r;
   if (b_layout == WEAVE_LAYOUT_COL) {
-    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
-                           WEAVE_HGEMM_BK, WEAVE_HGEMM_BN, errmsg, errlen);
+    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN, errmsg, errlen);
     if (!r)
-      r = weave_hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
-                             WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 2, errmsg, errlen);
+      r = weave_hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN / 2,
+                             errmsg, errlen);
     if (!r)
-      r = weave_hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, (uint64_t)K * 2,
-                             WEAVE_HGEMM_BK, WEAVE_HGEMM_BN / 4, errmsg, errlen);
+      r = weave_hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN / 4,
+                             errmsg, errlen);
   } else {
     r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64,
                            WEAVE_HGEMM_BK, errmsg, errlen);
@@ -261,7 +292,7 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   p->K = K;
   p->tiles_m = (M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM;
   p->tiles_n = (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN;
-  p->k_blocks = (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK;
+  p->k_blocks = weave_hgemm_k_blocks(K, dtype);
   p->dtype = (int)dtype;
   p->b_layout = (int)b_layout;
   p->sk = weave_hgemm_sk_plan(p->tiles_m * p->tiles_n, 1, p->k_blocks, WEAVE_HGEMM_SK_OFF); /* all tiles whole */
@@ -270,13 +301,13 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
 
 extern "C" int weave_hgemm_knob(const char *name); /* src/env.c: value in range, else the default */
 
-/* launches kernel<DT, BCOL, CL>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
-template <int DT, int BCOL, int CL, bool PP>
+/* launches kernel<DT, OUT, BCOL, CL, PP, SC>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none>
 static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
                                            const weave_hgemm_sink_args_t &sa, int grid, int dev,
                                            cudaStream_t stream) {
   void (*kern)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t) =
-      weave_hgemm_kernel<DT, BCOL, CL, PP>;
+      weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC>;
   /* once per device and instantiation (ranks of one process may drive several devices) */
   static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
   static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
@@ -361,14 +392,15 @@ static int weave_hgemm_sm_count(void) {
  * 2 on) and WEAVE_HGEMM_PINGPONG (0 off, 1 auto, 2 on). The launcher, the workspace query and the
  * bench all ask here. */
 static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
-                                         int schedule, int *grid_out, int *cl_out, int *pp_out) {
+                                         int schedule, int fp8, int *grid_out, int *cl_out, int *pp_out) {
   const weave_hgemm_knobs_t k = weave_hgemm_knobs();
   int grid = num_blocks <= 0 || num_blocks > sms ? sms : num_blocks;
   int mode = streamk;
   if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
     mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
-  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly; no stream-K with them */
-  const int cl = k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly; no stream-K with them.
+   * Not built for fp8 (measured no faster for 16-bit). */
+  const int cl = !fp8 && k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
   if (cl == 2) mode = WEAVE_HGEMM_SK_OFF;
   const int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
   if (pp) mode = WEAVE_HGEMM_SK_OFF;
@@ -378,25 +410,28 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
   return weave_hgemm_sk_plan(tiles_m * tiles_n, grid, kt, mode);
 }
 
-extern "C" int weave_hgemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule) {
+extern "C" int weave_hgemm_schedule(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk,
+                                    int schedule) {
   const int sms = weave_hgemm_sm_count();
   int pp = 0;
   if (M > 0 && N > 0 && K > 0 && sms > 0)
     weave_hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                     (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk, schedule, NULL, NULL, &pp);
+                     weave_hgemm_k_blocks(K, dtype), num_blocks, sms, streamk, schedule, dtype == WEAVE_FP8_E4M3,
+                     NULL, NULL, &pp);
   return pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
 }
 
-extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk) {
+extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, weave_dtype_t dtype, int num_blocks,
+                                                     int streamk) {
   const int sms = weave_hgemm_sm_count();
   if (M <= 0 || N <= 0 || K <= 0 || sms <= 0) return weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
   return weave_hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                          (K + WEAVE_HGEMM_BK - 1) / WEAVE_HGEMM_BK, num_blocks, sms, streamk,
-                          WEAVE_HGEMM_SCHED_AUTO, NULL, NULL, NULL);
+                          weave_hgemm_k_blocks(K, dtype), num_blocks, sms, streamk, WEAVE_HGEMM_SCHED_AUTO,
+                          dtype == WEAVE_FP8_E4M3, NULL, NULL, NULL);
 }
 
-extern "C" size_t weave_hgemm_workspace_size(int M, int N, int K, int num_blocks, int streamk) {
-  const weave_hgemm_sk_t sk = weave_hgemm_streamk_plan(M, N, K, num_blocks, streamk);
+extern "C" size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk) {
+  const weave_hgemm_sk_t sk = weave_hgemm_streamk_plan(M, N, K, dtype, num_blocks, streamk);
   return weave_hgemm_sk_workspace_bytes(&sk);
 }
 
@@ -427,9 +462,21 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   if (!a) return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL args");
   if (!a->C)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL C");
-  if (((uintptr_t)a->C & 1) || ((uintptr_t)a->bias & 1))
+  const int fp8 = a->dtype == WEAVE_FP8_E4M3;
+  const weave_dtype_t out = fp8 ? a->out_dtype : a->dtype;
+  if (fp8 && out != WEAVE_BF16 && out != WEAVE_FP16 && out != WEAVE_FP32)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                            "hopper gemm: C and bias must be 2-byte aligned");
+                            "hopper gemm: fp8 writes bf16, fp16 or fp32 (out_dtype %d)", (int)out);
+  const size_t osz = out == WEAVE_FP32 ? 4 : 2;
+  if (((uintptr_t)a->C % osz) || ((uintptr_t)a->bias % osz))
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: C and bias must be %zu-byte aligned", osz);
+  const weave_hgemm_scales_t sc = fp8 ? a->scales : weave_hgemm_scales_t{WEAVE_SCALE_NONE, NULL, NULL};
+  if ((unsigned)sc.mode > WEAVE_SCALE_ROW || (sc.mode != WEAVE_SCALE_NONE && (!sc.a || !sc.b)) ||
+      ((uintptr_t)sc.a & 3) || ((uintptr_t)sc.b & 3))
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: scale mode %d needs 4-byte aligned scale_a and scale_b (got %p, %p)", sc.mode,
+                            (const void *)sc.a, (const void *)sc.b);
   int dev = 0, major = 0, minor = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -445,6 +492,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   int r = weave_hgemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p,
                                   errmsg, errlen);
   if (r) return r;
+  p.scales = sc;
   const weave_hgemm_knobs_t knobs = weave_hgemm_knobs();
   weave_hgemm_sink_args_t sa;
   memset(&sa, 0, sizeof sa);
@@ -456,18 +504,20 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   sa.tiles_m = p.tiles_m;
   sa.tiles_n = p.tiles_n;
   sa.group_m = knobs.group_m;
-  sa.pair_ok = (p.N % 2 == 0) && (((uintptr_t)a->C & 3) == 0);
+  sa.pair_ok = (p.N % 2 == 0) && (((uintptr_t)a->C % (2 * osz)) == 0);
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);
-  if (knobs.tma_store && ((uintptr_t)a->C & 15) == 0 && ((size_t)p.N * 2) % 16 == 0) {
-    r = weave_hgemm_encode_store_map(&c_map, a->dtype, a->C, (uint64_t)p.N, (uint64_t)p.M,
-                                     (uint64_t)p.N * 2, errmsg, errlen);
+  if (knobs.tma_store && ((uintptr_t)a->C & 15) == 0 && ((size_t)p.N * osz) % 16 == 0) {
+    r = weave_hgemm_encode_store_map(&c_map, out, a->C, (uint64_t)p.N, (uint64_t)p.M, (uint64_t)p.N * osz, errmsg,
+                                     errlen);
     if (r) return r;
     sa.tma_store = 1;
   }
   int grid, cl, pp;
+  /* fp32 output (fp8's bulk partials): the cooperative schedule only (fewer kernels to build) */
+  const int schedule = fp8 && out == WEAVE_FP32 ? WEAVE_HGEMM_SCHED_COOP : a->schedule;
   const weave_hgemm_sk_t sk = weave_hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk,
-                                               a->schedule, &grid, &cl, &pp);
+                                               schedule, fp8, &grid, &cl, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
    * to the tile count only without it */
@@ -481,16 +531,35 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                            \
-  (pp ? (cl == 2 ? weave_hgemm_launch_impl<DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)            \
-               : weave_hgemm_launch_impl<DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))             \
-      : cl == 2 ? weave_hgemm_launch_impl<DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)              \
-                : weave_hgemm_launch_impl<DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
-  if (a->dtype == WEAVE_BF16) {
+  (pp ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)        \
+               : weave_hgemm_launch_impl<DT, DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))         \
+      : cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)          \
+                : weave_hgemm_launch_impl<DT, DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
+  /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
+   * alpha by the kernel */
+#define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                                      \
+  (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream)           \
+      : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
+  if (fp8) {
+    const bool row = sc.mode == WEAVE_SCALE_ROW;
+    if (out == WEAVE_FP32)
+      e = row ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8>(
+                    p, c_map, sa, grid, dev, stream)
+              : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_none>(
+                    p, c_map, sa, grid, dev, stream);
+    else if (out == WEAVE_FP16)
+      e = row ? WEAVE_HGEMM_LAUNCH_FP8(WEAVE_FP16, weave_hgemm_scale_fp8)
+              : WEAVE_HGEMM_LAUNCH_FP8(WEAVE_FP16, weave_hgemm_scale_none);
+    else
+      e = row ? WEAVE_HGEMM_LAUNCH_FP8(WEAVE_BF16, weave_hgemm_scale_fp8)
+              : WEAVE_HGEMM_LAUNCH_FP8(WEAVE_BF16, weave_hgemm_scale_none);
+  } else if (a->dtype == WEAVE_BF16) {
     e = a->b_layout == WEAVE_LAYOUT_COL ? WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 1) : WEAVE_HGEMM_LAUNCH(WEAVE_BF16, 0);
   } else {
     e = a->b_layout == WEAVE_LAYOUT_COL ? WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 1) : WEAVE_HGEMM_LAUNCH(WEAVE_FP16, 0);
   }
 #undef WEAVE_HGEMM_LAUNCH
+#undef WEAVE_HGEMM_LAUNCH_FP8
   if (e != cudaSuccess)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s",
                             cudaGetErrorString(e));

@@ -7,6 +7,7 @@
  *   gemm_hopper_cooperative.cuh  cooperative schedule: both consumer warpgroups on one 128 x 256 tile
  *   gemm_hopper_pingpong.cuh     ping-pong schedule: each consumer warpgroup a 128 x 128 half, in turns
  *   epilogue.cuh                 optional sink capabilities and the TMA-store epilogue
+ *   scales.cuh                   scale policies: fp8 dequantization of a tile's accumulators
  *   streamk_fixup.cuh            stream-K: the sum of a split tile's segments
  *   register_split.cuh           setmaxnreg split between producer and consumers, and its undoing
  *   pipeline.cuh                 the smem ring: mbarrier init, a stage's TMA loads, stage release
@@ -61,6 +62,16 @@ __device__ __forceinline__ void weave_hgemm_role(const weave_hgemm_params_t &p, 
     else
       weave_hgemm_role_coop<Sink, WEAVE_FP16, 0, CL>(p, smem, seq_begin, seq_stride, seq_count, sink);
   }
+}
+
+/* The cooperative role for fp8 inputs (e4m3, B [N, K]) with p.scales applied to each tile's
+ * accumulators before the sink sees them (weave_hgemm_scale_fp8, mode read at run time), CL CTAs per
+ * cluster. A separate entry so that the 16-bit kernels do not carry the fp8 code. */
+template <int CL, class Sink>
+__device__ __forceinline__ void weave_hgemm_role_fp8(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
+                                                     int seq_stride, int seq_count, Sink &sink) {
+  weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8>(p, smem, seq_begin, seq_stride,
+                                                                                   seq_count, sink);
 }
 
 #endif /* WEAVE_GEMM_HOPPER_CUH */

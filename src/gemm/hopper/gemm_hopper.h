@@ -1,12 +1,15 @@
 /*
  * weave's Hopper GEMM (TMA + wgmma, warp-specialized, persistent): host-side interface.
  *
- *   C[M, N] = alpha * A[M, K] . B  (+ bias[N]),  bf16 or fp16 in and out, fp32 accumulation.
+ *   C[M, N] = alpha * A[M, K] . B  (+ bias[N]),  bf16 or fp16 in and out, fp32 accumulation;
+ *   or fp8 (e4m3) in with dequantization scales (per tensor or per row / column), bf16, fp16 or fp32
+ *   out: C = alpha * (scale_a[i] scale_b[j]) (A . B)[i][j] (+ bias[j]).
  *   A: row-major [M, K].  B: WEAVE_LAYOUT_ROW = row-major [K, N]; WEAVE_LAYOUT_COL = [N, K] row-major
- *   (nn.Linear weight).  C: row-major [M, N].
+ *   (nn.Linear weight; the only layout of fp8).  C: row-major [M, N].
  *
  * Alignment: A, B 16-byte aligned; rows 16-byte aligned (K*2 % 16 == 0 for A and for a COL B,
- * N*2 % 16 == 0 for a ROW B); C and bias 2-byte aligned. Anything else is WEAVE_ERROR_INVALID_ARGUMENT.
+ * N*2 % 16 == 0 for a ROW B; fp8: K % 16 == 0); C and bias aligned to their element. Anything else is
+ * WEAVE_ERROR_INVALID_ARGUMENT.
  *
  * The device side (the GEMM role usable from any kernel, the Sink contract) is in gemm_hopper.cuh.
  * Names: weave_hgemm_* functions, weave_hgemm_*_t types, WEAVE_HGEMM_* macros.
@@ -32,6 +35,8 @@ extern "C" {
 #define WEAVE_HGEMM_BM 128           /* rows of C per tile (2 consumer warpgroups x 64) */
 #define WEAVE_HGEMM_BN 256           /* cols of C per tile (one wgmma m64n256k16 per k16 step) */
 #define WEAVE_HGEMM_BK 64            /* K per smem stage (64 x 2 bytes = one 128-byte swizzle row) */
+#define WEAVE_HGEMM_BK_FP8 128       /* fp8: K per smem stage (128 x 1 byte: the same 128-byte rows, the
+                                      * same stage bytes; 4 wgmma k32 a stage as 4 k16 for 16-bit) */
 #ifndef WEAVE_HGEMM_STAGES
 #define WEAVE_HGEMM_STAGES 4         /* smem pipeline depth */
 #endif
@@ -65,6 +70,23 @@ extern "C" {
 /* The ping-pong role's turn barriers use ids 5 and 6 (WEAVE_HGEMM_PP_ORDER_BARRIER_ID). */
 /* WEAVE_HGEMM_GROUP_M, the default tile-row group of the grouped tile order: tile_scheduler.h. */
 
+/* K elements per smem stage for inputs of `dtype`, and the k-blocks of a K (host, device, CPU test). */
+static inline WEAVE_HOST_DEVICE int weave_hgemm_bk(int dtype) {
+  return dtype == WEAVE_FP8_E4M3 ? WEAVE_HGEMM_BK_FP8 : WEAVE_HGEMM_BK;
+}
+static inline WEAVE_HOST_DEVICE int weave_hgemm_k_blocks(int K, int dtype) {
+  return (K + weave_hgemm_bk(dtype) - 1) / weave_hgemm_bk(dtype);
+}
+
+/* fp8 dequantization scales of one call (device pointers): mode WEAVE_SCALE_NONE (pointers unused),
+ * WEAVE_SCALE_TENSOR (a[0], b[0]) or WEAVE_SCALE_ROW (a[M]: rows of A; b[N]: columns of C). The role
+ * applies them to the accumulators of each tile before its sink sees them (after a stream-K tile's
+ * segments are summed). */
+typedef struct {
+  int mode; /* weave_scale_mode_t */
+  const float *a, *b;
+} weave_hgemm_scales_t;
+
 /* Everything the device role needs. Must live in kernel-parameter space (a __grid_constant__
  * parameter, or a member of one) because the TMA unit reads the tensor maps from there. */
 typedef struct weave_hgemm_params {
@@ -75,19 +97,20 @@ typedef struct weave_hgemm_params {
   uint64_t b_desc_base;    /* wgmma smem-descriptor bits of B without the address (LBO/SBO/swizzle) */
   int M, N, K;
   int tiles_m, tiles_n;    /* ceil(M / BM), ceil(N / BN) */
-  int k_blocks;            /* ceil(K / BK) */
-  int dtype;               /* weave_dtype_t: WEAVE_BF16 or WEAVE_FP16 */
+  int k_blocks;            /* ceil(K / weave_hgemm_bk(dtype)) */
+  int dtype;               /* weave_dtype_t of A and B: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP8_E4M3 */
   int b_layout;            /* weave_layout_t */
   /* stream-K tail (tile_scheduler.h); sk.sk_tiles == 0: data-parallel only (what the fused kernel
    * uses: make_params leaves it so). Set by the standalone launcher. */
   weave_hgemm_sk_t sk;
   float *sk_partials;      /* 2 * sk.sk_blocks slots of WEAVE_HGEMM_SK_SLOT_FLOATS */
   unsigned *sk_counters;   /* sk.sk_tiles counters, zero between calls */
+  weave_hgemm_scales_t scales; /* fp8 (make_params: none; the caller sets this call's) */
 } weave_hgemm_params_t;
 
 typedef struct {
   int M, N, K;
-  weave_dtype_t dtype;       /* WEAVE_BF16 or WEAVE_FP16 (A, B, C, bias) */
+  weave_dtype_t dtype;       /* WEAVE_BF16 or WEAVE_FP16 (A, B, C, bias), or WEAVE_FP8_E4M3 (A, B) */
   weave_layout_t b_layout;
   float alpha;
   const void *A, *B;
@@ -106,6 +129,10 @@ typedef struct {
    * 0|1|2 = cooperative|auto|ping-pong overrides), WEAVE_HGEMM_SCHED_COOP or WEAVE_HGEMM_SCHED_PINGPONG
    * (ping-pong: no stream-K, no cluster) */
   int schedule;
+  /* fp8 inputs only (16-bit inputs write dtype): C and bias WEAVE_BF16 (0), WEAVE_FP16 or WEAVE_FP32
+   * (fp32: cooperative schedule, no bias), and the scales (zero: none). No 2-CTA clusters for fp8. */
+  weave_dtype_t out_dtype;
+  weave_hgemm_scales_t scales;
 } weave_hgemm_args_t;
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
@@ -123,13 +150,14 @@ int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *bas
 
 /* The stream-K schedule a call would run with on the current device (given a large enough
  * workspace; sk_tiles 0: whole tiles only), the workspace it needs (0: none), and the most any shape
- * can need on num_blocks blocks (<= 0: all SMs of the current device). */
-weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, int num_blocks, int streamk);
-size_t weave_hgemm_workspace_size(int M, int N, int K, int num_blocks, int streamk);
+ * can need on num_blocks blocks (<= 0: all SMs of the current device). dtype: of A and B (its
+ * k-block: weave_hgemm_bk). */
+weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk);
+size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk);
 size_t weave_hgemm_workspace_max(int num_blocks);
 /* The schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG) a call with these arguments runs with on the
  * current device (COOP when there is none). */
-int weave_hgemm_schedule(int M, int N, int K, int num_blocks, int streamk, int schedule);
+int weave_hgemm_schedule(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk, int schedule);
 /* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, prof.cuh): saves the last cooperative
  * launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
 int weave_hgemm_profile_save(const char *path);

@@ -38,7 +38,9 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue
 
 /* ---------------------------------------------------------------------------------------------
  * The role, for one (dtype, B layout, cluster size).
- *   DT: WEAVE_BF16 or WEAVE_FP16; BCOL: 1 for WEAVE_LAYOUT_COL; CL: 1 or 2 CTAs per cluster.
+ *   DT: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP8_E4M3 (BCOL only: k-blocks of 128 elements, the same
+ *   128-byte smem rows and descriptors, wgmma k32); BCOL: 1 for WEAVE_LAYOUT_COL; CL: 1 or 2 CTAs per
+ *   cluster; SC: the scale policy applied to each tile's accumulators before the sink (scales.cuh).
  * CL == 2 (the kernel is launched with cluster dims (2,1,1)): the two CTAs of a cluster compute two
  * tiles with the same tile_n at the same time, each loads its own A and one half of B and multicasts
  * that half to both, halving the B traffic from L2. Requirements: seq_stride and seq_count even, the
@@ -46,11 +48,13 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue
  * col0, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
  * even. Every thread of both CTAs returns only after a cluster barrier.
  * ------------------------------------------------------------------------------------------- */
-template <class Sink, int DT, int BCOL, int CL, bool SK = false>
+template <class Sink, int DT, int BCOL, int CL, bool SK = false, class SC = weave_hgemm_scale_none>
 __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t &p, unsigned char *smem,
                                                       int seq_begin, int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
   static_assert(!SK || CL == 1, "stream-K runs without clusters");
+  static_assert(DT != WEAVE_FP8_E4M3 || BCOL, "fp8 reads B K-major only ([N, K])");
+  constexpr int BKE = DT == WEAVE_FP8_E4M3 ? WEAVE_HGEMM_BK_FP8 : WEAVE_HGEMM_BK; /* K elements a stage */
   const uint32_t smem_base = weave_hgemm_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
   const uint32_t empty_bar = full_bar + WEAVE_HGEMM_STAGES * 8;
@@ -94,7 +98,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
           const uint32_t fb = full_bar + 8 * pipe.stage;
           weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
           weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_BN, CL>(p, smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES, fb,
-                                                           kb * WEAVE_HGEMM_BK, m0, n0, cta_rank);
+                                                           kb * BKE, m0, n0, cta_rank);
           weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
         }
       }
@@ -128,12 +132,14 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         weave_hgemm_fence_regs(acc);
         weave_hgemm_wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) {
+        for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) { /* 4 steps of 32 bytes of K: k16 (16-bit), k32 (fp8) */
           const uint32_t scale_d = (kb > kb0 || k > 0) ? 1u : 0u;
           if (DT == WEAVE_BF16) {
             WEAVE_HGEMM_WGMMA_M64N256K16("bf16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
-          } else {
+          } else if (DT == WEAVE_FP16) {
             WEAVE_HGEMM_WGMMA_M64N256K16("f16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+          } else {
+            WEAVE_HGEMM_WGMMA_M64N256K32_E4M3(acc, da + 2u * k, db + 2u * k, scale_d);
           }
         }
         weave_hgemm_wgmma_commit();
@@ -167,13 +173,15 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       const int lrow = warp * 16 + (lane >> 2); /* row inside this warpgroup's 64 rows */
       const int row0 = m0 + cw * 64 + lrow;
       const int col0 = n0 + (lane & 3) * 2;
+      SC sc;
+      sc.tile(p, row0);
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
           WEAVE_HGEMM_PROF_STAMP(prof, 3);
-          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_BN>(sink, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw, lrow,
-                                                       lane, ltid, prof);
+          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_BN>(sink, p, sc, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw,
+                                                       lrow, lane, ltid, prof);
           weave_hgemm_store_rows_complete<Sink>(ltid);
           WEAVE_HGEMM_PROF_STAMP(prof, 4);
           done = true;
@@ -184,8 +192,10 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         for (int j = 0; j < WEAVE_HGEMM_BN / 8; ++j) {
           const int col = col0 + 8 * j;
           if (col < N) {
-            if (row0 < M) sink.store2(row0, col, acc[4 * j + 0], acc[4 * j + 1]);
-            if (row0 + 8 < M) sink.store2(row0 + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+            float v[4] = {acc[4 * j + 0], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
+            sc.apply(p, col, v);
+            if (row0 < M) sink.store2(row0, col, v[0], v[1]);
+            if (row0 + 8 < M) sink.store2(row0 + 8, col, v[2], v[3]);
           }
         }
       }

@@ -62,10 +62,13 @@
 #define WEAVE_HGEMM_PP_ORDER_BARRIER_ID 5 /* and 6 */
 static_assert(2 * WEAVE_HGEMM_PP_STAGES * 8 + 8 <= 1024, "ping-pong mbarriers and join counters exceed the barrier area");
 
-template <class Sink, int DT, int BCOL, int CL>
+/* DT, BCOL, CL, SC: as for the cooperative role (fp8: B [N, K] only, k-blocks of 128 elements). */
+template <class Sink, int DT, int BCOL, int CL, class SC = weave_hgemm_scale_none>
 __device__ __forceinline__ void weave_hgemm_role_pingpong(const weave_hgemm_params_t &p, unsigned char *smem,
                                                           int seq_begin, int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
+  static_assert(DT != WEAVE_FP8_E4M3 || BCOL, "fp8 reads B K-major only ([N, K])");
+  constexpr int BKE = DT == WEAVE_FP8_E4M3 ? WEAVE_HGEMM_BK_FP8 : WEAVE_HGEMM_BK; /* K elements a stage */
   constexpr int S = WEAVE_HGEMM_PP_STAGES;
   const uint32_t smem_base = weave_hgemm_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
@@ -97,7 +100,7 @@ __device__ __forceinline__ void weave_hgemm_role_pingpong(const weave_hgemm_para
             const uint32_t fb = full_bar + 8 * pipe.stage;
             weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_PP_STAGE_BYTES);
             weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_PP_BN, CL>(p, smem_base + pipe.stage * WEAVE_HGEMM_PP_STAGE_BYTES, fb,
-                                                                kb * WEAVE_HGEMM_BK, m0, nh, cta_rank);
+                                                                kb * BKE, m0, nh, cta_rank);
             weave_hgemm_pipe_skip(&pipe, 1, S);
           }
         }
@@ -136,9 +139,12 @@ __device__ __forceinline__ void weave_hgemm_role_pingpong(const weave_hgemm_para
           if (DT == WEAVE_BF16) {
             WEAVE_HGEMM_WGMMA_M64N128K16("bf16", acc0, da0 + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
             WEAVE_HGEMM_WGMMA_M64N128K16("bf16", acc1, da1 + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
-          } else {
+          } else if (DT == WEAVE_FP16) {
             WEAVE_HGEMM_WGMMA_M64N128K16("f16", acc0, da0 + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
             WEAVE_HGEMM_WGMMA_M64N128K16("f16", acc1, da1 + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
+          } else { /* fp8: k32 steps of the same 32 bytes */
+            WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(acc0, da0 + 2u * k, db + 2u * k, scale_d);
+            WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(acc1, da1 + 2u * k, db + 2u * k, scale_d);
           }
         }
         weave_hgemm_wgmma_commit();
@@ -162,14 +168,18 @@ __device__ __forceinline__ void weave_hgemm_role_pingpong(const weave_hgemm_para
       const int c0 = n0 + cw * WEAVE_HGEMM_PP_BN;
       sink.begin(seq);
       const int lrow = warp * 16 + (lane >> 2);
+      SC sc0, sc1; /* rows m0 + lrow (acc0) and m0 + 64 + lrow (acc1) */
+      sc0.tile(p, m0 + lrow);
+      sc1.tile(p, m0 + 64 + lrow);
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
           constexpr int NCH = WEAVE_HGEMM_PP_BN / (128 / (int)sizeof(typename Sink::TmaElem)); /* chunks a call */
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
           const int trow = sink.tma_row(m0);
-          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc0, ebuf, 0, c0, trow, cw, lrow, lane, ltid);
-          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, acc1, ebuf, NCH, c0, trow + 64, cw, lrow, lane, ltid);
+          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, p, sc0, acc0, ebuf, 0, c0, trow, cw, lrow, lane, ltid);
+          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_PP_BN>(sink, p, sc1, acc1, ebuf, NCH, c0, trow + 64, cw, lrow, lane,
+                                                          ltid);
           weave_hgemm_store_rows_complete<Sink>(ltid);
           done = true;
         }
@@ -180,10 +190,14 @@ __device__ __forceinline__ void weave_hgemm_role_pingpong(const weave_hgemm_para
         for (int j = 0; j < WEAVE_HGEMM_PP_BN / 8; ++j) {
           const int col = c0 + (lane & 3) * 2 + 8 * j;
           if (col < N) {
-            if (r0 < M) sink.store2(r0, col, acc0[4 * j + 0], acc0[4 * j + 1]);
-            if (r0 + 8 < M) sink.store2(r0 + 8, col, acc0[4 * j + 2], acc0[4 * j + 3]);
-            if (r0 + 64 < M) sink.store2(r0 + 64, col, acc1[4 * j + 0], acc1[4 * j + 1]);
-            if (r0 + 72 < M) sink.store2(r0 + 72, col, acc1[4 * j + 2], acc1[4 * j + 3]);
+            float v[4] = {acc0[4 * j + 0], acc0[4 * j + 1], acc0[4 * j + 2], acc0[4 * j + 3]};
+            float w[4] = {acc1[4 * j + 0], acc1[4 * j + 1], acc1[4 * j + 2], acc1[4 * j + 3]};
+            sc0.apply(p, col, v);
+            sc1.apply(p, col, w);
+            if (r0 < M) sink.store2(r0, col, v[0], v[1]);
+            if (r0 + 8 < M) sink.store2(r0 + 8, col, v[2], v[3]);
+            if (r0 + 64 < M) sink.store2(r0 + 64, col, w[0], w[1]);
+            if (r0 + 72 < M) sink.store2(r0 + 72, col, w[2], w[3]);
           }
         }
       }

@@ -252,4 +252,34 @@ static __device__ __forceinline__ uint64_t weave_hgemm_desc(uint32_t smem_addr, 
     : WEAVE_HGEMM_ACC64_OUT(d, 0) \
     : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
 
+/* fp8 (e4m3 x e4m3, fp32 accumulators): k = 32 per instruction (32 bytes of a K-major 128-byte
+ * row, like k16 of a 16-bit type), both operands K-major (the fp8 forms have no transpose
+ * immediates); the trailing 1, 1 are imm-scale-a/b (+1: no negation). The accumulator fragment is
+ * that of the 16-bit forms. */
+#define WEAVE_HGEMM_WGMMA_M64N256K32_E4M3(d, desc_a, desc_b, scale_d) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}, %128, %129, p, 1, 1;\n}\n" \
+    : WEAVE_HGEMM_ACC64_OUT(d, 0), WEAVE_HGEMM_ACC64_OUT(d, 64) \
+    : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+#define WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(d, desc_a, desc_b, scale_d) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+    "}, %64, %65, p, 1, 1;\n}\n" \
+    : WEAVE_HGEMM_ACC64_OUT(d, 0) \
+    : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
 #endif /* WEAVE_HGEMM_PTX_CUH */
