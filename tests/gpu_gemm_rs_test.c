@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "common/dtype.h"
 #include "gemm_rs/plan_model.h"
 #include "kernels/kernels.h"
 #include "reference.h"
@@ -114,7 +115,8 @@ static void fresh_inputs(const test_case_t *c, int r, int world, int call, void 
 /* The fused split the cost model gives for this plan's budget, with the owner tiles counted here
  * (the most tiles any owner has: ceil(rows_o / tile_m) x ceil(N / tile_n)) -- not taken from the
  * plan, so a plan that feeds the model another count (all tiles, say) fails. */
-static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t slot, const weave_gemm_rs_info_t *info) {
+static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t out, weave_dtype_t slot,
+                                const weave_gemm_rs_info_t *info) {
   int dev = 0, sms = 0, clock_khz = 0, mem_khz = 0, bus_bits = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -124,7 +126,7 @@ static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t s
   int hm, hn;
   weave_kernel_tile_shape(1, &hm, &hn);
   const int hopper = info->tile_m == hm && info->tile_n == hn;
-  const int per_sm = weave_kernel_blocks_per_sm(c->dtype, hopper, 1, NULL);
+  const int per_sm = weave_kernel_blocks_per_sm(out, hopper, 1, NULL);
   weave_split_inputs_t in;
   weave_split_inputs_from_device(sms, clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0, c->dtype, per_sm,
                                  info->gemm_blocks + info->comm_blocks, &in);
@@ -136,7 +138,7 @@ static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t s
     if (t > most) most = t;
   }
   return weave_split_comm_blocks(&in, weave_plan_gemm_flops(c->M, c->N, c->K, world),
-                                 weave_plan_comm_bytes(c->M, c->N, world, weave_dtype_size(slot), weave_dtype_size(c->dtype)),
+                                 weave_plan_comm_bytes(c->M, c->N, world, weave_dtype_size(slot), weave_dtype_size(out)),
                                  (double)most);
 }
 
@@ -220,8 +222,10 @@ static int rank_fn(harness_rank_t *hr) {
     weave_gemm_rs_plan_info(plan, &info);
     if (info.row_begin != row_begin || info.rows != rows) fail(c, r, dn, "plan info rows differ from weave_row_split");
     if (info.strategy == WEAVE_STRATEGY_FUSED && d.gemm_blocks == 0 && !getenv("WEAVE_TUNE_FILE")) {
-      const weave_dtype_t slot = d.reduce == WEAVE_REDUCE_ATOMIC || d.fp32_slots ? WEAVE_FP32 : d.dtype;
-      const int want = expected_comm_blocks(c, world, slot, &info);
+      /* what the kernels write (fp8 inputs: bf16 or fp16) and what travels */
+      const weave_dtype_t out = weave_dtype_out(d.dtype, d.out_dtype);
+      const weave_dtype_t slot = d.reduce == WEAVE_REDUCE_ATOMIC || d.fp32_slots ? WEAVE_FP32 : out;
+      const int want = expected_comm_blocks(c, world, out, slot, &info);
       if (info.comm_blocks != want) {
         snprintf(msg, sizeof(msg), "the cost model gives %d communication blocks (this rank owns %d tiles), the plan has %d",
                  want, info.tiles_owned, info.comm_blocks);
