@@ -120,7 +120,7 @@ def main() -> int:
                 return weave.gemm_rs(x, layer.weight, layer.bias, b_layout="col", strategy=strategy)
 
             call()  # makes the plan (collective), outside the timing
-            info = weave.get_team().plans[-1].info
+            info = weave.plan_info(x, layer.weight, layer.bias, b_layout="col", strategy=strategy)
             blocks = f", {info.gemm_blocks} GEMM + {info.comm_blocks} comm blocks" if info.strategy == "fused" else ""
             times[f"weave {strategy} (plan: {info.strategy}{blocks})"] = median_us(call, args.iters, args.warmup)
 
@@ -140,12 +140,14 @@ def main() -> int:
         times["F.linear alone (this rank's partial product, no communication)"] = median_us(
             lambda: F.linear(x, layer.weight, layer.bias), args.iters, args.warmup)
 
+    weave.sync()  # raises if a weave kernel's bounded wait expired (its output would be wrong)
     every: List[Dict[str, Union[float, str]]] = [{} for _ in range(world)]
     dist.all_gather_object(every, times)
     if rank == 0:
         where = f"{count} GPU(s) ({torch.cuda.get_device_name()})"
         print(f"# weave row_parallel_linear: {world} ranks on {where}, tokens {args.tokens}, in_features "
-              f"{args.in_features} ({args.in_features // world} a rank), out_features {args.out_features}, {args.dtype}")
+              f"{args.in_features} ({args.in_features // world} a rank), out_features {args.out_features}, "
+              f"{args.dtype}")
         print(f"# check: {verdict}")
         print(f"# time per call: median of {args.iters} after {args.warmup} warm-up, the slowest rank")
         for name, value in times.items():

@@ -23,7 +23,7 @@ import os
 import sys
 import time
 import zlib
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import torch
 import torch.distributed as dist
@@ -42,7 +42,8 @@ def rand(shape: tuple, *key: object, dtype: torch.dtype = torch.bfloat16) -> tor
     return (torch.rand(shape, generator=g, device=DEVICE) * 2 - 1).to(dtype)
 
 
-def check(what: str, got: torch.Tensor, want: torch.Tensor, k_total: int, dtype: torch.dtype, slack: float = 1.0) -> None:
+def check(what: str, got: torch.Tensor, want: torch.Tensor, k_total: int, dtype: torch.dtype,
+          slack: float = 1.0) -> None:
     """weave's test tolerance (tests/support/reference.c): output rounding plus accumulation that grows
     like sqrt(K) for values in [-1, 1)."""
     if tuple(got.shape) != tuple(want.shape):
@@ -181,9 +182,10 @@ class MLP(torch.nn.Module):
         self.up = torch.nn.Linear(d_in, h, device=DEVICE, dtype=dtype)
         self.down = weave.nn.RowParallelLinear(hidden, d_out, device=DEVICE, dtype=dtype)
         with torch.no_grad():  # shards of one model, the same on every world size
-            self.up.weight.copy_(rand((hidden, d_in), "up.weight", dtype=dtype)[team.rank * h:(team.rank + 1) * h])
-            self.up.bias.copy_(rand((hidden,), "up.bias", dtype=dtype)[team.rank * h:(team.rank + 1) * h])
-            self.down.weight.copy_(rand((d_out, hidden), "down.weight", dtype=dtype)[:, team.rank * h:(team.rank + 1) * h])
+            mine = slice(team.rank * h, (team.rank + 1) * h)
+            self.up.weight.copy_(rand((hidden, d_in), "up.weight", dtype=dtype)[mine])
+            self.up.bias.copy_(rand((hidden,), "up.bias", dtype=dtype)[mine])
+            self.down.weight.copy_(rand((d_out, hidden), "down.weight", dtype=dtype)[:, mine])
             self.down.bias.copy_(rand((d_out,), "down.bias", dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -258,7 +260,8 @@ def graph_case(strategy: str, replays: int) -> None:
     bad = (excess > 0).nonzero()
     if len(bad):
         raise AssertionError(f"graph {strategy}: {len(bad)} of {replays} replays wrong, first replay {int(bad[0])}")
-    say(f"  CUDA graph {strategy} (plan {team.plans[-1].info.strategy}): capture before a plan refused; "
+    info = weave.plan_info(a_static, W[rank], b, b_layout="col", strategy=strategy)
+    say(f"  CUDA graph {strategy} (plan {info.strategy}): capture before a plan refused; "
         f"{replays} replays, new inputs each, all right")
 
 
@@ -310,6 +313,7 @@ def main(argv: List[str]) -> int:
     for name in argv or list(CASES):
         t0 = time.perf_counter()
         CASES[name]()
+        weave.sync()  # a kernel whose bounded wait expired would have left wrong rows: raises then
         say(f"{name}: ok ({time.perf_counter() - t0:.1f} s)")
     dist.barrier()
     dist.destroy_process_group()

@@ -42,7 +42,8 @@ def test_versions_agree() -> None:
 
 
 def _import_with(env_library: str) -> subprocess.CompletedProcess:
-    code = "import sys\nsys.modules['torch'] = None  # (not needed here, and slow to import)\nimport weave\ntry:\n    weave.library_path()\nexcept weave.LibraryNotFoundError as e:\n    print(e)\n"
+    code = ("import sys\nsys.modules['torch'] = None  # (not needed here, and slow to import)\nimport weave\n"
+            "try:\n    weave.library_path()\nexcept weave.LibraryNotFoundError as e:\n    print(e)\n")
     env = dict(os.environ, WEAVE_LIBRARY=env_library, PYTHONPATH=str(PYTHON_DIR))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 

@@ -20,12 +20,16 @@ WORLDS = [int(w) for w in os.environ.get("WEAVE_GPU_TEST_WORLDS", "1 2 4").split
 
 def torchrun(world: int, script: str, *args: str, timeout: int = 420) -> str:
     """Runs `script` as a torchrun job of `world` processes under scripts/launch.sh's MPS daemon (the
-    launcher's own rank variables are cleared: torchrun sets the workers')."""
+    launcher's own rank variables are cleared: torchrun sets the workers'; so is its
+    CUDA_MODULE_LOADING=EAGER, meant for ranks that are threads, and slow for torch)."""
     cmd = [str(REPO / "scripts" / "launch.sh"), "-n", "1", "--mps", "--",
            "env", "-u", "RANK", "-u", "LOCAL_RANK", "-u", "WORLD_SIZE", "-u", "LOCAL_WORLD_SIZE",
-           "-u", "MASTER_ADDR", "-u", "MASTER_PORT",
+           "-u", "MASTER_ADDR", "-u", "MASTER_PORT", "-u", "CUDA_MODULE_LOADING",
            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world), script, *args]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")])))
+    # Each rank compiles (torch.compile) on its own, and the first compiled call waits for the slowest
+    # rank's compilation: a wider bound than weave's default 10 s
+    env.setdefault("WEAVE_TIMEOUT_MS", "120000")
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     print(out.stdout)
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout[-4000:]}\n{out.stderr[-8000:]}"

@@ -68,7 +68,8 @@ A, B = (10, 8), (8, 6)
     (dict(a=meta(2, *A)), ValueError, "a must be 2-D (got shape (2, 10, 8))"),
     (dict(a=meta(8, 10).t()), ValueError, "a must be contiguous"),
     (dict(b=meta(6, 8).t(), b_layout="col"), ValueError, "b must be contiguous"),
-    (dict(b=meta(9, 6)), ValueError, "b has shape (9, 6); b_layout='row' wants [K_local, N] with K_local = a.shape[1] = 8"),
+    (dict(b=meta(9, 6)), ValueError,
+     "b has shape (9, 6); b_layout='row' wants [K_local, N] with K_local = a.shape[1] = 8"),
     (dict(b_layout="col"), ValueError, "b has shape (8, 6); b_layout='col' wants [N, K_local]"),
     (dict(b_layout="column"), ValueError, "b_layout must be one of 'row', 'col' (got 'column')"),
     (dict(strategy="fast"), ValueError, "strategy must be one of 'auto', 'fused', 'bulk', 'baseline'"),
@@ -108,12 +109,24 @@ def test_output_is_this_ranks_rows(monkeypatch: pytest.MonkeyPatch, world: int) 
             assert weave.gemm_rs(meta(M, 8), meta(6, 8), meta(6), b_layout="col").shape == (rows, 6)
 
 
+def test_eager_backward_shapes(team: SimpleNamespace) -> None:
+    """The autograd registration in eager mode: gradients of a's, b's and bias's shapes (the gather of
+    the gradient rows runs its fake kernel on meta tensors)."""
+    a, b, bias = (meta(*s).requires_grad_() for s in ((10, 8), (6, 8), (6,)))
+    weave.gemm_rs(a, b, bias, b_layout="col", alpha=0.5).sum().backward()
+    assert (a.grad.shape, b.grad.shape, bias.grad.shape) == ((10, 8), (6, 8), (6,))
+    a.grad = None
+    weave.gemm_rs(a, meta(8, 6)).sum().backward()
+    assert a.grad.shape == (10, 8)
+
+
 def test_ops_are_registered() -> None:
     assert str(torch.ops.weave.gemm_rs.default._schema) == (
         "weave::gemm_rs(Tensor a, Tensor b, Tensor? bias, str b_layout, str strategy, str reduce, bool fp32_slots, "
         "float alpha) -> Tensor")
     assert "Tensor(a3!) out" in str(torch.ops.weave.gemm_rs_out.default._schema)
-    assert str(torch.ops.weave.all_gather_rows.default._schema) == "weave::all_gather_rows(Tensor rows, SymInt M) -> Tensor"
+    assert str(torch.ops.weave.all_gather_rows.default._schema) == (
+        "weave::all_gather_rows(Tensor rows, SymInt M) -> Tensor")
 
 
 class TwoLayers(torch.nn.Module):

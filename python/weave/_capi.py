@@ -68,8 +68,11 @@ class LibraryNotFoundError(ImportError):
     """libweave.so was not found, would not load, or is of another version."""
 
 
+_ERROR_CLASSES: Dict[int, type] = {Result.INVALID_ARGUMENT: WeaveArgumentError, Result.TIMEOUT: WeaveTimeoutError}
+
+
 def _error(code: int, call: str, detail: str) -> WeaveError:
-    cls = {Result.INVALID_ARGUMENT: WeaveArgumentError, Result.TIMEOUT: WeaveTimeoutError}.get(code, WeaveError)
+    cls = _ERROR_CLASSES.get(int(code), WeaveError)
     return cls(code, call, detail)
 
 
@@ -391,8 +394,8 @@ class Team:
         rc = lib().weave_team_device_info(self.handle, byref(info))
         if rc:
             _raise(rc, "weave_team_device_info", self.handle)
-        return {name: (getattr(info, name).decode() if name == "name" else getattr(info, name))
-                for name, _ in _DeviceInfo._fields_}
+        names = [field[0] for field in _DeviceInfo._fields_]
+        return {name: (info.name.decode() if name == "name" else getattr(info, name)) for name in names}
 
     def find_plan(self, M: int, N: int, K_local: int, options: GemmRsOptions) -> Optional[Plan]:
         return self._plans.get((M, N, K_local, options))

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._capi import GemmRsOptions, Plan, Team, WeaveError, gemm_rs_options, get_unique_id, row_split, rows_of
+from ._capi import GemmRsOptions, Plan, PlanInfo, Team, WeaveError, gemm_rs_options, get_unique_id, row_split, rows_of
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
@@ -52,7 +52,8 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
         try:
             buf[1:] = torch.frombuffer(bytearray(get_unique_id()), dtype=torch.uint8)
         except WeaveError as e:
-            failure, buf[0] = e, 1
+            failure = e
+            buf[0] = 1
     on = torch.device("cuda", device) if dist.get_backend(group) == "nccl" else torch.device("cpu")
     buf = buf.to(on)
     dist.broadcast(buf, group=group, group_src=0)
@@ -92,6 +93,13 @@ def get_team(call: str = "weave") -> Team:
     if _state.team is None:
         raise RuntimeError(f"{call}: no weave team: call weave.init() first")
     return _state.team
+
+
+def sync() -> None:
+    """Waits for torch's current stream, then raises WeaveTimeoutError if a weave kernel's bounded wait
+    expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells)."""
+    team = get_team("weave.sync")
+    team.sync(torch.cuda.current_stream(torch.device("cuda", team.device)).cuda_stream)
 
 
 # ---- checks ----------------------------------------------------------------------------------------
@@ -263,7 +271,20 @@ def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
 _gemm_rs_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-# ---- the public function ------------------------------------------------------------------------------
+# ---- the public functions -----------------------------------------------------------------------------
+def plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "row",
+              strategy: str = "auto", reduce: str = "deterministic", fp32_slots: bool = False,
+              alpha: float = 1.0) -> Optional[PlanInfo]:
+    """The plan a gemm_rs call with these arguments uses (its resolved strategy, this rank's rows, the
+    blocks, ...), or None before the first such call has made it."""
+    team = get_team("weave.plan_info")
+    options, M, N, K = _check("weave.plan_info", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
+                              meta_ok=False)
+    plan = team.find_plan(M, N, K, options)
+    return None if plan is None else plan.info
+
+
+
 def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "row",
             out: Optional[Tensor] = None, strategy: str = "auto", reduce: str = "deterministic",
             fp32_slots: bool = False, alpha: float = 1.0) -> Tensor:
@@ -279,9 +300,9 @@ def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: st
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, Tensor):
             raise TypeError(f"weave.gemm_rs: {name} must be a torch.Tensor (got {type(t).__name__})")
-    for name, t in (("bias", bias), ("out", out)):
-        if t is not None and not isinstance(t, Tensor):
-            raise TypeError(f"weave.gemm_rs: {name} must be a torch.Tensor or None (got {type(t).__name__})")
+    for name, maybe in (("bias", bias), ("out", out)):
+        if maybe is not None and not isinstance(maybe, Tensor):
+            raise TypeError(f"weave.gemm_rs: {name} must be a torch.Tensor or None (got {type(maybe).__name__})")
     for name, s in (("b_layout", b_layout), ("strategy", strategy), ("reduce", reduce)):
         if not isinstance(s, str):
             raise TypeError(f"weave.gemm_rs: {name} must be a str (got {type(s).__name__})")

@@ -33,9 +33,10 @@ class RowParallelLinear(nn.Module):
             raise ValueError(f"weave.nn.RowParallelLinear: in_features {in_features} must be a multiple of the "
                              f"team's world {team.world} (each rank holds in_features / world columns)")
         self.in_features, self.out_features, self.strategy = in_features, out_features, strategy
-        where = {"device": device if device is not None else torch.device("cuda", team.device), "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty((out_features, in_features // team.world), **where))
-        self.bias: Optional[nn.Parameter] = nn.Parameter(torch.empty(out_features, **where)) if bias else None
+        where = device if device is not None else torch.device("cuda", team.device)
+        self.weight = nn.Parameter(torch.empty((out_features, in_features // team.world), device=where, dtype=dtype))
+        self.bias: Optional[nn.Parameter] = (nn.Parameter(torch.empty(out_features, device=where, dtype=dtype))
+                                             if bias else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
