@@ -9,8 +9,9 @@ choice, and F.linear + dist.reduce_scatter_tensor where NCCL can run.
         [--out-features 8192] [--dtype bf16|fp16|fp32] [--iters 50] [--warmup 10]
 
 Each rank takes GPU LOCAL_RANK % (visible GPUs). Ranks that share a GPU run side by side only under
-CUDA MPS (`scripts/launch.sh -n 1 --mps torchrun ...` starts a private daemon), and NCCL refuses two
-ranks on one GPU: the process group is then gloo and the torch baseline prints n/a.
+CUDA MPS (`scripts/launch.sh -n 1 --mps env -u CUDA_MODULE_LOADING torchrun ...` starts a private
+daemon; docs/python.md), and NCCL refuses two ranks on one GPU: the process group is then gloo and
+the torch baseline prints n/a.
 Exit status 0 when the check passes. Needs weave's Python package on the path (pip install ./python,
 or PYTHONPATH=python) and its library (docs/python.md).
 """

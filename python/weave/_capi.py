@@ -238,12 +238,12 @@ REDUCES: Dict[str, int] = {"deterministic": 0, "atomic": 1}
 
 
 def _pick(call: str, arg: str, value: object, names: Dict[str, int]) -> int:
+    if isinstance(value, str) and value in names:
+        return names[value]
     choices = ", ".join(repr(n) for n in names)
     if not isinstance(value, str):
         raise TypeError(f"{call}: {arg} must be a str, one of {choices} (got {type(value).__name__})")
-    if value not in names:
-        raise ValueError(f"{call}: {arg} must be one of {choices} (got {value!r})")
-    return names[value]
+    raise ValueError(f"{call}: {arg} must be one of {choices} (got {value!r})")
 
 
 @dataclass(frozen=True)
