@@ -1,0 +1,219 @@
+"""The library layer without torch: lookup and loading, version, result codes as exceptions, the C
+structs' layout, enum names, the row split, unique ids and the bootstrap."""
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON_DIR, REPO, needs_library
+
+import weave
+from weave import _capi
+
+pytestmark = needs_library
+
+
+def _has_gpu() -> bool:
+    """Whether weave sees a device: a team of one rank either forms or fails with NO_DEVICE."""
+    try:
+        team = weave.Team(weave.get_unique_id(), 1, 0, 0)
+    except weave.WeaveError as e:
+        if e.code in (weave.Result.NO_DEVICE, weave.Result.UNSUPPORTED_DEVICE):
+            return False
+        raise
+    team.destroy()
+    return True
+
+
+def test_versions_agree() -> None:
+    cmake = re.search(r"project\(weave VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
+    pyproject = re.search(r'^version = "([^"]+)"', (PYTHON_DIR / "pyproject.toml").read_text(), re.M).group(1)
+    assert weave.__version__ == cmake == pyproject, "bump python/weave/_version.py and python/pyproject.toml too"
+    assert weave.library_version() == tuple(int(v) for v in cmake.split("."))
+    assert os.path.isfile(weave.library_path())
+
+
+def _import_with(env_library: str) -> subprocess.CompletedProcess:
+    code = ("import sys\nsys.modules['torch'] = None  # (not needed here, and slow to import)\nimport weave\n"
+            "try:\n    weave.library_path()\nexcept weave.LibraryNotFoundError as e:\n    print(e)\n")
+    env = dict(os.environ, WEAVE_LIBRARY=env_library, PYTHONPATH=str(PYTHON_DIR))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_weave_library_is_the_only_place_when_set(tmp_path: Path) -> None:
+    out = _import_with(str(tmp_path / "missing.so")).stdout
+    assert "WEAVE_LIBRARY" in out and "missing.so (no such file)" in out
+    assert "build tree" not in out  # an explicit choice never falls back to another library
+    junk = tmp_path / "libweave.so"
+    junk.write_text("not a library")
+    assert "does not load" in _import_with(str(junk)).stdout
+
+
+def test_lookup_order_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WEAVE_LIBRARY", raising=False)
+    where = [w for w, _ in _capi.library_candidates()]
+    assert where == ["copy made at install", "build tree", "dynamic loader"]
+    assert _capi.library_candidates()[-1][1] == f"libweave.so.{weave.__version__.rsplit('.', 1)[0]}"
+
+
+def test_results_map_to_exceptions() -> None:
+    L = _capi.lib()
+    for code in weave.Result:
+        assert L.weave_get_error_string(int(code)) != b"unknown result code", code
+    assert L.weave_get_error_string(len(weave.Result)) == b"unknown result code"  # WEAVE_NUM_RESULTS
+    with pytest.raises(ValueError) as e:
+        weave.row_split(-1, 4, 0)
+    assert isinstance(e.value, weave.WeaveArgumentError) and e.value.code == weave.Result.INVALID_ARGUMENT
+    assert "M -1" in str(e.value) and e.value.call == "weave_row_split"
+    err = _capi._error(int(weave.Result.TIMEOUT), "weave_team_sync", "timeout: rank 1 waited for rank 2")
+    assert isinstance(err, TimeoutError) and "rank 2" in str(err)
+    assert str(_capi._error(int(weave.Result.CUDA), "weave_x", "")) == "weave_x: CUDA error"
+
+
+def test_row_split_and_its_closed_form() -> None:
+    for world in range(1, 10):
+        for M in range(0, 3 * world + 2):
+            begin = 0
+            for rank in range(world):
+                b, rows = weave.row_split(M, world, rank)
+                assert (b, rows) == (begin, _capi.rows_of(M, world, rank)), (M, world, rank)
+                begin += rows
+            assert begin == M
+    with pytest.raises(ValueError, match="rank 4"):
+        weave.row_split(8, 4, 4)
+
+
+def test_option_names_come_from_the_library() -> None:
+    assert _capi.dtype_names() == {"bf16": 0, "fp16": 1, "fp32": 2}
+    assert _capi.strategy_names() == {"auto": 0, "fused": 1, "bulk": 2, "baseline": 3}
+    opts = _capi.gemm_rs_options("fp16", b_layout="col", strategy="fused", reduce="atomic", fp32_slots=True,
+                                 alpha=2, has_bias=True)
+    d = opts.desc()
+    assert (d.dtype, d.b_layout, d.strategy, d.reduce, d.fp32_slots, d.alpha, d.has_bias) == (1, 1, 1, 1, 1, 2.0, 1)
+    assert hash(opts) == hash(_capi.gemm_rs_options("fp16", b_layout="col", strategy="fused", reduce="atomic",
+                                                    fp32_slots=True, alpha=2.0, has_bias=True))
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"b_layout": "rows"}, ValueError, ["b_layout", "'row', 'col'", "'rows'"]),
+    ({"b_layout": 1}, TypeError, ["b_layout", "str"]),
+    ({"strategy": "fsued"}, ValueError, ["strategy", "'auto', 'fused', 'bulk', 'baseline'"]),
+    ({"reduce": "sum"}, ValueError, ["reduce", "'deterministic', 'atomic'"]),
+    ({"fp32_slots": 1}, TypeError, ["fp32_slots", "bool"]),
+    ({"alpha": "1"}, TypeError, ["alpha", "float"]),
+    ({"alpha": True}, TypeError, ["alpha"]),
+])
+def test_option_errors_name_the_argument(kwargs: dict, error: type, words: list) -> None:
+    with pytest.raises(error) as e:
+        _capi.gemm_rs_options("bf16", **kwargs)
+    for w in words:
+        assert w in str(e.value)
+    with pytest.raises(ValueError, match="dtype must be one of 'bf16', 'fp16', 'fp32'"):
+        _capi.gemm_rs_options("fp8")
+
+
+def test_structs_match_the_header(tmp_path: Path) -> None:
+    """Every field's offset and every struct's size as the C compiler sees weave.h."""
+    cc = shutil.which("cc")
+    lib_dir = Path(weave.library_path()).parent
+    if cc is None or not (lib_dir / "include" / "weave_version.h").is_file():
+        pytest.skip("needs cc and the build tree of the loaded libweave (for weave_version.h)")
+    structs = {"weave_gemm_rs_desc_t": _capi._Desc, "weave_gemm_rs_info_t": _capi._Info,
+               "weave_device_info_t": _capi._DeviceInfo, "weave_unique_id_t": _capi._UniqueId}
+    lines = []
+    for c_name, py in structs.items():
+        lines.append(f'printf("{c_name} size %zu\\n", sizeof({c_name}));')
+        for field, _ in py._fields_:
+            lines.append(f'printf("{c_name}.{field} %zu\\n", offsetof({c_name}, {field}));')
+    src = tmp_path / "layout.c"
+    src.write_text("#include <stddef.h>\n#include <stdio.h>\n#include <weave.h>\nint main(void) {\n" +
+                   textwrap.indent("\n".join(lines), "  ") + "\n  return 0;\n}\n")
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c11", f"-I{REPO / 'include'}", f"-I{lib_dir / 'include'}", str(src), "-o", str(exe)],
+                   check=True)
+    seen = dict(line.rsplit(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                               check=True).stdout.splitlines())
+    for c_name, py in structs.items():
+        assert int(seen[f"{c_name} size"]) == ctypes.sizeof(py), c_name
+        for field, _ in py._fields_:
+            assert int(seen[f"{c_name}.{field}"]) == getattr(py, field).offset, f"{c_name}.{field}"
+
+
+def test_team_argument_errors() -> None:
+    uid = weave.get_unique_id()
+    assert len(uid) == 128 and uid != weave.get_unique_id()
+    with pytest.raises(ValueError, match="unique_id"):
+        weave.Team(b"short", 1, 0, 0)
+    with pytest.raises(TypeError, match="world"):
+        weave.Team(uid, 1.0, 0, 0)
+    with pytest.raises(weave.WeaveArgumentError):
+        weave.Team(uid, 2, 2, 0)  # rank outside the world: the bootstrap refuses it
+
+
+def test_team_of_one_rank() -> None:
+    """A team forms on a GPU and is destroyed; without one, the bootstrap forms and team creation
+    fails with NO_DEVICE (and leaves nothing behind: the next one can form)."""
+    for _ in range(2):
+        try:
+            team = weave.Team(weave.get_unique_id(), 1, 0, 0)
+        except weave.WeaveError as e:
+            assert e.code == weave.Result.NO_DEVICE and "device" in str(e)
+            continue
+        assert (team.world, team.rank) == (1, 0) and team.device_info()["sm_count"] > 0
+        team.destroy()
+        team.destroy()  # a second destroy does nothing
+
+
+def test_bootstrap_of_two_threads() -> None:
+    """Two ranks join one unique id from two threads (the GIL is released in the calls): both reach team
+    creation, which needs a device."""
+    if _has_gpu():
+        pytest.skip("with a GPU the process tests (test_gpu.py) cover teams of several ranks")
+    uid, codes = weave.get_unique_id(), {}
+
+    def rank_main(rank: int) -> None:
+        try:
+            weave.Team(uid, 2, rank, 0)
+        except weave.WeaveError as e:
+            codes[rank] = e.code
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert codes == {0: weave.Result.NO_DEVICE, 1: weave.Result.NO_DEVICE}
+
+
+def test_without_torch_the_torch_names_say_so() -> None:
+    code = ("import sys; sys.modules['torch'] = None\nimport weave\ntry:\n    weave.gemm_rs\n"
+            "except ImportError as e:\n    print(e)\nprint(weave.row_split(5, 2, 1))\n")
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines() == ["weave.gemm_rs needs PyTorch, which is not installed (the library layer "
+                                       "works without)", "(3, 2)"], out.stderr
+
+
+def test_pip_install_records_the_library(tmp_path: Path) -> None:
+    """`pip install ./python` (the in-tree backend: nothing from the network) copies the library it was
+    built against into the package, and the installed package loads that copy."""
+    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode:
+        pytest.skip("no pip for this interpreter")
+    env = dict(os.environ, WEAVE_LIBRARY=weave.library_path(), PIP_NO_INDEX="1")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
+                    str(PYTHON_DIR)], env=env, check=True, capture_output=True, timeout=300)
+    copy = tmp_path / "site" / "weave" / "_lib" / "libweave.so"
+    assert copy.read_bytes() == Path(weave.library_path()).read_bytes()
+    env = {k: v for k, v in os.environ.items() if k not in ("WEAVE_LIBRARY", "PYTHONPATH")}
+    code = "import sys; sys.modules['torch'] = None\nimport weave\nprint(weave.__file__, weave.library_path())"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=str(tmp_path / "site")), cwd=tmp_path,
+                         capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    assert out == [str(tmp_path / "site" / "weave" / "__init__.py"), str(copy)]

@@ -1,0 +1,190 @@
+"""weave's PyTorch face without a GPU: argument errors naming the argument, the ops' registration and
+fake implementations (this rank's rows), torch.compile(fullgraph=True) tracing a two-layer model with
+its backward and dynamic shapes (on meta tensors), and the backward's arithmetic over a gloo group of
+three CPU processes. A stand-in team (world, rank, device: all the checks and fake kernels read)
+takes the place of weave.init, which needs a GPU."""
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Callable, List
+
+import pytest
+
+from conftest import PYTHON_DIR, needs_library
+
+torch = pytest.importorskip("torch")
+
+import weave  # noqa: E402
+from weave import _torch  # noqa: E402
+
+pytestmark = needs_library
+
+
+@pytest.fixture
+def team(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """Rank 1 of 4 on cuda:0, as the checks and fake kernels see a team."""
+    stand_in = SimpleNamespace(world=4, rank=1, device=0)
+    monkeypatch.setattr(_torch._state, "team", stand_in)
+    return stand_in
+
+
+def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.empty(shape, device="meta", dtype=dtype)
+
+
+def test_without_a_team() -> None:
+    with pytest.raises(RuntimeError, match=r"weave.gemm_rs: no weave team: call weave.init\(\) first"):
+        weave.gemm_rs(meta(4, 8), meta(8, 6))
+    with pytest.raises(RuntimeError, match="weave.init"):
+        weave.nn.RowParallelLinear(8, 6)
+    assert not weave.is_initialized()
+
+
+def test_init_needs_torch_distributed() -> None:
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        weave.init()
+
+
+A, B = (10, 8), (8, 6)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(a=[1.0]), TypeError, "a must be a torch.Tensor (got list)"),
+    (dict(b=None), TypeError, "b must be a torch.Tensor (got NoneType)"),
+    (dict(bias="x"), TypeError, "bias must be a torch.Tensor or None (got str)"),
+    (dict(out=1), TypeError, "out must be a torch.Tensor or None (got int)"),
+    (dict(b_layout=None), TypeError, "b_layout must be a str"),
+    (dict(strategy=1), TypeError, "strategy must be a str"),
+    (dict(fp32_slots=1), TypeError, "fp32_slots must be a bool"),
+    (dict(alpha="2"), TypeError, "alpha must be a float"),
+    (dict(a=meta(*A, dtype=torch.int32)), TypeError, "a is torch.int32; weave takes torch.bfloat16, torch.float16"),
+    (dict(a=meta(*A, dtype=torch.float64)), TypeError, "a is torch.float64"),
+    (dict(b=meta(*B, dtype=torch.float16)), TypeError, "b is torch.float16 but a is torch.bfloat16"),
+    (dict(bias=meta(6, dtype=torch.float32)), TypeError, "bias is torch.float32 but a is torch.bfloat16"),
+    (dict(a=torch.zeros(A, dtype=torch.bfloat16)), ValueError, "a is on cpu; it must be on cuda:0"),
+    (dict(b=torch.zeros(B, dtype=torch.bfloat16)), ValueError, "b is on cpu; it must be on cuda:0"),
+    (dict(a=meta(2, *A)), ValueError, "a must be 2-D (got shape (2, 10, 8))"),
+    (dict(a=meta(8, 10).t()), ValueError, "a must be contiguous"),
+    (dict(b=meta(6, 8).t(), b_layout="col"), ValueError, "b must be contiguous"),
+    (dict(b=meta(9, 6)), ValueError,
+     "b has shape (9, 6); b_layout='row' wants [K_local, N] with K_local = a.shape[1] = 8"),
+    (dict(b_layout="col"), ValueError, "b has shape (8, 6); b_layout='col' wants [N, K_local]"),
+    (dict(b_layout="column"), ValueError, "b_layout must be one of 'row', 'col' (got 'column')"),
+    (dict(strategy="fast"), ValueError, "strategy must be one of 'auto', 'fused', 'bulk', 'baseline'"),
+    (dict(reduce="sum"), ValueError, "reduce must be one of 'deterministic', 'atomic'"),
+    (dict(a=meta(0, 8)), ValueError, "must not be empty"),
+    (dict(bias=meta(5)), ValueError, "bias has shape (5,); it must be [N] = [6]"),
+    (dict(bias=meta(1, 6)), ValueError, "bias must be 1-D"),
+    (dict(out=meta(10, 6)), ValueError, "out has shape (10, 6); this rank's rows are [3, 6]"),
+    (dict(out=meta(3, 6, dtype=torch.float16)), TypeError, "out is torch.float16 but a is torch.bfloat16"),
+])
+def test_argument_errors_name_the_argument(team: SimpleNamespace, change: dict, error: type, words: str) -> None:
+    args = dict(a=meta(*A), b=meta(*B), bias=None, out=None, b_layout="row", strategy="auto", reduce="deterministic",
+                fp32_slots=False, alpha=1.0)
+    args.update(change)
+    with pytest.raises(error) as e:
+        weave.gemm_rs(args.pop("a"), args.pop("b"), args.pop("bias"), **args)
+    assert words in str(e.value)
+    assert str(e.value).startswith("weave.gemm_rs: ")
+
+
+def test_out_does_not_take_autograd(team: SimpleNamespace) -> None:
+    a = meta(*A).requires_grad_()
+    with pytest.raises(RuntimeError, match="out= does not support autograd"):
+        weave.gemm_rs(a, meta(*B), out=meta(3, 6))
+    with torch.no_grad():
+        out = meta(3, 6)
+        assert weave.gemm_rs(a, meta(*B), out=out) is out
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 5])
+def test_output_is_this_ranks_rows(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
+    for rank in range(world):
+        monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=rank, device=0))
+        for M in (1, 3, 4, 10, 23):
+            rows = weave.row_split(M, world, rank)[1]
+            assert weave.gemm_rs(meta(M, 8), meta(8, 6)).shape == (rows, 6)
+            assert weave.gemm_rs(meta(M, 8), meta(6, 8), meta(6), b_layout="col").shape == (rows, 6)
+
+
+def test_eager_backward_shapes(team: SimpleNamespace) -> None:
+    """The autograd registration in eager mode: gradients of a's, b's and bias's shapes (the gather of
+    the gradient rows runs its fake kernel on meta tensors)."""
+    a, b, bias = (meta(*s).requires_grad_() for s in ((10, 8), (6, 8), (6,)))
+    weave.gemm_rs(a, b, bias, b_layout="col", alpha=0.5).sum().backward()
+    assert (a.grad.shape, b.grad.shape, bias.grad.shape) == ((10, 8), (6, 8), (6,))
+    a.grad = None
+    weave.gemm_rs(a, meta(8, 6)).sum().backward()
+    assert a.grad.shape == (10, 8)
+
+
+def test_ops_are_registered() -> None:
+    assert str(torch.ops.weave.gemm_rs.default._schema) == (
+        "weave::gemm_rs(Tensor a, Tensor b, Tensor? bias, str b_layout, str strategy, str reduce, bool fp32_slots, "
+        "float alpha) -> Tensor")
+    assert "Tensor(a3!) out" in str(torch.ops.weave.gemm_rs_out.default._schema)
+    assert str(torch.ops.weave.all_gather_rows.default._schema) == (
+        "weave::all_gather_rows(Tensor rows, SymInt M) -> Tensor")
+
+
+class TwoLayers(torch.nn.Module):
+    """A tensor-parallel MLP: a column-parallel nn.Linear (the input replicated, this rank's hidden
+    units), gelu, then weave's RowParallelLinear (this rank's rows of the output)."""
+
+    def __init__(self, world: int, device: str) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32 // world, device=device)
+        self.down = weave.nn.RowParallelLinear(32, 12, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_compile_fullgraph_traces_forward_and_backward(team: SimpleNamespace) -> None:
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs: List[str] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(str(gm.graph))
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    model = TwoLayers(team.world, "meta")
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    for tokens in (10, 23, 37):  # the second size recompiles with a symbolic token count
+        y = compiled(torch.empty(tokens, 16, device="meta"))
+        assert y.shape == (weave.row_split(tokens, 4, 1)[1], 12)
+        y.sum().backward()
+    assert model.down.weight.grad.shape == (12, 8) and model.down.bias.grad.shape == (12,)
+    assert model.up.weight.grad.shape == (8, 16)
+    assert any("weave.gemm_rs.default" in g for g in graphs)
+    assert any("weave.all_gather_rows.default" in g for g in graphs)
+
+
+def test_row_parallel_linear_arguments(team: SimpleNamespace) -> None:
+    with pytest.raises(ValueError, match="in_features 30 must be a multiple of the team's world 4"):
+        weave.nn.RowParallelLinear(30, 6)
+    layer = weave.nn.RowParallelLinear(32, 6, device="meta")
+    assert layer.weight.shape == (6, 8) and layer.bias.shape == (6,)
+    assert "in_features=32, out_features=6, bias=True, strategy='auto'" in repr(layer)
+    assert weave.nn.RowParallelLinear(32, 6, bias=False, device="meta").bias is None
+    with pytest.raises(ValueError, match=r"x must be this rank's shard \[tokens, 8\]"):
+        layer(meta(10, 32, dtype=torch.float32))
+    with pytest.raises(TypeError, match="x is torch.bfloat16 but the weight is torch.float32"):
+        layer(meta(10, 8))
+    assert layer(meta(10, 8, dtype=torch.float32)).shape == (3, 6)
+
+
+def test_backward_over_gloo() -> None:
+    """Three CPU processes (torchrun, gloo): the gradient rows gathered with padding and the backward
+    formulas, against autograd of the whole product in fp64."""
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+           str(PYTHON_DIR / "tests" / "cpu_backward_worker.py")]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("backward ok") == 3, out.stdout

@@ -1,0 +1,40 @@
+"""weave from Python: fused GEMM + ReduceScatter (tensor-parallel row-parallel linear) over libweave.
+
+Without PyTorch only the library layer is here (loading, version, errors, row split, unique ids,
+teams and plans by raw pointer); with it also init / finalize / gemm_rs and weave.nn. See
+docs/python.md.
+"""
+
+from ._capi import (
+    LibraryNotFoundError,
+    PlanInfo,
+    Result,
+    Team,
+    WeaveArgumentError,
+    WeaveError,
+    WeaveTimeoutError,
+    get_unique_id,
+    library_path,
+    library_version,
+    row_split,
+)
+from ._version import __version__
+
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError:
+    _NEEDS_TORCH = ("init", "finalize", "is_initialized", "get_team", "gemm_rs", "plan_info", "sync", "nn")
+
+    def __getattr__(name: str) -> object:
+        if name in _NEEDS_TORCH:
+            raise ImportError(f"weave.{name} needs PyTorch, which is not installed (the library layer works without)")
+        raise AttributeError(f"module 'weave' has no attribute {name!r}")
+else:
+    from . import nn
+    from ._torch import finalize, gemm_rs, get_team, init, is_initialized, plan_info, sync
+
+__all__ = [
+    "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveArgumentError", "WeaveError", "WeaveTimeoutError",
+    "__version__", "finalize", "gemm_rs", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
+    "library_version", "nn", "plan_info", "row_split", "sync",
+]

@@ -1,0 +1,319 @@
+"""weave for PyTorch: a team over a torch.distributed process group, and gemm_rs as registered custom
+ops (weave::gemm_rs, weave::gemm_rs_out) with fake implementations and a backward, so torch.compile
+and CUDA graphs see one op. The arithmetic is libweave's; this file checks tensors, caches plans and
+hands weave the pointers and torch's current stream.
+"""
+
+import atexit
+import sys
+from typing import Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ._capi import GemmRsOptions, Plan, PlanInfo, Team, WeaveError, gemm_rs_options, get_unique_id, row_split, rows_of
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+class _State:
+    team: Optional[Team] = None
+    group: Optional[dist.ProcessGroup] = None
+
+
+_state = _State()
+
+
+# ---- the team --------------------------------------------------------------------------------------
+def init(group: Optional[dist.ProcessGroup] = None) -> Team:
+    """Creates this process's weave team over the ranks of `group` (default: the world group of
+    torch.distributed, which must be initialized). Collective over the group: group rank 0 makes a
+    unique id, the group broadcasts it (a CUDA tensor for nccl, a CPU tensor otherwise), and every
+    process joins on torch.cuda.current_device() (set it first, e.g. to LOCAL_RANK % device_count)."""
+    if _state.team is not None:
+        raise RuntimeError("weave.init: already initialized; call weave.finalize() first")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("weave.init: torch.distributed is not initialized: call "
+                           "torch.distributed.init_process_group() first")
+    if not torch.cuda.is_available():
+        raise RuntimeError("weave.init: torch sees no CUDA device")
+    group = group if group is not None else dist.group.WORLD
+    rank = dist.get_rank(group)
+    if rank < 0:
+        raise ValueError("weave.init: this process is not a member of group")
+    world = dist.get_world_size(group)
+    device = torch.cuda.current_device()
+
+    # [status, id]: status 1 tells the others that rank 0 could not make an id (instead of a hang).
+    buf = torch.zeros(129, dtype=torch.uint8)
+    failure: Optional[WeaveError] = None
+    if rank == 0:
+        try:
+            buf[1:] = torch.frombuffer(bytearray(get_unique_id()), dtype=torch.uint8)
+        except WeaveError as e:
+            failure = e
+            buf[0] = 1
+    on = torch.device("cuda", device) if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    buf = buf.to(on)
+    dist.broadcast(buf, group=group, group_src=0)
+    buf = buf.cpu()
+    if failure is not None:
+        raise failure
+    if buf[0].item():
+        raise RuntimeError("weave.init: group rank 0 could not create a unique id (its error says why)")
+    _state.team = Team(bytes(buf[1:].tolist()), world, rank, device)
+    _state.group = group
+    return _state.team
+
+
+def finalize() -> None:
+    """Frees the plans and the team (collective: every rank of the team calls it). Also run at exit."""
+    team, _state.team, _state.group = _state.team, None, None
+    if team is not None:
+        team.destroy()
+
+
+def _finalize_at_exit() -> None:
+    try:
+        finalize()
+    except Exception as e:  # at exit there is nobody to raise to; the waits are bounded, so no hang
+        print(f"weave: finalize at exit: {e}", file=sys.stderr)
+
+
+atexit.register(_finalize_at_exit)
+
+
+def is_initialized() -> bool:
+    return _state.team is not None
+
+
+def get_team(call: str = "weave") -> Team:
+    """This process's team (weave.init's)."""
+    if _state.team is None:
+        raise RuntimeError(f"{call}: no weave team: call weave.init() first")
+    return _state.team
+
+
+def sync() -> None:
+    """Waits for torch's current stream, then raises WeaveTimeoutError if a weave kernel's bounded wait
+    expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells)."""
+    team = get_team("weave.sync")
+    team.sync(torch.cuda.current_stream(torch.device("cuda", team.device)).cuda_stream)
+
+
+# ---- checks ----------------------------------------------------------------------------------------
+def _check_tensor(call: str, name: str, t: Tensor, ndim: int, dtype: Optional[torch.dtype], device: torch.device,
+                  meta_ok: bool) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{call}: {name} must be a torch.Tensor (got {type(t).__name__})")
+    if t.dtype not in _DTYPE_NAMES:
+        raise TypeError(f"{call}: {name} is {t.dtype}; weave takes torch.bfloat16, torch.float16 or torch.float32")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"{call}: {name} is {t.dtype} but a is {dtype}: all tensors must have a's dtype")
+    if t.device != device and not (meta_ok and t.device.type == "meta"):
+        raise ValueError(f"{call}: {name} is on {t.device}; it must be on {device}, the device of this process's "
+                         "weave team")
+    if t.dim() != ndim:
+        raise ValueError(f"{call}: {name} must be {ndim}-D (got shape {tuple(t.shape)})")
+    if not t.is_contiguous():
+        raise ValueError(f"{call}: {name} must be contiguous (call .contiguous())")
+
+
+def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str,
+           reduce: str, fp32_slots: bool, alpha: float, meta_ok: bool) -> Tuple[GemmRsOptions, int, int, int]:
+    """The options and (M, N, K_local) of a call, or the error naming the bad argument."""
+    device = torch.device("cuda", team.device)
+    _check_tensor(call, "a", a, 2, None, device, meta_ok)
+    options = gemm_rs_options(_DTYPE_NAMES[a.dtype], b_layout=b_layout, strategy=strategy, reduce=reduce,
+                              fp32_slots=fp32_slots, alpha=alpha, has_bias=bias is not None, call=call)
+    _check_tensor(call, "b", b, 2, a.dtype, device, meta_ok)
+    M, K = a.shape
+    N, Kb = (b.shape[1], b.shape[0]) if b_layout == "row" else (b.shape[0], b.shape[1])
+    if Kb != K:
+        want = "[K_local, N]" if b_layout == "row" else "[N, K_local]"
+        raise ValueError(f"{call}: b has shape {tuple(b.shape)}; b_layout={b_layout!r} wants {want} with "
+                         f"K_local = a.shape[1] = {K}")
+    if M < 1 or N < 1 or K < 1:
+        raise ValueError(f"{call}: a {tuple(a.shape)} and b {tuple(b.shape)} must not be empty (M, N, K_local >= 1)")
+    if bias is not None:
+        _check_tensor(call, "bias", bias, 1, a.dtype, device, meta_ok)
+        if bias.shape[0] != N:
+            raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
+    return options, M, N, K
+
+
+def _check_out(call: str, team: Team, out: Tensor, a: Tensor, rows: int, N: int, meta_ok: bool) -> None:
+    _check_tensor(call, "out", out, 2, a.dtype, torch.device("cuda", team.device), meta_ok)
+    if out.shape[0] != rows or out.shape[1] != N:
+        raise ValueError(f"{call}: out has shape {tuple(out.shape)}; this rank's rows are [{rows}, {N}]")
+
+
+def _rows(M: int, team: Team) -> int:
+    """This rank's rows of C. M is symbolic when torch.compile traces with dynamic shapes: C cannot take
+    a symbol, so rows_of (weave_row_split's rule in closed form, checked against it) does."""
+    return row_split(M, team.world, team.rank)[1] if isinstance(M, int) else rows_of(M, team.world, team.rank)
+
+
+# ---- the call ----------------------------------------------------------------------------------------
+def _plan(call: str, team: Team, M: int, N: int, K: int, options: GemmRsOptions) -> Plan:
+    plan = team.find_plan(M, N, K, options)
+    if plan is not None:
+        return plan
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"{call}: no plan yet for M={M}, N={N}, K_local={K} with these dtype and options, and making one "
+            "synchronizes the device, which CUDA graph capture forbids: run one call with the same shapes, dtype "
+            "and options (on every rank) before capturing")
+    return team.create_plan(M, N, K, options)  # collective
+
+
+def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_layout: str, strategy: str,
+         reduce: str, fp32_slots: bool, alpha: float) -> Tensor:
+    call = "weave.gemm_rs"
+    team = get_team(call)
+    options, M, N, K = _check(call, team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=False)
+    plan = _plan(call, team, M, N, K, options)
+    rows = plan.info.rows
+    if out is None:
+        out = a.new_empty((rows, N))
+    else:
+        _check_out(call, team, out, a, rows, N, meta_ok=False)
+    plan.execute(a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr() if rows else 0,
+                 torch.cuda.current_stream(a.device).cuda_stream)
+    return out
+
+
+@torch.library.custom_op("weave::gemm_rs", mutates_args=())
+def _gemm_rs_op(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
+                fp32_slots: bool, alpha: float) -> Tensor:
+    return _run(a, b, bias, None, b_layout, strategy, reduce, fp32_slots, alpha)
+
+
+@_gemm_rs_op.register_fake
+def _gemm_rs_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
+                  fp32_slots: bool, alpha: float) -> Tensor:
+    team = get_team("weave.gemm_rs")
+    _, M, N, _ = _check("weave.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
+    return a.new_empty((_rows(M, team), N))
+
+
+@torch.library.custom_op("weave::gemm_rs_out", mutates_args=("out",))
+def _gemm_rs_out_op(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
+                    reduce: str, fp32_slots: bool, alpha: float) -> None:
+    _run(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, alpha)
+
+
+@_gemm_rs_out_op.register_fake
+def _gemm_rs_out_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
+                      reduce: str, fp32_slots: bool, alpha: float) -> None:
+    team = get_team("weave.gemm_rs")
+    _, M, N, _ = _check("weave.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
+    _check_out("weave.gemm_rs", team, out, a, _rows(M, team), N, meta_ok=True)
+
+
+# ---- backward -----------------------------------------------------------------------------------------
+@torch.library.custom_op("weave::all_gather_rows", mutates_args=())
+def _all_gather_rows_op(rows: Tensor, M: int) -> Tensor:
+    """Every rank's rows of an [M, N] matrix split like weave's output, gathered in rank order over the
+    team's process group (all_gather_into_tensor on chunks padded to the largest, the first rank's)."""
+    team = get_team("weave.gemm_rs backward")
+    counts = [row_split(M, team.world, r)[1] for r in range(team.world)]
+    if rows.shape[0] != counts[team.rank]:
+        raise ValueError(f"weave.gemm_rs backward: the gradient has {rows.shape[0]} rows; rank {team.rank} "
+                         f"owns {counts[team.rank]} of M = {M}")
+    cap = counts[0]
+    send = rows.contiguous()
+    if send.shape[0] < cap:
+        send = torch.cat([send, send.new_zeros((cap - send.shape[0],) + tuple(send.shape[1:]))])
+    gathered = send.new_empty((team.world * cap,) + tuple(send.shape[1:]))
+    dist.all_gather_into_tensor(gathered, send, group=_state.group)
+    if cap * team.world == M:
+        return gathered
+    return torch.cat([gathered[r * cap:r * cap + n] for r, n in enumerate(counts)])
+
+
+@_all_gather_rows_op.register_fake
+def _all_gather_rows_fake(rows: Tensor, M: int) -> Tensor:
+    return rows.new_empty((M,) + tuple(rows.shape[1:]))
+
+
+def _setup_context(ctx, inputs, output) -> None:  # noqa: ANN001 (torch's ctx)
+    a, b, bias, b_layout, _strategy, _reduce, _fp32_slots, alpha = inputs
+    ctx.save_for_backward(a, b)
+    ctx.b_layout, ctx.alpha, ctx.M = b_layout, alpha, a.shape[0]
+
+
+def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
+    """C_rows = alpha * (sum_r A_r B_r)[my rows] + bias. With G the gradient of all M rows (gathered):
+    dA = alpha G B^T, dB = alpha A^T G (B [K, N]; for B [N, K] its transpose, alpha G^T A) and
+    dbias = sum of G over all rows: the bias is one parameter replicated on the ranks, every rank's
+    copy gets the whole gradient, so the copies stay equal without an all-reduce."""
+    a, b = ctx.saved_tensors
+    team = get_team("weave.gemm_rs backward")
+    g = grad.contiguous()
+    if team.world > 1:
+        g = torch.ops.weave.all_gather_rows(g, ctx.M)
+    need_a, need_b, need_bias = ctx.needs_input_grad[:3]
+    ga = gb = gbias = None
+    if need_a:
+        ga = g @ (b.t() if ctx.b_layout == "row" else b)
+    if need_b:
+        gb = a.t() @ g if ctx.b_layout == "row" else g.t() @ a
+    if ctx.alpha != 1.0:
+        ga = None if ga is None else ga * ctx.alpha
+        gb = None if gb is None else gb * ctx.alpha
+    if need_bias:
+        gbias = g.sum(0)
+    return ga, gb, gbias, None, None, None, None, None
+
+
+_gemm_rs_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- the public functions -----------------------------------------------------------------------------
+def plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "row",
+              strategy: str = "auto", reduce: str = "deterministic", fp32_slots: bool = False,
+              alpha: float = 1.0) -> Optional[PlanInfo]:
+    """The plan a gemm_rs call with these arguments uses (its resolved strategy, this rank's rows, the
+    blocks, ...), or None before the first such call has made it."""
+    team = get_team("weave.plan_info")
+    options, M, N, K = _check("weave.plan_info", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
+                              meta_ok=False)
+    plan = team.find_plan(M, N, K, options)
+    return None if plan is None else plan.info
+
+
+
+def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "row",
+            out: Optional[Tensor] = None, strategy: str = "auto", reduce: str = "deterministic",
+            fp32_slots: bool = False, alpha: float = 1.0) -> Tensor:
+    """This rank's rows of C = alpha * sum over ranks of a_r @ b_r (+ bias), as [rows, N].
+
+    a: this rank's [M, K_local]; b: [K_local, N] (b_layout "row") or [N, K_local] ("col", an nn.Linear
+    weight); bias: [N]; one dtype (bf16, fp16, fp32), CUDA on the team's device, contiguous. rows comes
+    from weave_row_split (the first M % world ranks one more; 0 when M < world and rank >= M). Runs on
+    torch's current stream. The first call of each (shape, dtype, options) makes a plan, collectively:
+    every rank makes the same calls in the same order, and not during CUDA graph capture. strategy:
+    "auto" | "fused" | "bulk" | "baseline"; reduce: "deterministic" | "atomic"; fp32_slots: partials
+    in fp32. With out= the result is written there (no autograd); else a new tensor (with autograd)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"weave.gemm_rs: {name} must be a torch.Tensor (got {type(t).__name__})")
+    for name, maybe in (("bias", bias), ("out", out)):
+        if maybe is not None and not isinstance(maybe, Tensor):
+            raise TypeError(f"weave.gemm_rs: {name} must be a torch.Tensor or None (got {type(maybe).__name__})")
+    for name, s in (("b_layout", b_layout), ("strategy", strategy), ("reduce", reduce)):
+        if not isinstance(s, str):
+            raise TypeError(f"weave.gemm_rs: {name} must be a str (got {type(s).__name__})")
+    if not isinstance(fp32_slots, bool):
+        raise TypeError(f"weave.gemm_rs: fp32_slots must be a bool (got {type(fp32_slots).__name__})")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"weave.gemm_rs: alpha must be a float (got {type(alpha).__name__})")
+    if out is None:
+        return torch.ops.weave.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha))
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
+        raise RuntimeError("weave.gemm_rs: out= does not support autograd (as torch's out= functions); "
+                           "leave out=None, or call it under torch.no_grad()")
+    torch.ops.weave.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha))
+    return out
