@@ -92,7 +92,7 @@ def test_row_split_and_its_closed_form() -> None:
 
 
 def test_option_names_come_from_the_library() -> None:
-    assert _capi.dtype_names() == {"bf16": 0, "fp16": 1, "fp32": 2}
+    assert _capi.dtype_names() == {"bf16": 0, "fp16": 1, "fp32": 2, "fp8_e4m3": 3}
     assert _capi.strategy_names() == {"auto": 0, "fused": 1, "bulk": 2, "baseline": 3}
     opts = _capi.gemm_rs_options("fp16", b_layout="col", strategy="fused", reduce="atomic", fp32_slots=True,
                                  alpha=2, has_bias=True)

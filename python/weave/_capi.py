@@ -94,7 +94,8 @@ class _UniqueId(ctypes.Structure):
 class _Desc(ctypes.Structure):  # weave_gemm_rs_desc_t
     _fields_ = [("struct_size", c_size_t), ("dtype", c_int), ("b_layout", c_int), ("strategy", c_int),
                 ("reduce", c_int), ("fp32_slots", c_int), ("tile_order", c_int), ("alpha", c_float),
-                ("has_bias", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int), ("trace", c_int)]
+                ("has_bias", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int), ("trace", c_int),
+                ("out_dtype", c_int), ("scale_mode", c_int)]
 
 
 class _Info(ctypes.Structure):  # weave_gemm_rs_info_t
@@ -259,8 +260,9 @@ class GemmRsOptions:
     has_bias: bool
 
     def desc(self) -> _Desc:
+        # out_dtype WEAVE_DTYPE_AUTO (-1: the input's type), scale_mode WEAVE_SCALE_NONE (0)
         return _Desc(ctypes.sizeof(_Desc), self.dtype, self.b_layout, self.strategy, self.reduce,
-                     int(self.fp32_slots), 0, self.alpha, int(self.has_bias), 0, 0, 0)
+                     int(self.fp32_slots), 0, self.alpha, int(self.has_bias), 0, 0, 0, -1, 0)
 
 
 def gemm_rs_options(dtype: str, *, b_layout: str = "row", strategy: str = "auto", reduce: str = "deterministic",
