@@ -182,6 +182,8 @@ static weave_result_t create_padding_differs(ctx_t *c) { /* not bad: the same fi
   d.gemm_blocks = 0;
   d.comm_blocks = 0;
   d.trace = 0;
+  d.out_dtype = WEAVE_DTYPE_AUTO;
+  d.scale_mode = WEAVE_SCALE_NONE;
   return create(c, 64, 64, 64, &d);
 }
 

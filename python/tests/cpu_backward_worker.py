@@ -43,13 +43,13 @@ for M, N, K in ((7, 5, 4), (2, 3, 6)):
 
             begin, rows = weave.row_split(M, world, rank)
             b_arg = Bs[rank] if layout == "row" else Bs[rank].t().contiguous()  # "col": B stored [N, K]
-            ctx = SimpleNamespace(saved_tensors=(As[rank], b_arg), b_layout=layout, alpha=alpha, M=M,
+            ctx = SimpleNamespace(saved_tensors=(As[rank], b_arg), b_layout=layout, alpha=alpha, M=M, world=world,
                                   needs_input_grad=(True, True, True))
             ga, gb, gbias, *rest = _torch._backward(ctx, G[begin:begin + rows])
             what = f"M={M} N={N} K={K} {layout} alpha={alpha}"
             close(ga, A[rank].grad, f"{what}: grad a")
             close(gb, B[rank].grad if layout == "row" else B[rank].grad.t(), f"{what}: grad b")
             close(gbias, b.grad, f"{what}: grad bias")  # the whole gradient on every rank
-            assert rest == [None] * 5
+            assert rest == [None] * 7  # b_layout, strategy, reduce, fp32_slots, alpha, world, rank
 print(f"rank {rank}: backward ok")
 dist.destroy_process_group()

@@ -281,7 +281,9 @@ def case_opcheck() -> None:
     a = rand((300, 96), "opcheck a").requires_grad_()
     b = rand((160, 96), "opcheck b", weave.get_team().rank).requires_grad_()
     bias = rand((160,), "opcheck bias").requires_grad_()
-    torch.library.opcheck(torch.ops.weave.gemm_rs.default, (a, b, bias, "col", "fused", "deterministic", False, 1.0))
+    team = weave.get_team()
+    torch.library.opcheck(torch.ops.weave.gemm_rs.default,
+                          (a, b, bias, "col", "fused", "deterministic", False, 1.0, team.world, team.rank))
     say("  torch.library.opcheck(weave::gemm_rs): schema, fake, autograd registration, aot dispatch")
 
 

@@ -123,7 +123,7 @@ def test_eager_backward_shapes(team: SimpleNamespace) -> None:
 def test_ops_are_registered() -> None:
     assert str(torch.ops.weave.gemm_rs.default._schema) == (
         "weave::gemm_rs(Tensor a, Tensor b, Tensor? bias, str b_layout, str strategy, str reduce, bool fp32_slots, "
-        "float alpha) -> Tensor")
+        "float alpha, SymInt world, SymInt rank) -> Tensor")
     assert "Tensor(a3!) out" in str(torch.ops.weave.gemm_rs_out.default._schema)
     assert str(torch.ops.weave.all_gather_rows.default._schema) == (
         "weave::all_gather_rows(Tensor rows, SymInt M) -> Tensor")

@@ -149,10 +149,18 @@ def _check_out(call: str, team: Team, out: Tensor, a: Tensor, rows: int, N: int,
         raise ValueError(f"{call}: out has shape {tuple(out.shape)}; this rank's rows are [{rows}, {N}]")
 
 
-def _rows(M: int, team: Team) -> int:
-    """This rank's rows of C. M is symbolic when torch.compile traces with dynamic shapes: C cannot take
-    a symbol, so rows_of (weave_row_split's rule in closed form, checked against it) does."""
-    return row_split(M, team.world, team.rank)[1] if isinstance(M, int) else rows_of(M, team.world, team.rank)
+def _rows(M: int, world: int, rank: int) -> int:
+    """Rank `rank`'s rows of C. M is symbolic when torch.compile traces with dynamic shapes: C cannot
+    take a symbol, so rows_of (weave_row_split's rule in closed form, checked against it) does."""
+    return row_split(M, world, rank)[1] if isinstance(M, int) else rows_of(M, world, rank)
+
+
+def _check_team(call: str, team: Team, world: int, rank: int) -> None:
+    """The ops take the team's world and rank as arguments: the output's shape depends on them, so
+    they must be in the traced graph (a graph compiled for another world, e.g. from inductor's cache,
+    must not be reused). They must be this process's."""
+    if (world, rank) != (team.world, team.rank):
+        raise ValueError(f"{call}: world {world} and rank {rank} are not the team's ({team.world}, {team.rank})")
 
 
 # ---- the call ----------------------------------------------------------------------------------------
@@ -169,9 +177,10 @@ def _plan(call: str, team: Team, M: int, N: int, K: int, options: GemmRsOptions)
 
 
 def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_layout: str, strategy: str,
-         reduce: str, fp32_slots: bool, alpha: float) -> Tensor:
+         reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
     call = "weave.gemm_rs"
     team = get_team(call)
+    _check_team(call, team, world, rank)
     options, M, N, K = _check(call, team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=False)
     plan = _plan(call, team, M, N, K, options)
     rows = plan.info.rows
@@ -186,30 +195,32 @@ def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_
 
 @torch.library.custom_op("weave::gemm_rs", mutates_args=())
 def _gemm_rs_op(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
-                fp32_slots: bool, alpha: float) -> Tensor:
-    return _run(a, b, bias, None, b_layout, strategy, reduce, fp32_slots, alpha)
+                fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
+    return _run(a, b, bias, None, b_layout, strategy, reduce, fp32_slots, alpha, world, rank)
 
 
 @_gemm_rs_op.register_fake
 def _gemm_rs_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
-                  fp32_slots: bool, alpha: float) -> Tensor:
+                  fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
     team = get_team("weave.gemm_rs")
+    _check_team("weave.gemm_rs", team, world, rank)
     _, M, N, _ = _check("weave.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
-    return a.new_empty((_rows(M, team), N))
+    return a.new_empty((_rows(M, world, rank), N))
 
 
 @torch.library.custom_op("weave::gemm_rs_out", mutates_args=("out",))
 def _gemm_rs_out_op(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
-                    reduce: str, fp32_slots: bool, alpha: float) -> None:
-    _run(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, alpha)
+                    reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> None:
+    _run(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, alpha, world, rank)
 
 
 @_gemm_rs_out_op.register_fake
 def _gemm_rs_out_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
-                      reduce: str, fp32_slots: bool, alpha: float) -> None:
+                      reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> None:
     team = get_team("weave.gemm_rs")
+    _check_team("weave.gemm_rs", team, world, rank)
     _, M, N, _ = _check("weave.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
-    _check_out("weave.gemm_rs", team, out, a, _rows(M, team), N, meta_ok=True)
+    _check_out("weave.gemm_rs", team, out, a, _rows(M, world, rank), N, meta_ok=True)
 
 
 # ---- backward -----------------------------------------------------------------------------------------
@@ -239,9 +250,9 @@ def _all_gather_rows_fake(rows: Tensor, M: int) -> Tensor:
 
 
 def _setup_context(ctx, inputs, output) -> None:  # noqa: ANN001 (torch's ctx)
-    a, b, bias, b_layout, _strategy, _reduce, _fp32_slots, alpha = inputs
+    a, b, bias, b_layout, _strategy, _reduce, _fp32_slots, alpha, world, _rank = inputs
     ctx.save_for_backward(a, b)
-    ctx.b_layout, ctx.alpha, ctx.M = b_layout, alpha, a.shape[0]
+    ctx.b_layout, ctx.alpha, ctx.M, ctx.world = b_layout, alpha, a.shape[0], world
 
 
 def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
@@ -252,7 +263,7 @@ def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
     a, b = ctx.saved_tensors
     team = get_team("weave.gemm_rs backward")
     g = grad.contiguous()
-    if team.world > 1:
+    if ctx.world > 1:
         g = torch.ops.weave.all_gather_rows(g, ctx.M)
     need_a, need_b, need_bias = ctx.needs_input_grad[:3]
     ga = gb = gbias = None
@@ -265,7 +276,7 @@ def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
         gb = None if gb is None else gb * ctx.alpha
     if need_bias:
         gbias = g.sum(0)
-    return ga, gb, gbias, None, None, None, None, None
+    return ga, gb, gbias, None, None, None, None, None, None, None
 
 
 _gemm_rs_op.register_autograd(_backward, setup_context=_setup_context)
@@ -311,9 +322,13 @@ def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: st
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise TypeError(f"weave.gemm_rs: alpha must be a float (got {type(alpha).__name__})")
     if out is None:
-        return torch.ops.weave.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha))
+        team = get_team("weave.gemm_rs")
+        return torch.ops.weave.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
+                                       team.rank)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
         raise RuntimeError("weave.gemm_rs: out= does not support autograd (as torch's out= functions); "
                            "leave out=None, or call it under torch.no_grad()")
-    torch.ops.weave.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha))
+    team = get_team("weave.gemm_rs")
+    torch.ops.weave.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
+                                team.rank)
     return out

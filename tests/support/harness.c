@@ -183,7 +183,13 @@ void *harness_dev_alloc(size_t bytes) {
   return p;
 }
 void harness_dev_free(void *p) { CUDA_CHECK(cudaFree(p)); }
-void harness_upload(void *dst, const void *src, size_t bytes) { CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+/* cudaMemcpy from pageable memory may return before its DMA has landed, and the ranks' streams do not
+ * wait for the legacy stream it runs on: wait for that stream (not the whole device, which would
+ * wait for the other ranks' kernels too). */
+void harness_upload(void *dst, const void *src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaStreamSynchronize(0));
+}
 void harness_download(void *dst, const void *src, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
