@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
+#include "gemm_rs/plan.h"
 #include "harness.h"
 #include "reference.h"
 #include "weave.h"
@@ -90,6 +93,33 @@ static void check(phase_t *p, harness_rank_t *hr, int s, const void *bias_h, con
   }
 }
 
+/* After a timeout: this rank's control words and tile flags of the fused plan (internal layout,
+ * kernels.h), so that a failure says which source's tiles never came and how far each rank got. */
+static void dump_flags(weave_gemm_rs_plan_t plan, int rank, int world) {
+  const weave_fused_params_t *fp = &plan->params;
+  weave_plan_ctl_t ctl;
+  const size_t n = (size_t)world * (size_t)fp->tiles_cap;
+  uint32_t *flags = (uint32_t *)calloc(n ? n : 1, sizeof(uint32_t));
+  if (!flags || cudaMemcpy(&ctl, fp->ctl, sizeof(ctl), cudaMemcpyDeviceToHost) != cudaSuccess ||
+      (plan->strategy == WEAVE_STRATEGY_FUSED &&
+       cudaMemcpy(flags, fp->tile_flags, n * sizeof(uint32_t), cudaMemcpyDeviceToHost) != cudaSuccess)) {
+    fprintf(stderr, "  rank %d: flags unreadable\n", rank);
+    free(flags);
+    return;
+  }
+  char line[1024];
+  int at = snprintf(line, sizeof(line), "  rank %d: finished call %u, done[]", rank, ctl.epoch);
+  for (int s = 0; s < world && at < (int)sizeof(line) - 16; ++s) at += snprintf(line + at, sizeof(line) - at, " %u", ctl.done[s]);
+  fprintf(stderr, "%s\n", line);
+  for (int s = 0; s < world && plan->strategy == WEAVE_STRATEGY_FUSED; ++s) {
+    at = snprintf(line, sizeof(line), "  rank %d: tile flags from source %d:", rank, s);
+    for (int t = 0; t < fp->tiles_cap && at < (int)sizeof(line) - 16; ++t)
+      at += snprintf(line + at, sizeof(line) - at, " %u", flags[(size_t)s * fp->tiles_cap + t]);
+    fprintf(stderr, "%s\n", line);
+  }
+  free(flags);
+}
+
 static int rank_fn(harness_rank_t *hr) {
   phase_t *p = (phase_t *)hr->user;
   const size_t e = weave_dtype_size(DT), a_n = (size_t)p->M * p->K, b_n = (size_t)p->K * p->N;
@@ -137,6 +167,7 @@ static int rank_fn(harness_rank_t *hr) {
         char msg[64];
         snprintf(msg, sizeof(msg), "call %d", call);
         fail(p, hr->rank, msg, weave_get_last_error(hr->team));
+        dump_flags(plan, hr->rank, hr->world);
         break;
       }
     }
