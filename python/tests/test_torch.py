@@ -165,6 +165,29 @@ def test_compile_fullgraph_traces_forward_and_backward(team: SimpleNamespace) ->
     assert any("weave.all_gather_rows.default" in g for g in graphs)
 
 
+def test_compiled_graph_depends_on_the_world(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same local shapes at world 1 and at world 2 (as a tensor-parallel model has when hidden
+    grows with the world) must trace to different graphs: the output's rows differ, and inductor's
+    on-disk cache keys compiled code by the graph (the H200 once ran world 1's graph at world 2)."""
+    graphs: List[str] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(gm.code)
+        return gm.forward
+
+    def call(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return weave.gemm_rs(x, w, b_layout="col")
+
+    rows = []
+    for world in (1, 2):
+        monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=0, device=0))
+        torch._dynamo.reset()
+        compiled = torch.compile(call, backend=keep, fullgraph=True)
+        rows.append(compiled(meta(512, 16), meta(12, 16)).shape[0])
+    assert rows == [512, 256]
+    assert len(graphs) == 2 and graphs[0] != graphs[1]
+
+
 def test_row_parallel_linear_arguments(team: SimpleNamespace) -> None:
     with pytest.raises(ValueError, match="in_features 30 must be a multiple of the team's world 4"):
         weave.nn.RowParallelLinear(30, 6)
