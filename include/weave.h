@@ -251,7 +251,8 @@ WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int
  * C_out: [rows, N] row-major. Device pointers of this rank (any memory, not only the heap).
  * Neither waits for the device nor allocates, and the plan counts its calls on the device: a call
  * can be captured into a CUDA graph (after the plan's first call) and every replay is a new call.
- * The calls of a plan, direct or replayed, must come in the same order on every rank. */
+ * The calls of a plan, direct or replayed, must come in the same order on every rank. fp8 A and B
+ * must be 16-byte aligned (every strategy runs them on TMA GEMMs). */
 WEAVE_API weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t plan, const void *A, const void *B,
                                      const void *bias, void *C_out, weave_stream_t stream);
 /* The same for a plan with scales (desc.scale_mode, fp8): device pointers to this rank's scales,

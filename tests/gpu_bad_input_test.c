@@ -196,6 +196,21 @@ static weave_result_t exec_null_a(ctx_t *c) { return weave_gemm_rs_execute(c->pl
 static weave_result_t exec_null_b(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, NULL, NULL, c->dC, c->hr->stream); }
 static weave_result_t exec_null_c(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, c->dB, NULL, NULL, c->hr->stream); }
 static weave_result_t exec_odd_a(ctx_t *c) { return weave_gemm_rs_execute(c->plan, PLUS1(c->dA), c->dB, NULL, c->dC, c->hr->stream); }
+/* fp8 runs on TMA GEMMs only: a 1-byte-aligned A (fine for the element) must be refused by every
+ * strategy before anything is enqueued (a bulk rank that failed at its GEMM would strand its peers
+ * in the ready barrier). Collective: the plan is made and destroyed by every rank. */
+static weave_result_t exec_fp8_bulk_odd_a(ctx_t *c) {
+  weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.b_layout = WEAVE_LAYOUT_COL;
+  d.strategy = WEAVE_STRATEGY_BULK;
+  weave_gemm_rs_plan_t p = NULL;
+  weave_result_t rc = weave_gemm_rs_plan_create(c->hr->team, 64, 64, 64, &d, &p);
+  if (rc != WEAVE_SUCCESS) return rc;
+  rc = weave_gemm_rs_execute(p, PLUS1(c->dA), c->dB, NULL, c->dC, c->hr->stream);
+  weave_gemm_rs_plan_destroy(p);
+  return rc;
+}
 static weave_result_t exec_odd_b(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, PLUS1(c->dB), NULL, c->dC, c->hr->stream); }
 static weave_result_t exec_odd_c(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, c->dB, NULL, PLUS1(c->dC), c->hr->stream); }
 static weave_result_t exec_odd_bias(ctx_t *c) {
@@ -332,6 +347,7 @@ static const row_t table[] = {
     {"execute: C NULL", exec_null_c, INVALID, ON_TEAM},
     {"execute: A + 1 byte", exec_odd_a, INVALID, ON_TEAM},
     {"execute: B + 1 byte", exec_odd_b, INVALID, ON_TEAM},
+    {"execute: fp8 bulk, A + 1 byte (16-byte TMA alignment)", exec_fp8_bulk_odd_a, INVALID, ON_TEAM},
     {"execute: C + 1 byte", exec_odd_c, INVALID, ON_TEAM},
     {"execute: bias + 1 byte", exec_odd_bias, INVALID, ON_TEAM},
     {"execute: bias to a plan without bias", exec_bias_not_wanted, INVALID, ON_TEAM},

@@ -70,6 +70,11 @@ static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, 
   if (((uintptr_t)A | (uintptr_t)B) % e || ((uintptr_t)C_out | (uintptr_t)bias) % eo)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                       "weave_gemm_rs_execute: A and B must be %zu-byte, C_out and bias %zu-byte aligned", e, eo);
+  /* fp8 runs only on TMA GEMMs (weave's Hopper role, cuBLASLt fp8) in every strategy: checked here,
+   * before anything is enqueued, so that a refusal never leaves the peers waiting mid-protocol */
+  if (weave_dtype_is_fp8(p->desc.dtype) && (((uintptr_t)A | (uintptr_t)B) & 15))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "weave_gemm_rs_execute: fp8 A %p and B %p must be 16-byte aligned (TMA)", A, B);
   return WEAVE_SUCCESS;
 }
 
