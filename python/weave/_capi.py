@@ -344,12 +344,14 @@ class Plan:
                              info.tile_n, info.tiles_total, info.tiles_owned, info.gemm_blocks, info.comm_blocks,
                              info.heap_bytes, info.bytes_sent)
         self._execute = lib().weave_gemm_rs_execute
+        self.called = False  # a call went through: the plan may be captured (weave.h)
 
     def execute(self, a: int, b: int, bias: int, c_out: int, stream: int) -> None:
         """Enqueues one call on `stream` (device pointers as ints; 0 for no bias / no rows)."""
         rc = self._execute(self.handle, a, b, bias or None, c_out or None, stream or None)
         if rc:
             _raise(rc, "weave_gemm_rs_execute", self.team.handle)
+        self.called = True
 
     def _destroy(self) -> None:
         handle, self.handle = self.handle, None

@@ -5,6 +5,7 @@ hands weave the pointers and torch's current stream.
 """
 
 import atexit
+import os
 import sys
 from typing import Optional, Tuple
 
@@ -20,6 +21,7 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 class _State:
     team: Optional[Team] = None
     group: Optional[dist.ProcessGroup] = None
+    pid: int = 0  # the process that made the team (a forked child must not finalize it)
 
 
 _state = _State()
@@ -56,7 +58,7 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
             buf[0] = 1
     on = torch.device("cuda", device) if dist.get_backend(group) == "nccl" else torch.device("cpu")
     buf = buf.to(on)
-    dist.broadcast(buf, group=group, group_src=0)
+    dist.broadcast(buf, src=dist.get_global_rank(group, 0), group=group)
     buf = buf.cpu()
     if failure is not None:
         raise failure
@@ -64,6 +66,7 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
         raise RuntimeError("weave.init: group rank 0 could not create a unique id (its error says why)")
     _state.team = Team(bytes(buf[1:].tolist()), world, rank, device)
     _state.group = group
+    _state.pid = os.getpid()
     return _state.team
 
 
@@ -75,6 +78,8 @@ def finalize() -> None:
 
 
 def _finalize_at_exit() -> None:
+    if _state.team is not None and _state.pid not in (0, os.getpid()):
+        return  # a forked child: the team is its parent's
     try:
         finalize()
     except Exception as e:  # at exit there is nobody to raise to; the waits are bounded, so no hang
@@ -166,13 +171,14 @@ def _check_team(call: str, team: Team, world: int, rank: int) -> None:
 # ---- the call ----------------------------------------------------------------------------------------
 def _plan(call: str, team: Team, M: int, N: int, K: int, options: GemmRsOptions) -> Plan:
     plan = team.find_plan(M, N, K, options)
-    if plan is not None:
+    capturing = torch.cuda.is_current_stream_capturing()
+    if plan is not None and (plan.called or not capturing):
         return plan
-    if torch.cuda.is_current_stream_capturing():
+    if capturing:  # weave.h: a plan is captured after its first call
         raise RuntimeError(
-            f"{call}: no plan yet for M={M}, N={N}, K_local={K} with these dtype and options, and making one "
-            "synchronizes the device, which CUDA graph capture forbids: run one call with the same shapes, dtype "
-            "and options (on every rank) before capturing")
+            f"{call}: no plan for M={M}, N={N}, K_local={K} with these dtype and options has made a call yet "
+            "(making a plan synchronizes the device, which CUDA graph capture forbids, and a plan is captured after "
+            "its first call): run one call with the same shapes, dtype and options (on every rank) before capturing")
     return team.create_plan(M, N, K, options)  # collective
 
 

@@ -130,7 +130,7 @@ typedef struct {
    * (ping-pong: no stream-K, no cluster) */
   int schedule;
   /* fp8 inputs only (16-bit inputs write dtype): C and bias WEAVE_BF16 (0), WEAVE_FP16 or WEAVE_FP32
-   * (fp32: cooperative schedule, no bias), and the scales (zero: none). No 2-CTA clusters for fp8. */
+   * (fp32: cooperative schedule; its bias is fp32 too), and the scales (zero: none). No 2-CTA clusters for fp8. */
   weave_dtype_t out_dtype;
   weave_hgemm_scales_t scales;
 } weave_hgemm_args_t;
