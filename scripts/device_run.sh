@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|prof|trace|multi]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|prof|trace|multi|lifecycle]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -13,6 +13,16 @@ log=$out/gpu_tests.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
   case $mode in
+    lifecycle) # gpu_lifecycle_test --quick, LIFE_RUNS times (default 5): its "fused, one set" phase timed out
+               # once on the H200 with the original report's signature; on a timeout every rank prints
+               # its plan's finished call and tile flags (life.log keeps the failing runs)
+      for i in $(seq ${LIFE_RUNS:-5}); do
+        WEAVE_TIMEOUT_MS=3000 timeout 120 $b/tests/gpu_lifecycle_test --quick > "$out/life_run.log" 2>&1
+        rc=$?; echo "lifecycle --quick run $i: rc=$rc"
+        if [ $rc != 0 ]; then cat "$out/life_run.log" >> "$out/life.log"; grep -E "FAIL|tile flags|finished call" "$out/life_run.log" | head -24; fi
+      done
+      rm -f "$out/life_run.log"
+      ;;
     quick|full)
       flag=--quick; [ "$mode" = full ] && flag=
       WEAVE_TIMEOUT_MS=3000 timeout ${TEST_TIMEOUT:-300} $b/tests/gpu_gemm_rs $flag > "$out/gemm_rs.log" 2>&1
