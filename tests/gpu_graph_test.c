@@ -73,26 +73,22 @@ static void check(graph_run_t *g, harness_rank_t *hr, long gen, const void *bias
   }
   unsigned char *got = (unsigned char *)malloc((size_t)rows * g->N * e + 1);
   harness_download(got, dC, (size_t)rows * g->N * e);
-  double atol, rtol;
-  weave_tolerance(dt, g->K * hr->world, &atol, &rtol);
-  const int n = rows < 4 ? rows : 4, begins[3] = {0, rows / 2 > rows - n ? rows - n : rows / 2, rows - n};
-  double *ref = (double *)malloc(sizeof(double) * 4 * (size_t)g->N);
-  for (int i = 0; i < 3 && n > 0; ++i) {
-    weave_ref_gemm_rs(g->M, g->N, g->K, hr->world, dt, g->c->layout, g->c->alpha, (const void *const *)As,
-                      (const void *const *)Bs, bias_h, row_begin + begins[i], n, ref);
-    weave_check_t c;
-    weave_check_result(dt, got + (size_t)begins[i] * g->N * e, ref, (size_t)n * g->N, atol, rtol, &c);
-    if (c.wrong) {
+  int begins[3];
+  const int n = weave_sample_rows(rows, begins);
+  weave_check_t res[3];
+  weave_check_sampled_rows(g->M, g->N, g->K, hr->world, dt, g->c->layout, g->c->alpha, (const void *const *)As,
+                           (const void *const *)Bs, bias_h, row_begin, rows, got, res);
+  for (int i = 0; i < 3; ++i)
+    if (res[i].wrong) {
       char msg[200];
       snprintf(msg, sizeof(msg), "%s: rows %d..%d: %zu wrong (first at %zu, max abs err %g)", when,
-               row_begin + begins[i], row_begin + begins[i] + n - 1, c.wrong, c.first_bad, c.max_abs_err);
+               row_begin + begins[i], row_begin + begins[i] + n - 1, res[i].wrong, res[i].first_bad,
+               res[i].max_abs_err);
       fail(g, hr->rank, "result", msg);
     }
-  }
   pthread_mutex_lock(&g->mu);
   g->checked++;
   pthread_mutex_unlock(&g->mu);
-  free(ref);
   free(got);
   for (int r = 0; r < hr->world; ++r) {
     free(As[r]);

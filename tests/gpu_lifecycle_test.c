@@ -55,7 +55,7 @@ static void make_inputs(const phase_t *p, int r, int s, void *A, void *B) {
   weave_fill_random(DT, B, (size_t)p->K * p->N, p->seed + (uint64_t)(r * 64 + s) * 2 + 1);
 }
 
-/* Checks this rank's rows of the result of input set s against fp64 on 3 ranges of 4 rows. */
+/* Checks this rank's rows of the result of input set s against fp64 (weave_check_sampled_rows). */
 static void check(phase_t *p, harness_rank_t *hr, int s, const void *bias_h, const void *dC, int row_begin, int rows) {
   const size_t e = weave_dtype_size(DT);
   void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
@@ -66,26 +66,21 @@ static void check(phase_t *p, harness_rank_t *hr, int s, const void *bias_h, con
   }
   unsigned char *got = (unsigned char *)malloc((size_t)rows * p->N * e + 1);
   harness_download(got, dC, (size_t)rows * p->N * e);
-  double atol, rtol;
-  weave_tolerance(DT, p->K * hr->world, &atol, &rtol);
-  const int begins[3] = {0, rows / 2, rows > 4 ? rows - 4 : 0}, n = rows < 4 ? rows : 4;
-  double *ref = (double *)malloc(sizeof(double) * 4 * p->N);
-  for (int i = 0; i < 3 && n > 0; ++i) {
-    weave_ref_gemm_rs(p->M, p->N, p->K, hr->world, DT, p->layout, p->alpha, (const void *const *)As,
-                      (const void *const *)Bs, bias_h, row_begin + begins[i], n, ref);
-    weave_check_t c;
-    weave_check_result(DT, got + (size_t)begins[i] * p->N * e, ref, (size_t)n * p->N, atol, rtol, &c);
-    if (c.wrong) {
+  int begins[3];
+  const int n = weave_sample_rows(rows, begins);
+  weave_check_t res[3];
+  weave_check_sampled_rows(p->M, p->N, p->K, hr->world, DT, p->layout, p->alpha, (const void *const *)As,
+                           (const void *const *)Bs, bias_h, row_begin, rows, got, res);
+  for (int i = 0; i < 3; ++i)
+    if (res[i].wrong) {
       char msg[160];
       snprintf(msg, sizeof(msg), "set %d rows %d..%d: %zu wrong (first at %zu)", s, row_begin + begins[i],
-               row_begin + begins[i] + n - 1, c.wrong, c.first_bad);
+               row_begin + begins[i] + n - 1, res[i].wrong, res[i].first_bad);
       fail(p, hr->rank, "result", msg);
     }
-  }
   pthread_mutex_lock(&p->mu);
   p->checked++;
   pthread_mutex_unlock(&p->mu);
-  free(ref);
   free(got);
   for (int r = 0; r < hr->world; ++r) {
     free(As[r]);

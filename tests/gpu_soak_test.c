@@ -147,8 +147,9 @@ static void upload_inputs(const slot_t *p, uint64_t seed, int rank, long gen) {
 /* This rank's rows of C (on the device, stream synced) against fp64 on 3 ranges of up to 4 rows. */
 static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long call) {
   const size_t e = weave_dtype_size(p->d.dtype);
-  const int world = hr->world, rows = p->rows, n = rows < 4 ? rows : 4;
-  const int begins[3] = {0, rows / 2 > rows - n ? rows - n : rows / 2, rows - n};
+  const int world = hr->world, rows = p->rows;
+  int begins[3];
+  const int n = weave_sample_rows(rows, begins);
   void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
   for (int r = 0; r < world; ++r) {
     As[r] = malloc((size_t)p->M * p->K * e);
@@ -163,24 +164,20 @@ static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long
   }
   unsigned char *got = (unsigned char *)malloc((size_t)rows * p->N * e);
   harness_download(got, p->dC, (size_t)rows * p->N * e);
-  double atol, rtol, *ref = (double *)malloc(sizeof(double) * 4 * (size_t)p->N);
-  weave_tolerance(p->d.dtype, p->K * world, &atol, &rtol);
-  for (int i = 0; i < 3 && n > 0; ++i) {
-    weave_ref_gemm_rs(p->M, p->N, p->K, world, p->d.dtype, p->d.b_layout, p->d.alpha, (const void *const *)As,
-                      (const void *const *)Bs, bias, p->row_begin + begins[i], n, ref);
-    weave_check_t c;
-    weave_check_result(p->d.dtype, got + (size_t)begins[i] * p->N * e, ref, (size_t)n * p->N, atol, rtol, &c);
-    if (c.wrong) {
+  weave_check_t res[3];
+  weave_check_sampled_rows(p->M, p->N, p->K, world, p->d.dtype, p->d.b_layout, p->d.alpha, (const void *const *)As,
+                           (const void *const *)Bs, bias, p->row_begin, rows, got, res);
+  for (int i = 0; i < 3; ++i)
+    if (res[i].wrong) {
       char dn[256];
       desc_name(p, dn, sizeof(dn));
       fail(s, hr->rank, "call %ld, %s: rows %d..%d: %zu wrong (first at %zu, max abs err %g)", call, dn,
-           p->row_begin + begins[i], p->row_begin + begins[i] + n - 1, c.wrong, c.first_bad, c.max_abs_err);
+           p->row_begin + begins[i], p->row_begin + begins[i] + n - 1, res[i].wrong, res[i].first_bad,
+           res[i].max_abs_err);
       pthread_mutex_lock(&s->mu);
-      s->wrong += (long)c.wrong;
+      s->wrong += (long)res[i].wrong;
       pthread_mutex_unlock(&s->mu);
     }
-  }
-  free(ref);
   free(got);
   free(bias);
   for (int r = 0; r < world; ++r) {

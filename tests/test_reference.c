@@ -431,7 +431,41 @@ static void test_fp8(void) {
   }
 }
 
+/* The sampled ranges stay inside the block and cover its first and last row; the sampled check
+ * passes an exact block and catches one wrong element in each range. */
+static void test_sampled_rows(void) {
+  for (int rows = 0; rows <= 40; ++rows) {
+    int b[3];
+    const int n = weave_sample_rows(rows, b);
+    CHECK(n == (rows < 4 ? rows : 4));
+    for (int i = 0; i < 3 && n > 0; ++i) CHECK(b[i] >= 0 && b[i] + n <= rows);
+    CHECK(n == 0 || (b[0] == 0 && b[2] + n == rows));
+  }
+  enum { M = 11, N = 5, K = 3, W = 2 };
+  float A[W][M * K], B[W][K * N];
+  const void *As[W], *Bs[W];
+  for (int r = 0; r < W; ++r) {
+    weave_fill_random(WEAVE_FP32, A[r], M * K, 7 + (uint64_t)r);
+    weave_fill_random(WEAVE_FP32, B[r], K * N, 70 + (uint64_t)r);
+    As[r] = A[r];
+    Bs[r] = B[r];
+  }
+  const int row_begin = 6, rows = 5; /* rank 1 of 2 of M = 11 */
+  double ref[rows * N];
+  float got[rows * N];
+  weave_ref_gemm_rs(M, N, K, W, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0.5, As, Bs, NULL, row_begin, rows, ref);
+  for (int i = 0; i < rows * N; ++i) got[i] = (float)ref[i];
+  weave_check_t res[3];
+  CHECK(weave_check_sampled_rows(M, N, K, W, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0.5, As, Bs, NULL, row_begin, rows, got,
+                                 res) == 0);
+  got[(rows - 1) * N + 2] += 1.0f; /* the block's last row: in the last range */
+  CHECK(weave_check_sampled_rows(M, N, K, W, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0.5, As, Bs, NULL, row_begin, rows, got,
+                                 res) >= 1);
+  CHECK(res[2].wrong == 1);
+}
+
 int main(void) {
+  test_sampled_rows();
   test_bf16();
   test_fp16();
   test_host_get_set();

@@ -218,12 +218,12 @@ static void plan_size_memory(weave_gemm_rs_plan_t p) {
   p->mem_bytes = p->head_bytes + data;
 }
 
-/* Zero the flags (and the atomic accumulator) once; every rank finishes before any kernel runs. */
+/* Zero the flags (and the atomic accumulator) once; plan_acquire waits for it before the ranks
+ * agree, so every rank finishes before any kernel runs. */
 static weave_result_t plan_zero_flags(weave_gemm_rs_plan_t p) {
   size_t zero = p->desc.reduce == WEAVE_REDUCE_ATOMIC && p->strategy == WEAVE_STRATEGY_FUSED ? p->mem_bytes
                                                                                               : p->head_bytes;
   int e = (int)cudaMemset(p->mem, 0, zero);
-  if (!e) e = (int)cudaDeviceSynchronize();
   return e ? weave_plan_cuda_fail(p->team, e, "plan: zeroing flags") : WEAVE_SUCCESS;
 }
 
@@ -299,8 +299,10 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
   if (local == WEAVE_SUCCESS && baseline) local = plan_create_lt(p);
   if (local == WEAVE_SUCCESS) plan_trace_buffer(p, env);
   if (local == WEAVE_SUCCESS) plan_gemm_workspace(p);
-  if (local == WEAVE_SUCCESS && cudaDeviceSynchronize() != cudaSuccess) /* the memsets done */
-    local = weave_plan_cuda_fail(team, (int)cudaGetLastError(), "plan: zeroing the workspace");
+  if (local == WEAVE_SUCCESS) { /* the flags' and the workspace's zeroing done */
+    const int e = (int)cudaDeviceSynchronize();
+    if (e) local = weave_plan_cuda_fail(team, e, "plan: zeroing flags and workspace");
+  }
   weave_result_t rc = weave_team_agree(team, local);
   if (rc == WEAVE_SUCCESS && baseline && team->world > 1 && p->M % team->world == 0) plan_try_nccl(p);
   if (rc != WEAVE_SUCCESS) {

@@ -243,6 +243,36 @@ void weave_tolerance(weave_dtype_t t, int K_total, double *atol, double *rtol) {
   *atol = 4.0 * eps * scale;
 }
 
+int weave_sample_rows(int rows, int begins[3]) {
+  const int n = rows < 4 ? rows : 4;
+  begins[0] = 0;
+  begins[1] = rows / 2 > rows - n ? rows - n : rows / 2;
+  begins[2] = rows - n;
+  return n;
+}
+
+size_t weave_check_sampled_rows(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout,
+                                double alpha, const void *const *A, const void *const *B, const void *bias,
+                                int row_begin, int rows, const void *got, weave_check_t res[3]) {
+  int begins[3];
+  const int n = weave_sample_rows(rows, begins);
+  double atol, rtol;
+  weave_tolerance(t, K * world, &atol, &rtol);
+  double *ref = (double *)malloc(sizeof(double) * 4 * (size_t)N + 1);
+  size_t wrong = 0;
+  for (int i = 0; i < 3; ++i) {
+    memset(&res[i], 0, sizeof(res[i]));
+    res[i].first_bad = (size_t)-1;
+    if (n == 0 || !ref) continue;
+    weave_ref_gemm_rs(M, N, K, world, t, b_layout, alpha, A, B, bias, row_begin + begins[i], n, ref);
+    weave_check_result(t, (const char *)got + (size_t)begins[i] * N * weave_dtype_size(t), ref, (size_t)n * N, atol,
+                       rtol, &res[i]);
+    wrong += res[i].wrong;
+  }
+  free(ref);
+  return wrong;
+}
+
 static uint64_t splitmix64(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
