@@ -319,14 +319,15 @@ weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CUDA_CHECK(team, cudaMemcpy(&rec, team->heap_base, sizeof(rec), cudaMemcpyDeviceToHost));
   if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
   WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
-  /* The classic cause when ranks are threads sharing a GPU: the awaited rank's thread sat in a CUDA
-   * call that waits for the whole device (the waiting kernel included), so it never launched. */
+  /* Two known causes when ranks are threads sharing a GPU: the awaited rank's thread sat in a CUDA
+   * call that waits for the whole device (the waiting kernel included), so it never launched; or the
+   * open first-call timeout (README, Limitations), where its kernel was enqueued but did not start. */
   const char *hint = team->threads_on_device > 1
                          ? " (ranks that are threads sharing a GPU: did rank %d's thread call cudaMalloc, cudaFree, "
-                           "cudaDeviceSynchronize or another device-wide wait while a call was in flight? README, "
-                           "Limitations)"
+                           "cudaDeviceSynchronize or another device-wide wait while a call was in flight? Else, on "
+                           "a plan's first call, the open first-call timeout; README, Limitations)"
                          : "";
-  char why[256];
+  char why[384];
   snprintf(why, sizeof(why), hint, (int)rec.peer);
   return weave_fail(team, WEAVE_ERROR_TIMEOUT,
                     "rank %d timed out after %d ms waiting for rank %d on item %d: flag at 0x%llx was %llu, "
