@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "harness.h"
 #include "gemm/hopper/gemm_hopper.h"
 #include "gemm_rs/lt.h"
 #include "reference.h"
@@ -218,18 +219,7 @@ static void expect_invalid(const char *what, int M, int N, int K, weave_layout_t
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9 || prop.minor != 0) {
-    printf("SKIP: device is sm_%d%d, not sm_90\n", prop.major, prop.minor);
-    return 77;
-  }
-  printf("# device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (harness_require_sm90() != 0) return HARNESS_SKIP;
   const int tiny = getenv("FP8_TEST_TINY") != NULL, quick = tiny || getenv("FP8_TEST_QUICK") != NULL;
   g_sk_bytes = weave_hgemm_workspace_max(0);
   CUDA_CHECK(cudaMalloc(&g_sk_ws, g_sk_bytes));

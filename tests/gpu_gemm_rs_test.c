@@ -426,6 +426,21 @@ static int run_case(test_case_t *c, int world, uint64_t seed) {
   return (rc || c->failures) ? 1 : 0;
 }
 
+/* Every strategy on one case, in this order: fused deterministic with `slot` slots (own-last), with
+ * fp32 slots (own-first; when slot is not fp32 already), fused atomic, bulk (and with fp32 partials
+ * when bulk_fp32), baseline, auto. */
+static void add_every_strategy(test_case_t *c, weave_dtype_t slot, int bulk_fp32) {
+  c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
+  if (slot != WEAVE_FP32)
+    c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+  c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, slot, WEAVE_ORDER_OWN_LAST);
+  c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
+  if (bulk_fp32)
+    c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+  c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
+  c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
+}
+
 int main(int argc, char **argv) {
   int only_world = 0, quick = 0, tiny = 0, fp8_only = 0;
   for (int i = 1; i < argc; ++i) {
@@ -464,15 +479,7 @@ int main(int argc, char **argv) {
                                  tiny ? 1 : 2);
         if (tiny) { c.M = 300; c.N = 264; c.K = 72; } /* K, N multiples of 8: the TMA role too */
         weave_dtype_t dty = c.dtype;
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
-        if (dty != WEAVE_FP32)
-          c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, dty, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
-        if (dty != WEAVE_FP32)
-          c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, dty, WEAVE_ORDER_OWN_LAST);
+        add_every_strategy(&c, dty, dty != WEAVE_FP32);
         int rc = run_case(&c, world, seed + (uint64_t)(1000 * world + 10 * dt + lay) * 1000003ull);
         if (rc == HARNESS_SKIP) return rc;
         failed += rc; total++;
@@ -490,13 +497,7 @@ int main(int argc, char **argv) {
       c.out = out;
       c.scale_mode = (weave_scale_mode_t)mode;
       if (tiny) { c.M = 300; c.N = 264; c.K = 80; }
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, out, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, out, WEAVE_ORDER_OWN_LAST);
+      add_every_strategy(&c, out, 1);
       int rc = run_case(&c, world, seed + (uint64_t)(5000 * world + mode) * 1000003ull);
       if (rc == HARNESS_SKIP) return rc;
       failed += rc; total++;
@@ -549,12 +550,7 @@ int main(int argc, char **argv) {
       for (int mi = 0; mi < (world > 2 ? 2 : 1); ++mi) {
         test_case_t c = new_case(mi ? "M = world - 1" : "M = 1", ms[mi], 264, 136, WEAVE_BF16, (weave_layout_t)mi, 1,
                                  0.5f, 2);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        add_every_strategy(&c, WEAVE_BF16, 0);
         failed += run_case(&c, world, seed ^ (0x11ull * (uint64_t)(world * 4 + mi + 1)));
         total++;
       }

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "harness.h"
 #include "gemm/hopper/gemm_hopper.h"
 #include "gemm_rs/lt.h"
 
@@ -236,18 +237,7 @@ static void expect_invalid(int M, int N, int K, weave_layout_t ly) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9 || prop.minor != 0) {
-    printf("SKIP: device is sm_%d%d, not sm_90\n", prop.major, prop.minor);
-    return 77;
-  }
-  printf("# device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (harness_require_sm90() != 0) return HARNESS_SKIP;
 
   struct { int M, N, K; } small[] = {{1000, 1000, 304}, {8, 8, 8}, {129, 257, 72}, {129, 264, 72},
                                      {200, 136, 16},    {77, 520, 1000}, {256, 512, 128},

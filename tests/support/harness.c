@@ -64,6 +64,21 @@ int harness_device_count(void) {
   return n;
 }
 
+int harness_require_sm90(void) {
+  struct cudaDeviceProp prop;
+  if (harness_device_count() == 0) {
+    printf("SKIP: no CUDA device\n");
+    return HARNESS_SKIP;
+  }
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) {
+    printf("SKIP: device is sm_%d%d, not sm_90\n", prop.major, prop.minor);
+    return HARNESS_SKIP;
+  }
+  printf("# device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  return 0;
+}
+
 int harness_sm_count(int device) {
   int n = 0;
   if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {

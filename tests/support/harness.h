@@ -30,6 +30,9 @@ typedef int (*harness_fn)(harness_rank_t *r);
 int harness_device_count(void);
 /* SMs of CUDA device `device` (0 when it cannot be read). */
 int harness_sm_count(int device);
+/* For the tests of sm_90a kernels: 0 when device 0 is an sm_90 GPU (printing "# device <name>, <n> SMs"),
+ * else HARNESS_SKIP after a "SKIP: ..." line saying why. */
+int harness_require_sm90(void);
 /* Under a launcher (torchrun, mpirun, srun, scripts/launch.sh: one process per rank) the job's world,
  * with the process's bootstrap made on first use; 0 when not launched; -1 when the bootstrap failed. */
 int harness_launched_world(void);
