@@ -249,8 +249,11 @@ WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int
                                          weave_gemm_rs_plan_t *plan);
 /* Enqueue one call on `stream`. A: [M, K_local], B: see b_layout, bias: [N] or NULL,
  * C_out: [rows, N] row-major. Device pointers of this rank (any memory, not only the heap).
- * Neither waits for the device nor allocates, and the plan counts its calls on the device: a call
- * can be captured into a CUDA graph (after the plan's first call) and every replay is a new call.
+ * Never allocates, and the plan counts its calls on the device: a call can be captured into a CUDA
+ * graph (after the plan's first call) and every replay is a new call. Ranks with a GPU of their own
+ * return without waiting for the device; ranks that share a GPU (ranks_on_device > 1) return once
+ * the call has finished, outside graph capture (lockstep: CUDA promises no concurrency between the
+ * sharing ranks' streams, and work queued behind a waiting kernel was seen to stall a peer).
  * The calls of a plan, direct or replayed, must come in the same order on every rank. fp8 A and B
  * must be 16-byte aligned (every strategy runs them on TMA GEMMs). */
 WEAVE_API weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t plan, const void *A, const void *B,

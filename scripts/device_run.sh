@@ -13,10 +13,8 @@ log=$out/gpu_tests.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
   case $mode in
-    lifecycle) # gpu_lifecycle_test, LIFE_RUNS times (default 5): its phases that enqueue calls without a
-               # sync ("2 sets alternating", "one set") time out on a plan's first call in about 1 run in
-               # 12 (1 in 2 with this script's CUDA_DEVICE_MAX_CONNECTIONS=32; README, Limitations); on a
-               # timeout every rank prints its plan's finished call and tile flags (life.log keeps them)
+    lifecycle) # gpu_lifecycle_test, LIFE_RUNS times (default 5); on a timeout every rank prints its
+               # plan's finished call and tile flags (life.log keeps them)
       for i in $(seq ${LIFE_RUNS:-5}); do
         WEAVE_TIMEOUT_MS=3000 timeout 120 $b/tests/gpu_lifecycle_test > "$out/life_run.log" 2>&1
         rc=$?; echo "lifecycle run $i: rc=$rc"

@@ -2,6 +2,9 @@
  * Teams and plans created, used and destroyed in varied orders in one process, as an application
  * does over its lifetime: nothing a team or plan leaves behind may be picked up by a later one.
  *
+ *   0. a 4-rank team whose last rank starts its calls 50 ms late while the others would enqueue
+ *      100 calls up to their first sync (without the lockstep of ranks sharing a GPU, plan_execute.c,
+ *      the late rank's first kernel often did not start until the others timed out);
  *   1. worlds 3, 5, 6, 7 x strategies fused, bulk, baseline, auto: a team (1 GiB heap), a plan of
  *      M=3000 N=1000 K_local=777 (B [N,K], bias, alpha 0.5), 3 calls on fresh inputs, each checked;
  *   2. then a 4-rank team, a fused plan M=1024 N=768 K_local=384, 5000 calls alternating two input
@@ -9,15 +12,16 @@
  *   3. then two more 4-rank teams: 400 calls with a sync after each, and 2000 calls on one input set
  *      with a sync every 100.
  * Every result is checked against the fp64 CPU reference on sampled rows (first, middle, last 4 of
- * each rank's rows); outputs are poisoned first. Usage: gpu_lifecycle_test [--quick]
- * (--quick: worlds 3 and 7, 1000/100/400 calls). Exit 0 pass, 1 fail, 77 no device. Ranks are
- * threads of this process (the reported failure needed several teams in one process).
+ * each rank's rows); outputs are poisoned first. Usage: gpu_lifecycle_test [--quick | --late]
+ * (--quick: worlds 3 and 7, 1000/100/400 calls; --late: step 0 alone). Exit 0 pass, 1 fail, 77 no
+ * device. Ranks are threads of this process.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -38,6 +42,7 @@ typedef struct {
   pthread_mutex_t mu;
   int failures;
   long checked;
+  int late_ms; /* the last rank sleeps this long before its first call, while the others run ahead */
 } phase_t;
 
 static const weave_dtype_t DT = WEAVE_BF16;
@@ -153,6 +158,10 @@ static int rank_fn(harness_rank_t *hr) {
       harness_upload(dB[0], hB, b_n * e);
     }
     if (checked) harness_poison(dC, (size_t)rows * p->N * e, hr->stream);
+    if (call == 0 && p->late_ms && hr->rank == hr->world - 1) {
+      struct timespec ts = {0, (long)p->late_ms * 1000000L};
+      nanosleep(&ts, NULL);
+    }
     if (weave_gemm_rs_execute(plan, dA[s], dB[s], p->has_bias ? dbias : NULL, dC, hr->stream) != WEAVE_SUCCESS) {
       fail(p, hr->rank, "execute", weave_get_last_error(hr->team));
       break; /* the others then time out in their next sync, and say so */
@@ -199,7 +208,7 @@ static int run_phase(phase_t *p, int world) {
 }
 
 int main(int argc, char **argv) {
-  int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  int quick = argc > 1 && !strcmp(argv[1], "--quick"), late_only = argc > 1 && !strcmp(argv[1], "--late");
   if (harness_device_count() == 0) {
     printf("gpu_lifecycle_test: no CUDA device: skipped\n");
     return HARNESS_SKIP;
@@ -209,6 +218,15 @@ int main(int argc, char **argv) {
     return HARNESS_SKIP;
   }
   int bad = 0;
+  /* One rank starts late while the others enqueue their calls up to the first sync: the late rank's
+   * first kernel must start all the same (plan_execute.c, execute_lockstep). */
+  phase_t late = {"fused, one rank late", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
+                  200, 100, 1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 50};
+  bad |= run_phase(&late, 4) == 1;
+  if (late_only) {
+    printf("gpu_lifecycle_test: %s\n", bad ? "FAILED" : "PASSED");
+    return bad ? 1 : 0;
+  }
   const int worlds_all[] = {3, 5, 6, 7}, worlds_quick[] = {3, 7};
   const int *worlds = quick ? worlds_quick : worlds_all, nworlds = quick ? 2 : 4;
   const weave_strategy_t strategies[] = {WEAVE_STRATEGY_FUSED, WEAVE_STRATEGY_BULK, WEAVE_STRATEGY_BASELINE,
@@ -218,17 +236,17 @@ int main(int argc, char **argv) {
       char name[64];
       snprintf(name, sizeof(name), "odd world, %s", weave_strategy_name(strategies[s]));
       phase_t p = {name, 3000, 1000, 777, WEAVE_LAYOUT_COL, strategies[s], 1, 0.5f, 3, 1, 1, 1, 0,
-                   PTHREAD_MUTEX_INITIALIZER, 0, 0};
+                   PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
       bad |= run_phase(&p, worlds[w]) == 1;
     }
   phase_t alt = {"fused, 2 sets alternating", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
-                 quick ? 1000 : 5000, 100, 2, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0};
+                 quick ? 1000 : 5000, 100, 2, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   bad |= run_phase(&alt, 4) == 1;
   phase_t each = {"fused, sync after every call", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
-                  quick ? 100 : 400, 1, 2, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0};
+                  quick ? 100 : 400, 1, 2, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   bad |= run_phase(&each, 4) == 1;
   phase_t one = {"fused, one set", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
-                 quick ? 400 : 2000, 100, 1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0};
+                 quick ? 400 : 2000, 100, 1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   bad |= run_phase(&one, 4) == 1;
   printf("gpu_lifecycle_test: %s\n", bad ? "FAILED" : "PASSED");
   return bad ? 1 : 0;

@@ -50,6 +50,8 @@ struct weave_gemm_rs_plan {
   int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
   const void *reachable[6]; /* A, B, bias, C_out, scale_a, scale_b last found device-readable
                              * (execute_check_args) */
+  void *lockstep_ev; /* cudaEvent_t when ranks share this GPU: each call waits for itself
+                      * (plan_execute.c, execute_lockstep); NULL otherwise */
 };
 
 /* Argument checks that need no device (the CPU tests call it directly); messages name

@@ -285,8 +285,24 @@ static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
   p->gemm_ws_bytes = need;
 }
 
-/* Collective: the heap allocation (zeroed head), the trace buffer, the bulk GEMM's workspace, and the
- * baseline's cuBLASLt and NCCL. Every CUDA call that may wait for the whole device (allocation, cudaDeviceSynchronize) comes
+/* Ranks sharing a GPU run their calls in lockstep (plan_execute.c, execute_lockstep): the event each
+ * call records and waits for. */
+static weave_result_t plan_lockstep_event(weave_gemm_rs_plan_t p) {
+  if (p->team->world < 2 || p->team->info.ranks_on_device < 2) return WEAVE_SUCCESS;
+  cudaEvent_t ev;
+  const int e = (int)cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e) return weave_plan_cuda_fail(p->team, e, "plan: creating the lockstep event");
+  p->lockstep_ev = ev;
+  return WEAVE_SUCCESS;
+}
+
+static void plan_destroy_lockstep_event(weave_gemm_rs_plan_t p) {
+  if (p->lockstep_ev) cudaEventDestroy((cudaEvent_t)p->lockstep_ev);
+  p->lockstep_ev = NULL;
+}
+
+/* Collective: the heap allocation (zeroed head), the trace buffer, the bulk GEMM's workspace, the
+ * lockstep event, and the baseline's cuBLASLt and NCCL. Every CUDA call that may wait for the whole device (allocation, cudaDeviceSynchronize) comes
  * before the agreement: after it, a faster rank may already launch a kernel that spins until this
  * rank launches too, and ranks that are threads sharing a GPU would stall each other until the
  * timeout. On failure the allocations are freed again (p->lt and p->nccl are the caller's to
@@ -299,6 +315,7 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
   if (local == WEAVE_SUCCESS && baseline) local = plan_create_lt(p);
   if (local == WEAVE_SUCCESS) plan_trace_buffer(p, env);
   if (local == WEAVE_SUCCESS) plan_gemm_workspace(p);
+  if (local == WEAVE_SUCCESS) local = plan_lockstep_event(p);
   if (local == WEAVE_SUCCESS) { /* the flags' and the workspace's zeroing done */
     const int e = (int)cudaDeviceSynchronize();
     if (e) local = weave_plan_cuda_fail(team, e, "plan: zeroing flags and workspace");
@@ -311,6 +328,7 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
     cudaFree(p->gemm_ws);
     p->trace = NULL;
     p->gemm_ws = NULL;
+    plan_destroy_lockstep_event(p);
   }
   return rc;
 }
@@ -466,6 +484,7 @@ weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   /* cudaFree waits for this plan's last calls; every rank has enqueued its own before coming here */
   cudaFree(p->trace);
   cudaFree(p->gemm_ws);
+  plan_destroy_lockstep_event(p);
   weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
   plan_free_host(p);
   return rc;

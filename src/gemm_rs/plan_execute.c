@@ -9,8 +9,9 @@
  *                   into the partial, ready barrier, weave's reduce-scatter
  *
  * Every call is a new epoch of the plan's flags, so nothing is reset between calls. The epoch is
- * counted on the device (weave_plan_ctl_t), and nothing here waits for the device or allocates: a
- * call can be captured in a CUDA graph and replayed (see weave.h).
+ * counted on the device (weave_plan_ctl_t), and nothing here allocates or, on ranks with a GPU of
+ * their own, waits for the device: a call can be captured in a CUDA graph and replayed (see
+ * weave.h). Ranks sharing a GPU wait for each call (execute_lockstep).
  */
 #include <stdint.h>
 #include <string.h>
@@ -141,7 +142,25 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused
   return WEAVE_SUCCESS;
 }
 
-static weave_result_t execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+/* Ranks sharing a GPU (threads of a process, or processes under MPS) run in lockstep: a call returns
+ * once it has finished, so that no rank's stream holds work queued behind a kernel that spins on its
+ * peers. Measured on the H200 with four rank threads (gpu_lifecycle_test, 2026-12-04): with calls
+ * queued behind a spinning kernel, a late rank's first kernel sometimes did not start until its
+ * peers timed out (CUDA promises no concurrency between streams); in lockstep it always started.
+ * Not while the stream is captured into a graph (a captured call is not run). The wait is bounded:
+ * every wait of the kernels is. */
+static weave_result_t execute_lockstep(weave_gemm_rs_plan_t p, weave_stream_t stream) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (!p->lockstep_ev) return WEAVE_SUCCESS;
+  int e = (int)cudaStreamIsCapturing((cudaStream_t)stream, &cap);
+  if (!e && cap != cudaStreamCaptureStatusNone) return WEAVE_SUCCESS;
+  if (!e) e = (int)cudaEventRecord((cudaEvent_t)p->lockstep_ev, (cudaStream_t)stream);
+  if (!e) e = (int)cudaEventSynchronize((cudaEvent_t)p->lockstep_ev);
+  return e ? weave_plan_cuda_fail(p->team, e, "weave_gemm_rs_execute: waiting for the call (ranks sharing a GPU)")
+           : WEAVE_SUCCESS;
+}
+
+static weave_result_t enqueue(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
                               const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
   weave_team_t team = p->team;
   WEAVE_CHECK(execute_check_args(p, A, B, scale_a, scale_b, bias, C_out));
@@ -175,6 +194,12 @@ static weave_result_t execute(weave_gemm_rs_plan_t p, const void *A, const void 
   if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE)) return execute_lt(p, &fp, A, B, bias, C_out, stream);
   if (direct) return execute_direct_bulk(p, &fp, A, B, bias, C_out, stream);
   return execute_protocol(p, &fp, A, B, stream);
+}
+
+static weave_result_t execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+                              const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
+  WEAVE_CHECK(enqueue(p, A, B, scale_a, scale_b, bias, C_out, stream));
+  return execute_lockstep(p, stream);
 }
 
 weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,

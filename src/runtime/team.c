@@ -321,11 +321,11 @@ weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
   /* Two known causes when ranks are threads sharing a GPU: the awaited rank's thread sat in a CUDA
    * call that waits for the whole device (the waiting kernel included), so it never launched; or the
-   * open first-call timeout (README, Limitations), where its kernel was enqueued but did not start. */
+   * replays of a captured call enqueued without a sync between them (README, Limitations). */
   const char *hint = team->threads_on_device > 1
                          ? " (ranks that are threads sharing a GPU: did rank %d's thread call cudaMalloc, cudaFree, "
-                           "cudaDeviceSynchronize or another device-wide wait while a call was in flight? Else, on "
-                           "a plan's first call, the open first-call timeout; README, Limitations)"
+                           "cudaDeviceSynchronize or another device-wide wait while a call was in flight? Or were graph "
+                           "replays enqueued without a sync between them? README, Limitations)"
                          : "";
   char why[384];
   snprintf(why, sizeof(why), hint, (int)rec.peer);
