@@ -169,12 +169,14 @@ typedef enum {
   WEAVE_LAYOUT_COL = 1  /* B stored [N, K_local] row-major (nn.Linear weight) */
 } weave_layout_t;
 typedef enum {
-  WEAVE_STRATEGY_AUTO = 0,
+  WEAVE_STRATEGY_AUTO = 0,     /* rank 0's tuning-cache entry (WEAVE_TUNE_FILE), else the baseline
+                                * where cuBLASLt can run it, else bulk */
   WEAVE_STRATEGY_FUSED = 1,    /* one persistent kernel, GEMM blocks + communication blocks */
   WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
   WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter (or weave's RS on one GPU) */
 } weave_strategy_t;
-/* fp8 inputs (WEAVE_FP8_E4M3): fp32 accumulation in the tensor cores, the dequantization scales applied
+/* fp8 inputs (WEAVE_FP8_E4M3): the tensor cores' fp8 accumulation (as cuBLASLt's fast-accumulation
+ * mode: 13 fraction bits kept at every k32 step, not full fp32), the dequantization scales applied
  * to each partial before it leaves its rank (so the reduction is the 16/32-bit one), then alpha, then
  * bias. Per tensor: one fp32 for A and one for B; per row: one fp32 per row of A ([M]) and one per
  * output column ([N]), i.e. C[i][j] = alpha * sum_r scale_a_r[i] * scale_b_r[j] * (A_r . B_r)[i][j]

@@ -55,6 +55,8 @@ typedef struct {
   int sample;        /* fp64 on 3 ranges of 4 rows per rank, every row against cuBLASLt */
   int skip_rank;     /* this rank never executes: the others must time out */
   int fresh_inputs;  /* new random A and B (in the same device buffers) before every call after the first */
+  int no_lt;         /* cuBLASLt has no algorithm for this shape: baseline plans must be refused
+                      * (UNSUPPORTED), auto plans must run bulk */
   uint64_t seed;
   /* host data */
   void *A[WEAVE_MAX_WORLD], *B[WEAVE_MAX_WORLD], *bias;
@@ -214,12 +216,21 @@ static int rank_fn(harness_rank_t *hr) {
     desc_name(&d, dn, sizeof(dn));
     weave_gemm_rs_plan_t plan;
     weave_result_t rc = weave_gemm_rs_plan_create(hr->team, c->M, c->N, c->K, &d, &plan);
+    if (c->no_lt && d.strategy == WEAVE_STRATEGY_BASELINE) {
+      if (rc != WEAVE_ERROR_UNSUPPORTED) fail(c, r, dn, "the baseline plan was not refused with WEAVE_ERROR_UNSUPPORTED");
+      if (rc == WEAVE_SUCCESS) weave_gemm_rs_plan_destroy(plan);
+      counted(c, 1);
+      continue;
+    }
     if (rc != WEAVE_SUCCESS) {
       fail(c, r, dn, weave_get_last_error(hr->team));
       continue;
     }
     weave_gemm_rs_info_t info;
     weave_gemm_rs_plan_info(plan, &info);
+    if (c->no_lt && d.strategy == WEAVE_STRATEGY_AUTO && !getenv("WEAVE_TUNE_FILE") &&
+        info.strategy != WEAVE_STRATEGY_BULK)
+      fail(c, r, dn, "auto did not fall back to bulk where cuBLASLt has no algorithm");
     if (info.row_begin != row_begin || info.rows != rows) fail(c, r, dn, "plan info rows differ from weave_row_split");
     if (info.strategy == WEAVE_STRATEGY_FUSED && d.gemm_blocks == 0 && !getenv("WEAVE_TUNE_FILE")) {
       /* what the kernels write (fp8 inputs: bf16 or fp16) and what travels */
@@ -499,6 +510,21 @@ int main(int argc, char **argv) {
       if (tiny) { c.M = 300; c.N = 264; c.K = 80; }
       add_every_strategy(&c, out, 1);
       int rc = run_case(&c, world, seed + (uint64_t)(5000 * world + mode) * 1000003ull);
+      if (rc == HARNESS_SKIP) return rc;
+      failed += rc; total++;
+    }
+    /* fp8 with rows of C that are not 16-byte multiples (N 1001): cuBLASLt fp8 has no algorithm, so
+     * the baseline is refused and auto runs bulk */
+    {
+      test_case_t c = new_case("fp8 tensor scales, N 1001", tiny ? 300 : 1003, 1001, tiny ? 80 : 304, WEAVE_FP8_E4M3,
+                               WEAVE_LAYOUT_COL, 1, 1.0f, 1);
+      c.scale_mode = WEAVE_SCALE_TENSOR;
+      c.no_lt = 1;
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      int rc = run_case(&c, world, seed + (uint64_t)(6000 * world) * 1000003ull);
       if (rc == HARNESS_SKIP) return rc;
       failed += rc; total++;
     }

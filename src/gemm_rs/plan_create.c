@@ -116,9 +116,41 @@ static weave_result_t plan_check_team_args(weave_team_t team, int M, int N, int 
  * fused kernel is chosen only where weave-bench --tune measured it faster). tuned: NULL when the
  * tuning cache has no entry for this shape. */
 static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_tune_entry_t *tuned) {
-  const weave_gemm_rs_desc_t *desc = &p->desc;
-  p->strategy = desc->strategy;
+  p->strategy = p->desc.strategy;
   if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = tuned ? tuned->strategy : WEAVE_STRATEGY_BASELINE;
+}
+
+/* Collective, for AUTO plans: every rank takes rank 0's choice (tuning files may differ between
+ * processes), and the baseline only where cuBLASLt has an algorithm on every rank (it has none for
+ * fp8 with rows of C that are not 16-byte multiples): else bulk, weave's GEMM, which runs any shape.
+ * The baseline's cuBLASLt is created here then (before the plan's agreement; it allocates). */
+static weave_result_t plan_settle_auto(weave_gemm_rs_plan_t p) {
+  weave_team_t team = p->team;
+  if (p->desc.strategy != WEAVE_STRATEGY_AUTO) return WEAVE_SUCCESS;
+  int mine = (int)p->strategy, all[WEAVE_MAX_WORLD];
+  WEAVE_CHECK(team->bootstrap->allgather(team->bootstrap, team->rank, &mine, all, sizeof(int)));
+  p->strategy = (weave_strategy_t)all[0];
+  if (p->strategy != WEAVE_STRATEGY_BASELINE) return WEAVE_SUCCESS;
+  char msg[256] = "";
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
+  o.scale_mode = p->desc.scale_mode;
+  int ok = weave_lt_create_ex(p->M, p->N, p->K, p->desc.dtype, weave_dtype_out(p->desc.dtype, p->desc.out_dtype),
+                              p->desc.b_layout, &o, &p->lt, msg, sizeof(msg)) == WEAVE_SUCCESS;
+  WEAVE_CHECK(team->bootstrap->allgather(team->bootstrap, team->rank, &ok, all, sizeof(int)));
+  for (int r = 0; r < team->world; ++r) ok &= all[r];
+  if (!ok) {
+    weave_log(WEAVE_LOG_INFO, team, "plan: auto runs bulk: cuBLASLt cannot run the baseline on every rank (%s)",
+              msg[0] ? msg : "another rank's cuBLASLt");
+    weave_lt_destroy(p->lt);
+    p->lt = NULL;
+    p->strategy = WEAVE_STRATEGY_BULK;
+  }
+  return WEAVE_SUCCESS;
+}
+
+/* What the chosen strategy writes and reads: output and slot dtypes, the GEMM role. */
+static void plan_choose_dtypes(weave_gemm_rs_plan_t p) {
+  const weave_gemm_rs_desc_t *desc = &p->desc;
   p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
   p->slot_dtype = desc->fp32_slots ? WEAVE_FP32 : p->out_dtype;
   if (p->strategy == WEAVE_STRATEGY_BASELINE) p->slot_dtype = p->out_dtype; /* cuBLASLt writes out_dtype */
@@ -312,7 +344,7 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
   const int baseline = p->strategy == WEAVE_STRATEGY_BASELINE;
   WEAVE_CHECK(weave_malloc(team, p->mem_bytes, &p->mem));
   weave_result_t local = plan_zero_flags(p);
-  if (local == WEAVE_SUCCESS && baseline) local = plan_create_lt(p);
+  if (local == WEAVE_SUCCESS && baseline && !p->lt) local = plan_create_lt(p);
   if (local == WEAVE_SUCCESS) plan_trace_buffer(p, env);
   if (local == WEAVE_SUCCESS) plan_gemm_workspace(p);
   if (local == WEAVE_SUCCESS) local = plan_lockstep_event(p);
@@ -423,8 +455,14 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   const weave_tune_entry_t *have_tune =
       weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, &tuned) == 0 ? &tuned : NULL;
   plan_choose_strategy(p, have_tune);
+  weave_result_t rc = plan_settle_auto(p);
+  if (rc != WEAVE_SUCCESS) {
+    plan_free_host(p);
+    return rc;
+  }
+  plan_choose_dtypes(p);
   plan_choose_tiling(p);
-  weave_result_t rc = plan_choose_blocks(p, have_tune);
+  rc = plan_choose_blocks(p, have_tune);
   plan_size_memory(p);
   /* Every rank takes part in the agreement; a rank that failed here returns its own code. */
   if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
