@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|prof|trace|multi|lifecycle]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|prof|trace|multi|lifecycle]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -110,6 +110,23 @@ PY
           -n ${BENCH_N:-20} -w 5 -c 1 >> "$out/bench.log" 2>&1
         echo "sweep N=$1 K=$2: rc=$?"
       done
+      ;;
+    fp8sweep) # issue 21's two fp8 shapes below cuBLASLt fp8: every schedule x stream-K x group size
+              # (WEAVE_HGEMM_*; one process each, cuBLASLt fp8 timed in each), then the default again
+      for pp in 0 2; do for sk in 0 2; do for gm in 8 16 32; do
+        echo "=== fp8sweep PINGPONG=$pp STREAMK=$sk GROUP_M=$gm" >> "$out/bench_fp8.log"
+        WEAVE_HGEMM_PINGPONG=$pp WEAVE_HGEMM_STREAMK=$sk WEAVE_HGEMM_GROUP_M=$gm timeout 60 $b/weave-bench --op gemm \
+          -d fp8 -s 8192x8192x3584 -s 4096x8192x3584 -B 132 -n 20 -w 5 -c 0 >> "$out/bench_fp8.log" 2>&1
+        echo "fp8sweep pp=$pp sk=$sk gm=$gm rc=$?"
+      done; done; done
+      echo "=== fp8sweep default" >> "$out/bench_fp8.log"
+      timeout 60 $b/weave-bench --op gemm -d fp8 -s 8192x8192x3584 -s 4096x8192x3584 -B 132 -n 20 -w 5 -c 0 \
+        >> "$out/bench_fp8.log" 2>&1
+      # the linear-share target: the five shapes at 132 blocks and at 128 (4 left to communication)
+      echo "=== fp8sweep linear share" >> "$out/bench_fp8.log"
+      timeout 120 $b/weave-bench --op gemm -d fp8 -s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 \
+        -s 4096x8192x3584 -s 16384x8192x3584 -B 132,128 -n 20 -w 5 -c 0 >> "$out/bench_fp8.log" 2>&1
+      grep -E "^===|[0-9]x[0-9]+x[0-9]" "$out/bench_fp8.log"
       ;;
     ab) # A/B of two builds of the local GEMM in one run: build/weave-bench (this build) against
         # build/weave-bench-base (a copy of another build's, e.g. the default one; carry it), on the
