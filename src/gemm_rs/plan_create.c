@@ -120,6 +120,14 @@ static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_tune_entry_
   if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = tuned ? tuned->strategy : WEAVE_STRATEGY_BASELINE;
 }
 
+/* The baseline's GEMM (cuBLASLt). Local; msg says why it cannot run. */
+static weave_result_t plan_lt_new(weave_gemm_rs_plan_t p, char *msg, size_t len) {
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
+  o.scale_mode = p->desc.scale_mode;
+  return weave_lt_create_ex(p->M, p->N, p->K, p->desc.dtype, weave_dtype_out(p->desc.dtype, p->desc.out_dtype),
+                            p->desc.b_layout, &o, &p->lt, msg, len);
+}
+
 /* Collective, for AUTO plans: every rank takes rank 0's choice (tuning files may differ between
  * processes), and the baseline only where cuBLASLt has an algorithm on every rank (it has none for
  * fp8 with rows of C that are not 16-byte multiples): else bulk, weave's GEMM, which runs any shape.
@@ -127,16 +135,13 @@ static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_tune_entry_
 static weave_result_t plan_settle_auto(weave_gemm_rs_plan_t p) {
   weave_team_t team = p->team;
   if (p->desc.strategy != WEAVE_STRATEGY_AUTO) return WEAVE_SUCCESS;
-  int mine = (int)p->strategy, all[WEAVE_MAX_WORLD];
-  WEAVE_CHECK(team->bootstrap->allgather(team->bootstrap, team->rank, &mine, all, sizeof(int)));
+  int all[WEAVE_MAX_WORLD];
+  WEAVE_CHECK(weave_team_allgather_int(team, (int)p->strategy, all));
   p->strategy = (weave_strategy_t)all[0];
   if (p->strategy != WEAVE_STRATEGY_BASELINE) return WEAVE_SUCCESS;
   char msg[256] = "";
-  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
-  o.scale_mode = p->desc.scale_mode;
-  int ok = weave_lt_create_ex(p->M, p->N, p->K, p->desc.dtype, weave_dtype_out(p->desc.dtype, p->desc.out_dtype),
-                              p->desc.b_layout, &o, &p->lt, msg, sizeof(msg)) == WEAVE_SUCCESS;
-  WEAVE_CHECK(team->bootstrap->allgather(team->bootstrap, team->rank, &ok, all, sizeof(int)));
+  int ok = plan_lt_new(p, msg, sizeof(msg)) == WEAVE_SUCCESS;
+  WEAVE_CHECK(weave_team_allgather_int(team, ok, all));
   for (int r = 0; r < team->world; ++r) ok &= all[r];
   if (!ok) {
     weave_log(WEAVE_LOG_INFO, team, "plan: auto runs bulk: cuBLASLt cannot run the baseline on every rank (%s)",
@@ -262,10 +267,7 @@ static weave_result_t plan_zero_flags(weave_gemm_rs_plan_t p) {
 /* The baseline's GEMM. Local. */
 static weave_result_t plan_create_lt(weave_gemm_rs_plan_t p) {
   char msg[256];
-  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
-  o.scale_mode = p->desc.scale_mode;
-  weave_result_t rc = weave_lt_create_ex(p->M, p->N, p->K, p->desc.dtype, p->out_dtype, p->desc.b_layout, &o, &p->lt,
-                                         msg, sizeof(msg));
+  weave_result_t rc = plan_lt_new(p, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) weave_fail(p->team, rc, "plan: cuBLASLt: %s", msg);
   return rc;
 }
@@ -275,9 +277,8 @@ static weave_result_t plan_create_lt(weave_gemm_rs_plan_t p) {
  * fails the plan. */
 static void plan_try_nccl(weave_gemm_rs_plan_t p) {
   weave_team_t team = p->team;
-  int shared = team->info.ranks_on_device > 1, any_shared = 0, all_shared[WEAVE_MAX_WORLD];
-  if (team->bootstrap->allgather(team->bootstrap, team->rank, &shared, all_shared, sizeof(int)) != WEAVE_SUCCESS)
-    return;
+  int any_shared = 0, all_shared[WEAVE_MAX_WORLD];
+  if (weave_team_allgather_int(team, team->info.ranks_on_device > 1, all_shared) != WEAVE_SUCCESS) return;
   for (int r = 0; r < team->world; ++r) any_shared |= all_shared[r];
   if (!any_shared && weave_nccl_create(team, &p->nccl) != WEAVE_SUCCESS)
     weave_log(WEAVE_LOG_INFO, team, "plan: baseline without NCCL (%s): weave's reduce-scatter instead",

@@ -148,6 +148,8 @@ struct weave_team {
   char last_error[1024];
 };
 
+/* Collective: every rank's `mine` into all[0 .. world-1]; a bootstrap failure is the team's last error. */
+weave_result_t weave_team_allgather_int(weave_team_t team, int mine, int *all);
 /* Collective agreement: every rank contributes `local`; returns the first non-success code of any
  * rank (so all ranks fail together) and names the failing rank in the last error. */
 weave_result_t weave_team_agree(weave_team_t team, weave_result_t local);

@@ -18,11 +18,14 @@
 #include <cuda_runtime_api.h>
 #endif
 
+weave_result_t weave_team_allgather_int(weave_team_t team, int mine, int *all) {
+  weave_result_t rc = team->bootstrap->allgather(team->bootstrap, team->rank, &mine, all, sizeof(int));
+  return rc == WEAVE_SUCCESS ? rc : weave_fail(team, rc, "%s", weave_get_last_error(NULL));
+}
+
 weave_result_t weave_team_agree(weave_team_t team, weave_result_t local) {
   int all[WEAVE_MAX_WORLD];
-  int mine = (int)local;
-  weave_result_t rc = team->bootstrap->allgather(team->bootstrap, team->rank, &mine, all, sizeof(int));
-  if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "%s", weave_get_last_error(NULL));
+  WEAVE_CHECK(weave_team_allgather_int(team, (int)local, all));
   for (int r = 0; r < team->world; ++r)
     if (all[r] != WEAVE_SUCCESS) {
       if (r != team->rank || local == WEAVE_SUCCESS)
