@@ -175,8 +175,7 @@ typedef enum {
   WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
   WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter (or weave's RS on one GPU) */
 } weave_strategy_t;
-/* fp8 inputs (WEAVE_FP8_E4M3): the tensor cores' fp8 accumulation (as cuBLASLt's fast-accumulation
- * mode: 13 fraction bits kept at every k32 step, not full fp32), the dequantization scales applied
+/* fp8 inputs (WEAVE_FP8_E4M3): accumulation in fp32 (weave_fp8_accum_t), the dequantization scales applied
  * to each partial before it leaves its rank (so the reduction is the 16/32-bit one), then alpha, then
  * bias. Per tensor: one fp32 for A and one for B; per row: one fp32 per row of A ([M]) and one per
  * output column ([N]), i.e. C[i][j] = alpha * sum_r scale_a_r[i] * scale_b_r[j] * (A_r . B_r)[i][j]
@@ -188,6 +187,16 @@ typedef enum {
   WEAVE_SCALE_TENSOR = 1, /* scale_a[0], scale_b[0] */
   WEAVE_SCALE_ROW = 2     /* scale_a[M] (rows of A), scale_b[N] (columns of C) */
 } weave_scale_mode_t;
+
+/* How fp8 products are summed (desc.fp8_accum, args.fp8_accum; fp8 inputs only). The tensor cores'
+ * fp8 accumulator keeps about 13 fraction bits at each step of 32 in K, so over a long K it is less
+ * exact than fp32. */
+typedef enum {
+  WEAVE_FP8_ACCUM_FP32 = 0, /* default: each 128 of K summed by the tensor cores, then added to fp32
+                             * accumulators (cuBLASLt's default; torch._scaled_mm use_fast_accum=False) */
+  WEAVE_FP8_ACCUM_FAST = 1  /* the tensor cores' accumulator over all of K: faster, less exact
+                             * (CUBLASLT_MATMUL_DESC_FAST_ACCUM; use_fast_accum=True) */
+} weave_fp8_accum_t;
 /* For messages and tools: bytes per element (1 for fp8, 0 for WEAVE_DTYPE_AUTO); "bf16" / "fp16" /
  * "fp32" / "fp8_e4m3" / "auto"; "auto" / "fused" / "bulk" / "baseline" ("?" for a value outside the
  * enum). */
@@ -222,12 +231,13 @@ typedef struct {
   weave_dtype_t out_dtype;   /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8 inputs
                               * WEAVE_BF16 / WEAVE_FP16; 16/32-bit inputs: AUTO or dtype itself */
   weave_scale_mode_t scale_mode; /* fp8 only: scales passed to weave_gemm_rs_execute_scaled */
+  weave_fp8_accum_t fp8_accum;   /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST, the baseline's too */
 } weave_gemm_rs_desc_t;
 
 #define WEAVE_GEMM_RS_DESC_INIT                                                                 \
   {sizeof(weave_gemm_rs_desc_t), WEAVE_BF16, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_AUTO,             \
    WEAVE_REDUCE_DETERMINISTIC, 0, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0, 0, WEAVE_DTYPE_AUTO,     \
-   WEAVE_SCALE_NONE}
+   WEAVE_SCALE_NONE, WEAVE_FP8_ACCUM_FP32}
 /* struct_size of a desc of weave 0.2 (fields up to `trace`). */
 #define WEAVE_GEMM_RS_DESC_SIZE_0_2 ((sizeof(size_t) + 11 * sizeof(int) + sizeof(size_t) - 1) / sizeof(size_t) * sizeof(size_t))
 
@@ -309,11 +319,12 @@ typedef struct {
   const void *A, *B, *bias;      /* bias [N] of out_dtype, or NULL */
   void *C;
   int num_blocks;                /* 0: all SMs */
+  weave_fp8_accum_t fp8_accum;   /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST */
 } weave_gemm_args_t;
 
 #define WEAVE_GEMM_ARGS_INIT                                                                     \
   {sizeof(weave_gemm_args_t), 0, 0, 0, WEAVE_BF16, WEAVE_DTYPE_AUTO, WEAVE_LAYOUT_ROW, 1.0f,      \
-   WEAVE_SCALE_NONE, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+   WEAVE_SCALE_NONE, NULL, NULL, NULL, NULL, NULL, NULL, 0, WEAVE_FP8_ACCUM_FP32}
 
 WEAVE_API weave_result_t weave_gemm_ex(const weave_gemm_args_t *args, weave_stream_t stream);
 

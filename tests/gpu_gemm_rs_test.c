@@ -14,8 +14,9 @@
  *     dequantized inputs within the stated bound: weave_tolerance of the output type and K_total
  *     (fp32 accumulation, one rounding of each partial and of the output) times the largest
  *     |alpha scale_a scale_b|, plus, per element, the Hopper fp8 accumulation bound of each rank's
- *     partial (weave_ref_gemm_rs_scaled / weave_fp8_accum_bound: 13 fraction bits kept at every k32
- *     step, as cuBLASLt's fast accumulation, which the fp8 baseline uses too).
+ *     partial (weave_ref_gemm_rs_scaled: 13 fraction bits kept at every k32 step of the tensor cores'
+ *     accumulator, over 128 of K with fp32 accumulation, the default, or over all of K with fast
+ *     accumulation; the fp8 baseline's cuBLASLt accumulates alike).
  * Outputs are poisoned (NaN) before every call; inputs are fresh random numbers per case.
  * Usage: gpu_gemm_rs [--world N] [--quick] [--tiny] [--fp8-only]   Exit 0 pass, 1 fail, 77 no device.
  * Under a launcher (scripts/launch.sh -n N --mps, mpirun, torchrun) each process is one rank and the
@@ -44,6 +45,7 @@ typedef struct {
   weave_dtype_t dtype;   /* A and B */
   weave_dtype_t out;     /* C and bias (dtype, or bf16 / fp16 for fp8) */
   weave_scale_mode_t scale_mode;
+  weave_fp8_accum_t fp8_accum;
   float *sa[WEAVE_MAX_WORLD], *sb[WEAVE_MAX_WORLD]; /* per rank: 1 each (TENSOR) or [M] and [N] (ROW) */
   weave_layout_t layout;
   int has_bias;
@@ -186,7 +188,7 @@ static int rank_fn(harness_rank_t *hr) {
     if (fp8) {
       bound[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
       weave_ref_gemm_rs_scaled(c->M, c->N, c->K, world, c->dtype, c->out, c->layout, c->alpha, c->scale_mode,
-                               (const float *const *)c->sa, (const float *const *)c->sb, As, Bs,
+                               c->fp8_accum == WEAVE_FP8_ACCUM_FAST, (const float *const *)c->sa, (const float *const *)c->sb, As, Bs,
                                c->has_bias ? c->bias : NULL, row_begin + rb[i], rc_[i], ref[i], bound[i]);
     } else {
       weave_ref_gemm_rs(c->M, c->N, c->K, world, c->dtype, c->layout, c->alpha, As, Bs, c->has_bias ? c->bias : NULL,
@@ -368,6 +370,7 @@ static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, 
   d.dtype = c->dtype;
   d.out_dtype = c->dtype == WEAVE_FP8_E4M3 ? c->out : WEAVE_DTYPE_AUTO;
   d.scale_mode = c->scale_mode;
+  d.fp8_accum = c->fp8_accum;
   d.b_layout = c->layout;
   d.strategy = s;
   d.reduce = red;
@@ -501,12 +504,14 @@ int main(int argc, char **argv) {
       if (tiny && mode == WEAVE_SCALE_NONE) continue;
       const weave_dtype_t out = mode == WEAVE_SCALE_TENSOR ? WEAVE_FP16 : WEAVE_BF16;
       test_case_t c = new_case(mode == WEAVE_SCALE_ROW ? "fp8 row scales 1003x1000x304"
-                               : mode == WEAVE_SCALE_TENSOR ? "fp8 tensor scales 1003x1000x304"
+                               : mode == WEAVE_SCALE_TENSOR ? "fp8 tensor scales 1003x1000x304 fast"
                                                             : "fp8 no scales 1003x1000x304",
                                1003, 1000, 304, WEAVE_FP8_E4M3, WEAVE_LAYOUT_COL, mode != WEAVE_SCALE_NONE,
                                mode == WEAVE_SCALE_TENSOR ? 0.75f : 1.0f, tiny ? 1 : 2);
       c.out = out;
       c.scale_mode = (weave_scale_mode_t)mode;
+      /* fp32 accumulation (the default) with no and row scales, fast accumulation with tensor scales */
+      c.fp8_accum = mode == WEAVE_SCALE_TENSOR ? WEAVE_FP8_ACCUM_FAST : WEAVE_FP8_ACCUM_FP32;
       if (tiny) { c.M = 300; c.N = 264; c.K = 80; }
       add_every_strategy(&c, out, 1);
       int rc = run_case(&c, world, seed + (uint64_t)(5000 * world + mode) * 1000003ull);

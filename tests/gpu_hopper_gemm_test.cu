@@ -141,7 +141,7 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
   char what[200];
   const int pp = weave_hgemm_schedule(M, N, K, dt, blocks, g_streamk, g_schedule) == WEAVE_HGEMM_SCHED_PINGPONG;
   const size_t sk_need =
-      g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hgemm_workspace_size(M, N, K, dt, blocks, g_streamk);
+      g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hgemm_workspace_size(M, N, K, dt, blocks, g_streamk, g_schedule);
   snprintf(what, sizeof what, "%s%s %s %dx%dx%d alpha %.2f bias %d blocks %d %s%s%s", g_public ? "weave_gemm " : "",
            dtname(dt), lyname(ly), M, N, K, alpha, use_bias, blocks, pp ? "ping-pong" : "coop",
            vs_cublas ? " (vs cuBLASLt)" : "",

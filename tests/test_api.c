@@ -171,6 +171,10 @@ static void test_gemm_args(int have_device) {
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "aligned");
   FP8_ARGS(g); g.scale_mode = (weave_scale_mode_t)7;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "scale_mode 7");
+  FP8_ARGS(g); g.fp8_accum = (weave_fp8_accum_t)-1;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "fp8_accum -1");
+  g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.fp8_accum = WEAVE_FP8_ACCUM_FAST;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "fp8 inputs only");
   g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.scale_mode = WEAVE_SCALE_TENSOR;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "fp8 inputs only");
   g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.dtype = WEAVE_FP16; g.out_dtype = WEAVE_BF16;

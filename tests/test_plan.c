@@ -67,6 +67,12 @@ static void test_check_args(void) {
   expect_bad("scale mode 3", 64, 64, 64, &d, "scale_mode");
   d = init; d.scale_mode = WEAVE_SCALE_TENSOR;
   expect_bad("bf16 with scales", 64, 64, 64, &d, "fp8 inputs only");
+  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.fp8_accum = (weave_fp8_accum_t)2;
+  expect_bad("fp8 accumulation 2", 64, 64, 64, &d, "fp8_accum 2");
+  d = init; d.fp8_accum = WEAVE_FP8_ACCUM_FAST;
+  expect_bad("bf16 with fast accumulation", 64, 64, 64, &d, "fp8 inputs only");
+  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.fp8_accum = WEAVE_FP8_ACCUM_FAST;
+  expect_good("fp8 fast accumulation", 64, 64, 64, &d);
   d = init; d.dtype = WEAVE_FP16; d.out_dtype = WEAVE_BF16;
   expect_bad("fp16 in, bf16 out", 64, 64, 64, &d, "only fp8");
   d = init; d.dtype = WEAVE_FP16; d.out_dtype = WEAVE_FP16;
@@ -88,7 +94,8 @@ static void test_check_args(void) {
     old.dtype = WEAVE_FP16;
     expect_good("0.2 desc", 64, 64, 64, &old);
     CHECK(weave_gemm_rs_desc_read(NULL, &old, &got) == WEAVE_SUCCESS && got.struct_size == sizeof(got) &&
-          got.dtype == WEAVE_FP16 && got.out_dtype == WEAVE_DTYPE_AUTO && got.scale_mode == WEAVE_SCALE_NONE);
+          got.dtype == WEAVE_FP16 && got.out_dtype == WEAVE_DTYPE_AUTO && got.scale_mode == WEAVE_SCALE_NONE &&
+          got.fp8_accum == WEAVE_FP8_ACCUM_FP32);
     CHECK(WEAVE_GEMM_RS_DESC_SIZE_0_2 == 56 || sizeof(size_t) != 8);
   }
   d = init; d.dtype = (weave_dtype_t)-1;

@@ -407,27 +407,73 @@ static void test_fp8(void) {
   for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode) {
     double out[2 * N], bound[2 * N];
     weave_ref_gemm_rs_scaled(M, N, K, W, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 0.75, (weave_scale_mode_t)mode,
-                             sas, sbs, As, Bs, bias, 2, 2, out, bound);
+                             1, sas, sbs, As, Bs, bias, 2, 2, out, bound);
     int bad = 0, bad_bound = 0;
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < N; ++j) {
         double want = weave_bf16_to_float(bias[j]), tb = 0;
         for (int r = 0; r < W; ++r) {
-          double s = 0, mxp = 0;
+          double s = 0, prev = 0, pm = 0, steps = 0;
           for (int k = 0; k < K; ++k) {
-            s += weave_fp8_e4m3_to_float(a8[r][(2 + i) * K + k]) * weave_fp8_e4m3_to_float(b8[r][j * K + k]);
-            if ((k + 1) % 32 == 0 || k == K - 1) mxp = fabs(s) > mxp ? fabs(s) : mxp;
+            const double t = weave_fp8_e4m3_to_float(a8[r][(2 + i) * K + k]) * weave_fp8_e4m3_to_float(b8[r][j * K + k]);
+            s += t;
+            pm = fmax(pm, fabs(t));
+            if ((k + 1) % 32 == 0 || k == K - 1) { /* fast: 2 x 34 ulps at 2^-13 of the step's largest */
+              steps += 2 * 34 * ldexp(fmax(fmax(fabs(prev), fabs(s)), pm), -13);
+              prev = s;
+              pm = 0;
+            }
           }
           double sc = mode == WEAVE_SCALE_TENSOR ? (double)sa[r][0] * sb[r][0]
                       : mode == WEAVE_SCALE_ROW  ? (double)sa[r][2 + i] * sb[r][j]
                                                  : 1.0;
           want += 0.75 * sc * s;
-          tb += 0.75 * sc * 3 * ldexp(mxp, -12); /* ceil(70 / 32) = 3 steps */
+          tb += 0.75 * sc * steps; /* 3 steps: k = 31, 63, 69 */
         }
         if (fabs(out[i * N + j] - want) > 1e-12 * (1 + fabs(want))) bad++;
         if (!(bound[i * N + j] > 0) || fabs(bound[i * N + j] - tb) > 1e-12 * tb) bad_bound++;
       }
     CHECK_MSG(bad == 0 && bad_bound == 0, "scaled reference mode %d: %d values, %d bounds wrong", mode, bad, bad_bound);
+  }
+
+  /* fp32 accumulation (chunks of 128 summed from zero, then added): K = 300 is chunks of 128, 128
+   * and 44; the bound is the steps' terms with the sum restarted at each chunk, plus
+   * 2 ceil(300 / 128) 2^-23 max |P|, and is below the fast bound */
+  {
+    enum { K2 = 300 };
+    static unsigned char a2[2 * K2], b2[3 * K2];
+    weave_fill_random(WEAVE_FP8_E4M3, a2, 2 * K2, 31);
+    weave_fill_random(WEAVE_FP8_E4M3, b2, 3 * K2, 32);
+    const void *A2[1] = {a2}, *B2[1] = {b2};
+    double out[2 * 3], bound[2 * 3], fast[2 * 3];
+    weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, 0,
+                             NULL, NULL, A2, B2, NULL, 0, 2, out, bound);
+    weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, 1,
+                             NULL, NULL, A2, B2, NULL, 0, 2, out, fast);
+    int bad_bound = 0;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) {
+        double s = 0, base = 0, prev = 0, pm = 0, mxp = 0, tb = 0;
+        for (int k = 0; k < K2; ++k) {
+          const double t = weave_fp8_e4m3_to_float(a2[i * K2 + k]) * weave_fp8_e4m3_to_float(b2[j * K2 + k]);
+          s += t;
+          pm = fmax(pm, fabs(t));
+          if ((k + 1) % 32 == 0 || k == K2 - 1) {
+            mxp = fmax(mxp, fabs(s));
+            tb += 34 * ldexp(fmax(fmax(fabs(prev), fabs(s - base)), pm), -13);
+            prev = s - base;
+            pm = 0;
+          }
+          if ((k + 1) % 128 == 0) { /* the chunk's sum is added in fp32; the next starts from zero */
+            base = s;
+            prev = 0;
+          }
+        }
+        tb += 2 * 3 * ldexp(mxp, -23);
+        const double b = bound[i * 3 + j];
+        if (!(b > 0) || fabs(b - tb) > 1e-12 * tb || !(b < fast[i * 3 + j])) bad_bound++;
+      }
+    CHECK_MSG(bad_bound == 0, "fp32-accumulation bound: %d of 6 wrong", bad_bound);
   }
 }
 

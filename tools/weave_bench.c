@@ -68,6 +68,7 @@ typedef struct {
   weave_dtype_t dtype;  /* A and B */
   weave_dtype_t out;    /* C (dtype; bf16 for fp8) */
   int scale_mode;       /* fp8: weave_scale_mode_t */
+  int fp8_accum;        /* fp8: weave_fp8_accum_t (weave and the baseline's cuBLASLt alike) */
   weave_layout_t layout;
   weave_tile_order_t order;
   int iters, warmup, check, tune;
@@ -92,7 +93,7 @@ typedef struct {
  * ---------------------------------------------------------------------------------------------- */
 enum {
   OPT_DEVICES = 256, OPT_LAYOUT, OPT_STRATEGY, OPT_REDUCE, OPT_SLOT, OPT_ORDER, OPT_GEMM_BLOCKS, OPT_COMM_BLOCKS,
-  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION, OPT_SCALES
+  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION, OPT_SCALES, OPT_ACCUM
 };
 
 static const cli_option_t bench_options[] = {
@@ -104,6 +105,7 @@ static const cli_option_t bench_options[] = {
     {"dtype", 'd', "T", "bf16, fp16, fp32 or fp8 (e4m3 in, bf16 out, B col only) (default bf16)"},
     {"layout", OPT_LAYOUT, "L", "B as row [K,N] or col [N,K] (default row; col for fp8)"},
     {"scales", OPT_SCALES, "S", "fp8 scales, each rank its own: none, tensor or row (default tensor)"},
+    {"fp8-accum", OPT_ACCUM, "A", "fp8 accumulation: fp32 or fast (default fp32; the baseline's cuBLASLt alike)"},
     {"strategy", OPT_STRATEGY, "S", "all, auto, fused, bulk or baseline (default all; the baseline always runs)"},
     {"reduce", OPT_REDUCE, "R", "fused reduction: det, atomic or both (default both)"},
     {"slot", OPT_SLOT, "S", "slot type of det/bulk: dtype or fp32 (default dtype)"},
@@ -127,6 +129,7 @@ static const cli_option_t bench_options[] = {
 
 static const char *const dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NULL}; /* in weave_dtype_t order */
 static const char *const scale_names[] = {"none", "tensor", "row", NULL};        /* weave_scale_mode_t order */
+static const char *const accum_names[] = {"fp32", "fast", NULL};                 /* weave_fp8_accum_t order */
 
 typedef struct {
   int strategy; /* a PICK_*: index into strategy_names */
@@ -173,6 +176,7 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
         layout_given = 1;
         break;
       case OPT_SCALES: b->scale_mode = cli_choice(&c, a, scale_names); break;
+      case OPT_ACCUM: b->fp8_accum = cli_choice(&c, a, accum_names); break;
       case OPT_STRATEGY: vo->strategy = cli_choice(&c, a, strategy_names); break;
       case OPT_REDUCE: vo->reduce = cli_choice(&c, a, reduce_names); break;
       case OPT_SLOT: vo->fp32_slot = cli_choice(&c, a, slot_names); break;
@@ -403,7 +407,8 @@ static void reference_create(rank_run_t *x) {
     x->bound = (double *)malloc(sizeof(double) * 3 * (size_t)x->check_rows * b->N + 1);
     for (int i = 0; i < 3; ++i)
       weave_ref_gemm_rs_scaled(b->M, b->N, x->K, world, b->dtype, b->out, b->layout, 1.0,
-                               (weave_scale_mode_t)b->scale_mode, (const float *const *)sa, (const float *const *)sb,
+                               (weave_scale_mode_t)b->scale_mode, b->fp8_accum == WEAVE_FP8_ACCUM_FAST,
+                               (const float *const *)sa, (const float *const *)sb,
                                (const void *const *)As, (const void *const *)Bs, NULL,
                                x->row_begin + x->check_begin[i], x->check_rows,
                                x->ref + (size_t)i * x->check_rows * b->N, x->bound + (size_t)i * x->check_rows * b->N);
@@ -434,6 +439,7 @@ static void plans_create(rank_run_t *x) {
     weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
     d.dtype = b->dtype;
     d.scale_mode = (weave_scale_mode_t)b->scale_mode;
+    d.fp8_accum = (weave_fp8_accum_t)b->fp8_accum;
     d.b_layout = b->layout;
     d.strategy = v->strategy;
     d.reduce = v->reduce;
@@ -501,10 +507,12 @@ static void time_variants(rank_run_t *x) {
   void *gemm_out = harness_dev_alloc((size_t)b->M * b->N * x->oelt);
   char lt_msg[256] = "";
   harness_lt_t *lt = harness_lt_create_scaled(b->M, b->N, x->K, b->dtype, b->out, b->layout,
-                                              (weave_scale_mode_t)b->scale_mode, lt_msg, sizeof(lt_msg));
+                                              (weave_scale_mode_t)b->scale_mode, (weave_fp8_accum_t)b->fp8_accum,
+                                              lt_msg, sizeof(lt_msg));
   weave_gemm_args_t ga = WEAVE_GEMM_ARGS_INIT; /* weave_gemm alone (vi = -1) */
   ga.M = b->M; ga.N = b->N; ga.K = x->K; ga.dtype = b->dtype; ga.b_layout = b->layout;
   ga.scale_mode = (weave_scale_mode_t)b->scale_mode; ga.scale_a = x->dsa; ga.scale_b = x->dsb; ga.C = gemm_out;
+  ga.fp8_accum = (weave_fp8_accum_t)b->fp8_accum;
   if (!lt) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", hr->rank, lt_msg);
   const int lt_live = all_ok(hr, lt != NULL);
   x->rec->lt_failed = !lt_live;
@@ -783,8 +791,8 @@ static long report(bench_t *b, json_writer_t *jw) {
 static void print_header(const bench_t *b, const char *heap_note) {
   printf("# weave-bench  GEMM + ReduceScatter   %s", weave_dtype_name(b->dtype));
   if (b->dtype == WEAVE_FP8_E4M3)
-    printf(" -> %s, %s scales (each rank its own; cuBLASLt fp8 with fast accumulation in the baseline)",
-           weave_dtype_name(b->out), scale_names[b->scale_mode]);
+    printf(" -> %s, %s scales (each rank its own), %s accumulation (weave and the baseline's cuBLASLt fp8)",
+           weave_dtype_name(b->out), scale_names[b->scale_mode], accum_names[b->fp8_accum]);
   printf("\n");
   printf("# M %d..%d (x%.2g)  N %d  K_total %d  ranks %d (%s)  B %s  iters %d  warmup %d  check %d\n", b->min_M,
          b->max_M, b->factor, b->N, b->K_total, b->world, b->launched ? "one process each" : "threads of one process",

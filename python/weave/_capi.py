@@ -95,7 +95,7 @@ class _Desc(ctypes.Structure):  # weave_gemm_rs_desc_t
     _fields_ = [("struct_size", c_size_t), ("dtype", c_int), ("b_layout", c_int), ("strategy", c_int),
                 ("reduce", c_int), ("fp32_slots", c_int), ("tile_order", c_int), ("alpha", c_float),
                 ("has_bias", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int), ("trace", c_int),
-                ("out_dtype", c_int), ("scale_mode", c_int)]
+                ("out_dtype", c_int), ("scale_mode", c_int), ("fp8_accum", c_int)]
 
 
 class _Info(ctypes.Structure):  # weave_gemm_rs_info_t

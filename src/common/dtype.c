@@ -53,11 +53,18 @@ const char *weave_strategy_name(weave_strategy_t s) {
 }
 
 weave_result_t weave_check_fp8_args(weave_team_t team, const char *fn, weave_dtype_t dtype, weave_dtype_t out_dtype,
-                                    weave_layout_t b_layout, weave_scale_mode_t scale_mode, int K, const char *k_name) {
+                                    weave_layout_t b_layout, weave_scale_mode_t scale_mode, weave_fp8_accum_t fp8_accum,
+                                    int K, const char *k_name) {
   const int fp8 = weave_dtype_is_fp8(dtype);
   if ((unsigned)scale_mode > WEAVE_SCALE_ROW)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: scale_mode %d is not NONE/TENSOR/ROW", fn, (int)scale_mode);
+  if ((unsigned)fp8_accum > WEAVE_FP8_ACCUM_FAST)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: fp8_accum %d is not FP32/FAST", fn, (int)fp8_accum);
   if (!fp8) {
+    if (fp8_accum != WEAVE_FP8_ACCUM_FP32)
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                        "%s: fp8_accum FAST applies to fp8 inputs only (dtype %s accumulates in fp32)", fn,
+                        weave_dtype_name(dtype));
     if (out_dtype != WEAVE_DTYPE_AUTO && out_dtype != dtype)
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                         "%s: out_dtype %d differs from dtype %s: only fp8 inputs take another output type (use "

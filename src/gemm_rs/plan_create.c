@@ -71,7 +71,8 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
                       (int)d->dtype);
   if ((unsigned)d->b_layout > WEAVE_LAYOUT_COL)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: b_layout %d is not ROW/COL", fn, (int)d->b_layout);
-  WEAVE_CHECK(weave_check_fp8_args(team, fn, d->dtype, d->out_dtype, d->b_layout, d->scale_mode, K, "K_local"));
+  WEAVE_CHECK(weave_check_fp8_args(team, fn, d->dtype, d->out_dtype, d->b_layout, d->scale_mode, d->fp8_accum, K,
+                                   "K_local"));
   if ((unsigned)d->strategy > WEAVE_STRATEGY_BASELINE)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
   if ((unsigned)d->reduce > WEAVE_REDUCE_ATOMIC)
@@ -106,7 +107,7 @@ static weave_result_t plan_check_team_args(weave_team_t team, int M, int N, int 
                            (uint32_t)desc->strategy, (uint32_t)desc->reduce, (uint32_t)desc->fp32_slots,
                            (uint32_t)desc->tile_order, alpha_bits, (uint32_t)desc->has_bias,
                            (uint32_t)desc->gemm_blocks, (uint32_t)desc->comm_blocks, (uint32_t)desc->trace,
-                           (uint32_t)desc->out_dtype, (uint32_t)desc->scale_mode};
+                           (uint32_t)desc->out_dtype, (uint32_t)desc->scale_mode, (uint32_t)desc->fp8_accum};
   WEAVE_CHECK(weave_team_check_same(team, same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
   return WEAVE_SUCCESS;
 }
@@ -124,6 +125,7 @@ static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_tune_entry_
 static weave_result_t plan_lt_new(weave_gemm_rs_plan_t p, char *msg, size_t len) {
   weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
   o.scale_mode = p->desc.scale_mode;
+  o.fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST;
   return weave_lt_create_ex(p->M, p->N, p->K, p->desc.dtype, weave_dtype_out(p->desc.dtype, p->desc.out_dtype),
                             p->desc.b_layout, &o, &p->lt, msg, len);
 }
@@ -306,7 +308,8 @@ static void plan_trace_buffer(weave_gemm_rs_plan_t p, const weave_env_t *env) {
 static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
   if (p->strategy != WEAVE_STRATEGY_BULK) return;
   const weave_dtype_t out = p->team->world == 1 ? p->desc.dtype : p->slot_dtype;
-  const size_t need = weave_gemm_workspace_need(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, out, p->gemm_blocks);
+  const size_t need = weave_gemm_workspace_need(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, out,
+                                                p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST, p->gemm_blocks);
   if (!need) return;
   if (cudaMalloc(&p->gemm_ws, need) != cudaSuccess || cudaMemset(p->gemm_ws, 0, need) != cudaSuccess) {
     cudaGetLastError();
@@ -374,6 +377,7 @@ static void plan_fill_params(weave_gemm_rs_plan_t p) {
   fp->M = p->M; fp->N = p->N; fp->K = p->K;
   fp->dtype = p->out_dtype; /* what the kernels write (C, bias); in_dtype is what they read */
   fp->in_dtype = p->desc.dtype;
+  fp->fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST;
   fp->b_layout = p->desc.b_layout;
   fp->slot_dtype = p->slot_dtype;
   fp->hopper = p->hopper;

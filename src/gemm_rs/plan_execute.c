@@ -100,7 +100,7 @@ static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const weave_fu
                                           const void *B, const void *bias, void *C_out, weave_stream_t stream) {
   char msg[256] = "";
   weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
-                                          &fp->hg.scales, bias, C_out, p->out_dtype, p->gemm_blocks, p->gemm_ws,
+                                          &fp->hg.scales, fp->fp8_fast_accum, bias, C_out, p->out_dtype, p->gemm_blocks, p->gemm_ws,
                                           p->gemm_ws_bytes, stream, msg,
                                           sizeof(msg));
   return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "weave_gemm_rs_execute: %s", msg);
@@ -124,7 +124,7 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused
         char msg[256] = "";
         if (p->strategy == WEAVE_STRATEGY_BULK) {
           weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, 1.0f, A, B,
-                                                  &fp->hg.scales, NULL, fp->data, p->slot_dtype, p->gemm_blocks,
+                                                  &fp->hg.scales, fp->fp8_fast_accum, NULL, fp->data, p->slot_dtype, p->gemm_blocks,
                                                   p->gemm_ws, p->gemm_ws_bytes, stream,
                                                   msg, sizeof(msg));
           if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);

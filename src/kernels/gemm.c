@@ -66,19 +66,21 @@ static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t 
  * 16-byte aligned rows and an output of the input dtype, and for fp8 (its only role), else
  * mma.sync / SIMT. */
 weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
-                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, const void *bias,
-                                   void *C, weave_dtype_t out_dtype, int num_blocks, void *ws, size_t ws_bytes,
-                                   weave_stream_t stream, char *msg,
-                                   size_t msglen) {
+                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, int fp8_fast_accum,
+                                   const void *bias, void *C, weave_dtype_t out_dtype, int num_blocks, void *ws,
+                                   size_t ws_bytes, weave_stream_t stream, char *msg, size_t msglen) {
   size_t e = weave_dtype_size(dtype);
   size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
   int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
   const int fp8 = weave_dtype_is_fp8(dtype);
   if (fp8 || (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K))) {
     weave_hgemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
-                                  WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL}};
+                            WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL},
+                            fp8 && fp8_fast_accum};
     if (fp8 && scales) a.scales = *scales;
-    const size_t need = weave_hgemm_workspace_size(M, N, K, dtype, num_blocks, WEAVE_HGEMM_SK_AUTO);
+    const size_t need = weave_hgemm_workspace_size(
+        M, N, K, dtype, num_blocks, weave_hgemm_args_streamk(dtype, a.fp8_fast_accum, WEAVE_HGEMM_SK_AUTO),
+        weave_hgemm_args_schedule(dtype, out_dtype, a.fp8_fast_accum, WEAVE_HGEMM_SCHED_AUTO));
     if (need && ws) {
       a.workspace = ws;
       a.workspace_bytes = ws_bytes;
@@ -103,9 +105,10 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
 }
 
 size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                                 weave_dtype_t out_dtype, int num_blocks) {
+                                 weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks) {
   if (!weave_dtype_is_fp8(dtype) && (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K))) return 0;
-  return weave_hgemm_workspace_size(M, N, K, dtype, num_blocks, WEAVE_HGEMM_SK_AUTO);
+  return weave_hgemm_workspace_size(M, N, K, dtype, num_blocks, weave_hgemm_args_streamk(dtype, fp8_fast_accum, WEAVE_HGEMM_SK_AUTO),
+                                    weave_hgemm_args_schedule(dtype, out_dtype, fp8_fast_accum, WEAVE_HGEMM_SCHED_AUTO));
 }
 
 weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
@@ -131,7 +134,7 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
     return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave_gemm: no CUDA device");
   }
   char msg[256] = "";
-  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, NULL, bias, C, dtype, num_blocks,
+  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, NULL, 0, bias, C, dtype, num_blocks,
                                           NULL, 0, stream, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "weave_gemm: %s", msg);
   return WEAVE_SUCCESS;
@@ -149,7 +152,7 @@ weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) 
   if ((unsigned)a->dtype > WEAVE_FP8_E4M3 || (unsigned)a->b_layout > WEAVE_LAYOUT_COL)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d / b_layout %d unknown", fn, (int)a->dtype,
                       (int)a->b_layout);
-  WEAVE_CHECK(weave_check_fp8_args(NULL, fn, a->dtype, a->out_dtype, a->b_layout, a->scale_mode, K, "K"));
+  WEAVE_CHECK(weave_check_fp8_args(NULL, fn, a->dtype, a->out_dtype, a->b_layout, a->scale_mode, a->fp8_accum, K, "K"));
   if (!a->A || !a->B || !a->C) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A, B and C must be non-NULL", fn);
   if (!isfinite(a->alpha)) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
   if (a->num_blocks < 0)
@@ -178,7 +181,7 @@ weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) 
   const weave_hgemm_scales_t sc = {(int)a->scale_mode, a->scale_a, a->scale_b};
   char msg[256] = "";
   weave_result_t rc = weave_gemm_dispatch(M, N, K, a->dtype, a->b_layout, a->alpha, a->A, a->B, fp8 ? &sc : NULL,
-                                          a->bias, a->C, out, a->num_blocks, NULL, 0, stream, msg, sizeof(msg));
+                                          a->fp8_accum == WEAVE_FP8_ACCUM_FAST, a->bias, a->C, out, a->num_blocks, NULL, 0, stream, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "%s: %s", fn, msg);
   return WEAVE_SUCCESS;
 }

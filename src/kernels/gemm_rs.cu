@@ -334,15 +334,15 @@ __device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsig
 }
 
 /* The GEMM role of the fused kernel: TMA + wgmma (384 threads) or mma.sync / SIMT (256 threads); FP8:
- * the fp8 wgmma role (inputs e4m3, T is the output type), whose tiles reach the sink already scaled
- * by this call's p.hg.scales (so do the partials it pushes). */
-template <typename T, bool HOPPER, bool FP8, class Sink>
+ * the fp8 wgmma role (inputs e4m3, T is the output type; PROMOTE: fp32 accumulation), whose tiles
+ * reach the sink already scaled by this call's p.hg.scales (so do the partials it pushes). */
+template <typename T, bool HOPPER, bool FP8, bool PROMOTE, class Sink>
 __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, unsigned char *smem_raw, int total,
                                                  Sink &sink) {
   if constexpr (FP8) {
     static_assert(HOPPER, "fp8 runs on the Hopper role only");
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    weave_hgemm_role_fp8<1>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    weave_hgemm_role_fp8<1, PROMOTE>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
   } else if constexpr (HOPPER && sizeof(T) == 2) {
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     weave_hgemm_role<1>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
@@ -390,8 +390,8 @@ __device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, 
 #define WEAVE_FUSED_THREADS(H) ((H) ? WEAVE_HGEMM_THREADS : WEAVE_MMA_THREADS)
 
 /* S: slot type (deterministic) or float (atomic accumulator); T: input/output type (FP8: output type,
- * inputs e4m3). */
-template <typename T, typename S, bool ATOMIC, bool HOPPER, bool FP8 = false>
+ * inputs e4m3; PROMOTE: their accumulation promoted to fp32). */
+template <typename T, typename S, bool ATOMIC, bool HOPPER, bool FP8 = false, bool PROMOTE = false>
 __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
     weave_fused_kernel(const __grid_constant__ weave_fused_params_t p) {
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -402,11 +402,11 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
     if constexpr (ATOMIC) {
       weave_atomic_sink sink;
       sink.init(&p);
-      weave_fused_gemm<T, HOPPER, FP8>(p, smem, total, sink);
+      weave_fused_gemm<T, HOPPER, FP8, PROMOTE>(p, smem, total, sink);
     } else {
       weave_slot_sink<S> sink;
       sink.init(&p);
-      weave_fused_gemm<T, HOPPER, FP8>(p, smem, total, sink);
+      weave_fused_gemm<T, HOPPER, FP8, PROMOTE>(p, smem, total, sink);
     }
   } else {
     if constexpr (HOPPER) {
@@ -521,14 +521,14 @@ extern "C" int weave_kernel_blocks_per_sm(int dtype, int hopper, int fused, size
   return weave_occupancy(weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, WEAVE_MMA_THREADS, smem);
 }
 
-template <typename T, typename S, bool ATOMIC, bool FP8 = false>
+template <typename T, typename S, bool ATOMIC, bool FP8 = false, bool PROMOTE = false>
 static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
   size_t smem = weave_gemm_smem(p->dtype, p->hopper);
   if (p->hopper) {
     if constexpr (sizeof(T) == 2) {
-      int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC, true, FP8>, smem);
+      int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE>, smem);
       if (e) return e;
-      weave_fused_kernel<T, S, ATOMIC, true, FP8><<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*p);
+      weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE><<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*p);
       return (int)cudaGetLastError();
     }
     return (int)cudaErrorInvalidValue;
@@ -543,19 +543,23 @@ static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
   }
 }
 
+template <bool PROMOTE> static int weave_launch_fused_fp8(const weave_fused_params_t *p, cudaStream_t s) {
+  const bool atomic = p->reduce == WEAVE_REDUCE_ATOMIC, f32slot = p->slot_dtype == WEAVE_FP32;
+  if (p->dtype == WEAVE_FP16) {
+    if (atomic) return weave_launch_fused_t<__half, float, true, true, PROMOTE>(p, s);
+    return f32slot ? weave_launch_fused_t<__half, float, false, true, PROMOTE>(p, s)
+                   : weave_launch_fused_t<__half, __half, false, true, PROMOTE>(p, s);
+  }
+  if (atomic) return weave_launch_fused_t<__nv_bfloat16, float, true, true, PROMOTE>(p, s);
+  return f32slot ? weave_launch_fused_t<__nv_bfloat16, float, false, true, PROMOTE>(p, s)
+                 : weave_launch_fused_t<__nv_bfloat16, __nv_bfloat16, false, true, PROMOTE>(p, s);
+}
+
 extern "C" int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream) {
   cudaStream_t s = (cudaStream_t)stream;
   bool atomic = p->reduce == WEAVE_REDUCE_ATOMIC, f32slot = p->slot_dtype == WEAVE_FP32;
-  if (p->in_dtype == WEAVE_FP8_E4M3) { /* p->dtype: the output, bf16 or fp16 */
-    if (p->dtype == WEAVE_FP16) {
-      if (atomic) return weave_launch_fused_t<__half, float, true, true>(p, s);
-      return f32slot ? weave_launch_fused_t<__half, float, false, true>(p, s)
-                     : weave_launch_fused_t<__half, __half, false, true>(p, s);
-    }
-    if (atomic) return weave_launch_fused_t<__nv_bfloat16, float, true, true>(p, s);
-    return f32slot ? weave_launch_fused_t<__nv_bfloat16, float, false, true>(p, s)
-                   : weave_launch_fused_t<__nv_bfloat16, __nv_bfloat16, false, true>(p, s);
-  }
+  if (p->in_dtype == WEAVE_FP8_E4M3) /* p->dtype: the output, bf16 or fp16 */
+    return p->fp8_fast_accum ? weave_launch_fused_fp8<false>(p, s) : weave_launch_fused_fp8<true>(p, s);
   switch (p->dtype) {
     case WEAVE_BF16:
       if (atomic) return weave_launch_fused_t<__nv_bfloat16, float, true>(p, s);

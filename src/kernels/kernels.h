@@ -57,6 +57,7 @@ typedef struct {
   /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
   CUtensorMap slot_map[WEAVE_MAX_WORLD];
   int in_dtype;    /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
+  int fp8_fast_accum; /* fp8: the tensor cores' accumulator over all of K instead of fp32 (weave_fp8_accum_t) */
 } weave_fused_params_t;
 
 /* The GEMM role a shape can use: the Hopper role (TMA + wgmma) needs 16-bit inputs and 16-byte
@@ -84,17 +85,18 @@ int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struc
 int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
 
-/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). scales: fp8
- * only (NULL: none); fp8 runs on the Hopper role only, out_dtype bf16, fp16 or fp32. The Hopper
+/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). scales and
+ * fp8_fast_accum (weave_fp8_accum_t): fp8 only (NULL: no scales); fp8 runs on the Hopper role only,
+ * out_dtype bf16, fp16 or fp32. The Hopper
  * role's stream-K tail uses `ws` (zeroed once, one stream at a time) when given, else the stream's
  * own workspace, allocated on its first need. */
 weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
-                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, const void *bias,
-                                   void *C, weave_dtype_t out_dtype, int num_blocks, void *ws, size_t ws_bytes,
-                                   weave_stream_t stream, char *msg, size_t msglen);
+                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, int fp8_fast_accum,
+                                   const void *bias, void *C, weave_dtype_t out_dtype, int num_blocks, void *ws,
+                                   size_t ws_bytes, weave_stream_t stream, char *msg, size_t msglen);
 /* The stream-K workspace a plan's GEMM of this shape needs (0: none, or not the Hopper role). */
 size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                                 weave_dtype_t out_dtype, int num_blocks);
+                                 weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks);
 
 #ifdef __cplusplus
 }

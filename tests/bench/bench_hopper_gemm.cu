@@ -102,6 +102,7 @@ struct Ctx {
   weave_dtype_t dt;
   weave_layout_t ly;
   int scale_mode;       /* fp8: weave_scale_mode_t of every launch (weave and cuBLASLt alike) */
+  int fast_accum;       /* fp8: WEAVE_FP8_ACCUM_FAST for weave and lt_def / lt_sm (else fp32 accumulation) */
   float *sa, *sb;       /* fp8: device scales, [M] and [N] (TENSOR reads the first of each) */
   std::vector<void *> A, B;
   void *C, *Cref;
@@ -124,6 +125,7 @@ static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *
       a.scales.mode = c.scale_mode;
       a.scales.a = c.scale_mode ? c.sa : NULL;
       a.scales.b = c.scale_mode ? c.sb : NULL;
+      a.fp8_fast_accum = c.fast_accum;
     }
     a.streamk = WEAVE_HGEMM_SK_AUTO;
     a.schedule = which == 2 ? WEAVE_HGEMM_SCHED_COOP : which == 3 ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_AUTO;
@@ -259,17 +261,19 @@ struct Options {
   weave_dtype_t dt = WEAVE_BF16;
   weave_layout_t ly = WEAVE_LAYOUT_ROW;
   int scales = WEAVE_SCALE_TENSOR; /* fp8 */
+  int fast_accum = 0;              /* fp8: --fp8-accum fast */
   int warm = 5, iters = 20, check = 1;
   const char *json = NULL;
   std::vector<int> shapes, blist;
 };
 
-enum { OPT_OP = 256, OPT_SCALES };
+enum { OPT_OP = 256, OPT_SCALES, OPT_ACCUM };
 static const cli_option_t gemm_options[] = {
     {"op", OPT_OP, "gemm", "this benchmark (weave-bench --op gemm)"},
     {"dtype", 'd', "T", "bf16, fp16 or fp8 (e4m3 in, bf16 out; B col only; default bf16)"},
     {"layout", 'l', "L", "B as row [K,N] or col [N,K] (default row; col for fp8)"},
     {"scales", OPT_SCALES, "S", "fp8 scales: none, tensor or row (default tensor; cuBLASLt gets the same)"},
+    {"fp8-accum", OPT_ACCUM, "A", "fp8 accumulation: fp32 or fast (default fp32; cuBLASLt gets the same)"},
     {"shape", 's', "MxNxK", "a shape, repeatable (default six: 8192^3, 8192x8192x{3584,1024}, {4096,16384,2048}x8192x3584)"},
     {"blocks", 'B', "b1,b2,..", "block counts, capped at the SM count (default 132,124,116,100)"},
     {"warmup", 'w', "N", "warm-up launches per kernel (default 5)"},
@@ -283,6 +287,7 @@ static const cli_option_t gemm_options[] = {
 static void parse_options(int argc, char **argv, Options &o) {
   static const char *const dtypes[] = {"bf16", "fp16", "fp8", NULL}, *const layouts[] = {"row", "col", NULL};
   static const char *const scale_names[] = {"none", "tensor", "row", NULL};
+  static const char *const accum_names[] = {"fp32", "fast", NULL};
   int layout_given = 0;
   static const char *const ops[] = {"gemm", NULL};
   cli_t c;
@@ -302,6 +307,7 @@ static void parse_options(int argc, char **argv, Options &o) {
         layout_given = 1;
         break;
       case OPT_SCALES: o.scales = cli_choice(&c, optarg, scale_names); break;
+      case OPT_ACCUM: o.fast_accum = cli_choice(&c, optarg, accum_names); break;
       case 's': {
         int m, n, k, used = 0;
         if (sscanf(optarg, "%dx%dx%d%n", &m, &n, &k, &used) != 3 || optarg[used] || m < 1 || n < 1 || k < 1) {
@@ -344,10 +350,11 @@ static void print_header(const Options &o, const cudaDeviceProp &prop) {
   printf("# weave-bench --op gemm: C[M,N] = A[M,K] . B, %s, B %s, fp32 accumulate\n", weave_dtype_name(o.dt),
          o.ly == WEAVE_LAYOUT_ROW ? "ROW [K,N]" : "COL [N,K]");
   if (o.dt == WEAVE_FP8_E4M3)
-    printf("# fp8: e4m3 in, bf16 out, %s scales (weave and cuBLASLt alike); the tensor cores' own accumulation\n"
-           "# (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 in lt_def / lt_sm; its default, promoting\n"
-           "# accumulation is timed once per shape as lt_prec, after the rows)\n",
-           o.scales == WEAVE_SCALE_ROW ? "per-row" : o.scales == WEAVE_SCALE_TENSOR ? "per-tensor" : "no");
+    printf("# fp8: e4m3 in, bf16 out, %s scales, %s accumulation (weave, lt_def and lt_sm alike: cuBLASLt\n"
+           "# CUBLASLT_MATMUL_DESC_FAST_ACCUM = %d); cuBLASLt with the other accumulation is timed once per\n"
+           "# shape as lt_other, after the rows\n",
+           o.scales == WEAVE_SCALE_ROW ? "per-row" : o.scales == WEAVE_SCALE_TENSOR ? "per-tensor" : "no",
+           o.fast_accum ? "fast (the tensor cores' own)" : "fp32 (promoted every 128 of K)", o.fast_accum);
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d\n", prop.name, prop.multiProcessorCount,
          prop.l2CacheSize >> 20, prop.major, prop.minor, rtv);
   printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
@@ -437,8 +444,9 @@ static void shape_free(Ctx &c) {
 /* cuBLASLt plans of the shape: the default heuristic (*def) and SM_COUNT_TARGET = each block count. */
 static int lt_plans(const Ctx &c, const std::vector<int> &blist, weave_lt_t **def, std::vector<weave_lt_t *> &smp) {
   char msg[256], lt_algo[160], sm_algo[160];
-  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT; /* fp8: fast accumulation, as weave's kernel */
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT; /* fp8: the accumulation weave's kernel runs */
   o.scale_mode = c.scale_mode;
+  o.fast_accum = c.fast_accum;
   const weave_dtype_t out = c.dt == WEAVE_FP8_E4M3 ? WEAVE_BF16 : c.dt;
   if (weave_lt_create_ex(c.M, c.N, c.K, c.dt, out, c.ly, &o, def, msg, sizeof msg) != WEAVE_SUCCESS) {
     fprintf(stderr, "bench_gemm: cuBLASLt: %s\n", msg);
@@ -478,16 +486,16 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
     tk.insert(tk.end(), row, row + 4);
   }
   tk.push_back({1, 0, def});
-  weave_lt_t *prec = NULL; /* fp8: cuBLASLt with its default (promoting) accumulation */
+  weave_lt_t *other = NULL; /* fp8: cuBLASLt with the other accumulation, for reference */
   if (!rc && c.dt == WEAVE_FP8_E4M3) {
     char msg[256];
     weave_lt_opts_t o8 = WEAVE_LT_OPTS_INIT;
     o8.scale_mode = c.scale_mode;
-    o8.fast_accum = 0;
-    if (weave_lt_create_ex(c.M, c.N, c.K, c.dt, WEAVE_BF16, c.ly, &o8, &prec, msg, sizeof msg) == WEAVE_SUCCESS)
-      tk.push_back({1, 0, prec});
+    o8.fast_accum = !c.fast_accum;
+    if (weave_lt_create_ex(c.M, c.N, c.K, c.dt, WEAVE_BF16, c.ly, &o8, &other, msg, sizeof msg) == WEAVE_SUCCESS)
+      tk.push_back({1, 0, other});
     else
-      printf("# lt_prec: cuBLASLt: %s\n", msg);
+      printf("# lt_other: cuBLASLt: %s\n", msg);
   }
   std::vector<double> meds(tk.size());
   if (!rc) rc = time_ms(c, tk.data(), (int)tk.size(), o.warm, o.iters, meds.data());
@@ -506,9 +514,12 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
 #endif
     const double t_w = med[0], t_def = meds[4 * nb], t_sm = med[3], tf_def = flop / t_def * 1e-9;
     const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
-    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO) ==
-                   WEAVE_HGEMM_SCHED_PINGPONG;
-    const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+    const int sched = weave_hgemm_args_schedule(c.dt, WEAVE_BF16, c.fast_accum, WEAVE_HGEMM_SCHED_AUTO);
+    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO, sched) == WEAVE_HGEMM_SCHED_PINGPONG;
+    const int sk_tiles =
+        pp ? 0
+           : weave_hgemm_streamk_plan(c.M, c.N, c.K, c.dt, b, weave_hgemm_args_streamk(c.dt, c.fast_accum, WEAVE_HGEMM_SK_AUTO),
+                                      sched).sk_tiles;
     unsigned long long wrong = 0, wrong_pp = 0;
     if (o.check && (count_wrong(c, 0, b, def, &wrong) || count_wrong(c, 3, b, def, &wrong_pp))) {
       rc = 1;
@@ -545,10 +556,10 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
       json_end_object(jw);
     }
   }
-  if (prec && !rc)
-    printf("# lt_prec %dx%dx%d (cuBLASLt fp8, default accumulation): %.1f TFLOP/s\n", c.M, c.N, c.K,
-           flop / meds[4 * nb + 1] * 1e-9);
-  weave_lt_destroy(prec);
+  if (other && !rc)
+    printf("# lt_other %dx%dx%d (cuBLASLt fp8, %s accumulation): %.1f TFLOP/s\n", c.M, c.N, c.K,
+           c.fast_accum ? "fp32" : "fast", flop / meds[4 * nb + 1] * 1e-9);
+  weave_lt_destroy(other);
   weave_lt_destroy(def);
   for (weave_lt_t *l : smp) weave_lt_destroy(l);
   return rc;
@@ -572,6 +583,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   c.dt = o.dt;
   c.ly = o.ly;
   c.scale_mode = o.scales;
+  c.fast_accum = o.fast_accum;
   c.sk_bytes = weave_hgemm_workspace_max(0);
   BCK(cudaMalloc(&c.sk_ws, c.sk_bytes));
   BCK(cudaMemset(c.sk_ws, 0, c.sk_bytes));

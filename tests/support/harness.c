@@ -278,10 +278,12 @@ int harness_lt_run(harness_lt_t *lt, float alpha, const void *A, const void *B, 
 }
 void harness_lt_destroy(harness_lt_t *lt) { weave_lt_destroy((weave_lt_t *)lt); }
 harness_lt_t *harness_lt_create_scaled(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t layout,
-                                       weave_scale_mode_t scale_mode, char *msg, size_t msg_len) {
+                                       weave_scale_mode_t scale_mode, weave_fp8_accum_t fp8_accum, char *msg,
+                                       size_t msg_len) {
   weave_lt_t *lt = NULL;
   weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
   o.scale_mode = scale_mode;
+  o.fast_accum = fp8_accum == WEAVE_FP8_ACCUM_FAST;
   if (weave_lt_create_ex(M, N, K, in, out, layout, &o, &lt, msg, msg_len) != WEAVE_SUCCESS) return NULL;
   return (harness_lt_t *)lt;
 }

@@ -84,10 +84,11 @@ typedef struct harness_lt harness_lt_t;
 harness_lt_t *harness_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t layout,
                                 char *msg, size_t msg_len);
 int harness_lt_run(harness_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream);
-/* fp8 (in WEAVE_FP8_E4M3, B [N, K]): the baseline's cuBLASLt with scale_mode scales (fast accumulation,
- * as weave's kernel and the baseline strategy), run with this call's device scale pointers. */
+/* fp8 (in WEAVE_FP8_E4M3, B [N, K]): the baseline's cuBLASLt with scale_mode scales and fp8_accum's
+ * accumulation (as weave's kernel and the baseline strategy), run with this call's device scale pointers. */
 harness_lt_t *harness_lt_create_scaled(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t layout,
-                                       weave_scale_mode_t scale_mode, char *msg, size_t msg_len);
+                                       weave_scale_mode_t scale_mode, weave_fp8_accum_t fp8_accum, char *msg,
+                                       size_t msg_len);
 int harness_lt_run_scaled(harness_lt_t *lt, float alpha, const void *A, const void *B, const float *scale_a,
                           const float *scale_b, void *C, weave_stream_t stream);
 void harness_lt_destroy(harness_lt_t *lt);

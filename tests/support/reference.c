@@ -152,35 +152,74 @@ void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, we
     }
 }
 
-double weave_fp8_accum_bound(int K, double max_prefix) { return (double)((K + 31) / 32) * ldexp(max_prefix, -12); }
+/* One k32 step's share of the fp8 accumulation bound (reference.h): 34 ulps at 2^-13 of the
+ * largest magnitude the step's adder aligns to. */
+static double fp8_step_bound(double d0, double d1, double pmax) {
+  double m = fabs(d0) > fabs(d1) ? fabs(d0) : fabs(d1);
+  return 34.0 * ldexp(m > pmax ? m : pmax, -13);
+}
 
 void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t, weave_dtype_t out_t,
-                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, const float *const *sa,
-                              const float *const *sb, const void *const *A, const void *const *B, const void *bias,
-                              int row_begin, int rows, double *out, double *bound) {
+                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, int fast_accum,
+                              const float *const *sa, const float *const *sb, const void *const *A,
+                              const void *const *B, const void *bias, int row_begin, int rows, double *out,
+                              double *bound) {
   (void)M;
-  const size_t n_out = (size_t)rows * N;
+  const size_t n_out = (size_t)rows * N, n_alloc = n_out ? n_out : 1;
   double *brow = (double *)malloc(sizeof(double) * (size_t)N);
-  double *acc = (double *)malloc(sizeof(double) * (n_out ? n_out : 1));
-  double *mx = (double *)malloc(sizeof(double) * (n_out ? n_out : 1));
+  double *acc = (double *)malloc(sizeof(double) * n_alloc);   /* P(k) */
+  double *mx = (double *)malloc(sizeof(double) * n_alloc);    /* max |P(k)| at k32 boundaries */
+  double *base = (double *)malloc(sizeof(double) * n_alloc);  /* P where the tensor cores' sum started */
+  double *prev = (double *)malloc(sizeof(double) * n_alloc);  /* that sum at the previous k32 boundary */
+  double *pm = (double *)malloc(sizeof(double) * n_alloc);    /* max |product| in the current k32 step */
+  double *steps = (double *)malloc(sizeof(double) * n_alloc); /* sum of the steps' terms */
+  const int chunk = fast_accum ? K : WEAVE_REF_FP8_CHUNK;
   memset(out, 0, sizeof(double) * n_out);
   if (bound) memset(bound, 0, sizeof(double) * n_out);
   for (int r = 0; r < world; ++r) {
-    /* rank r's unscaled dot products, i-k-j over a converted row of B, with the largest prefix sum
-     * at k32 boundaries for the bound */
+    /* rank r's unscaled dot products, i-k-j over a converted row of B, with the bound's terms at k32
+     * boundaries */
     memset(acc, 0, sizeof(double) * n_out);
     memset(mx, 0, sizeof(double) * n_out);
+    memset(base, 0, sizeof(double) * n_out);
+    memset(prev, 0, sizeof(double) * n_out);
+    memset(pm, 0, sizeof(double) * n_out);
+    memset(steps, 0, sizeof(double) * n_out);
     for (int k = 0; k < K; ++k) {
       for (int n = 0; n < N; ++n) brow[n] = b_at(in_t, b_layout, B[r], N, K, k, n);
-      const int edge = (k + 1) % 32 == 0 || k == K - 1;
+      const int edge = (k + 1) % 32 == 0 || (k + 1) % chunk == 0 || k == K - 1;
+      const int chunk_end = (k + 1) % chunk == 0 || k == K - 1;
       for (int i = 0; i < rows; ++i) {
         double a = weave_host_get(in_t, A[r], (size_t)(row_begin + i) * K + k);
         double *o = acc + (size_t)i * N;
-        if (a != 0.0)
-          for (int n = 0; n < N; ++n) o[n] += a * brow[n];
+        if (a != 0.0) {
+          if (bound) {
+            double *p = pm + (size_t)i * N;
+            for (int n = 0; n < N; ++n) {
+              const double t = a * brow[n];
+              o[n] += t;
+              p[n] = fabs(t) > p[n] ? fabs(t) : p[n];
+            }
+          } else {
+            for (int n = 0; n < N; ++n) o[n] += a * brow[n];
+          }
+        }
         if (edge && bound) {
-          double *m = mx + (size_t)i * N;
-          for (int n = 0; n < N; ++n) m[n] = fabs(o[n]) > m[n] ? fabs(o[n]) : m[n];
+          double *m = mx + (size_t)i * N, *b0 = base + (size_t)i * N, *pv = prev + (size_t)i * N;
+          double *p = pm + (size_t)i * N, *st = steps + (size_t)i * N;
+          for (int n = 0; n < N; ++n) {
+            m[n] = fabs(o[n]) > m[n] ? fabs(o[n]) : m[n];
+            /* fast: the sum from k = 0, or from a stream-K segment's start (|d| <= 2 max |P|: twice
+             * the term); fp32: from the chunk's start */
+            const double d = o[n] - b0[n];
+            st[n] += (fast_accum ? 2.0 : 1.0) * fp8_step_bound(pv[n], d, p[n]);
+            pv[n] = d;
+            p[n] = 0;
+            if (chunk_end && !fast_accum) {
+              b0[n] = o[n];
+              pv[n] = 0;
+            }
+          }
         }
       }
     }
@@ -191,7 +230,8 @@ void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t
         else if (mode == WEAVE_SCALE_ROW) s *= (double)sa[r][row_begin + i] * (double)sb[r][n];
         const size_t at = (size_t)i * N + n;
         out[at] += s * acc[at];
-        if (bound) bound[at] += fabs(s) * weave_fp8_accum_bound(K, mx[at]);
+        if (bound)
+          bound[at] += fabs(s) * (steps[at] + (fast_accum ? 0.0 : 2.0 * ((K + chunk - 1) / chunk) * ldexp(mx[at], -23)));
       }
   }
   if (bias)
@@ -200,6 +240,10 @@ void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t
   free(brow);
   free(acc);
   free(mx);
+  free(base);
+  free(prev);
+  free(pm);
+  free(steps);
 }
 
 void weave_check_result(weave_dtype_t t, const void *got, const double *ref, size_t n, double atol, double rtol,

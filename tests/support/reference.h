@@ -42,18 +42,21 @@ void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, we
  *   C = alpha * sum_r sa_r[i] sb_r[j] (A_r . B_r)[i][j] (+ bias[j]) in fp64,
  * in_t: A and B; out_t: bias; sa[r], sb[r]: rank r's host scales (mode TENSOR: one each, ROW: [M] and
  * [N], NONE: unused, may be NULL). bound (NULL: not wanted): per element, what the fp8 tensor cores'
- * own accumulation may add to the error (weave_fp8_accum_bound), summed over ranks and scaled. */
+ * own accumulation may add to the error, summed over ranks and scaled. The model (measured on the
+ * H200, tests/gpu_fp8_gemm_test.cu's accuracy cases): at each k32 step the tensor cores align the 32
+ * products and their running sum d to the largest of them and keep 13 fraction bits, so a step may
+ * lose 34 ulps at 2^-13 of max(|d| before, |d| after, largest |product|). d runs from k = 0 with
+ * fast_accum (WEAVE_FP8_ACCUM_FAST; twice the term, as a stream-K segment restarts it), else from the
+ * start of each WEAVE_REF_FP8_CHUNK of K, whose sums are added in fp32 (plus 2 ceil(K / 128) 2^-23
+ * max |P| for those additions). */
 void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t, weave_dtype_t out_t,
-                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, const float *const *sa,
-                              const float *const *sb, const void *const *A, const void *const *B, const void *bias,
-                              int row_begin, int rows, double *out, double *bound);
-/* Hopper's fp8 wgmma keeps its fp32 accumulator to 13 fraction bits (e8m13, truncated) at every k32
- * instruction (cuBLASLt calls this "fast accumulation"; weave's fp8 kernel accumulates so). A k32 step
- * may thus lose 2^-13 of the running sum d; d is a prefix sum of the dot product from the start of a
- * k-range the kernel sums on its own (k = 0, or a stream-K segment's first k-block), so |d| <=
- * |P(k)| + |P(k0)| <= 2 max_k |P(k)| over the prefix sums P at k32 boundaries. Bound of one K-long dot:
- * ceil(K / 32) * 2^-12 * max |P|. */
-double weave_fp8_accum_bound(int K, double max_prefix);
+                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, int fast_accum,
+                              const float *const *sa, const float *const *sb, const void *const *A,
+                              const void *const *B, const void *bias, int row_begin, int rows, double *out,
+                              double *bound);
+/* The K the fp8 kernel's tensor cores sum from zero before an fp32 addition (one k-block) when
+ * accumulation is promoted (WEAVE_FP8_ACCUM_FP32). */
+#define WEAVE_REF_FP8_CHUNK 128
 
 /* Compare `got` (dtype t, [rows, N]) with `ref`: counts elements outside atol + rtol*|ref| (NaN/Inf
  * always count), and returns the relative Frobenius error ||got-ref|| / ||ref||. */

@@ -122,8 +122,9 @@ struct weave_hgemm_standalone_sink_t {
 
 /* DT: A and B; OUT: C and bias (DT itself for 16-bit inputs); CL: 1 or 2 CTAs per cluster; PP: the
  * ping-pong schedule (gemm_hopper_pingpong.cuh; no stream-K) instead of the cooperative one; SC: the
- * roles' scale policy (scales.cuh; weave_hgemm_scale_none unless fp8 with per-row scales). */
-template <int DT, int OUT, int BCOL, int CL, bool PP, class SC>
+ * roles' scale policy (scales.cuh; weave_hgemm_scale_none unless fp8 with per-row scales); PROMOTE:
+ * fp8 accumulation promoted to fp32 (cooperative only). */
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC, bool PROMOTE>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hgemm_kernel(const __grid_constant__ weave_hgemm_params_t p,
                        const __grid_constant__ CUtensorMap c_map, weave_hgemm_sink_args_t sa) {
@@ -144,7 +145,8 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
   } else {
     /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
     const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-    weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1, SC>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
+    weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE, SC, PROMOTE>(p, smem, blockIdx.x, gridDim.x,
+                                                                                seq_count, sink);
   }
 }
 
@@ -301,13 +303,13 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
 
 extern "C" int weave_hgemm_knob(const char *name); /* src/env.c: value in range, else the default */
 
-/* launches kernel<DT, OUT, BCOL, CL, PP, SC>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
-template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none>
+/* launches kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none, bool PROMOTE = false>
 static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
                                            const weave_hgemm_sink_args_t &sa, int grid, int dev,
                                            cudaStream_t stream) {
   void (*kern)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t) =
-      weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC>;
+      weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>;
   /* once per device and instantiation (ranks of one process may drive several devices) */
   static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
   static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
@@ -421,17 +423,28 @@ extern "C" int weave_hgemm_schedule(int M, int N, int K, weave_dtype_t dtype, in
   return pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
 }
 
+extern "C" int weave_hgemm_args_schedule(weave_dtype_t dtype, weave_dtype_t out_dtype, int fp8_fast_accum,
+                                         int schedule) {
+  if (dtype == WEAVE_FP8_E4M3 && (out_dtype == WEAVE_FP32 || !fp8_fast_accum)) return WEAVE_HGEMM_SCHED_COOP;
+  return schedule;
+}
+
+extern "C" int weave_hgemm_args_streamk(weave_dtype_t dtype, int fp8_fast_accum, int streamk) {
+  return dtype == WEAVE_FP8_E4M3 && !fp8_fast_accum ? WEAVE_HGEMM_SK_OFF : streamk;
+}
+
 extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, weave_dtype_t dtype, int num_blocks,
-                                                     int streamk) {
+                                                     int streamk, int schedule) {
   const int sms = weave_hgemm_sm_count();
   if (M <= 0 || N <= 0 || K <= 0 || sms <= 0) return weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
   return weave_hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                          weave_hgemm_k_blocks(K, dtype), num_blocks, sms, streamk, WEAVE_HGEMM_SCHED_AUTO,
+                          weave_hgemm_k_blocks(K, dtype), num_blocks, sms, streamk, schedule,
                           dtype == WEAVE_FP8_E4M3, NULL, NULL, NULL);
 }
 
-extern "C" size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk) {
-  const weave_hgemm_sk_t sk = weave_hgemm_streamk_plan(M, N, K, dtype, num_blocks, streamk);
+extern "C" size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk,
+                                             int schedule) {
+  const weave_hgemm_sk_t sk = weave_hgemm_streamk_plan(M, N, K, dtype, num_blocks, streamk, schedule);
   return weave_hgemm_sk_workspace_bytes(&sk);
 }
 
@@ -514,10 +527,12 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     sa.tma_store = 1;
   }
   int grid, cl, pp;
-  /* fp32 output (fp8's bulk partials): the cooperative schedule only (fewer kernels to build) */
-  const int schedule = fp8 && out == WEAVE_FP32 ? WEAVE_HGEMM_SCHED_COOP : a->schedule;
-  const weave_hgemm_sk_t sk = weave_hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms, a->streamk,
-                                               schedule, fp8, &grid, &cl, &pp);
+  /* fp32 output (fp8's bulk partials) and promoted fp8 accumulation: the cooperative schedule only */
+  const bool promote = fp8 && !a->fp8_fast_accum;
+  const int schedule = weave_hgemm_args_schedule(a->dtype, out, a->fp8_fast_accum, a->schedule);
+  const weave_hgemm_sk_t sk =
+      weave_hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms,
+                       weave_hgemm_args_streamk(a->dtype, a->fp8_fast_accum, a->streamk), schedule, fp8, &grid, &cl, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
    * to the tile count only without it */
@@ -538,15 +553,20 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
    * alpha by the kernel */
 #define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                                      \
-  (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream)           \
-      : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
+  (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream)   \
+   : pp    ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream)          \
+           : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
   if (fp8) {
     const bool row = sc.mode == WEAVE_SCALE_ROW;
-    if (out == WEAVE_FP32)
-      e = row ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8>(
-                    p, c_map, sa, grid, dev, stream)
-              : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_none>(
-                    p, c_map, sa, grid, dev, stream);
+    if (out == WEAVE_FP32) /* cooperative only (weave_hgemm_args_schedule) */
+      e = row ? (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8, true>(
+                               p, c_map, sa, grid, dev, stream)
+                         : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8>(
+                               p, c_map, sa, grid, dev, stream))
+              : (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_none, true>(
+                               p, c_map, sa, grid, dev, stream)
+                         : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_none>(
+                               p, c_map, sa, grid, dev, stream));
     else if (out == WEAVE_FP16)
       e = row ? WEAVE_HGEMM_LAUNCH_FP8(WEAVE_FP16, weave_hgemm_scale_fp8)
               : WEAVE_HGEMM_LAUNCH_FP8(WEAVE_FP16, weave_hgemm_scale_none);

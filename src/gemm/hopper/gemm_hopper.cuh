@@ -66,12 +66,13 @@ __device__ __forceinline__ void weave_hgemm_role(const weave_hgemm_params_t &p, 
 
 /* The cooperative role for fp8 inputs (e4m3, B [N, K]) with p.scales applied to each tile's
  * accumulators before the sink sees them (weave_hgemm_scale_fp8, mode read at run time), CL CTAs per
- * cluster. A separate entry so that the 16-bit kernels do not carry the fp8 code. */
-template <int CL, class Sink>
+ * cluster, accumulation promoted to fp32 (PROMOTE) or the tensor cores' own. A separate entry so that
+ * the 16-bit kernels do not carry the fp8 code. */
+template <int CL, bool PROMOTE, class Sink>
 __device__ __forceinline__ void weave_hgemm_role_fp8(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
                                                      int seq_stride, int seq_count, Sink &sink) {
-  weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8>(p, smem, seq_begin, seq_stride,
-                                                                                   seq_count, sink);
+  weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8, PROMOTE>(p, smem, seq_begin,
+                                                                                            seq_stride, seq_count, sink);
 }
 
 #endif /* WEAVE_GEMM_HOPPER_CUH */

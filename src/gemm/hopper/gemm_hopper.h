@@ -133,6 +133,10 @@ typedef struct {
    * (fp32: cooperative schedule; its bias is fp32 too), and the scales (zero: none). No 2-CTA clusters for fp8. */
   weave_dtype_t out_dtype;
   weave_hgemm_scales_t scales;
+  /* fp8 only: 0 (default) promotes each k-block's products to fp32 accumulators (cooperative
+   * schedule, no stream-K); 1 keeps the tensor cores' fp8 accumulator for the whole k-loop
+   * (weave_fp8_accum_t) */
+  int fp8_fast_accum;
 } weave_hgemm_args_t;
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
@@ -151,13 +155,19 @@ int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *bas
 /* The stream-K schedule a call would run with on the current device (given a large enough
  * workspace; sk_tiles 0: whole tiles only), the workspace it needs (0: none), and the most any shape
  * can need on num_blocks blocks (<= 0: all SMs of the current device). dtype: of A and B (its
- * k-block: weave_hgemm_bk). */
-weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk);
-size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk);
+ * k-block: weave_hgemm_bk); schedule: the call's (weave_hgemm_args_schedule). */
+weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk,
+                                          int schedule);
+size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk, int schedule);
 size_t weave_hgemm_workspace_max(int num_blocks);
 /* The schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG) a call with these arguments runs with on the
  * current device (COOP when there is none). */
 int weave_hgemm_schedule(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk, int schedule);
+/* The schedule and stream-K requests a call really makes: fp8 with promoted accumulation runs the
+ * cooperative schedule without stream-K (its 192 accumulator registers leave none for the fixup),
+ * fp32 output the cooperative schedule; else `schedule` and `streamk`. */
+int weave_hgemm_args_schedule(weave_dtype_t dtype, weave_dtype_t out_dtype, int fp8_fast_accum, int schedule);
+int weave_hgemm_args_streamk(weave_dtype_t dtype, int fp8_fast_accum, int streamk);
 /* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, prof.cuh): saves the last cooperative
  * launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
 int weave_hgemm_profile_save(const char *path);

@@ -48,12 +48,14 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue
  * col0, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
  * even. Every thread of both CTAs returns only after a cluster barrier.
  * ------------------------------------------------------------------------------------------- */
-template <class Sink, int DT, int BCOL, int CL, bool SK = false, class SC = weave_hgemm_scale_none>
+template <class Sink, int DT, int BCOL, int CL, bool SK = false, class SC = weave_hgemm_scale_none,
+          bool PROMOTE = false>
 __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t &p, unsigned char *smem,
                                                       int seq_begin, int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
   static_assert(!SK || CL == 1, "stream-K runs without clusters");
   static_assert(DT != WEAVE_FP8_E4M3 || BCOL, "fp8 reads B K-major only ([N, K])");
+  static_assert(!PROMOTE || DT == WEAVE_FP8_E4M3, "promoted accumulation is for fp8");
   constexpr int BKE = DT == WEAVE_FP8_E4M3 ? WEAVE_HGEMM_BK_FP8 : WEAVE_HGEMM_BK; /* K elements a stage */
   const uint32_t smem_base = weave_hgemm_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
@@ -122,6 +124,10 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       ++ptile;
       WEAVE_HGEMM_PROF_STAMP(prof, 0);
       WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
+      if constexpr (PROMOTE) {
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+      }
       for (int kb = kb0; kb < kb1; ++kb) {
         weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
         if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
@@ -129,6 +135,32 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
         const uint64_t da = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
         const uint64_t db = weave_hgemm_desc(sb, b_base);
+        if constexpr (PROMOTE) {
+          /* fp8, accumulation promoted to fp32: the tensor cores keep their fp8 accumulator to ~13
+           * fraction bits (cuBLASLt's "fast accumulation"), so each k-block (128 of K) goes into a
+           * zeroed 64 x 128 half-tile `part` and is added to acc in fp32, one half after the other:
+           * 64 more registers, where a second full set (128) would not fit. The wait before each
+           * add costs this warpgroup its queued group; the other consumer warpgroup's wgmmas keep
+           * the tensor cores busy meanwhile. The stage is released as soon as both halves are read. */
+          float part[64];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            weave_hgemm_fence_regs<64>(part);
+            weave_hgemm_wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) /* 4 k32 steps of 32 bytes */
+              WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(part, da + 2u * k, db + (uint64_t)(h * 128 * 128 >> 4) + 2u * k,
+                                                k > 0 ? 1u : 0u);
+            weave_hgemm_wgmma_commit();
+            weave_hgemm_wgmma_wait<0>();
+            weave_hgemm_fence_regs<64>(part);
+#pragma unroll
+            for (int i = 0; i < 64; ++i) acc[64 * h + i] += part[i];
+          }
+          if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * pipe.stage);
+          weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
+          continue;
+        }
         weave_hgemm_fence_regs(acc);
         weave_hgemm_wgmma_fence();
 #pragma unroll
@@ -156,10 +188,14 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         prev_stage = pipe.stage;
         weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
       }
-      weave_hgemm_wgmma_wait<0>();
-      weave_hgemm_fence_regs(acc);
+      if constexpr (!PROMOTE) {
+        weave_hgemm_wgmma_wait<0>();
+        weave_hgemm_fence_regs(acc);
+        if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
+      } else {
+        sink.coords(seq, &m0, &n0); /* here: two registers fewer in the k-loop, which needs 192 for acc and part */
+      }
       WEAVE_HGEMM_PROF_STAMP(prof, 2);
-      if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
       if constexpr (SK) {
         /* a split tile: only its last segment to arrive goes on, with the summed accumulators */
         if ((kb0 != 0 || kb1 != p.k_blocks) &&
