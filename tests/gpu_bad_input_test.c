@@ -184,6 +184,12 @@ static weave_result_t create_padding_differs(ctx_t *c) { /* not bad: the same fi
   d.trace = 0;
   d.out_dtype = WEAVE_DTYPE_AUTO;
   d.scale_mode = WEAVE_SCALE_NONE;
+  d.fp8_accum = WEAVE_FP8_ACCUM_FP32;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_fast_accum_bf16(ctx_t *c) { /* fast accumulation is an fp8 option */
+  weave_gemm_rs_desc_t d = good_desc();
+  d.fp8_accum = WEAVE_FP8_ACCUM_FAST;
   return create(c, 64, 64, 64, &d);
 }
 
@@ -341,6 +347,7 @@ static const row_t table[] = {
     {"plan_create: ranks pass different dtypes", create_ranks_differ_desc, WEAVE_ERROR_MISMATCH, ON_TEAM},
     {"plan_create: rank 1 alone passes K 0", create_one_rank_bad, INVALID, ON_TEAM},
     {"plan_create: same desc, other padding bytes (good)", create_padding_differs, WEAVE_SUCCESS, ON_TEAM},
+    {"plan_create: fp8_accum FAST with bf16 inputs", create_fast_accum_bf16, INVALID, ON_TEAM},
     {"execute: plan NULL", exec_null_plan, INVALID, ON_THREAD},
     {"execute: A NULL", exec_null_a, INVALID, ON_TEAM},
     {"execute: B NULL", exec_null_b, INVALID, ON_TEAM},
