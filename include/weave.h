@@ -188,9 +188,10 @@ typedef enum {
   WEAVE_SCALE_ROW = 2     /* scale_a[M] (rows of A), scale_b[N] (columns of C) */
 } weave_scale_mode_t;
 
-/* How fp8 products are summed (desc.fp8_accum, args.fp8_accum; fp8 inputs only). The tensor cores'
- * fp8 accumulator keeps about 13 fraction bits at each step of 32 in K, so over a long K it is less
- * exact than fp32. */
+/* How fp8 products are summed (desc.fp8_accum, args.fp8_accum; fp8 inputs only). At each step of 32
+ * in K the tensor cores align the products to their running sum and keep 13 fraction bits of it, so
+ * small products added to a large sum lose most of their bits (on the H200, a sum of 16384 products
+ * >= 0 came out at 3100 for 4120 without fp32 accumulation). */
 typedef enum {
   WEAVE_FP8_ACCUM_FP32 = 0, /* default: each 128 of K summed by the tensor cores, then added to fp32
                              * accumulators (cuBLASLt's default; torch._scaled_mm use_fast_accum=False) */

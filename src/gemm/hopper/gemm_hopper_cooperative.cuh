@@ -136,12 +136,13 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         const uint64_t da = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
         const uint64_t db = weave_hgemm_desc(sb, b_base);
         if constexpr (PROMOTE) {
-          /* fp8, accumulation promoted to fp32: the tensor cores keep their fp8 accumulator to ~13
-           * fraction bits (cuBLASLt's "fast accumulation"), so each k-block (128 of K) goes into a
-           * zeroed 64 x 128 half-tile `part` and is added to acc in fp32, one half after the other:
-           * 64 more registers, where a second full set (128) would not fit. The wait before each
-           * add costs this warpgroup its queued group; the other consumer warpgroup's wgmmas keep
-           * the tensor cores busy meanwhile. The stage is released as soon as both halves are read. */
+          /* fp8, accumulation promoted to fp32: the tensor cores align each k32 step's products to
+           * their running sum and keep 13 fraction bits ("fast accumulation"), so each k-block (128
+           * of K) goes into a zeroed 64 x 128 half-tile `part` and is added to acc in fp32, one half
+           * after the other: 64 more registers, where a second full set (128) would not fit. The
+           * wait before each add costs this warpgroup its queued group, and the tensor cores idle
+           * while both warpgroups add (docs/hopper_gemm.md: 0.75-0.87x cuBLASLt). The stage is
+           * released as soon as both halves are read. */
           float part[64];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
