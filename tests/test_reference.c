@@ -436,9 +436,9 @@ static void test_fp8(void) {
     CHECK_MSG(bad == 0 && bad_bound == 0, "scaled reference mode %d: %d values, %d bounds wrong", mode, bad, bad_bound);
   }
 
-  /* fp32 accumulation (chunks of 128 summed from zero, then added): K = 300 is chunks of 128, 128
-   * and 44; the bound is the steps' terms with the sum restarted at each chunk, plus
-   * 2 ceil(300 / 128) 2^-23 max |P|, and is below the fast bound */
+  /* fp32 accumulation (chunks of WEAVE_REF_FP8_CHUNK summed from zero, then added) over K = 300,
+   * which ends in a partial chunk; the bound is the steps' terms with the sum restarted at each
+   * chunk, plus 2 ceil(300 / chunk) 2^-23 max |P|, and is below the fast bound */
   {
     enum { K2 = 300 };
     static unsigned char a2[2 * K2], b2[3 * K2];
@@ -464,12 +464,12 @@ static void test_fp8(void) {
             prev = s - base;
             pm = 0;
           }
-          if ((k + 1) % 128 == 0) { /* the chunk's sum is added in fp32; the next starts from zero */
+          if ((k + 1) % WEAVE_REF_FP8_CHUNK == 0) { /* the chunk's sum is added in fp32; the next starts from zero */
             base = s;
             prev = 0;
           }
         }
-        tb += 2 * 3 * ldexp(mxp, -23);
+        tb += 2.0 * ((K2 + WEAVE_REF_FP8_CHUNK - 1) / WEAVE_REF_FP8_CHUNK) * ldexp(mxp, -23);
         const double b = bound[i * 3 + j];
         if (!(b > 0) || fabs(b - tb) > 1e-12 * tb || !(b < fast[i * 3 + j])) bad_bound++;
       }
