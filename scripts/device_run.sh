@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|prof|trace|multi|lifecycle]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8acc|prof|trace|multi|lifecycle]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -127,6 +127,22 @@ PY
       timeout 120 $b/weave-bench --op gemm -d fp8 -s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 \
         -s 4096x8192x3584 -s 16384x8192x3584 -B 132,128 -n 20 -w 5 -c 0 >> "$out/bench_fp8.log" 2>&1
       grep -E "^===|[0-9]x[0-9]+x[0-9]" "$out/bench_fp8.log"
+      ;;
+    fp8acc) # builds of the promoted fp8 accumulation against each other: FP8ACC_DIRS names folders,
+            # each with a weave-bench and a gpu_fp8_gemm_test (e.g. main's and the branches'
+            # fp8-promote-turns / -pairs); each folder's quick fp8 test (correctness, the accuracy
+            # case), then the five target shapes with fp32 accumulation, folders alternating, twice
+      for d in ${FP8ACC_DIRS:-}; do
+        FP8_TEST_QUICK=1 timeout 120 $d/gpu_fp8_gemm_test > "$out/fp8acc_test_$(basename $d).log" 2>&1
+        echo "fp8acc $d test rc=$?"; grep -E "^FAIL|^info" "$out/fp8acc_test_$(basename $d).log" | head -5
+      done
+      for i in 1 2; do for d in ${FP8ACC_DIRS:-}; do
+        echo "=== fp8acc $d $i" >> "$out/bench_fp8acc.log"
+        timeout 100 $d/weave-bench --op gemm -d fp8 --fp8-accum fp32 -s 8192x8192x8192 -s 8192x8192x3584 \
+          -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584 -B 132 -n 20 -w 5 -c 1 >> "$out/bench_fp8acc.log" 2>&1
+        echo "fp8acc $d $i rc=$?"
+      done; done
+      grep -E "^===|^ +[0-9]+ +[0-9]+ +[0-9]+ " "$out/bench_fp8acc.log"
       ;;
     ab) # A/B of two builds of the local GEMM in one run: build/weave-bench (this build) against
         # build/weave-bench-base (a copy of another build's, e.g. the default one; carry it), on the
