@@ -175,7 +175,7 @@ typedef enum {
   WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
   WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter (or weave's RS on one GPU) */
 } weave_strategy_t;
-/* fp8 inputs (WEAVE_FP8_E4M3): accumulation in fp32 (weave_fp8_accum_t), the dequantization scales applied
+/* fp8 inputs (WEAVE_FP8_E4M3): accumulation in fp32 by default (weave_fp8_accum_t), the dequantization scales applied
  * to each partial before it leaves its rank (so the reduction is the 16/32-bit one), then alpha, then
  * bias. Per tensor: one fp32 for A and one for B; per row: one fp32 per row of A ([M]) and one per
  * output column ([N]), i.e. C[i][j] = alpha * sum_r scale_a_r[i] * scale_b_r[j] * (A_r . B_r)[i][j]

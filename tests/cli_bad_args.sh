@@ -37,6 +37,7 @@ expect_bad "-M" -M
 expect_bad "-d" -d fp64
 expect_bad "--fp8-accum" -d fp8 --fp8-accum fp16
 expect_bad "--fp8-accum" --op gemm -d fp8 --fp8-accum slow
+expect_bad "--fp8-accum" -d bf16 --fp8-accum fast
 expect_bad "-g" -g 0
 expect_bad "-n" -n 0
 expect_bad "--strategy" --strategy x

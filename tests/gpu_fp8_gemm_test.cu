@@ -85,7 +85,7 @@ static void run_case(const Case &c, uint64_t seed) {
   char what[256];
   snprintf(what, sizeof what, "%s%dx%dx%d out %s scales %s alpha %.2f bias %d blocks %d %s%s %s%s%s",
            c.pub ? "weave_gemm_ex " : "", M, N, K, weave_dtype_name(c.out), mode_name(c.mode), c.alpha, c.bias,
-           c.blocks, sched_name(c.schedule), c.streamk == WEAVE_HGEMM_SK_ON ? " stream-K" : "",
+           c.blocks, sched_name(c.schedule), c.streamk == WEAVE_HGEMM_SK_ON && c.fast ? " stream-K" : "",
            c.fast ? "fast" : "fp32acc", c.positive ? " inputs >= 0" : "", c.vs_lt ? " (vs cuBLASLt fp8)" : "");
   std::vector<uint8_t> hA((size_t)M * K), hB((size_t)N * K);
   weave_fill_random(WEAVE_FP8_E4M3, hA.data(), hA.size(), seed);

@@ -212,6 +212,10 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
     }
     b->layout = WEAVE_LAYOUT_COL;
   } else {
+    if (b->fp8_accum != WEAVE_FP8_ACCUM_FP32) {
+      fprintf(stderr, "weave-bench: --fp8-accum fast applies to -d fp8 only\n");
+      exit(2);
+    }
     b->scale_mode = WEAVE_SCALE_NONE;
   }
   b->out = b->dtype == WEAVE_FP8_E4M3 ? WEAVE_BF16 : b->dtype; /* fp8 writes bf16 here */
@@ -775,7 +779,8 @@ static long report(bench_t *b, json_writer_t *jw) {
     const weave_gemm_rs_info_t *in = &b->rec[0].info[best_v];
     const int fused = v->strategy == WEAVE_STRATEGY_FUSED;
     const char *path = getenv("WEAVE_TUNE_FILE");
-    if (bench_tune_record(path, b->device_name, b->world, b->M, b->N, b->K_total / b->world, b->dtype, v->strategy,
+    if (bench_tune_record(path, b->device_name, b->world, b->M, b->N, b->K_total / b->world, b->dtype,
+                          (weave_fp8_accum_t)b->fp8_accum, v->strategy,
                           fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best) == 0)
       printf("# tune: %s %s G=%d C=%d (%.2fx) -> %s\n", v->label, weave_strategy_name(v->strategy),
              fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best, path);

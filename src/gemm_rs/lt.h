@@ -24,15 +24,14 @@ weave_result_t weave_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtyp
 /* Options beyond the shape and types (fp8: `in` WEAVE_FP8_E4M3, B [N, K]; cuBLASLt's "TN" fp8 form).
  * scale_mode: the scales weave_lt_run_scaled passes (TENSOR: CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER;
  * ROW: the same pointers with CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F). fast_accum: fp8 only,
- * CUBLASLT_MATMUL_DESC_FAST_ACCUM (1: the tensor cores' own accumulation, as weave's fp8 kernel;
- * 0: cuBLASLt's default, which promotes partial sums to fp32 registers periodically, more accurate
- * and slower). */
+ * CUBLASLT_MATMUL_DESC_FAST_ACCUM (0, the default: cuBLASLt's promotion of partial sums to fp32,
+ * as weave's WEAVE_FP8_ACCUM_FP32; 1: the tensor cores' own accumulation, as WEAVE_FP8_ACCUM_FAST). */
 typedef struct {
   int sm_target;
   int scale_mode; /* weave_scale_mode_t */
   int fast_accum;
 } weave_lt_opts_t;
-#define WEAVE_LT_OPTS_INIT {0, WEAVE_SCALE_NONE, 1}
+#define WEAVE_LT_OPTS_INIT {0, WEAVE_SCALE_NONE, 0}
 weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
                                   const weave_lt_opts_t *opts, weave_lt_t **lt, char *errmsg, size_t errlen);
 /* Enqueues C = alpha * A . B on stream (NULL: the default stream). WEAVE_ERROR_CUDA when cuBLASLt

@@ -458,7 +458,9 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */
   weave_tune_entry_t tuned;
   const weave_tune_entry_t *have_tune =
-      weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, &tuned) == 0 ? &tuned : NULL;
+      weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, desc->fp8_accum, &tuned) == 0
+          ? &tuned
+          : NULL;
   plan_choose_strategy(p, have_tune);
   weave_result_t rc = plan_settle_auto(p);
   if (rc != WEAVE_SUCCESS) {

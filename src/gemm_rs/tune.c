@@ -41,8 +41,13 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
     if (*end || v[i] < 1 || v[i] > (1L << 30)) return -1;
   }
   e->world = (int)v[0]; e->m_bucket = (int)v[1]; e->N = (int)v[2]; e->K = (int)v[3];
+  char *fast = strstr(fields[5], "+fast");
+  if (fast && fast[5] == '\0') {
+    *fast = '\0';
+    e->fp8_accum = WEAVE_FP8_ACCUM_FAST;
+  }
   if (weave_dtype_parse(fields[5], &e->dtype) || parse_strategy(fields[6], &e->strategy) ||
-      e->strategy == WEAVE_STRATEGY_AUTO)
+      e->strategy == WEAVE_STRATEGY_AUTO || (e->fp8_accum == WEAVE_FP8_ACCUM_FAST && !weave_dtype_is_fp8(e->dtype)))
     return -1;
   long g = strtol(fields[7], &end, 10);
   if (*end || g < 0 || g > 100000) return -1;
@@ -56,12 +61,13 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
 }
 
 void weave_tune_format_line(const weave_tune_entry_t *e, char *buf, size_t len) {
-  snprintf(buf, len, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%.3f\n", e->device, e->world, e->m_bucket, e->N, e->K,
-           weave_dtype_name(e->dtype), weave_strategy_name(e->strategy), e->gemm_blocks, e->comm_blocks, e->speedup);
+  snprintf(buf, len, "%s\t%d\t%d\t%d\t%d\t%s%s\t%s\t%d\t%d\t%.3f\n", e->device, e->world, e->m_bucket, e->N, e->K,
+           weave_dtype_name(e->dtype), e->fp8_accum == WEAVE_FP8_ACCUM_FAST ? "+fast" : "",
+           weave_strategy_name(e->strategy), e->gemm_blocks, e->comm_blocks, e->speedup);
 }
 
 int weave_tune_find(const char *path, const char *device, int world, int M, int N, int K, weave_dtype_t dtype,
-                    weave_tune_entry_t *out) {
+                    weave_fp8_accum_t fp8_accum, weave_tune_entry_t *out) {
   if (!path || !*path) return -1;
   FILE *f = fopen(path, "r");
   if (!f) return -1;
@@ -71,7 +77,7 @@ int weave_tune_find(const char *path, const char *device, int world, int M, int 
   while (fgets(line, sizeof(line), f)) {
     if (weave_tune_parse_line(line, &e) != 0) continue;
     if (strcmp(e.device, device) == 0 && e.world == world && e.m_bucket == bucket && e.N == N && e.K == K &&
-        e.dtype == dtype) {
+        e.dtype == dtype && e.fp8_accum == fp8_accum) {
       *out = e;
       found = 0;
     }

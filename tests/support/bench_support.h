@@ -24,6 +24,7 @@ int bench_check_env(void);
 /* Appends the measured best of a shape to the tuning cache at `path` (WEAVE_TUNE_FILE's format).
  * 0 on success. */
 int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
-                      weave_strategy_t strategy, int gemm_blocks, int comm_blocks, double speedup);
+                      weave_fp8_accum_t fp8_accum, weave_strategy_t strategy, int gemm_blocks, int comm_blocks,
+                      double speedup);
 
 #endif

@@ -194,7 +194,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         weave_hgemm_fence_regs(acc);
         if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
       } else {
-        sink.coords(seq, &m0, &n0); /* here: two registers fewer in the k-loop, which needs 192 for acc and part */
+        sink.coords(seq, &m0, &n0); /* here: two registers fewer in the k-loop (192 for acc and part); the
+                                      * fused kernels spilled 24 bytes with them */
       }
       WEAVE_HGEMM_PROF_STAMP(prof, 2);
       if constexpr (SK) {
