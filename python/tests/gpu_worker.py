@@ -6,6 +6,9 @@ inputs from one seed (WEAVE_TEST_SEED), so each checks its own rows against an f
                 fp32 slots, alpha; 3000 tokens x 777 per rank x 1000 outputs (tails everywhere), an
                 aligned shape (the TMA GEMM), 1 token and M < world (ranks without rows), out=,
                 calls on inputs changed in place, the plan cache not growing on repeated shapes
+  scaled        gemm_rs_scaled: fp8 e4m3 a and b [N, K], per-tensor and per-row scales (each rank its
+                own), bf16 and fp16 output, fp32 and fast accumulation, every strategy, bias, alpha,
+                scales changed between calls of one plan; against fp64 of the dequantized inputs
   nn            RowParallelLinear forward and backward against autograd of the whole layer
   compile       a two-layer tensor-parallel MLP under torch.compile(fullgraph=True), forward and
                 backward, at two token counts (the second traced with a symbolic count)
@@ -298,7 +301,53 @@ def case_lifecycle() -> None:
     say("  finalize, init again, one call; exit without finalize (atexit)")
 
 
-CASES: Dict[str, Callable[[], None]] = {"gemm_rs": case_gemm_rs, "nn": case_nn, "compile": case_compile,
+def scaled_case(name: str, M: int, N: int, K: int, per_row: bool, out_dtype: torch.dtype, fast: bool,
+                bias: bool = False, calls: int = 1, **options: object) -> None:
+    team = weave.get_team()
+    world, rank = team.world, team.rank
+    begin, rows = weave.row_split(M, world, rank)
+    f8 = torch.float8_e4m3fn
+    A = [rand((M, K), name, "A", r).to(f8) for r in range(world)]
+    B = [rand((N, K), name, "B", r).to(f8) for r in range(world)]
+    b = rand((N,), name, "bias", dtype=out_dtype) if bias else None
+    for call in range(calls):  # new scales every call, same plan
+        if per_row:
+            SA = [rand((M, 1), name, call, "sa", r, dtype=torch.float32).abs() + 0.25 for r in range(world)]
+            SB = [rand((1, N), name, call, "sb", r, dtype=torch.float32).abs() + 0.25 for r in range(world)]
+        else:
+            SA = [torch.full((1,), 0.5 + 0.25 * ((r + call) % 4), device=DEVICE) for r in range(world)]
+            SB = [torch.full((1,), 1.5 - 0.125 * ((r + 2 * call) % 5), device=DEVICE) for r in range(world)]
+        alpha = float(options.get("alpha", 1.0))
+        want = sum((A[r].double() * SA[r].double())[begin:begin + rows] @ (B[r].double() * SB[r].double()).t()
+                   for r in range(world)) * alpha
+        if b is not None:
+            want = want + b.double()
+        got = weave.gemm_rs_scaled(A[rank], B[rank], SA[rank], SB[rank], b, out_dtype=out_dtype,
+                                   use_fast_accum=fast, **options)
+        assert got.dtype == out_dtype, got.dtype
+        # the scales reach 2 per product: twice the tolerance of inputs in [-1, 1)
+        check(f"{name} call {call}", got, want, K * world, out_dtype, slack=2)
+
+
+def case_scaled() -> None:
+    odd = (3000, 1000, 784)  # tokens, out features, in features per rank (a multiple of 16)
+    n = 0
+    for per_row in (False, True):
+        for fast in (False, True):
+            out_dtype = torch.float16 if per_row else torch.bfloat16
+            for strategy in ("auto", "fused", "bulk", "baseline"):
+                scaled_case(f"{strategy} row={per_row} fast={fast}", *odd, per_row, out_dtype, fast,
+                            bias=strategy != "bulk", strategy=strategy)
+                n += 1
+    scaled_case("fused atomic alpha 0.5, 3 calls", *odd, True, torch.bfloat16, False, bias=True, calls=3,
+                strategy="fused", reduce="atomic", alpha=0.5)
+    scaled_case("fused fp32 slots aligned", 2048, 4096, 1024, False, torch.bfloat16, False, strategy="fused",
+                fp32_slots=True)
+    say(f"  {n + 2} cases")
+
+
+CASES: Dict[str, Callable[[], None]] = {"gemm_rs": case_gemm_rs, "scaled": case_scaled, "nn": case_nn,
+                                        "compile": case_compile,
                                         "graph": case_graph, "opcheck": case_opcheck, "lifecycle": case_lifecycle}
 
 

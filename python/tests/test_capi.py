@@ -100,6 +100,9 @@ def test_option_names_come_from_the_library() -> None:
     assert (d.dtype, d.b_layout, d.strategy, d.reduce, d.fp32_slots, d.alpha, d.has_bias) == (1, 1, 1, 1, 1, 2.0, 1)
     assert hash(opts) == hash(_capi.gemm_rs_options("fp16", b_layout="col", strategy="fused", reduce="atomic",
                                                     fp32_slots=True, alpha=2.0, has_bias=True))
+    assert (d.out_dtype, d.scale_mode, d.fp8_accum) == (-1, 0, 0)  # AUTO, no scales, fp32 accumulation
+    d = _capi.gemm_rs_options("fp8_e4m3", b_layout="col", out_dtype="fp16", scales="row", fp8_accum="fast").desc()
+    assert (d.dtype, d.out_dtype, d.scale_mode, d.fp8_accum) == (3, 1, 2, 1)
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
@@ -110,6 +113,9 @@ def test_option_names_come_from_the_library() -> None:
     ({"fp32_slots": 1}, TypeError, ["fp32_slots", "bool"]),
     ({"alpha": "1"}, TypeError, ["alpha", "float"]),
     ({"alpha": True}, TypeError, ["alpha"]),
+    ({"out_dtype": "fp64"}, ValueError, ["out_dtype", "'bf16', 'fp16'"]),
+    ({"scales": "column"}, ValueError, ["scales", "'none', 'tensor', 'row'"]),
+    ({"fp8_accum": "exact"}, ValueError, ["fp8_accum", "'fp32', 'fast'"]),
 ])
 def test_option_errors_name_the_argument(kwargs: dict, error: type, words: list) -> None:
     with pytest.raises(error) as e:

@@ -127,6 +127,81 @@ def test_ops_are_registered() -> None:
     assert "Tensor(a3!) out" in str(torch.ops.weave.gemm_rs_out.default._schema)
     assert str(torch.ops.weave.all_gather_rows.default._schema) == (
         "weave::all_gather_rows(Tensor rows, SymInt M) -> Tensor")
+    assert str(torch.ops.weave.gemm_rs_scaled.default._schema) == (
+        "weave::gemm_rs_scaled(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
+        "bool use_fast_accum, str strategy, str reduce, bool fp32_slots, float alpha, SymInt world, SymInt rank) -> "
+        "Tensor")
+
+
+def f8(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, device="meta", dtype=torch.float8_e4m3fn)
+
+
+def f32(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, device="meta", dtype=torch.float32)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(a=[1.0]), TypeError, "a must be a torch.Tensor (got list)"),
+    (dict(scale_b=2.0), TypeError, "scale_b must be a torch.Tensor (got float)"),
+    (dict(bias="x"), TypeError, "bias must be a torch.Tensor or None (got str)"),
+    (dict(a=meta(10, 16)), TypeError, "a is torch.bfloat16; it must be torch.float8_e4m3fn"),
+    (dict(b=f8(6, 16).to(torch.float8_e5m2)), TypeError, "b is torch.float8_e5m2; it must be torch.float8_e4m3fn"),
+    (dict(scale_a=meta(1)), TypeError, "scale_a is torch.bfloat16; it must be torch.float32"),
+    (dict(out_dtype=torch.float32), TypeError, "out_dtype must be torch.bfloat16 or torch.float16"),
+    (dict(out_dtype="bf16"), TypeError, "out_dtype must be torch.bfloat16 or torch.float16"),
+    (dict(use_fast_accum=1), TypeError, "use_fast_accum must be a bool"),
+    (dict(strategy=1), TypeError, "strategy must be a str"),
+    (dict(alpha="2"), TypeError, "alpha must be a float"),
+    (dict(a=torch.zeros((10, 16)).to(torch.float8_e4m3fn)), ValueError, "a is on cpu; it must be on cuda:0"),
+    (dict(b=f8(16, 6).t()), ValueError, "b must be contiguous"),
+    (dict(a=f8(2, 10, 16)), ValueError, "a and b must be 2-D"),
+    (dict(b=f8(16, 6)), ValueError, "b has shape (16, 6); it must be [N, K_local] with K_local = a.shape[1] = 16"),
+    (dict(a=f8(0, 16)), ValueError, "must not be empty"),
+    (dict(scale_a=f32(10, 1)), ValueError, "scale_a (10, 1) and scale_b (1,) must be one element each"),
+    (dict(scale_a=f32(10, 1), scale_b=f32(6, 1)), ValueError, "[1, N] = [1, 6]"),
+    (dict(bias=meta(6, dtype=torch.float16)), TypeError, "bias is torch.float16; it must be torch.bfloat16"),
+    (dict(bias=meta(5)), ValueError, "bias has shape (5,); it must be [N] = [6]"),
+    (dict(strategy="fast"), ValueError, "strategy must be one of 'auto', 'fused', 'bulk', 'baseline'"),
+])
+def test_scaled_argument_errors_name_the_argument(team: SimpleNamespace, change: dict, error: type, words: str) -> None:
+    args = dict(a=f8(10, 16), b=f8(6, 16), scale_a=f32(1), scale_b=f32(1), bias=None, out_dtype=torch.bfloat16,
+                use_fast_accum=False, strategy="auto", reduce="deterministic", fp32_slots=False, alpha=1.0)
+    args.update(change)
+    with pytest.raises(error) as e:
+        weave.gemm_rs_scaled(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), args.pop("bias"),
+                             **args)
+    assert words in str(e.value)
+    assert str(e.value).startswith("weave.gemm_rs_scaled: ")
+
+
+@pytest.mark.parametrize("world", [1, 4, 5])
+def test_scaled_output_is_this_ranks_rows(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
+    for rank in range(world):
+        monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=rank, device=0))
+        for M in (1, 3, 23):
+            rows = weave.row_split(M, world, rank)[1]
+            y = weave.gemm_rs_scaled(f8(M, 32), f8(6, 32), f32(1), f32(1))
+            assert (y.shape, y.dtype) == ((rows, 6), torch.bfloat16)
+            y = weave.gemm_rs_scaled(f8(M, 32), f8(6, 32), f32(M, 1), f32(1, 6), meta(6, dtype=torch.float16),
+                                     out_dtype=torch.float16, use_fast_accum=True)
+            assert (y.shape, y.dtype) == ((rows, 6), torch.float16)
+
+
+@pytest.mark.parametrize("sa, sb, fast, out, want", [
+    ((1,), (1,), False, torch.bfloat16, (1, 0, 0)),    # per tensor, fp32 accumulation, bf16 (scale, accum, out)
+    ((), (1, 1), True, torch.float16, (1, 1, 1)),      # one element each, any shape
+    ((10, 1), (1, 6), False, torch.bfloat16, (2, 0, 0)),  # per row of a and column of the output
+    ((10,), (6,), True, torch.float16, (2, 1, 1)),
+])
+def test_scaled_options(team: SimpleNamespace, sa: tuple, sb: tuple, fast: bool, out: torch.dtype, want: tuple) -> None:
+    """The plan's desc: fp8 inputs, B [N, K], the scale mode from the scales' shapes, the accumulation
+    and the output type."""
+    options, M, N, K = _torch._check_scaled("t", team, f8(10, 16), f8(6, 16), f32(*sa), f32(*sb), None, out, fast,
+                                            "auto", "deterministic", False, 1.0, meta_ok=True)
+    d = options.desc()
+    assert (M, N, K, d.dtype, d.b_layout) == (10, 6, 16, 3, 1)
+    assert (d.scale_mode, d.fp8_accum, d.out_dtype) == want
 
 
 class TwoLayers(torch.nn.Module):

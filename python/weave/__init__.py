@@ -23,7 +23,8 @@ from ._version import __version__
 try:
     import torch  # noqa: F401
 except ModuleNotFoundError:
-    _NEEDS_TORCH = ("init", "finalize", "is_initialized", "get_team", "gemm_rs", "plan_info", "sync", "nn")
+    _NEEDS_TORCH = ("init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info", "sync",
+                    "nn")
 
     def __getattr__(name: str) -> object:
         if name in _NEEDS_TORCH:
@@ -31,10 +32,10 @@ except ModuleNotFoundError:
         raise AttributeError(f"module 'weave' has no attribute {name!r}")
 else:
     from . import nn
-    from ._torch import finalize, gemm_rs, get_team, init, is_initialized, plan_info, sync
+    from ._torch import finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
 
 __all__ = [
     "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveArgumentError", "WeaveError", "WeaveTimeoutError",
-    "__version__", "finalize", "gemm_rs", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
+    "__version__", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
     "library_version", "nn", "plan_info", "row_split", "sync",
 ]

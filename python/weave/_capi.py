@@ -128,6 +128,8 @@ _PROTOTYPES = {
     "weave_gemm_rs_plan_create": (c_int, [c_void_p, c_int, c_int, c_int, _P(_Desc), _P(c_void_p)]),
     "weave_gemm_rs_plan_info": (c_int, [c_void_p, _P(_Info)]),
     "weave_gemm_rs_execute": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
+    "weave_gemm_rs_execute_scaled": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                             c_void_p]),
     "weave_gemm_rs_plan_destroy": (c_int, [c_void_p]),
 }
 
@@ -233,9 +235,13 @@ def strategy_names() -> Dict[str, int]:
     return _names_cache["strategy"]
 
 
-# weave.h names no string for these two enums; the values are weave_layout_t's and weave_reduce_t's.
+# weave.h names no string for these enums; the values are weave_layout_t's, weave_reduce_t's,
+# weave_scale_mode_t's and weave_fp8_accum_t's.
 B_LAYOUTS: Dict[str, int] = {"row": 0, "col": 1}
 REDUCES: Dict[str, int] = {"deterministic": 0, "atomic": 1}
+SCALE_MODES: Dict[str, int] = {"none": 0, "tensor": 1, "row": 2}
+FP8_ACCUMS: Dict[str, int] = {"fp32": 0, "fast": 1}
+DTYPE_AUTO = -1  # WEAVE_DTYPE_AUTO
 
 
 def _pick(call: str, arg: str, value: object, names: Dict[str, int]) -> int:
@@ -258,25 +264,31 @@ class GemmRsOptions:
     fp32_slots: bool
     alpha: float
     has_bias: bool
+    out_dtype: int = DTYPE_AUTO  # fp8 inputs: bf16 or fp16 (AUTO: bf16)
+    scale_mode: int = 0          # fp8 inputs: SCALE_MODES
+    fp8_accum: int = 0           # fp8 inputs: FP8_ACCUMS
 
     def desc(self) -> _Desc:
-        # out_dtype WEAVE_DTYPE_AUTO (-1: the input's type), scale_mode WEAVE_SCALE_NONE (0)
         return _Desc(ctypes.sizeof(_Desc), self.dtype, self.b_layout, self.strategy, self.reduce,
-                     int(self.fp32_slots), 0, self.alpha, int(self.has_bias), 0, 0, 0, -1, 0)
+                     int(self.fp32_slots), 0, self.alpha, int(self.has_bias), 0, 0, 0, self.out_dtype,
+                     self.scale_mode, self.fp8_accum)
 
 
 def gemm_rs_options(dtype: str, *, b_layout: str = "row", strategy: str = "auto", reduce: str = "deterministic",
-                    fp32_slots: bool = False, alpha: float = 1.0, has_bias: bool = False,
-                    call: str = "weave.gemm_rs") -> GemmRsOptions:
+                    fp32_slots: bool = False, alpha: float = 1.0, has_bias: bool = False, out_dtype: str = "auto",
+                    scales: str = "none", fp8_accum: str = "fp32", call: str = "weave.gemm_rs") -> GemmRsOptions:
     """Checks the options by name (errors name the argument) and turns them into enum values. Ranges
-    that weave checks itself (alpha finite, ...) are left to it."""
+    and combinations that weave checks itself (alpha finite, scales and out_dtype for fp8 inputs
+    only, ...) are left to it."""
     if not isinstance(fp32_slots, bool):
         raise TypeError(f"{call}: fp32_slots must be a bool (got {type(fp32_slots).__name__})")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise TypeError(f"{call}: alpha must be a float (got {type(alpha).__name__})")
+    out = DTYPE_AUTO if out_dtype == "auto" else _pick(call, "out_dtype", out_dtype, dtype_names())
     return GemmRsOptions(_pick(call, "dtype", dtype, dtype_names()), _pick(call, "b_layout", b_layout, B_LAYOUTS),
                          _pick(call, "strategy", strategy, strategy_names()), _pick(call, "reduce", reduce, REDUCES),
-                         fp32_slots, float(alpha), bool(has_bias))
+                         fp32_slots, float(alpha), bool(has_bias), out, _pick(call, "scales", scales, SCALE_MODES),
+                         _pick(call, "fp8_accum", fp8_accum, FP8_ACCUMS))
 
 
 # ---- functions without a team --------------------------------------------------------------------
@@ -344,13 +356,21 @@ class Plan:
                              info.tile_n, info.tiles_total, info.tiles_owned, info.gemm_blocks, info.comm_blocks,
                              info.heap_bytes, info.bytes_sent)
         self._execute = lib().weave_gemm_rs_execute
+        self._execute_scaled = lib().weave_gemm_rs_execute_scaled
         self.called = False  # a call went through: the plan may be captured (weave.h)
 
-    def execute(self, a: int, b: int, bias: int, c_out: int, stream: int) -> None:
-        """Enqueues one call on `stream` (device pointers as ints; 0 for no bias / no rows)."""
-        rc = self._execute(self.handle, a, b, bias or None, c_out or None, stream or None)
+    def execute(self, a: int, b: int, bias: int, c_out: int, stream: int, scale_a: int = 0, scale_b: int = 0) -> None:
+        """Enqueues one call on `stream` (device pointers as ints; 0 for no bias / no rows; the scales'
+        for a plan with scales, weave_gemm_rs_execute_scaled)."""
+        if self.options.scale_mode:
+            rc = self._execute_scaled(self.handle, a, b, scale_a or None, scale_b or None, bias or None,
+                                      c_out or None, stream or None)
+            call = "weave_gemm_rs_execute_scaled"
+        else:
+            rc = self._execute(self.handle, a, b, bias or None, c_out or None, stream or None)
+            call = "weave_gemm_rs_execute"
         if rc:
-            _raise(rc, "weave_gemm_rs_execute", self.team.handle)
+            _raise(rc, call, self.team.handle)
         self.called = True
 
     def _destroy(self) -> None:

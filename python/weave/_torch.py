@@ -16,6 +16,7 @@ from torch import Tensor
 from ._capi import GemmRsOptions, Plan, PlanInfo, Team, WeaveError, gemm_rs_options, get_unique_id, row_split, rows_of
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_FP8_OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # what gemm_rs_scaled writes
 
 
 class _State:
@@ -227,6 +228,120 @@ def _gemm_rs_out_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor,
     _check_team("weave.gemm_rs", team, world, rank)
     _, M, N, _ = _check("weave.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
     _check_out("weave.gemm_rs", team, out, a, _rows(M, world, rank), N, meta_ok=True)
+
+
+# ---- fp8: gemm_rs_scaled --------------------------------------------------------------------------
+def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
+                  bias: Optional[Tensor], out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str,
+                  fp32_slots: bool, alpha: float, meta_ok: bool) -> Tuple[GemmRsOptions, int, int, int]:
+    """The options and (M, N, K_local) of an fp8 call, or the error naming the bad argument."""
+    device = torch.device("cuda", team.device)
+
+    def tensor(name: str, t: Tensor, dtype: torch.dtype, what: str) -> None:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{call}: {name} must be a torch.Tensor (got {type(t).__name__})")
+        if t.dtype != dtype:
+            raise TypeError(f"{call}: {name} is {t.dtype}; it must be {dtype} ({what})")
+        if t.device != device and not (meta_ok and t.device.type == "meta"):
+            raise ValueError(f"{call}: {name} is on {t.device}; it must be on {device}, the device of this "
+                             "process's weave team")
+        if not t.is_contiguous():
+            raise ValueError(f"{call}: {name} must be contiguous (call .contiguous())")
+
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _FP8_OUT_NAMES:
+        raise TypeError(f"{call}: out_dtype must be torch.bfloat16 or torch.float16 (got {out_dtype!r})")
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"{call}: use_fast_accum must be a bool (got {type(use_fast_accum).__name__})")
+    fp8 = torch.float8_e4m3fn
+    tensor("a", a, fp8, "[M, K_local] e4m3")
+    tensor("b", b, fp8, "[N, K_local] e4m3, an nn.Linear weight's layout")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"{call}: a and b must be 2-D (got shapes {tuple(a.shape)} and {tuple(b.shape)})")
+    (M, K), (N, Kb) = a.shape, b.shape
+    if Kb != K:
+        raise ValueError(f"{call}: b has shape {tuple(b.shape)}; it must be [N, K_local] with K_local = a.shape[1] "
+                         f"= {K}")
+    if M < 1 or N < 1 or K < 1:
+        raise ValueError(f"{call}: a {tuple(a.shape)} and b {tuple(b.shape)} must not be empty (M, N, K_local >= 1)")
+    tensor("scale_a", scale_a, torch.float32, "the dequantization scale of a")
+    tensor("scale_b", scale_b, torch.float32, "the dequantization scale of b")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        scales = "tensor"
+    elif tuple(scale_a.shape) in ((M, 1), (M,)) and tuple(scale_b.shape) in ((1, N), (N,)):
+        scales = "row"
+    else:
+        raise ValueError(f"{call}: scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)} must be one "
+                         f"element each (per tensor) or [M, 1] = [{M}, 1] and [1, N] = [1, {N}] (per row of a and "
+                         "column of the output)")
+    if bias is not None:
+        tensor("bias", bias, out_dtype, "out_dtype")
+        if bias.dim() != 1 or bias.shape[0] != N:
+            raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
+    options = gemm_rs_options("fp8_e4m3", b_layout="col", strategy=strategy, reduce=reduce, fp32_slots=fp32_slots,
+                              alpha=alpha, has_bias=bias is not None, out_dtype=_FP8_OUT_NAMES[out_dtype],
+                              scales=scales, fp8_accum="fast" if use_fast_accum else "fp32", call=call)
+    return options, M, N, K
+
+
+@torch.library.custom_op("weave::gemm_rs_scaled", mutates_args=())
+def _gemm_rs_scaled_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
+                       out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str, fp32_slots: bool,
+                       alpha: float, world: int, rank: int) -> Tensor:
+    call = "weave.gemm_rs_scaled"
+    team = get_team(call)
+    _check_team(call, team, world, rank)
+    options, M, N, K = _check_scaled(call, team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy,
+                                     reduce, fp32_slots, alpha, meta_ok=False)
+    plan = _plan(call, team, M, N, K, options)
+    rows = plan.info.rows
+    out = torch.empty((rows, N), dtype=out_dtype, device=a.device)
+    plan.execute(a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr() if rows else 0,
+                 torch.cuda.current_stream(a.device).cuda_stream, scale_a.data_ptr(), scale_b.data_ptr())
+    return out
+
+
+@_gemm_rs_scaled_op.register_fake
+def _gemm_rs_scaled_fake(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
+                         out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str, fp32_slots: bool,
+                         alpha: float, world: int, rank: int) -> Tensor:
+    team = get_team("weave.gemm_rs_scaled")
+    _check_team("weave.gemm_rs_scaled", team, world, rank)
+    _, M, N, _ = _check_scaled("weave.gemm_rs_scaled", team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
+                               strategy, reduce, fp32_slots, alpha, meta_ok=True)
+    return a.new_empty((_rows(M, world, rank), N), dtype=out_dtype)
+
+
+def gemm_rs_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None, *,
+                   out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = False, strategy: str = "auto",
+                   reduce: str = "deterministic", fp32_slots: bool = False, alpha: float = 1.0) -> Tensor:
+    """fp8 inputs, as torch._scaled_mm: this rank's rows of C = alpha * sum over ranks of
+    (scale_a_r * a_r) @ (scale_b_r * b_r).T (+ bias), as [rows, N] of out_dtype.
+
+    a: this rank's [M, K_local] and b: its [N, K_local] (an nn.Linear weight's layout), both
+    torch.float8_e4m3fn, K_local a multiple of 16; scale_a, scale_b: float32 dequantization scales on
+    the device, one element each (per tensor) or [M, 1] and [1, N] (per row of a and column of the
+    output); bias: [N] of out_dtype (bf16 or fp16). use_fast_accum: the tensor cores' own accumulation
+    over all of K (faster, less exact), else fp32 accumulation. Scales may change between calls
+    without a new plan. No autograd. Everything else as gemm_rs."""
+    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"weave.gemm_rs_scaled: {name} must be a torch.Tensor (got {type(t).__name__})")
+    if bias is not None and not isinstance(bias, Tensor):
+        raise TypeError(f"weave.gemm_rs_scaled: bias must be a torch.Tensor or None (got {type(bias).__name__})")
+    for name, s in (("strategy", strategy), ("reduce", reduce)):
+        if not isinstance(s, str):
+            raise TypeError(f"weave.gemm_rs_scaled: {name} must be a str (got {type(s).__name__})")
+    if not isinstance(fp32_slots, bool):
+        raise TypeError(f"weave.gemm_rs_scaled: fp32_slots must be a bool (got {type(fp32_slots).__name__})")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"weave.gemm_rs_scaled: alpha must be a float (got {type(alpha).__name__})")
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _FP8_OUT_NAMES:
+        raise TypeError(f"weave.gemm_rs_scaled: out_dtype must be torch.bfloat16 or torch.float16 (got {out_dtype!r})")
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"weave.gemm_rs_scaled: use_fast_accum must be a bool (got {type(use_fast_accum).__name__})")
+    team = get_team("weave.gemm_rs_scaled")
+    return torch.ops.weave.gemm_rs_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy, reduce,
+                                          fp32_slots, float(alpha), team.world, team.rank)
 
 
 # ---- backward -----------------------------------------------------------------------------------------
