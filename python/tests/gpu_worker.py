@@ -318,8 +318,9 @@ def scaled_case(name: str, M: int, N: int, K: int, per_row: bool, out_dtype: tor
             SA = [torch.full((1,), 0.5 + 0.25 * ((r + call) % 4), device=DEVICE) for r in range(world)]
             SB = [torch.full((1,), 1.5 - 0.125 * ((r + 2 * call) % 5), device=DEVICE) for r in range(world)]
         alpha = float(options.get("alpha", 1.0))
-        want = sum((A[r].double() * SA[r].double())[begin:begin + rows] @ (B[r].double() * SB[r].double()).t()
-                   for r in range(world)) * alpha
+        # scale_b scales the output's columns, i.e. the rows of b [N, K]
+        want = sum((A[r].double() * SA[r].double())[begin:begin + rows] @
+                   (B[r].double() * SB[r].double().reshape(-1, 1)).t() for r in range(world)) * alpha
         if b is not None:
             want = want + b.double()
         got = weave.gemm_rs_scaled(A[rank], B[rank], SA[rank], SB[rank], b, out_dtype=out_dtype,
