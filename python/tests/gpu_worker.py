@@ -326,8 +326,9 @@ def scaled_case(name: str, M: int, N: int, K: int, per_row: bool, out_dtype: tor
         got = weave.gemm_rs_scaled(A[rank], B[rank], SA[rank], SB[rank], b, out_dtype=out_dtype,
                                    use_fast_accum=fast, **options)
         assert got.dtype == out_dtype, got.dtype
-        # the scales reach 2 per product: twice the tolerance of inputs in [-1, 1)
-        check(f"{name} call {call}", got, want, K * world, out_dtype, slack=2)
+        # the scales reach 2 per product: twice the tolerance of inputs in [-1, 1); fast accumulation
+        # drops the low bits of each product at every k32 step (docs/hopper_gemm.md): 8 times
+        check(f"{name} call {call}", got, want, K * world, out_dtype, slack=8 if fast else 2)
 
 
 def case_scaled() -> None:
