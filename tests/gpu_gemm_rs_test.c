@@ -188,7 +188,8 @@ static int rank_fn(harness_rank_t *hr) {
     if (fp8) {
       bound[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
       weave_ref_gemm_rs_scaled(c->M, c->N, c->K, world, c->dtype, c->out, c->layout, c->alpha, c->scale_mode,
-                               c->fp8_accum == WEAVE_FP8_ACCUM_FAST, (const float *const *)c->sa, (const float *const *)c->sb, As, Bs,
+                               WEAVE_REF_FP8_RANDOM_SIGNS | (c->fp8_accum == WEAVE_FP8_ACCUM_FAST ? WEAVE_REF_FP8_FAST : 0),
+                               (const float *const *)c->sa, (const float *const *)c->sb, As, Bs,
                                c->has_bias ? c->bias : NULL, row_begin + rb[i], rc_[i], ref[i], bound[i]);
     } else {
       weave_ref_gemm_rs(c->M, c->N, c->K, world, c->dtype, c->layout, c->alpha, As, Bs, c->has_bias ? c->bias : NULL,

@@ -407,7 +407,7 @@ static void test_fp8(void) {
   for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode) {
     double out[2 * N], bound[2 * N];
     weave_ref_gemm_rs_scaled(M, N, K, W, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 0.75, (weave_scale_mode_t)mode,
-                             1, sas, sbs, As, Bs, bias, 2, 2, out, bound);
+                             WEAVE_REF_FP8_FAST, sas, sbs, As, Bs, bias, 2, 2, out, bound);
     int bad = 0, bad_bound = 0;
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < N; ++j) {
@@ -448,8 +448,8 @@ static void test_fp8(void) {
     double out[2 * 3], bound[2 * 3], fast[2 * 3];
     weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, 0,
                              NULL, NULL, A2, B2, NULL, 0, 2, out, bound);
-    weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, 1,
-                             NULL, NULL, A2, B2, NULL, 0, 2, out, fast);
+    weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE,
+                             WEAVE_REF_FP8_FAST, NULL, NULL, A2, B2, NULL, 0, 2, out, fast);
     int bad_bound = 0;
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 3; ++j) {
@@ -474,6 +474,43 @@ static void test_fp8(void) {
         if (!(b > 0) || fabs(b - tb) > 1e-12 * tb || !(b < fast[i * 3 + j])) bad_bound++;
       }
     CHECK_MSG(bad_bound == 0, "fp32-accumulation bound: %d of 6 wrong", bad_bound);
+
+    /* random signs: 8 standard deviations of the terms' losses, sqrt(sum of 34 u^2 / 3), below the
+     * worst case; fast: u twice, the sum from k = 0 */
+    for (int fastmode = 0; fastmode < 2; ++fastmode) {
+      double stat[2 * 3], worst[2 * 3];
+      const int f = fastmode ? WEAVE_REF_FP8_FAST : 0;
+      weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE,
+                               f | WEAVE_REF_FP8_RANDOM_SIGNS, NULL, NULL, A2, B2, NULL, 0, 2, out, stat);
+      weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, f,
+                               NULL, NULL, A2, B2, NULL, 0, 2, out, worst);
+      int bad_stat = 0;
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 3; ++j) {
+          const int chunk = fastmode ? K2 : WEAVE_REF_FP8_CHUNK;
+          double s = 0, base = 0, prev = 0, pm = 0, mxp = 0, var = 0;
+          for (int k = 0; k < K2; ++k) {
+            const double t = weave_fp8_e4m3_to_float(a2[i * K2 + k]) * weave_fp8_e4m3_to_float(b2[j * K2 + k]);
+            s += t;
+            pm = fmax(pm, fabs(t));
+            if ((k + 1) % 32 == 0 || (k + 1) % chunk == 0 || k == K2 - 1) {
+              mxp = fmax(mxp, fabs(s));
+              const double u = (fastmode ? 2 : 1) * ldexp(fmax(fmax(fabs(prev), fabs(s - base)), pm), -13);
+              var += 34.0 / 3.0 * u * u;
+              prev = s - base;
+              pm = 0;
+            }
+            if (!fastmode && (k + 1) % chunk == 0) {
+              base = s;
+              prev = 0;
+            }
+          }
+          const double want = 8 * sqrt(var) + (fastmode ? 0.0 : 2.0 * ((K2 + chunk - 1) / chunk) * ldexp(mxp, -23));
+          const double b = stat[i * 3 + j];
+          if (!(b > 0) || fabs(b - want) > 1e-12 * want || !(b < worst[i * 3 + j])) bad_stat++;
+        }
+      CHECK_MSG(bad_stat == 0, "random-sign bound (%s): %d of 6 wrong", fastmode ? "fast" : "fp32", bad_stat);
+    }
   }
 }
 

@@ -411,7 +411,8 @@ static void reference_create(rank_run_t *x) {
     x->bound = (double *)malloc(sizeof(double) * 3 * (size_t)x->check_rows * b->N + 1);
     for (int i = 0; i < 3; ++i)
       weave_ref_gemm_rs_scaled(b->M, b->N, x->K, world, b->dtype, b->out, b->layout, 1.0,
-                               (weave_scale_mode_t)b->scale_mode, b->fp8_accum == WEAVE_FP8_ACCUM_FAST,
+                               (weave_scale_mode_t)b->scale_mode,
+                               WEAVE_REF_FP8_RANDOM_SIGNS | (b->fp8_accum == WEAVE_FP8_ACCUM_FAST ? WEAVE_REF_FP8_FAST : 0),
                                (const float *const *)sa, (const float *const *)sb,
                                (const void *const *)As, (const void *const *)Bs, NULL,
                                x->row_begin + x->check_begin[i], x->check_rows,

@@ -152,19 +152,19 @@ void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, we
     }
 }
 
-/* One k32 step's share of the fp8 accumulation bound (reference.h): 34 ulps at 2^-13 of the
- * largest magnitude the step's adder aligns to. */
-static double fp8_step_bound(double d0, double d1, double pmax) {
+/* One k32 step's ulp (reference.h): 2^-13 of the largest magnitude the step's adder aligns to. */
+static double fp8_step_ulp(double d0, double d1, double pmax) {
   double m = fabs(d0) > fabs(d1) ? fabs(d0) : fabs(d1);
-  return 34.0 * ldexp(m > pmax ? m : pmax, -13);
+  return ldexp(m > pmax ? m : pmax, -13);
 }
 
 void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t, weave_dtype_t out_t,
-                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, int fast_accum,
+                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, int flags,
                               const float *const *sa, const float *const *sb, const void *const *A,
                               const void *const *B, const void *bias, int row_begin, int rows, double *out,
                               double *bound) {
   (void)M;
+  const int fast_accum = (flags & WEAVE_REF_FP8_FAST) != 0, random_signs = (flags & WEAVE_REF_FP8_RANDOM_SIGNS) != 0;
   const size_t n_out = (size_t)rows * N, n_alloc = n_out ? n_out : 1;
   double *brow = (double *)malloc(sizeof(double) * (size_t)N);
   double *acc = (double *)malloc(sizeof(double) * n_alloc);   /* P(k) */
@@ -172,7 +172,8 @@ void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t
   double *base = (double *)malloc(sizeof(double) * n_alloc);  /* P where the tensor cores' sum started */
   double *prev = (double *)malloc(sizeof(double) * n_alloc);  /* that sum at the previous k32 boundary */
   double *pm = (double *)malloc(sizeof(double) * n_alloc);    /* max |product| in the current k32 step */
-  double *steps = (double *)malloc(sizeof(double) * n_alloc); /* sum of the steps' terms */
+  double *steps = (double *)malloc(sizeof(double) * n_alloc); /* sum of the steps' terms (random signs: of
+                                                                * their variances) */
   const int chunk = fast_accum ? K : WEAVE_REF_FP8_CHUNK;
   memset(out, 0, sizeof(double) * n_out);
   if (bound) memset(bound, 0, sizeof(double) * n_out);
@@ -212,7 +213,8 @@ void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t
             /* fast: the sum from k = 0, or from a stream-K segment's start (|d| <= 2 max |P|: twice
              * the term); fp32: from the chunk's start */
             const double d = o[n] - b0[n];
-            st[n] += (fast_accum ? 2.0 : 1.0) * fp8_step_bound(pv[n], d, p[n]);
+            const double u = (fast_accum ? 2.0 : 1.0) * fp8_step_ulp(pv[n], d, p[n]);
+            st[n] += random_signs ? 34.0 / 3.0 * u * u : 34.0 * u;
             pv[n] = d;
             p[n] = 0;
             if (chunk_end && !fast_accum) {
@@ -231,7 +233,8 @@ void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t
         const size_t at = (size_t)i * N + n;
         out[at] += s * acc[at];
         if (bound)
-          bound[at] += fabs(s) * (steps[at] + (fast_accum ? 0.0 : 2.0 * ((K + chunk - 1) / chunk) * ldexp(mx[at], -23)));
+          bound[at] += fabs(s) * ((random_signs ? 8.0 * sqrt(steps[at]) : steps[at]) +
+                                  (fast_accum ? 0.0 : 2.0 * ((K + chunk - 1) / chunk) * ldexp(mx[at], -23)));
       }
   }
   if (bias)

@@ -44,13 +44,19 @@ void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, we
  * [N], NONE: unused, may be NULL). bound (NULL: not wanted): per element, what the fp8 tensor cores'
  * own accumulation may add to the error, summed over ranks and scaled. The model (measured on the
  * H200, tests/gpu_fp8_gemm_test.cu's accuracy cases): at each k32 step the tensor cores align the 32
- * products and their running sum d to the largest of them and keep 13 fraction bits, so a step may
- * lose 34 ulps at 2^-13 of max(|d| before, |d| after, largest |product|). d runs from k = 0 with
- * fast_accum (WEAVE_FP8_ACCUM_FAST; twice the term, as a stream-K segment restarts it), else from the
- * start of each WEAVE_REF_FP8_CHUNK of K, whose sums are added in fp32 (plus 2 ceil(K / 128) 2^-23
- * max |P| for those additions). */
+ * products and their running sum d to the largest of them and keep 13 fraction bits, so each of the
+ * 33 terms loses less than one ulp, u = 2^-13 max(|d| before, |d| after, largest |product|): a step
+ * may lose 34 u (with the rounding of the result). d runs from k = 0 with WEAVE_REF_FP8_FAST in flags
+ * (twice u, as a stream-K segment restarts it), else from the start of each WEAVE_REF_FP8_CHUNK of K,
+ * whose sums are added in fp32 (plus 2 ceil(K / chunk) 2^-23 max |P| for those additions).
+ * With WEAVE_REF_FP8_RANDOM_SIGNS (inputs of random sign) the bound is statistical instead: each term's
+ * loss then has zero mean and a variance below u^2 / 3, independent of the others, and the bound is
+ * 8 standard deviations of their sum, sqrt(sum over steps of 34 u^2 / 3): far tighter than the
+ * worst case, and exceeded with a probability below 1e-14 per element. */
+#define WEAVE_REF_FP8_FAST 1
+#define WEAVE_REF_FP8_RANDOM_SIGNS 2
 void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t, weave_dtype_t out_t,
-                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, int fast_accum,
+                              weave_layout_t b_layout, double alpha, weave_scale_mode_t mode, int flags,
                               const float *const *sa, const float *const *sb, const void *const *A,
                               const void *const *B, const void *bias, int row_begin, int rows, double *out,
                               double *bound);
