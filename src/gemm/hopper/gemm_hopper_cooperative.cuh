@@ -40,7 +40,9 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue
  * The role, for one (dtype, B layout, cluster size).
  *   DT: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP8_E4M3 (BCOL only: k-blocks of 128 elements, the same
  *   128-byte smem rows and descriptors, wgmma k32); BCOL: 1 for WEAVE_LAYOUT_COL; CL: 1 or 2 CTAs per
- *   cluster; SC: the scale policy applied to each tile's accumulators before the sink (scales.cuh).
+ *   cluster; SC: the scale policy applied to each tile's accumulators before the sink (scales.cuh);
+ *   PROMOTE: fp8 with fp32 accumulation (each k-block summed from zero by the tensor cores, then
+ *   added in fp32; no stream-K: the caller passes SK false and a data-parallel seq_count).
  * CL == 2 (the kernel is launched with cluster dims (2,1,1)): the two CTAs of a cluster compute two
  * tiles with the same tile_n at the same time, each loads its own A and one half of B and multicasts
  * that half to both, halving the B traffic from L2. Requirements: seq_stride and seq_count even, the
@@ -56,6 +58,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
   static_assert(!SK || CL == 1, "stream-K runs without clusters");
   static_assert(DT != WEAVE_FP8_E4M3 || BCOL, "fp8 reads B K-major only ([N, K])");
   static_assert(!PROMOTE || DT == WEAVE_FP8_E4M3, "promoted accumulation is for fp8");
+  static_assert(!PROMOTE || !SK, "promoted accumulation runs without stream-K (no registers for the fixup)");
   constexpr int BKE = DT == WEAVE_FP8_E4M3 ? WEAVE_HGEMM_BK_FP8 : WEAVE_HGEMM_BK; /* K elements a stage */
   const uint32_t smem_base = weave_hgemm_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
