@@ -139,9 +139,11 @@ static int launch_case(const weave_hgemm_args_t *a, char *err, size_t errlen) {
 static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, float alpha,
                      int use_bias, int blocks, int vs_cublas) {
   char what[200];
-  const int pp = weave_hgemm_schedule(M, N, K, dt, blocks, g_streamk, g_schedule) == WEAVE_HGEMM_SCHED_PINGPONG;
-  const size_t sk_need =
-      g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hgemm_workspace_size(M, N, K, dt, blocks, g_streamk, g_schedule);
+  weave_hgemm_args_t q;
+  memset(&q, 0, sizeof q);
+  q.M = M; q.N = N; q.K = K; q.dtype = dt; q.num_blocks = blocks; q.streamk = g_streamk; q.schedule = g_schedule;
+  const int pp = weave_hgemm_schedule(&q) == WEAVE_HGEMM_SCHED_PINGPONG;
+  const size_t sk_need = g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hgemm_workspace_size(&q);
   snprintf(what, sizeof what, "%s%s %s %dx%dx%d alpha %.2f bias %d blocks %d %s%s%s", g_public ? "weave_gemm " : "",
            dtname(dt), lyname(ly), M, N, K, alpha, use_bias, blocks, pp ? "ping-pong" : "coop",
            vs_cublas ? " (vs cuBLASLt)" : "",

@@ -445,50 +445,22 @@ static void test_fp8(void) {
     weave_fill_random(WEAVE_FP8_E4M3, a2, 2 * K2, 31);
     weave_fill_random(WEAVE_FP8_E4M3, b2, 3 * K2, 32);
     const void *A2[1] = {a2}, *B2[1] = {b2};
-    double out[2 * 3], bound[2 * 3], fast[2 * 3];
-    weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, 0,
-                             NULL, NULL, A2, B2, NULL, 0, 2, out, bound);
-    weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE,
-                             WEAVE_REF_FP8_FAST, NULL, NULL, A2, B2, NULL, 0, 2, out, fast);
-    int bad_bound = 0;
-    for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 3; ++j) {
-        double s = 0, base = 0, prev = 0, pm = 0, mxp = 0, tb = 0;
-        for (int k = 0; k < K2; ++k) {
-          const double t = weave_fp8_e4m3_to_float(a2[i * K2 + k]) * weave_fp8_e4m3_to_float(b2[j * K2 + k]);
-          s += t;
-          pm = fmax(pm, fabs(t));
-          if ((k + 1) % 32 == 0 || k == K2 - 1) {
-            mxp = fmax(mxp, fabs(s));
-            tb += 34 * ldexp(fmax(fmax(fabs(prev), fabs(s - base)), pm), -13);
-            prev = s - base;
-            pm = 0;
-          }
-          if ((k + 1) % WEAVE_REF_FP8_CHUNK == 0) { /* the chunk's sum is added in fp32; the next starts from zero */
-            base = s;
-            prev = 0;
-          }
-        }
-        tb += 2.0 * ((K2 + WEAVE_REF_FP8_CHUNK - 1) / WEAVE_REF_FP8_CHUNK) * ldexp(mxp, -23);
-        const double b = bound[i * 3 + j];
-        if (!(b > 0) || fabs(b - tb) > 1e-12 * tb || !(b < fast[i * 3 + j])) bad_bound++;
-      }
-    CHECK_MSG(bad_bound == 0, "fp32-accumulation bound: %d of 6 wrong", bad_bound);
-
-    /* random signs: 8 standard deviations of the terms' losses, sqrt(sum of 34 u^2 / 3), below the
-     * worst case; fast: u twice, the sum from k = 0 */
+    /* and with random signs: 8 standard deviations of the terms' losses, sqrt(sum of 34 u^2 / 3),
+     * below the worst case; fast: u twice, the sum from k = 0. One pass recomputes both. */
+    double bound[2][2 * 3], stat[2][2 * 3], out[2 * 3];
     for (int fastmode = 0; fastmode < 2; ++fastmode) {
-      double stat[2 * 3], worst[2 * 3];
       const int f = fastmode ? WEAVE_REF_FP8_FAST : 0;
-      weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE,
-                               f | WEAVE_REF_FP8_RANDOM_SIGNS, NULL, NULL, A2, B2, NULL, 0, 2, out, stat);
       weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, f,
-                               NULL, NULL, A2, B2, NULL, 0, 2, out, worst);
-      int bad_stat = 0;
+                               NULL, NULL, A2, B2, NULL, 0, 2, out, bound[fastmode]);
+      weave_ref_gemm_rs_scaled(2, 3, K2, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE,
+                               f | WEAVE_REF_FP8_RANDOM_SIGNS, NULL, NULL, A2, B2, NULL, 0, 2, out, stat[fastmode]);
+    }
+    for (int fastmode = 0; fastmode < 2; ++fastmode) {
+      const int chunk = fastmode ? K2 : WEAVE_REF_FP8_CHUNK;
+      int bad_bound = 0, bad_stat = 0;
       for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 3; ++j) {
-          const int chunk = fastmode ? K2 : WEAVE_REF_FP8_CHUNK;
-          double s = 0, base = 0, prev = 0, pm = 0, mxp = 0, var = 0;
+          double s = 0, base = 0, prev = 0, pm = 0, mxp = 0, worst = 0, var = 0;
           for (int k = 0; k < K2; ++k) {
             const double t = weave_fp8_e4m3_to_float(a2[i * K2 + k]) * weave_fp8_e4m3_to_float(b2[j * K2 + k]);
             s += t;
@@ -496,19 +468,24 @@ static void test_fp8(void) {
             if ((k + 1) % 32 == 0 || (k + 1) % chunk == 0 || k == K2 - 1) {
               mxp = fmax(mxp, fabs(s));
               const double u = (fastmode ? 2 : 1) * ldexp(fmax(fmax(fabs(prev), fabs(s - base)), pm), -13);
+              worst += 34 * u;
               var += 34.0 / 3.0 * u * u;
               prev = s - base;
               pm = 0;
             }
-            if (!fastmode && (k + 1) % chunk == 0) {
+            if (!fastmode && (k + 1) % chunk == 0) { /* the chunk's sum is added in fp32; the next starts from zero */
               base = s;
               prev = 0;
             }
           }
-          const double want = 8 * sqrt(var) + (fastmode ? 0.0 : 2.0 * ((K2 + chunk - 1) / chunk) * ldexp(mxp, -23));
-          const double b = stat[i * 3 + j];
-          if (!(b > 0) || fabs(b - want) > 1e-12 * want || !(b < worst[i * 3 + j])) bad_stat++;
+          const double adds = fastmode ? 0.0 : 2.0 * ((K2 + chunk - 1) / chunk) * ldexp(mxp, -23);
+          const double b = bound[fastmode][i * 3 + j], st = stat[fastmode][i * 3 + j];
+          if (!fastmode && (!(b > 0) || fabs(b - (worst + adds)) > 1e-12 * (worst + adds) || !(b < bound[1][i * 3 + j])))
+            bad_bound++;
+          const double want = 8 * sqrt(var) + adds;
+          if (!(st > 0) || fabs(st - want) > 1e-12 * want || !(st < b)) bad_stat++;
         }
+      if (!fastmode) CHECK_MSG(bad_bound == 0, "fp32-accumulation bound: %d of 6 wrong", bad_bound);
       CHECK_MSG(bad_stat == 0, "random-sign bound (%s): %d of 6 wrong", fastmode ? "fast" : "fp32", bad_stat);
     }
   }

@@ -109,18 +109,49 @@ def sync() -> None:
 
 
 # ---- checks ----------------------------------------------------------------------------------------
-def _check_tensor(call: str, name: str, t: Tensor, ndim: int, dtype: Optional[torch.dtype], device: torch.device,
-                  meta_ok: bool) -> None:
+def _check_types(call: str, tensors: dict, maybe_tensors: dict, strings: dict, fp32_slots: object,
+                 alpha: object) -> None:
+    """The Python types of a public call's arguments (before torch's dispatcher casts them), by name."""
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{call}: {name} must be a torch.Tensor (got {type(t).__name__})")
+    for name, maybe in maybe_tensors.items():
+        if maybe is not None and not isinstance(maybe, Tensor):
+            raise TypeError(f"{call}: {name} must be a torch.Tensor or None (got {type(maybe).__name__})")
+    for name, s in strings.items():
+        if not isinstance(s, str):
+            raise TypeError(f"{call}: {name} must be a str (got {type(s).__name__})")
+    if not isinstance(fp32_slots, bool):
+        raise TypeError(f"{call}: fp32_slots must be a bool (got {type(fp32_slots).__name__})")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"{call}: alpha must be a float (got {type(alpha).__name__})")
+
+
+def _check_fp8_options(call: str, out_dtype: object, use_fast_accum: object) -> None:
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _FP8_OUT_NAMES:
+        raise TypeError(f"{call}: out_dtype must be torch.bfloat16 or torch.float16 (got {out_dtype!r})")
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"{call}: use_fast_accum must be a bool (got {type(use_fast_accum).__name__})")
+
+
+def _check_tensor(call: str, name: str, t: Tensor, ndim: Optional[int], dtype: Optional[torch.dtype],
+                  device: torch.device, meta_ok: bool, exact: Optional[Tuple[torch.dtype, str]] = None) -> None:
+    """A tensor argument: one of weave's 16/32-bit dtypes and, when given, a's `dtype`; or with
+    `exact`, (that dtype, what it is for); on the team's device; `ndim` dimensions unless None;
+    contiguous."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{call}: {name} must be a torch.Tensor (got {type(t).__name__})")
-    if t.dtype not in _DTYPE_NAMES:
+    if exact is not None:
+        if t.dtype != exact[0]:
+            raise TypeError(f"{call}: {name} is {t.dtype}; it must be {exact[0]} ({exact[1]})")
+    elif t.dtype not in _DTYPE_NAMES:
         raise TypeError(f"{call}: {name} is {t.dtype}; weave takes torch.bfloat16, torch.float16 or torch.float32")
-    if dtype is not None and t.dtype != dtype:
+    elif dtype is not None and t.dtype != dtype:
         raise TypeError(f"{call}: {name} is {t.dtype} but a is {dtype}: all tensors must have a's dtype")
     if t.device != device and not (meta_ok and t.device.type == "meta"):
         raise ValueError(f"{call}: {name} is on {t.device}; it must be on {device}, the device of this process's "
                          "weave team")
-    if t.dim() != ndim:
+    if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{call}: {name} must be {ndim}-D (got shape {tuple(t.shape)})")
     if not t.is_contiguous():
         raise ValueError(f"{call}: {name} must be contiguous (call .contiguous())")
@@ -238,20 +269,9 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
     device = torch.device("cuda", team.device)
 
     def tensor(name: str, t: Tensor, dtype: torch.dtype, what: str) -> None:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{call}: {name} must be a torch.Tensor (got {type(t).__name__})")
-        if t.dtype != dtype:
-            raise TypeError(f"{call}: {name} is {t.dtype}; it must be {dtype} ({what})")
-        if t.device != device and not (meta_ok and t.device.type == "meta"):
-            raise ValueError(f"{call}: {name} is on {t.device}; it must be on {device}, the device of this "
-                             "process's weave team")
-        if not t.is_contiguous():
-            raise ValueError(f"{call}: {name} must be contiguous (call .contiguous())")
+        _check_tensor(call, name, t, None, None, device, meta_ok, exact=(dtype, what))
 
-    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _FP8_OUT_NAMES:
-        raise TypeError(f"{call}: out_dtype must be torch.bfloat16 or torch.float16 (got {out_dtype!r})")
-    if not isinstance(use_fast_accum, bool):
-        raise TypeError(f"{call}: use_fast_accum must be a bool (got {type(use_fast_accum).__name__})")
+    _check_fp8_options(call, out_dtype, use_fast_accum)
     fp8 = torch.float8_e4m3fn
     tensor("a", a, fp8, "[M, K_local] e4m3")
     tensor("b", b, fp8, "[N, K_local] e4m3, an nn.Linear weight's layout")
@@ -323,23 +343,11 @@ def gemm_rs_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias:
     output); bias: [N] of out_dtype (bf16 or fp16). use_fast_accum: the tensor cores' own accumulation
     over all of K (faster, less exact), else fp32 accumulation. Scales may change between calls
     without a new plan. No autograd. Everything else as gemm_rs."""
-    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"weave.gemm_rs_scaled: {name} must be a torch.Tensor (got {type(t).__name__})")
-    if bias is not None and not isinstance(bias, Tensor):
-        raise TypeError(f"weave.gemm_rs_scaled: bias must be a torch.Tensor or None (got {type(bias).__name__})")
-    for name, s in (("strategy", strategy), ("reduce", reduce)):
-        if not isinstance(s, str):
-            raise TypeError(f"weave.gemm_rs_scaled: {name} must be a str (got {type(s).__name__})")
-    if not isinstance(fp32_slots, bool):
-        raise TypeError(f"weave.gemm_rs_scaled: fp32_slots must be a bool (got {type(fp32_slots).__name__})")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise TypeError(f"weave.gemm_rs_scaled: alpha must be a float (got {type(alpha).__name__})")
-    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _FP8_OUT_NAMES:
-        raise TypeError(f"weave.gemm_rs_scaled: out_dtype must be torch.bfloat16 or torch.float16 (got {out_dtype!r})")
-    if not isinstance(use_fast_accum, bool):
-        raise TypeError(f"weave.gemm_rs_scaled: use_fast_accum must be a bool (got {type(use_fast_accum).__name__})")
-    team = get_team("weave.gemm_rs_scaled")
+    call = "weave.gemm_rs_scaled"
+    _check_types(call, dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b), dict(bias=bias),
+                 dict(strategy=strategy, reduce=reduce), fp32_slots, alpha)
+    _check_fp8_options(call, out_dtype, use_fast_accum)
+    team = get_team(call)
     return torch.ops.weave.gemm_rs_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy, reduce,
                                           fp32_slots, float(alpha), team.world, team.rank)
 
@@ -429,19 +437,8 @@ def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: st
     every rank makes the same calls in the same order, and not during CUDA graph capture. strategy:
     "auto" | "fused" | "bulk" | "baseline"; reduce: "deterministic" | "atomic"; fp32_slots: partials
     in fp32. With out= the result is written there (no autograd); else a new tensor (with autograd)."""
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"weave.gemm_rs: {name} must be a torch.Tensor (got {type(t).__name__})")
-    for name, maybe in (("bias", bias), ("out", out)):
-        if maybe is not None and not isinstance(maybe, Tensor):
-            raise TypeError(f"weave.gemm_rs: {name} must be a torch.Tensor or None (got {type(maybe).__name__})")
-    for name, s in (("b_layout", b_layout), ("strategy", strategy), ("reduce", reduce)):
-        if not isinstance(s, str):
-            raise TypeError(f"weave.gemm_rs: {name} must be a str (got {type(s).__name__})")
-    if not isinstance(fp32_slots, bool):
-        raise TypeError(f"weave.gemm_rs: fp32_slots must be a bool (got {type(fp32_slots).__name__})")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise TypeError(f"weave.gemm_rs: alpha must be a float (got {type(alpha).__name__})")
+    _check_types("weave.gemm_rs", dict(a=a, b=b), dict(bias=bias, out=out),
+                 dict(b_layout=b_layout, strategy=strategy, reduce=reduce), fp32_slots, alpha)
     if out is None:
         team = get_team("weave.gemm_rs")
         return torch.ops.weave.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,

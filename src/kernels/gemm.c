@@ -78,9 +78,7 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
                             WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL},
                             fp8 && fp8_fast_accum};
     if (fp8 && scales) a.scales = *scales;
-    const size_t need = weave_hgemm_workspace_size(
-        M, N, K, dtype, num_blocks, weave_hgemm_args_streamk(dtype, a.fp8_fast_accum, WEAVE_HGEMM_SK_AUTO),
-        weave_hgemm_args_schedule(dtype, out_dtype, a.fp8_fast_accum, WEAVE_HGEMM_SCHED_AUTO));
+    const size_t need = weave_hgemm_workspace_size(&a);
     if (need && ws) {
       a.workspace = ws;
       a.workspace_bytes = ws_bytes;
@@ -106,9 +104,12 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
 
 size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
                                  weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks) {
-  if (!weave_dtype_is_fp8(dtype) && (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K))) return 0;
-  return weave_hgemm_workspace_size(M, N, K, dtype, num_blocks, weave_hgemm_args_streamk(dtype, fp8_fast_accum, WEAVE_HGEMM_SK_AUTO),
-                                    weave_hgemm_args_schedule(dtype, out_dtype, fp8_fast_accum, WEAVE_HGEMM_SCHED_AUTO));
+  const int fp8 = weave_dtype_is_fp8(dtype);
+  if (!fp8 && (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K))) return 0;
+  const weave_hgemm_args_t a = {M, N, K, dtype, b_layout, 1.0f, NULL, NULL, NULL, NULL, num_blocks, NULL, 0,
+                                WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL},
+                                fp8 && fp8_fast_accum};
+  return weave_hgemm_workspace_size(&a);
 }
 
 weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,

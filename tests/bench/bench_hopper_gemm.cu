@@ -231,11 +231,12 @@ static int count_wrong(Ctx &c, int which, int blocks, weave_lt_t *def, unsigned 
 
 /* Without a device: what weave's AUTO would run per row on a 132-SM H100/H200 (default knobs), from
  * the same plan functions the launcher calls (tile_scheduler.h). */
-static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist, weave_dtype_t dt) {
+static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist, weave_dtype_t dt,
+                                      int fast_accum) {
   const int sms = 132;
   printf("# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
-         "# %d-SM H100/H200 (default knobs): schedule (cooperative or ping-pong), stream-K tail tiles, and\n"
-         "# the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md, steps 3 and 5)\n",
+         "# %d-SM H100/H200 (WEAVE_HGEMM_* from the environment): schedule (cooperative or ping-pong), stream-K\n# tail tiles, and "
+         "the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md, steps 3 and 5)\n",
          sms);
   printf("#%7s %6s %6s %6s %6s %6s %10s %5s %9s %9s\n", "M", "N", "K", "blocks", "tiles", "kt", "schedule", "sk",
          "est_coop", "est_pp");
@@ -245,8 +246,13 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
     const int kt = weave_hgemm_k_blocks(K, dt);
     for (int b : blist) {
       b = std::min(std::max(b, 1), sms);
-      const int pp = weave_hgemm_pick_pingpong(WEAVE_HGEMM_SCHED_AUTO, 1, tiles, b, kt, WEAVE_HGEMM_SK_AUTO);
-      const int sk = pp ? 0 : weave_hgemm_sk_plan(tiles, b, kt, WEAVE_HGEMM_SK_AUTO).sk_tiles;
+      weave_hgemm_args_t q; /* as the launcher plans it (fp8 with fp32 accumulation: cooperative, no stream-K) */
+      memset(&q, 0, sizeof q);
+      q.M = M; q.N = N; q.K = K; q.dtype = dt; q.num_blocks = b; q.streamk = WEAVE_HGEMM_SK_AUTO;
+      q.schedule = WEAVE_HGEMM_SCHED_AUTO; q.out_dtype = WEAVE_BF16; q.fp8_fast_accum = fast_accum;
+      int sched;
+      const weave_hgemm_sk_t plan = weave_hgemm_plan_on(&q, sms, &sched);
+      const int pp = sched == WEAVE_HGEMM_SCHED_PINGPONG, sk = pp ? 0 : plan.sk_tiles;
       const double est_pp = weave_hgemm_pp_units32(tiles, b, kt) / 32.0;
       printf(" %7d %6d %6d %6d %6d %6d %10s %5d %9lld %9.1f\n", M, N, K, b, tiles, kt, pp ? "ping-pong" : "coop", sk,
              weave_hgemm_coop_units(tiles, b, kt, WEAVE_HGEMM_SK_AUTO), est_pp);
@@ -514,12 +520,12 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
 #endif
     const double t_w = med[0], t_def = meds[4 * nb], t_sm = med[3], tf_def = flop / t_def * 1e-9;
     const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
-    const int sched = weave_hgemm_args_schedule(c.dt, WEAVE_BF16, c.fast_accum, WEAVE_HGEMM_SCHED_AUTO);
-    const int pp = weave_hgemm_schedule(c.M, c.N, c.K, c.dt, b, WEAVE_HGEMM_SK_AUTO, sched) == WEAVE_HGEMM_SCHED_PINGPONG;
-    const int sk_tiles =
-        pp ? 0
-           : weave_hgemm_streamk_plan(c.M, c.N, c.K, c.dt, b, weave_hgemm_args_streamk(c.dt, c.fast_accum, WEAVE_HGEMM_SK_AUTO),
-                                      sched).sk_tiles;
+    weave_hgemm_args_t q; /* what weave's AUTO runs (the rows' schedule and stream-K columns) */
+    memset(&q, 0, sizeof q);
+    q.M = c.M; q.N = c.N; q.K = c.K; q.dtype = c.dt; q.num_blocks = b; q.streamk = WEAVE_HGEMM_SK_AUTO;
+    q.schedule = WEAVE_HGEMM_SCHED_AUTO; q.out_dtype = WEAVE_BF16; q.fp8_fast_accum = c.fast_accum;
+    const int pp = weave_hgemm_schedule(&q) == WEAVE_HGEMM_SCHED_PINGPONG;
+    const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(&q).sk_tiles;
     unsigned long long wrong = 0, wrong_pp = 0;
     if (o.check && (count_wrong(c, 0, b, def, &wrong) || count_wrong(c, 3, b, def, &wrong_pp))) {
       rc = 1;
@@ -571,7 +577,7 @@ extern "C" int weave_bench_gemm_main(int argc, char **argv) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();
-    print_plan_without_device(o.shapes, o.blist, o.dt);
+    print_plan_without_device(o.shapes, o.blist, o.dt, o.fast_accum);
     return 0;
   }
   BCK(cudaSetDevice(0));

@@ -412,39 +412,38 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
   return weave_hgemm_sk_plan(tiles_m * tiles_n, grid, kt, mode);
 }
 
-extern "C" int weave_hgemm_schedule(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk,
-                                    int schedule) {
-  const int sms = weave_hgemm_sm_count();
-  int pp = 0;
-  if (M > 0 && N > 0 && K > 0 && sms > 0)
-    weave_hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                     weave_hgemm_k_blocks(K, dtype), num_blocks, sms, streamk, schedule, dtype == WEAVE_FP8_E4M3,
-                     NULL, NULL, &pp);
-  return pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
+/* weave_hgemm_plan for a call's arguments: fp8 with promoted accumulation runs the cooperative
+ * schedule without stream-K (its 192 accumulator registers leave none for the fixup), fp8 with fp32
+ * output the cooperative schedule; else the call's requests. sms: the device's SM count. */
+static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int sms, int *grid_out, int *cl_out,
+                                              int *pp_out) {
+  const int fp8 = a->dtype == WEAVE_FP8_E4M3, promote = fp8 && !a->fp8_fast_accum;
+  const int schedule = promote || (fp8 && a->out_dtype == WEAVE_FP32) ? WEAVE_HGEMM_SCHED_COOP : a->schedule;
+  return weave_hgemm_plan((a->M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (a->N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
+                          weave_hgemm_k_blocks(a->K, a->dtype), a->num_blocks, sms,
+                          promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, grid_out, cl_out, pp_out);
 }
 
-extern "C" int weave_hgemm_args_schedule(weave_dtype_t dtype, weave_dtype_t out_dtype, int fp8_fast_accum,
-                                         int schedule) {
-  if (dtype == WEAVE_FP8_E4M3 && (out_dtype == WEAVE_FP32 || !fp8_fast_accum)) return WEAVE_HGEMM_SCHED_COOP;
+extern "C" weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *a, int sms, int *schedule) {
+  int pp = 0;
+  weave_hgemm_sk_t sk = weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
+  if (a->M > 0 && a->N > 0 && a->K > 0 && sms > 0) sk = weave_hgemm_plan_args(a, sms, NULL, NULL, &pp);
+  if (schedule) *schedule = pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
+  return sk;
+}
+
+extern "C" int weave_hgemm_schedule(const weave_hgemm_args_t *a) {
+  int schedule;
+  weave_hgemm_plan_on(a, weave_hgemm_sm_count(), &schedule);
   return schedule;
 }
 
-extern "C" int weave_hgemm_args_streamk(weave_dtype_t dtype, int fp8_fast_accum, int streamk) {
-  return dtype == WEAVE_FP8_E4M3 && !fp8_fast_accum ? WEAVE_HGEMM_SK_OFF : streamk;
+extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *a) {
+  return weave_hgemm_plan_on(a, weave_hgemm_sm_count(), NULL);
 }
 
-extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, weave_dtype_t dtype, int num_blocks,
-                                                     int streamk, int schedule) {
-  const int sms = weave_hgemm_sm_count();
-  if (M <= 0 || N <= 0 || K <= 0 || sms <= 0) return weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
-  return weave_hgemm_plan((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                          weave_hgemm_k_blocks(K, dtype), num_blocks, sms, streamk, schedule,
-                          dtype == WEAVE_FP8_E4M3, NULL, NULL, NULL);
-}
-
-extern "C" size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk,
-                                             int schedule) {
-  const weave_hgemm_sk_t sk = weave_hgemm_streamk_plan(M, N, K, dtype, num_blocks, streamk, schedule);
+extern "C" size_t weave_hgemm_workspace_size(const weave_hgemm_args_t *a) {
+  const weave_hgemm_sk_t sk = weave_hgemm_streamk_plan(a);
   return weave_hgemm_sk_workspace_bytes(&sk);
 }
 
@@ -527,12 +526,8 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     sa.tma_store = 1;
   }
   int grid, cl, pp;
-  /* fp32 output (fp8's bulk partials) and promoted fp8 accumulation: the cooperative schedule only */
   const bool promote = fp8 && !a->fp8_fast_accum;
-  const int schedule = weave_hgemm_args_schedule(a->dtype, out, a->fp8_fast_accum, a->schedule);
-  const weave_hgemm_sk_t sk =
-      weave_hgemm_plan(p.tiles_m, p.tiles_n, p.k_blocks, a->num_blocks, sms,
-                       weave_hgemm_args_streamk(a->dtype, a->fp8_fast_accum, a->streamk), schedule, fp8, &grid, &cl, &pp);
+  const weave_hgemm_sk_t sk = weave_hgemm_plan_args(a, sms, &grid, &cl, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
    * to the tile count only without it */
@@ -558,7 +553,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
            : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
   if (fp8) {
     const bool row = sc.mode == WEAVE_SCALE_ROW;
-    if (out == WEAVE_FP32) /* cooperative only (weave_hgemm_args_schedule) */
+    if (out == WEAVE_FP32) /* cooperative only (weave_hgemm_plan_args) */
       e = row ? (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8, true>(
                                p, c_map, sa, grid, dev, stream)
                          : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8>(

@@ -152,22 +152,18 @@ int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layo
 int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
                                  uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen);
 
-/* The stream-K schedule a call would run with on the current device (given a large enough
- * workspace; sk_tiles 0: whole tiles only), the workspace it needs (0: none), and the most any shape
- * can need on num_blocks blocks (<= 0: all SMs of the current device). dtype: of A and B (its
- * k-block: weave_hgemm_bk); schedule: the call's (weave_hgemm_args_schedule). */
-weave_hgemm_sk_t weave_hgemm_streamk_plan(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk,
-                                          int schedule);
-size_t weave_hgemm_workspace_size(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk, int schedule);
+/* What a call with these arguments would run on the current device, as the launcher plans it (only
+ * M, N, K, dtype, out_dtype, fp8_fast_accum, num_blocks, streamk and schedule are read): its stream-K
+ * schedule given a large enough workspace (sk_tiles 0: whole tiles only), the workspace that needs (0:
+ * none), and its schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG; COOP when there is no device). The
+ * most any shape can need on num_blocks blocks (<= 0: all SMs of the current device):
+ * weave_hgemm_workspace_max. */
+weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *args);
+/* The same two on a device of `sms` SMs (no device needed: weave-bench's plan without a GPU). */
+weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, int *schedule);
+size_t weave_hgemm_workspace_size(const weave_hgemm_args_t *args);
+int weave_hgemm_schedule(const weave_hgemm_args_t *args);
 size_t weave_hgemm_workspace_max(int num_blocks);
-/* The schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG) a call with these arguments runs with on the
- * current device (COOP when there is none). */
-int weave_hgemm_schedule(int M, int N, int K, weave_dtype_t dtype, int num_blocks, int streamk, int schedule);
-/* The schedule and stream-K requests a call really makes: fp8 with promoted accumulation runs the
- * cooperative schedule without stream-K (its 192 accumulator registers leave none for the fixup),
- * fp32 output the cooperative schedule; else `schedule` and `streamk`. */
-int weave_hgemm_args_schedule(weave_dtype_t dtype, weave_dtype_t out_dtype, int fp8_fast_accum, int schedule);
-int weave_hgemm_args_streamk(weave_dtype_t dtype, int fp8_fast_accum, int streamk);
 /* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, prof.cuh): saves the last cooperative
  * launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
 int weave_hgemm_profile_save(const char *path);
