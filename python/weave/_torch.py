@@ -274,6 +274,12 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
     _check_fp8_options(call, out_dtype, use_fast_accum)
     fp8 = torch.float8_e4m3fn
     tensor("a", a, fp8, "[M, K_local] e4m3")
+    if b.dtype == fp8 and b.dim() == 2 and not b.is_contiguous() and b.t().is_contiguous():
+        # not the generic advice, .contiguous(): it turns torch._scaled_mm's b, w.t(), into w's transpose,
+        # which the shape check refuses, or where N == K_local takes silently (a @ w instead of a @ w.T)
+        raise ValueError(f"{call}: b {tuple(b.shape)} is a transposed view; weave reads b as [N, K_local] row-major "
+                         "and computes a @ b.T: for torch._scaled_mm's b (a weight's .t()) pass the weight itself, "
+                         "else b.contiguous()")
     tensor("b", b, fp8, "[N, K_local] e4m3, an nn.Linear weight's layout")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"{call}: a and b must be 2-D (got shapes {tuple(a.shape)} and {tuple(b.shape)})")
@@ -283,6 +289,9 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
                          f"= {K}")
     if M < 1 or N < 1 or K < 1:
         raise ValueError(f"{call}: a {tuple(a.shape)} and b {tuple(b.shape)} must not be empty (M, N, K_local >= 1)")
+    if K % 16:  # libweave's rule too; here also for the fake implementation, which torch.compile runs
+        raise ValueError(f"{call}: K_local = a.shape[1] = {K} must be a multiple of 16 (fp8 rows of a and b are "
+                         "16-byte multiples for the TMA loads)")
     tensor("scale_a", scale_a, torch.float32, "the dequantization scale of a")
     tensor("scale_b", scale_b, torch.float32, "the dequantization scale of b")
     if scale_a.numel() == 1 and scale_b.numel() == 1:
@@ -335,14 +344,15 @@ def gemm_rs_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias:
                    out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = False, strategy: str = "auto",
                    reduce: str = "deterministic", fp32_slots: bool = False, alpha: float = 1.0) -> Tensor:
     """fp8 inputs, as torch._scaled_mm: this rank's rows of C = alpha * sum over ranks of
-    (scale_a_r * a_r) @ (scale_b_r * b_r).T (+ bias), as [rows, N] of out_dtype.
+    (a_r @ b_r.T) * scale_a_r * scale_b_r (+ bias), as [rows, N] of out_dtype.
 
-    a: this rank's [M, K_local] and b: its [N, K_local] (an nn.Linear weight's layout), both
-    torch.float8_e4m3fn, K_local a multiple of 16; scale_a, scale_b: float32 dequantization scales on
-    the device, one element each (per tensor) or [M, 1] and [1, N] (per row of a and column of the
-    output); bias: [N] of out_dtype (bf16 or fp16). use_fast_accum: the tensor cores' own accumulation
-    over all of K (faster, less exact), else fp32 accumulation. Scales may change between calls
-    without a new plan. No autograd. Everything else as gemm_rs."""
+    a: this rank's [M, K_local] and b: its [N, K_local] row-major (an nn.Linear weight's layout; the
+    tensor whose .t() torch._scaled_mm takes as its b), both torch.float8_e4m3fn, K_local a multiple
+    of 16; scale_a, scale_b: this rank's float32 dequantization scales on the device, one element
+    each (per tensor) or [M, 1] and [1, N] (per row of a, all M rows on every rank, and per column of
+    the output, i.e. per row of b); bias: [N] of out_dtype (bf16 or fp16). use_fast_accum: the
+    tensor cores' own accumulation over all of K (faster, less exact), else fp32 accumulation. Scales
+    may change between calls without a new plan. No autograd. Everything else as gemm_rs."""
     call = "weave.gemm_rs_scaled"
     _check_types(call, dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b), dict(bias=bias),
                  dict(strategy=strategy, reduce=reduce), fp32_slots, alpha)
