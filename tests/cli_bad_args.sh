@@ -38,6 +38,11 @@ expect_bad "-d" -d fp64
 expect_bad "--fp8-accum" -d fp8 --fp8-accum fp16
 expect_bad "--fp8-accum" --op gemm -d fp8 --fp8-accum slow
 expect_bad "--fp8-accum" -d bf16 --fp8-accum fast
+expect_bad "--fp8-accum" --op gemm -d bf16 --fp8-accum fast
+expect_bad "--scales" -d bf16 --scales row
+expect_bad "--scales" --op gemm -d fp16 --scales tensor
+expect_bad "--layout" -d fp8 --layout row
+expect_bad "--layout" --op gemm -d fp8 --layout row
 expect_bad "-g" -g 0
 expect_bad "-n" -n 0
 expect_bad "--strategy" --strategy x

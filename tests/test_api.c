@@ -130,6 +130,9 @@ static void test_gemm_args(int have_device) {
                  "alpha");
   EXPECT_INVALID(weave_gemm(8, 8, 8, WEAVE_BF16, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, -1, NULL), "weave_gemm",
                  "num_blocks");
+  /* the plan's size limit (tile counts are ints): refused before anything looks at the pointers */
+  EXPECT_INVALID(weave_gemm(1 << 30, 1 << 30, 8, WEAVE_BF16, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, 0, NULL),
+                 "weave_gemm", "too large");
   /* Misaligned element pointers. */
   char *cb = (char *)buf;
   EXPECT_INVALID(weave_gemm(8, 8, 8, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0f, cb + 2, B, NULL, C, 0, NULL), "weave_gemm",
@@ -153,6 +156,10 @@ static void test_gemm_args(int have_device) {
   } while (0)
   FP8_ARGS(g); g.M = 0;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "M 0");
+  FP8_ARGS(g); g.M = 1 << 30; g.N = 1 << 30;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "too large");
+  FP8_ARGS(g); g.N = 1 << 28; g.K = 1 << 28;
+  EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "too large");
   FP8_ARGS(g); g.b_layout = WEAVE_LAYOUT_ROW;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "WEAVE_LAYOUT_COL");
   FP8_ARGS(g); g.K = 40;

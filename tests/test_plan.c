@@ -167,6 +167,87 @@ static void test_check_args(void) {
   expect_good("both blocks", 64, 64, 64, &d);
 }
 
+/* ---- execute's argument checks ----------------------------------------------------------------- */
+/* execute refuses bad pointers before it touches the device. A host-only plan (no heap, no kernels)
+ * is enough to reach every refusal: pageable_access lets the buffers below pass the reachability
+ * check, and an unknown strategy on 2 ranks makes a call that got past the checks end in
+ * WEAVE_ERROR_INTERNAL without launching anything. */
+#define EXPECT_EXEC_INVALID(call, ...)                                                              \
+  do {                                                                                              \
+    weave_result_t rc_ = (call);                                                                    \
+    const char *needles_[] = {__VA_ARGS__};                                                         \
+    const char *msg_ = weave_get_last_error(&team);                                                 \
+    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, (int)rc_, msg_);         \
+    for (size_t i_ = 0; i_ < sizeof(needles_) / sizeof(needles_[0]); ++i_)                          \
+      CHECK_MSG(strstr(msg_, needles_[i_]) != NULL, "%s: message '%s' lacks '%s'", #call, msg_,     \
+                needles_[i_]);                                                                      \
+  } while (0)
+
+static void test_execute_args(void) {
+  static struct weave_team team;
+  static struct weave_gemm_rs_plan plan;
+  static _Alignas(16) unsigned char mem[4096];
+  static float scales[64];
+  const weave_gemm_rs_desc_t init = WEAVE_GEMM_RS_DESC_INIT;
+  const char *A = (const char *)mem, *B = (const char *)mem + 1024;
+  char *C = (char *)mem + 2048;
+  const char *bias = (const char *)mem + 3072;
+  const float *sa = scales, *sb = scales + 16;
+  const char *xs = "weave_gemm_rs_execute_scaled:", *x = "weave_gemm_rs_execute:";
+  weave_gemm_rs_plan_t p = &plan;
+  team.world = 2;
+  team.rank = 0;
+  team.info.ranks_on_device = 1;
+  plan.team = &team;
+  plan.M = 64; plan.N = 64; plan.K = 64;
+  plan.desc = init;
+  plan.desc.dtype = WEAVE_FP8_E4M3;
+  plan.desc.b_layout = WEAVE_LAYOUT_COL;
+  plan.desc.scale_mode = WEAVE_SCALE_TENSOR;
+  plan.out_dtype = WEAVE_BF16;
+  plan.slot_dtype = WEAVE_BF16;
+  plan.strategy = (weave_strategy_t)99;
+  plan.pageable_access = 1;
+
+  /* the unchecked path really ends in INTERNAL here (so a missing check below cannot pass unseen) */
+  weave_result_t rc = weave_gemm_rs_execute_scaled(p, A, B, sa, sb, NULL, C, NULL);
+  CHECK_MSG(rc == WEAVE_ERROR_INTERNAL, "good arguments on the host-only plan: %d (%s)", (int)rc,
+            weave_get_last_error(&team));
+
+  /* scales: the plan's mode decides; each message names the call that was made */
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute(p, A, B, NULL, C, NULL), x, "weave_gemm_rs_execute_scaled");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, NULL, sb, NULL, C, NULL), xs, "scale_a and scale_b");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, NULL, NULL, C, NULL), xs, "scale_a and scale_b");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, (const float *)((const char *)sb + 2), NULL, C, NULL),
+                      xs, "4-byte aligned");
+  /* the other refusals name weave_gemm_rs_execute_scaled too when it was the call */
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, NULL, B, sa, sb, NULL, C, NULL), xs, "non-NULL");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, NULL, sa, sb, NULL, C, NULL), xs, "non-NULL");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, sb, NULL, NULL, NULL), xs, "non-NULL");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, sb, bias, C, NULL), xs, "without bias");
+  /* fp8: 16-byte aligned A and B (TMA) although 1 byte is the element; C_out to its element */
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A + 8, B, sa, sb, NULL, C, NULL), xs, "16-byte aligned");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B + 1, sa, sb, NULL, C, NULL), xs, "16-byte aligned");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, sb, NULL, C + 1, NULL), xs, "aligned");
+
+  /* a plan without scales takes none, through either call */
+  plan.desc.scale_mode = WEAVE_SCALE_NONE;
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, sb, NULL, C, NULL), xs, "without scales");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, NULL, sb, NULL, C, NULL), xs, "without scales");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute(p, A + 8, B, NULL, C, NULL), x, "16-byte aligned");
+  plan.desc.has_bias = 1;
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute(p, A, B, NULL, C, NULL), x, "bias is NULL");
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute(p, A, B, bias + 1, C, NULL), x, "aligned");
+  plan.desc.has_bias = 0;
+
+  /* where the device cannot read pageable memory, host buffers are refused by name (without a
+   * device the driver cannot vouch for any pointer, which is refused the same way) */
+  plan.pageable_access = 0;
+  memset(plan.reachable, 0, sizeof(plan.reachable));
+  plan.desc.scale_mode = WEAVE_SCALE_TENSOR;
+  EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, sb, NULL, C, NULL), xs, "host memory", "A");
+}
+
 /* ---- cost model, bytes, roofline --------------------------------------------------------------- */
 static uint64_t rng_state = 7;
 static double urand(void) {
@@ -478,6 +559,7 @@ static void test_tune(void) {
 int main(void) {
   setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
   test_check_args();
+  test_execute_args();
   test_split();
   test_bytes_roofline();
   test_tune();

@@ -154,7 +154,7 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
   b->dtype = WEAVE_BF16; b->layout = WEAVE_LAYOUT_ROW; b->order = WEAVE_ORDER_OWN_LAST;
   b->iters = 20; b->warmup = 5; b->check = 1;
   b->scale_mode = WEAVE_SCALE_TENSOR;
-  int layout_given = 0;
+  int layout_given = 0, scales_given = 0;
   memset(vo, 0, sizeof(*vo));
   cli_t c;
   cli_init(&c, "weave-bench", bench_options);
@@ -175,7 +175,10 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
         b->layout = cli_choice(&c, a, layout_names) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW;
         layout_given = 1;
         break;
-      case OPT_SCALES: b->scale_mode = cli_choice(&c, a, scale_names); break;
+      case OPT_SCALES:
+        b->scale_mode = cli_choice(&c, a, scale_names);
+        scales_given = 1;
+        break;
       case OPT_ACCUM: b->fp8_accum = cli_choice(&c, a, accum_names); break;
       case OPT_STRATEGY: vo->strategy = cli_choice(&c, a, strategy_names); break;
       case OPT_REDUCE: vo->reduce = cli_choice(&c, a, reduce_names); break;
@@ -214,6 +217,10 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
   } else {
     if (b->fp8_accum != WEAVE_FP8_ACCUM_FP32) {
       fprintf(stderr, "weave-bench: --fp8-accum fast applies to -d fp8 only\n");
+      exit(2);
+    }
+    if (scales_given && b->scale_mode != WEAVE_SCALE_NONE) {
+      fprintf(stderr, "weave-bench: --scales %s applies to -d fp8 only\n", scale_names[b->scale_mode]);
       exit(2);
     }
     b->scale_mode = WEAVE_SCALE_NONE;

@@ -1,6 +1,7 @@
 /* Element types and strategy names: see dtype.h. */
 #include "common/dtype.h"
 
+#include <limits.h>
 #include <strings.h>
 
 #include "runtime/internal.h" /* weave_fail */
@@ -50,6 +51,16 @@ const char *weave_strategy_name(weave_strategy_t s) {
     case WEAVE_STRATEGY_BASELINE: return "baseline";
   }
   return "?";
+}
+
+weave_result_t weave_check_gemm_shape(weave_team_t team, const char *fn, int M, int N, int K, const char *k_name) {
+  if (M < 1 || N < 1 || K < 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, %s %d must all be >= 1", fn, M, N, k_name, K);
+  /* Far beyond any one GPU's memory; below it the tile counts and element offsets stay in range
+   * (tiles of C are ints on the host and the device). */
+  if ((double)M * N > (double)INT_MAX * 64 || (double)M * K > (double)INT_MAX * 64 || (double)N * K > (double)INT_MAX * 64)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %d x %d x %d is too large", fn, M, N, K);
+  return WEAVE_SUCCESS;
 }
 
 weave_result_t weave_check_fp8_args(weave_team_t team, const char *fn, weave_dtype_t dtype, weave_dtype_t out_dtype,

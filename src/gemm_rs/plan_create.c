@@ -12,7 +12,6 @@
  * Every rank agrees on each collective step, so a failure on one rank fails creation on all of them;
  * a failed creation frees what it took and writes no plan.
  */
-#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -62,10 +61,7 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
   weave_gemm_rs_desc_t dd;
   WEAVE_CHECK(weave_gemm_rs_desc_read(team, desc, &dd));
   const weave_gemm_rs_desc_t *d = &dd;
-  if (M < 1 || N < 1 || K < 1)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, K_local %d must all be >= 1", fn, M, N, K);
-  if ((double)M * N > (double)INT_MAX * 64 || (double)M * K > (double)INT_MAX * 64 || (double)N * K > (double)INT_MAX * 64)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %d x %d x %d is too large", fn, M, N, K);
+  WEAVE_CHECK(weave_check_gemm_shape(team, fn, M, N, K, "K_local"));
   if ((unsigned)d->dtype > WEAVE_FP8_E4M3)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32/fp8_e4m3", fn,
                       (int)d->dtype);
@@ -307,7 +303,8 @@ static void plan_trace_buffer(weave_gemm_rs_plan_t p, const weave_env_t *env) {
  * runs data-parallel tiles only. */
 static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
   if (p->strategy != WEAVE_STRATEGY_BULK) return;
-  const weave_dtype_t out = p->team->world == 1 ? p->desc.dtype : p->slot_dtype;
+  /* what execute's GEMM writes: C_out itself on one rank (execute_direct_bulk), else the partial */
+  const weave_dtype_t out = p->team->world == 1 ? p->out_dtype : p->slot_dtype;
   const size_t need = weave_gemm_workspace_need(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, out,
                                                 p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST, p->gemm_blocks);
   if (!need) return;

@@ -37,82 +37,82 @@ static int device_can_reach(weave_gemm_rs_plan_t p, int i, const void *ptr) {
   return 1;
 }
 
-static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
-                                         const float *scale_b, const void *bias, void *C_out) {
+/* fn: the public call (weave_gemm_rs_execute or _scaled), named in every message. */
+static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B,
+                                         const float *scale_a, const float *scale_b, const void *bias, void *C_out) {
   weave_team_t team = p->team;
   int row_begin, rows;
   weave_split_rows_of(p->M, team->world, team->rank, &row_begin, &rows);
   /* A rank that owns no row (M < world) still computes and pushes its partials; it receives nothing,
    * so its C_out may be NULL. */
   if (!A || !B || (!C_out && rows > 0))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: A %p, B %p, C_out %p must be non-NULL",
-                      A, B, C_out);
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A %p, B %p, C_out %p must be non-NULL", fn, A, B,
+                      C_out);
   if (p->desc.has_bias && !bias)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: the plan has a bias but bias is NULL");
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: the plan has a bias but bias is NULL", fn);
   if (!p->desc.has_bias && bias)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: bias given to a plan without bias");
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: bias given to a plan without bias", fn);
   if (p->desc.scale_mode != WEAVE_SCALE_NONE &&
       (!scale_a || !scale_b || ((uintptr_t)scale_a & 3) || ((uintptr_t)scale_b & 3)))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "weave_gemm_rs_execute_scaled: the plan's scale_mode %d needs 4-byte aligned device pointers "
-                      "scale_a and scale_b (got %p, %p)", (int)p->desc.scale_mode, (const void *)scale_a,
-                      (const void *)scale_b);
+                      "%s: the plan's scale_mode %d needs 4-byte aligned device pointers scale_a and scale_b (got %p, "
+                      "%p)", fn, (int)p->desc.scale_mode, (const void *)scale_a, (const void *)scale_b);
   if (p->desc.scale_mode == WEAVE_SCALE_NONE && (scale_a || scale_b))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "weave_gemm_rs_execute_scaled: scale_a / scale_b given to a plan without scales (scale_mode NONE)");
+                      "%s: scale_a / scale_b given to a plan without scales (scale_mode NONE)", fn);
   const void *ptrs[6] = {A, B, bias, C_out, scale_a, scale_b};
   static const char *const names[6] = {"A", "B", "bias", "C_out", "scale_a", "scale_b"};
   for (int i = 0; i < 6; ++i)
     if (ptrs[i] && !device_can_reach(p, i, ptrs[i]))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                        "weave_gemm_rs_execute: %s %p is host memory this GPU cannot read (pass device memory)", names[i],
-                        ptrs[i]);
+                        "%s: %s %p is host memory this GPU cannot read (pass device memory)", fn, names[i], ptrs[i]);
   size_t e = weave_dtype_size(p->desc.dtype), eo = weave_dtype_size(p->out_dtype);
   if (((uintptr_t)A | (uintptr_t)B) % e || ((uintptr_t)C_out | (uintptr_t)bias) % eo)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "weave_gemm_rs_execute: A and B must be %zu-byte, C_out and bias %zu-byte aligned", e, eo);
+                      "%s: A and B must be %zu-byte, C_out and bias %zu-byte aligned", fn, e, eo);
   /* fp8 runs only on TMA GEMMs (weave's Hopper role, cuBLASLt fp8) in every strategy: checked here,
    * before anything is enqueued, so that a refusal never leaves the peers waiting mid-protocol */
   if (weave_dtype_is_fp8(p->desc.dtype) && (((uintptr_t)A | (uintptr_t)B) & 15))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "weave_gemm_rs_execute: fp8 A %p and B %p must be 16-byte aligned (TMA)", A, B);
+                      "%s: fp8 A %p and B %p must be 16-byte aligned (TMA)", fn, A, B);
   return WEAVE_SUCCESS;
 }
 
 /* cuBLASLt (alpha) -> ncclReduceScatter (distinct GPUs; none for one rank) -> bias on our rows. */
-static weave_result_t execute_lt(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A, const void *B,
-                                 const void *bias, void *C_out, weave_stream_t stream) {
+static weave_result_t execute_lt(weave_gemm_rs_plan_t p, const char *fn, const weave_fused_params_t *fp, const void *A,
+                                 const void *B, const void *bias, void *C_out, weave_stream_t stream) {
   weave_team_t team = p->team;
   int rb, rows;
   weave_split_rows_of(p->M, team->world, team->rank, &rb, &rows);
   if (weave_lt_run_scaled(p->lt, p->desc.alpha, A, B, fp->hg.scales.a, fp->hg.scales.b, p->nccl ? fp->data : C_out,
                           stream) != WEAVE_SUCCESS)
-    return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
+    return weave_fail(team, WEAVE_ERROR_CUDA, "%s: cublasLtMatmul failed", fn);
   if (p->nccl &&
       weave_nccl_reduce_scatter(p->nccl, fp->data, C_out, (size_t)rows * p->N, p->out_dtype, stream) != WEAVE_SUCCESS)
-    return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: ncclReduceScatter failed");
+    return weave_fail(team, WEAVE_ERROR_CUDA, "%s: ncclReduceScatter failed", fn);
   int err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->out_dtype, bias, stream) : 0;
-  return err ? weave_plan_cuda_fail(team, err, "weave_gemm_rs_execute: bias") : WEAVE_SUCCESS;
+  return err ? weave_fail(team, WEAVE_ERROR_CUDA, "%s: bias: %s", fn, weave_cuda_error_string(err)) : WEAVE_SUCCESS;
 }
 
 /* Bulk on one rank: weave's GEMM with alpha, scales and bias. */
-static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A,
-                                          const void *B, const void *bias, void *C_out, weave_stream_t stream) {
+static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const char *fn, const weave_fused_params_t *fp,
+                                          const void *A, const void *B, const void *bias, void *C_out,
+                                          weave_stream_t stream) {
   char msg[256] = "";
   weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
                                           &fp->hg.scales, fp->fp8_fast_accum, bias, C_out, p->out_dtype, p->gemm_blocks, p->gemm_ws,
                                           p->gemm_ws_bytes, stream, msg,
                                           sizeof(msg));
-  return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "weave_gemm_rs_execute: %s", msg);
+  return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "%s: %s", fn, msg);
 }
 
 /* The fused kernel, or the bulk / baseline pieces around weave's reduce-scatter. */
-static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A,
-                                       const void *B, weave_stream_t stream) {
+static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, const weave_fused_params_t *fp,
+                                       const void *A, const void *B, weave_stream_t stream) {
   weave_team_t team = p->team;
   int err = 0;
   if (p->trace && cudaMemsetAsync(fp->trace_count, 0, sizeof(unsigned), (cudaStream_t)stream) != cudaSuccess)
-    return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: clearing the trace counter");
+    return weave_fail(team, WEAVE_ERROR_CUDA, "%s: clearing the trace counter", fn);
   switch (p->strategy) {
     case WEAVE_STRATEGY_FUSED:
       err = weave_launch_fused(fp, stream);
@@ -127,18 +127,18 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused
                                                   &fp->hg.scales, fp->fp8_fast_accum, NULL, fp->data, p->slot_dtype, p->gemm_blocks,
                                                   p->gemm_ws, p->gemm_ws_bytes, stream,
                                                   msg, sizeof(msg));
-          if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "weave_gemm_rs_execute: %s", msg);
+          if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "%s: %s", fn, msg);
         } else if (weave_lt_run_scaled(p->lt, 1.0f, A, B, fp->hg.scales.a, fp->hg.scales.b, fp->data, stream) !=
                    WEAVE_SUCCESS)
-          return weave_fail(team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: cublasLtMatmul failed");
+          return weave_fail(team, WEAVE_ERROR_CUDA, "%s: cublasLtMatmul failed", fn);
       }
       if (!err) err = weave_launch_ready_barrier(fp, stream);
       if (!err) err = weave_launch_reduce_scatter(fp, p->comm_blocks, stream);
       break;
     default:
-      return weave_fail(team, WEAVE_ERROR_INTERNAL, "weave_gemm_rs_execute: strategy %d", (int)p->strategy);
+      return weave_fail(team, WEAVE_ERROR_INTERNAL, "%s: strategy %d", fn, (int)p->strategy);
   }
-  if (err) return weave_plan_cuda_fail(team, err, "weave_gemm_rs_execute: kernel launch");
+  if (err) return weave_fail(team, WEAVE_ERROR_CUDA, "%s: kernel launch: %s", fn, weave_cuda_error_string(err));
   return WEAVE_SUCCESS;
 }
 
@@ -149,21 +149,22 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const weave_fused
  * peers timed out (CUDA promises no concurrency between streams); in lockstep it always started.
  * Not while the stream is captured into a graph (a captured call is not run). The wait is bounded:
  * every wait of the kernels is. */
-static weave_result_t execute_lockstep(weave_gemm_rs_plan_t p, weave_stream_t stream) {
+static weave_result_t execute_lockstep(weave_gemm_rs_plan_t p, const char *fn, weave_stream_t stream) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (!p->lockstep_ev) return WEAVE_SUCCESS;
   int e = (int)cudaStreamIsCapturing((cudaStream_t)stream, &cap);
   if (!e && cap != cudaStreamCaptureStatusNone) return WEAVE_SUCCESS;
   if (!e) e = (int)cudaEventRecord((cudaEvent_t)p->lockstep_ev, (cudaStream_t)stream);
   if (!e) e = (int)cudaEventSynchronize((cudaEvent_t)p->lockstep_ev);
-  return e ? weave_plan_cuda_fail(p->team, e, "weave_gemm_rs_execute: waiting for the call (ranks sharing a GPU)")
+  return e ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: waiting for the call (ranks sharing a GPU): %s", fn,
+                        weave_cuda_error_string(e))
            : WEAVE_SUCCESS;
 }
 
-static weave_result_t enqueue(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B, const float *scale_a,
                               const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
   weave_team_t team = p->team;
-  WEAVE_CHECK(execute_check_args(p, A, B, scale_a, scale_b, bias, C_out));
+  WEAVE_CHECK(execute_check_args(p, fn, A, B, scale_a, scale_b, bias, C_out));
   cudaSetDevice(team->info.device);
 
   size_t e = weave_dtype_size(p->desc.dtype);
@@ -181,25 +182,26 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const void *A, const void 
     char msg[256];
     if (!aligned16(A) || !aligned16(B))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                        "weave_gemm_rs_execute: this plan runs the TMA GEMM: A %p and B %p must be 16-byte aligned", A, B);
+                        "%s: this plan runs the TMA GEMM: A %p and B %p must be 16-byte aligned", fn, A, B);
     int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg,
                                            sizeof(msg));
-    if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "weave_gemm_rs_execute: %s", msg);
+    if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "%s: %s", fn, msg);
     fp.hg.scales = sc;
   }
   /* One rank owns every row, so its reduce-scatter is a copy: baseline and bulk write C_out straight
    * from their GEMM; only the fused kernel runs its protocol (to measure its overhead against the
    * same GEMM alone). */
   const int direct = team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED;
-  if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE)) return execute_lt(p, &fp, A, B, bias, C_out, stream);
-  if (direct) return execute_direct_bulk(p, &fp, A, B, bias, C_out, stream);
-  return execute_protocol(p, &fp, A, B, stream);
+  if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE))
+    return execute_lt(p, fn, &fp, A, B, bias, C_out, stream);
+  if (direct) return execute_direct_bulk(p, fn, &fp, A, B, bias, C_out, stream);
+  return execute_protocol(p, fn, &fp, A, B, stream);
 }
 
-static weave_result_t execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B, const float *scale_a,
                               const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
-  WEAVE_CHECK(enqueue(p, A, B, scale_a, scale_b, bias, C_out, stream));
-  return execute_lockstep(p, stream);
+  WEAVE_CHECK(enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream));
+  return execute_lockstep(p, fn, stream);
 }
 
 weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
@@ -209,13 +211,13 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
     return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT,
                       "weave_gemm_rs_execute: the plan has scales (scale_mode %d): use weave_gemm_rs_execute_scaled",
                       (int)p->desc.scale_mode);
-  return execute(p, A, B, NULL, NULL, bias, C_out, stream);
+  return execute(p, "weave_gemm_rs_execute", A, B, NULL, NULL, bias, C_out, stream);
 }
 
 weave_result_t weave_gemm_rs_execute_scaled(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
                                             const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute_scaled: plan is NULL");
-  return execute(p, A, B, scale_a, scale_b, bias, C_out, stream);
+  return execute(p, "weave_gemm_rs_execute_scaled", A, B, scale_a, scale_b, bias, C_out, stream);
 }
 
 weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t stream, void *events,

@@ -115,8 +115,7 @@ size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave
 weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
                           const void *A, const void *B, const void *bias, void *C, int num_blocks,
                           weave_stream_t stream) {
-  if (M < 1 || N < 1 || K < 1)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: M %d, N %d, K %d must be >= 1", M, N, K);
+  WEAVE_CHECK(weave_check_gemm_shape(NULL, "weave_gemm", M, N, K, "K"));
   if (weave_dtype_is_fp8(dtype))
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
                       "weave_gemm: dtype %d (fp8) takes scales and an output type: use weave_gemm_ex", (int)dtype);
@@ -148,8 +147,7 @@ weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) 
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: args.struct_size %zu != %zu (use WEAVE_GEMM_ARGS_INIT)",
                       fn, a->struct_size, sizeof(weave_gemm_args_t));
   const int M = a->M, N = a->N, K = a->K;
-  if (M < 1 || N < 1 || K < 1)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: M %d, N %d, K %d must be >= 1", fn, M, N, K);
+  WEAVE_CHECK(weave_check_gemm_shape(NULL, fn, M, N, K, "K"));
   if ((unsigned)a->dtype > WEAVE_FP8_E4M3 || (unsigned)a->b_layout > WEAVE_LAYOUT_COL)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d / b_layout %d unknown", fn, (int)a->dtype,
                       (int)a->b_layout);

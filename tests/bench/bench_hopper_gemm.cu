@@ -294,7 +294,7 @@ static void parse_options(int argc, char **argv, Options &o) {
   static const char *const dtypes[] = {"bf16", "fp16", "fp8", NULL}, *const layouts[] = {"row", "col", NULL};
   static const char *const scale_names[] = {"none", "tensor", "row", NULL};
   static const char *const accum_names[] = {"fp32", "fast", NULL};
-  int layout_given = 0;
+  int layout_given = 0, scales_given = 0;
   static const char *const ops[] = {"gemm", NULL};
   cli_t c;
   cli_init(&c, "weave-bench --op gemm", gemm_options);
@@ -312,7 +312,10 @@ static void parse_options(int argc, char **argv, Options &o) {
         o.ly = cli_choice(&c, optarg, layouts) ? WEAVE_LAYOUT_COL : WEAVE_LAYOUT_ROW;
         layout_given = 1;
         break;
-      case OPT_SCALES: o.scales = cli_choice(&c, optarg, scale_names); break;
+      case OPT_SCALES:
+        o.scales = cli_choice(&c, optarg, scale_names);
+        scales_given = 1;
+        break;
       case OPT_ACCUM: o.fast_accum = cli_choice(&c, optarg, accum_names); break;
       case 's': {
         int m, n, k, used = 0;
@@ -337,10 +340,21 @@ static void parse_options(int argc, char **argv, Options &o) {
   }
   if (o.dt == WEAVE_FP8_E4M3) {
     if (layout_given && o.ly != WEAVE_LAYOUT_COL) {
-      fprintf(stderr, "weave-bench --op gemm: fp8 takes B as col [N,K] only\n");
+      fprintf(stderr, "weave-bench --op gemm: fp8 takes B as col [N,K] only (--layout col)\n");
       exit(2);
     }
     o.ly = WEAVE_LAYOUT_COL;
+  } else {
+    /* fp8 options on 16-bit inputs: refused rather than ignored (as weave_gemm_ex refuses them) */
+    if (o.fast_accum) {
+      fprintf(stderr, "weave-bench --op gemm: --fp8-accum fast applies to -d fp8 only\n");
+      exit(2);
+    }
+    if (scales_given && o.scales != WEAVE_SCALE_NONE) {
+      fprintf(stderr, "weave-bench --op gemm: --scales %s applies to -d fp8 only\n", scale_names[o.scales]);
+      exit(2);
+    }
+    o.scales = WEAVE_SCALE_NONE;
   }
   if (o.shapes.empty())
     o.shapes = {8192, 8192, 8192, 8192, 8192, 3584, 8192, 8192, 1024, 4096, 8192, 3584, 16384, 8192, 3584, 2048, 8192, 3584};
