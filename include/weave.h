@@ -267,8 +267,10 @@ WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int
  * return without waiting for the device; ranks that share a GPU (ranks_on_device > 1) return once
  * the call has finished, outside graph capture (lockstep: CUDA promises no concurrency between the
  * sharing ranks' streams, and work queued behind a waiting kernel was seen to stall a peer).
- * The calls of a plan, direct or replayed, must come in the same order on every rank. fp8 A and B
- * must be 16-byte aligned (every strategy runs them on TMA GEMMs). */
+ * The calls of a plan, direct or replayed, must come in the same order on every rank. Pointers need
+ * their element's alignment; A and B 16 bytes where a TMA GEMM reads them (fp8 in every strategy;
+ * 16-bit inputs when the fused or bulk plan runs the TMA role: the refusal says so). The baseline's
+ * cuBLASLt takes the algorithm for the call's pointers (views into larger buffers included). */
 WEAVE_API weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t plan, const void *A, const void *B,
                                      const void *bias, void *C_out, weave_stream_t stream);
 /* The same for a plan with scales (desc.scale_mode, fp8): device pointers to this rank's scales,

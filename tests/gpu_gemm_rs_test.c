@@ -59,6 +59,7 @@ typedef struct {
   int fresh_inputs;  /* new random A and B (in the same device buffers) before every call after the first */
   int no_lt;         /* cuBLASLt has no algorithm for this shape: baseline plans must be refused
                       * (UNSUPPORTED), auto plans must run bulk */
+  int offset;        /* bytes past a 256-byte boundary for A, B, C_out and bias (views into larger buffers) */
   uint64_t seed;
   /* host data */
   void *A[WEAVE_MAX_WORLD], *B[WEAVE_MAX_WORLD], *bias;
@@ -151,13 +152,13 @@ static int rank_fn(harness_rank_t *hr) {
   const int r = hr->rank, world = hr->world;
   const size_t ei = weave_dtype_size(c->dtype), e = weave_dtype_size(c->out); /* inputs, outputs */
   const size_t a_elems = (size_t)c->M * c->K, b_elems = (size_t)c->K * c->N;
-  void *dA = harness_dev_alloc(a_elems * ei), *dB = harness_dev_alloc(b_elems * ei), *dbias = NULL;
+  const size_t off = (size_t)c->offset;
+  unsigned char *baseA = harness_dev_alloc(a_elems * ei + off), *baseB = harness_dev_alloc(b_elems * ei + off);
+  unsigned char *base_bias = c->has_bias ? harness_dev_alloc((size_t)c->N * e + off) : NULL;
+  void *dA = baseA + off, *dB = baseB + off, *dbias = base_bias ? base_bias + off : NULL;
   harness_upload(dA, c->A[r], a_elems * ei);
   harness_upload(dB, c->B[r], b_elems * ei);
-  if (c->has_bias) {
-    dbias = harness_dev_alloc((size_t)c->N * e);
-    harness_upload(dbias, c->bias, (size_t)c->N * e);
-  }
+  if (dbias) harness_upload(dbias, c->bias, (size_t)c->N * e);
   /* this rank's scales (fp8) */
   const int scaled = c->scale_mode != WEAVE_SCALE_NONE;
   const size_t na = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->M : 1, nb = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->N : 1;
@@ -170,7 +171,8 @@ static int rank_fn(harness_rank_t *hr) {
   }
   int row_begin, rows;
   weave_row_split(c->M, world, r, &row_begin, &rows);
-  void *dC = harness_dev_alloc((size_t)rows * c->N * e);
+  unsigned char *baseC = harness_dev_alloc((size_t)rows * c->N * e + off);
+  void *dC = baseC + off;
   unsigned char *hC = (unsigned char *)malloc((size_t)rows * c->N * e + 1);
   unsigned char *first = (unsigned char *)malloc((size_t)rows * c->N * e + 1);
 
@@ -358,10 +360,10 @@ static int rank_fn(harness_rank_t *hr) {
   free(ref_all);
   free(hC);
   free(first);
-  harness_dev_free(dA);
-  harness_dev_free(dB);
-  harness_dev_free(dC);
-  if (dbias) harness_dev_free(dbias);
+  harness_dev_free(baseA);
+  harness_dev_free(baseB);
+  harness_dev_free(baseC);
+  if (base_bias) harness_dev_free(base_bias);
   return 0;
 }
 
@@ -543,6 +545,18 @@ int main(int argc, char **argv) {
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
       failed += run_case(&c, world, seed ^ (0xf8ull * (uint64_t)world)); total++;
+    }
+    /* the baseline with pointers off the 256-byte alignment cuBLASLt assumes unless told (views into
+     * larger buffers): bf16 at 2 bytes past it, fp8 at 16 (its least); world 1 writes C_out directly */
+    for (int f8 = fp8_only; f8 < 2; ++f8) {
+      test_case_t c = new_case(f8 ? "baseline, pointers 16 B past 256" : "baseline, pointers 2 B past 256", 300, 264,
+                               f8 ? 80 : 72, f8 ? WEAVE_FP8_E4M3 : WEAVE_BF16, WEAVE_LAYOUT_COL, 1, 1.0f, 2);
+      if (f8) c.scale_mode = WEAVE_SCALE_TENSOR;
+      c.offset = f8 ? 16 : 2;
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      int rc = run_case(&c, world, seed + (uint64_t)(7000 * world + f8) * 1000003ull);
+      if (rc == HARNESS_SKIP) return rc;
+      failed += rc; total++;
     }
     if (fp8_only) continue;
     /* 2. a large shape, sampled rows */

@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "runtime/internal.h"
-#include "gemm_rs/plan.h"
+#include "gemm_rs/plan.h" /* and gemm_rs/lt.h */
 #include "gemm_rs/plan_model.h"
 #include "gemm_rs/tune.h"
 
@@ -556,6 +556,19 @@ static void test_tune(void) {
   CHECK(rmdir(dir) == 0);
 }
 
+/* The alignment a cuBLASLt call's algorithm is picked for: the lowest set bit of the three addresses,
+ * at most 256 (cuBLASLt's own assumption), NULL counting as aligned. */
+static void test_lt_alignment(void) {
+  unsigned char *base = (unsigned char *)(uintptr_t)0x7f0000001000ull;
+  CHECK(weave_lt_alignment(base, base + 512, base + 4096) == 256);
+  CHECK(weave_lt_alignment(base, base + 512, NULL) == 256);
+  CHECK(weave_lt_alignment(base + 16, base, base) == 16);
+  CHECK(weave_lt_alignment(base, base + 48, base + 8) == 8);
+  CHECK(weave_lt_alignment(base, base, base + 2) == 2);
+  CHECK(weave_lt_alignment(base + 1, base, base) == 1);
+  CHECK(weave_lt_alignment(base + 128, base + 384, base + 640) == 128);
+}
+
 int main(void) {
   setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
   test_check_args();
@@ -563,5 +576,6 @@ int main(void) {
   test_split();
   test_bytes_roofline();
   test_tune();
+  test_lt_alignment();
   return check_summary("test_plan");
 }

@@ -11,7 +11,11 @@ struct weave_lt {
   cublasLtHandle_t handle;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t algo; /* the heuristic's first choice for 256-byte aligned pointers (its default) */
+  /* for less aligned pointers, by log2 of their alignment (weave_lt_alignment): picked on first use;
+   * picked[i] 1 found, -1 none */
+  cublasLtMatmulAlgo_t algo_at[8];
+  signed char picked[8];
   void *workspace;
   size_t workspace_bytes;
   int scale_mode; /* weave_scale_mode_t: which scale pointers a call sets */
@@ -41,6 +45,30 @@ void weave_lt_destroy(weave_lt_t *lt) {
       return WEAVE_ERROR_CUDA;                                                                      \
     }                                                                                               \
   } while (0)
+
+/* cuBLASLt's first choice for pointers aligned to `align` bytes (a power of two <= 256): the heuristic
+ * assumes 256 unless told less, and an algorithm picked for 256 may fault on less (TMA loads, vector
+ * accesses). CUBLAS_STATUS_NOT_SUPPORTED when it has none. */
+static cublasStatus_t lt_heuristic(weave_lt_t *lt, uint32_t align, cublasLtMatmulAlgo_t *algo) {
+  cublasLtMatmulPreference_t pref;
+  cublasStatus_t st = cublasLtMatmulPreferenceCreate(&pref);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  static const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt->workspace_bytes,
+                                            sizeof(lt->workspace_bytes));
+  for (size_t i = 0; i < sizeof(aligns) / sizeof(aligns[0]) && st == CUBLAS_STATUS_SUCCESS; ++i)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof(align));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(lt->handle, lt->desc, lt->la, lt->lb, lt->lc, lt->lc, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found == 0) st = CUBLAS_STATUS_NOT_SUPPORTED;
+  if (st == CUBLAS_STATUS_SUCCESS) *algo = res.algo;
+  return st;
+}
 
 weave_result_t weave_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
                                int sm_target, weave_lt_t **out_lt, char *errmsg, size_t errlen) {
@@ -101,23 +129,29 @@ weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_d
     weave_lt_destroy(lt);
     return WEAVE_ERROR_OUT_OF_MEMORY;
   }
-  cublasLtMatmulPreference_t pref;
-  LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt->workspace_bytes,
-                                       sizeof(lt->workspace_bytes));
-  cublasLtMatmulHeuristicResult_t res;
-  int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt->handle, lt->desc, lt->la, lt->lb, lt->lc, lt->lc, pref, 1,
-                                                     &res, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+  cublasStatus_t st = lt_heuristic(lt, 256, &lt->algo);
+  if (st != CUBLAS_STATUS_SUCCESS) {
     snprintf(errmsg, errlen, "cuBLASLt found no algorithm for %dx%dx%d (status %d)", M, N, K, (int)st);
     weave_lt_destroy(lt);
     return WEAVE_ERROR_UNSUPPORTED;
   }
-  lt->algo = res.algo;
   *out_lt = lt;
   return WEAVE_SUCCESS;
+}
+
+/* The algorithm for these pointers: the plan's own when all are 256-byte aligned, else the one for
+ * their alignment, picked on first use (a host-only query); NULL when cuBLASLt has none. */
+static const cublasLtMatmulAlgo_t *lt_algo_for(weave_lt_t *lt, const void *A, const void *B, const void *C) {
+  const unsigned align = weave_lt_alignment(A, B, C);
+  if (align >= 256) return &lt->algo;
+  int i = 0;
+  while ((1u << (i + 1)) <= align) ++i;
+  if (!lt->picked[i]) lt->picked[i] = lt_heuristic(lt, align, &lt->algo_at[i]) == CUBLAS_STATUS_SUCCESS ? 1 : -1;
+  return lt->picked[i] > 0 ? &lt->algo_at[i] : NULL;
+}
+
+weave_result_t weave_lt_select(weave_lt_t *lt, const void *A, const void *B, const void *C) {
+  return lt_algo_for(lt, A, B, C) ? WEAVE_SUCCESS : WEAVE_ERROR_UNSUPPORTED;
 }
 
 weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream) {
@@ -136,8 +170,10 @@ weave_result_t weave_lt_run_scaled(weave_lt_t *lt, float alpha, const void *A, c
             CUBLAS_STATUS_SUCCESS)
       return WEAVE_ERROR_CUDA;
   }
+  const cublasLtMatmulAlgo_t *algo = lt_algo_for(lt, A, B, C);
+  if (!algo) return WEAVE_ERROR_UNSUPPORTED;
   cublasStatus_t st = cublasLtMatmul(lt->handle, lt->desc, &alpha, B, lt->la, A, lt->lb, &beta, C, lt->lc, C, lt->lc,
-                                     &lt->algo, lt->workspace, lt->workspace_bytes, (cudaStream_t)stream);
+                                     algo, lt->workspace, lt->workspace_bytes, (cudaStream_t)stream);
   return st == CUBLAS_STATUS_SUCCESS ? WEAVE_SUCCESS : WEAVE_ERROR_CUDA;
 }
 

@@ -3,12 +3,14 @@
  * references and of the benchmarks' cuBLASLt rows (one implementation for all of them).
  * C[M, N] = alpha * A[M, K] . B (B [K, N] row-major or [N, K] row-major), fp32 accumulation, output in
  * `out` (the input dtype, or WEAVE_FP32 for a reference). The algorithm is cuBLASLt's first heuristic
- * choice for a 64 MiB workspace that the object owns.
+ * choice for a 64 MiB workspace that the object owns and the call's pointers: chosen at create for
+ * 256-byte aligned ones, on first use for each lesser alignment.
  */
 #ifndef WEAVE_LT_H
 #define WEAVE_LT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "weave.h"
 
@@ -34,8 +36,19 @@ typedef struct {
 #define WEAVE_LT_OPTS_INIT {0, WEAVE_SCALE_NONE, 0}
 weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
                                   const weave_lt_opts_t *opts, weave_lt_t **lt, char *errmsg, size_t errlen);
-/* Enqueues C = alpha * A . B on stream (NULL: the default stream). WEAVE_ERROR_CUDA when cuBLASLt
- * refuses. */
+/* The largest power of two, up to 256, that divides the three addresses: the alignment the
+ * algorithm of a call with these pointers is picked for (cuBLASLt assumes 256 unless told less). */
+static inline unsigned weave_lt_alignment(const void *A, const void *B, const void *C) {
+  const uintptr_t bits = (uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)256;
+  return (unsigned)(bits & (~bits + 1)); /* the lowest set bit */
+}
+/* Picks the algorithm for a call with these pointers (done by the run too; callers that must not
+ * fail once they have enqueued work call this first): WEAVE_ERROR_UNSUPPORTED when cuBLASLt has
+ * none for their alignment. Not thread-safe (one lt per thread). */
+weave_result_t weave_lt_select(weave_lt_t *lt, const void *A, const void *B, const void *C);
+/* Enqueues C = alpha * A . B on stream (NULL: the default stream), with the algorithm for the
+ * pointers' alignment. WEAVE_ERROR_UNSUPPORTED when cuBLASLt has none for it, WEAVE_ERROR_CUDA when
+ * it refuses. */
 weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream);
 /* The same with this call's scales (device pointers; NULL, NULL for a plan without scales). */
 weave_result_t weave_lt_run_scaled(weave_lt_t *lt, float alpha, const void *A, const void *B, const float *scale_a,
