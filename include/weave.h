@@ -296,7 +296,8 @@ WEAVE_API weave_result_t weave_row_split(int M, int world, int rank, int *row_be
 
 /* ---------------------------------------------------------------------------------------------
  * Local GEMM (no communication): C[M, N] = alpha * A[M, K] . B + bias. bf16/fp16 (fp32 accumulate)
- * or fp32. Rows must be 16-byte aligned for the Hopper path. When the last round of tiles would
+ * or fp32. Rows must be 16-byte aligned for the Hopper path. Pointers the current device cannot
+ * read (pageable host memory without HMM / ATS) are refused (one driver query per pointer a call). When the last round of tiles would
  * leave SMs idle, the Hopper path splits the tail's k-loop over the blocks (stream-K,
  * docs/hopper_gemm.md) through a workspace weave allocates once per (device, stream) on first
  * need (~33 MiB on 132 SMs, kept until exit; WEAVE_HGEMM_STREAMK=0 turns it off). Repeated calls

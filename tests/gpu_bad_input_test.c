@@ -239,6 +239,35 @@ static weave_result_t exec_host_c(ctx_t *c) {
 static weave_result_t exec_host_bias(ctx_t *c) {
   return weave_gemm_rs_execute(c->plan_bias, c->dA, c->dB, c->hbias, c->dC, c->hr->stream);
 }
+/* The standalone GEMMs (no plan: this thread's error), on this rank's rows of the same buffers. */
+static weave_result_t gemm_host_a(ctx_t *c) {
+  return weave_gemm(c->rows, GOOD_N, GOOD_K, WEAVE_BF16, WEAVE_LAYOUT_ROW, 1.0f, c->hA, c->dB, NULL, c->dC, 0,
+                    c->hr->stream);
+}
+static weave_result_t gemm_ex_host_c(ctx_t *c) {
+  weave_gemm_args_t a = WEAVE_GEMM_ARGS_INIT;
+  a.M = c->rows; a.N = GOOD_N; a.K = GOOD_K;
+  a.dtype = WEAVE_BF16;
+  a.b_layout = WEAVE_LAYOUT_ROW;
+  a.A = c->dA; a.B = c->dB;
+  a.C = c->hA; /* host memory of the C's size and more */
+  weave_result_t rc = weave_gemm_ex(&a, c->hr->stream);
+  cudaStreamSynchronize((cudaStream_t)c->hr->stream); /* should anything run */
+  return rc;
+}
+static weave_result_t gemm_ex_fp8_host_scale(ctx_t *c) {
+  static float host_scale = 1.0f;
+  weave_gemm_args_t a = WEAVE_GEMM_ARGS_INIT;
+  a.M = c->rows; a.N = GOOD_N; a.K = 128; /* fp8: K % 16; A and B hold more than these bytes */
+  a.dtype = WEAVE_FP8_E4M3;
+  a.out_dtype = WEAVE_BF16;
+  a.b_layout = WEAVE_LAYOUT_COL;
+  a.scale_mode = WEAVE_SCALE_TENSOR;
+  a.scale_a = &host_scale;
+  a.scale_b = (const float *)c->dev_block;
+  a.A = c->dA; a.B = c->dB; a.C = c->dC;
+  return weave_gemm_ex(&a, c->hr->stream);
+}
 
 /* ------------------------------------------------------------------------------------------------
  * heap, team and environment rows
@@ -389,6 +418,9 @@ static const row_t host_table[] = {
     {"execute: host A and B", exec_host_ab, INVALID, ON_TEAM},
     {"execute: host C", exec_host_c, INVALID, ON_TEAM},
     {"execute: host bias", exec_host_bias, INVALID, ON_TEAM},
+    {"weave_gemm: host A", gemm_host_a, INVALID, ON_THREAD},
+    {"weave_gemm_ex: host C", gemm_ex_host_c, INVALID, ON_THREAD},
+    {"weave_gemm_ex: fp8, host scale_a", gemm_ex_fp8_host_scale, INVALID, ON_THREAD},
 };
 
 /* ------------------------------------------------------------------------------------------------

@@ -27,12 +27,7 @@ static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
  * so a loop over the same buffers asks the driver nothing per call. */
 static int device_can_reach(weave_gemm_rs_plan_t p, int i, const void *ptr) {
   if (p->pageable_access || ptr == p->reachable[i]) return 1;
-  struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (a.type == cudaMemoryTypeUnregistered) return 0;
+  if (!weave_device_reads(p->team->info.device, ptr)) return 0;
   p->reachable[i] = ptr;
   return 1;
 }

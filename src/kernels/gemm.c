@@ -112,6 +112,27 @@ size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave
   return weave_hgemm_workspace_size(&a);
 }
 
+int weave_device_reads(int device, const void *ptr) {
+  int pageable = 0;
+  if (cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device) == cudaSuccess && pageable) return 1;
+  cudaGetLastError();
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type != cudaMemoryTypeUnregistered;
+}
+
+weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int device, const void *const *ptrs,
+                                        const char *const *names, int n) {
+  for (int i = 0; i < n; ++i)
+    if (ptrs[i] && !weave_device_reads(device, ptrs[i]))
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %s %p is host memory this GPU cannot read (pass device memory)",
+                        fn, names[i], ptrs[i]);
+  return WEAVE_SUCCESS;
+}
+
 weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
                           const void *A, const void *B, const void *bias, void *C, int num_blocks,
                           weave_stream_t stream) {
@@ -132,6 +153,11 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
   if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError();
     return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "weave_gemm: no CUDA device");
+  }
+  {
+    const void *ptrs[4] = {A, B, bias, C};
+    static const char *const names[4] = {"A", "B", "bias", "C"};
+    WEAVE_CHECK(weave_check_device_reads(NULL, "weave_gemm", dev, ptrs, names, 4));
   }
   char msg[256] = "";
   weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, NULL, 0, bias, C, dtype, num_blocks,
@@ -176,6 +202,11 @@ weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) 
   if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError();
     return weave_fail(NULL, WEAVE_ERROR_NO_DEVICE, "%s: no CUDA device", fn);
+  }
+  {
+    const void *ptrs[6] = {a->A, a->B, a->bias, a->C, a->scale_a, a->scale_b};
+    static const char *const names[6] = {"A", "B", "bias", "C", "scale_a", "scale_b"};
+    WEAVE_CHECK(weave_check_device_reads(NULL, fn, dev, ptrs, names, 6));
   }
   const weave_hgemm_scales_t sc = {(int)a->scale_mode, a->scale_a, a->scale_b};
   char msg[256] = "";

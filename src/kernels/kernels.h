@@ -85,6 +85,13 @@ int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struc
 int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
 
+/* `device` can read ptr: device, managed or host-registered (pinned) memory, or any address where
+ * it reads pageable host memory (cudaDevAttrPageableMemoryAccess: HMM / ATS). */
+int weave_device_reads(int device, const void *ptr);
+/* fn's refusal of the first of n pointers (NULLs skipped) `device` cannot read (weave_device_reads):
+ * WEAVE_ERROR_INVALID_ARGUMENT naming names[i]; WEAVE_SUCCESS if none. */
+weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int device, const void *const *ptrs,
+                                        const char *const *names, int n);
 /* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). scales and
  * fp8_fast_accum (weave_fp8_accum_t): fp8 only (NULL: no scales); fp8 runs on the Hopper role only,
  * out_dtype bf16, fp16 or fp32. The Hopper
