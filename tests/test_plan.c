@@ -432,7 +432,8 @@ static void test_tune(void) {
   CHECK(weave_tune_bucket(INT32_MAX) >= 1 << 30); /* no overflow, no endless loop */
 
   /* Format -> parse round trip. */
-  weave_tune_entry_t e = {"NVIDIA H200", 8, 8192, 4096, 1024, WEAVE_FP16, WEAVE_STRATEGY_FUSED, 120, 12, 1.25, WEAVE_FP8_ACCUM_FP32};
+  weave_tune_entry_t e = {"NVIDIA H200", 8, 8192, 4096, 1024, WEAVE_FP16, WEAVE_STRATEGY_FUSED, 120, 12, 1.25, WEAVE_FP8_ACCUM_FP32,
+                          WEAVE_SCALE_NONE};
   char line[512];
   weave_tune_format_line(&e, line, sizeof(line));
   CHECK(strchr(line, '\n') != NULL);
@@ -460,8 +461,45 @@ static void test_tune(void) {
         p.fp8_accum == WEAVE_FP8_ACCUM_FP32);
   CHECK(weave_tune_parse_line("dev\t1\t64\t64\t64\tbf16+fast\tbulk\t0\t0\t1.0", &p) == -1); /* fp8 only */
   CHECK(weave_tune_parse_line("dev\t1\t64\t64\t64\tfp8_e4m3+fastx\tbulk\t0\t0\t1.0", &p) == -1);
+  /* and the scale class: "+row" for per-row scales, before "+fast"; per-tensor scales share the
+   * entries of none (no suffix), so TENSOR formats as NONE and parses back as NONE. */
+  e.scale_mode = WEAVE_SCALE_ROW;
+  weave_tune_format_line(&e, line, sizeof(line));
+  CHECK_MSG(strstr(line, "\tfp8_e4m3+row+fast\t") != NULL, "line '%s'", line);
+  memset(&p, 0x55, sizeof(p));
+  CHECK(weave_tune_parse_line(line, &p) == 0 && p.dtype == WEAVE_FP8_E4M3 && p.scale_mode == WEAVE_SCALE_ROW &&
+        p.fp8_accum == WEAVE_FP8_ACCUM_FAST && p.strategy == WEAVE_STRATEGY_FUSED && p.gemm_blocks == 120);
+  e.fp8_accum = WEAVE_FP8_ACCUM_FP32;
+  weave_tune_format_line(&e, line, sizeof(line));
+  CHECK_MSG(strstr(line, "\tfp8_e4m3+row\t") != NULL, "line '%s'", line);
+  memset(&p, 0x55, sizeof(p));
+  CHECK(weave_tune_parse_line(line, &p) == 0 && p.dtype == WEAVE_FP8_E4M3 && p.scale_mode == WEAVE_SCALE_ROW &&
+        p.fp8_accum == WEAVE_FP8_ACCUM_FP32);
+  e.scale_mode = WEAVE_SCALE_TENSOR;
+  weave_tune_format_line(&e, line, sizeof(line));
+  CHECK_MSG(strstr(line, "\tfp8_e4m3\t") != NULL, "line '%s'", line);
+  memset(&p, 0x55, sizeof(p));
+  CHECK(weave_tune_parse_line(line, &p) == 0 && p.scale_mode == WEAVE_SCALE_NONE && p.fp8_accum == WEAVE_FP8_ACCUM_FP32);
+  static const char *bad_dtype[] = {
+      "bf16+row",           /* fp8 only */
+      "fp16+row+fast",
+      "fp8_e4m3+fast+row",  /* order: +row first */
+      "fp8_e4m3+rowx",
+      "fp8_e4m3+row+",
+      "fp8_e4m3+row+row",
+      "fp8_e4m3+fast+fast",
+      "fp8_e4m3+tensor",    /* tensor scales have no suffix */
+      "fp8_e4m3+",
+      "+row",
+  };
+  for (size_t i = 0; i < sizeof(bad_dtype) / sizeof(bad_dtype[0]); ++i) {
+    char l[128];
+    snprintf(l, sizeof(l), "dev\t1\t64\t64\t64\t%s\tbulk\t0\t0\t1.0", bad_dtype[i]);
+    CHECK_MSG(weave_tune_parse_line(l, &p) == -1, "dtype column '%s' accepted", bad_dtype[i]);
+  }
   e.dtype = WEAVE_FP16;
   e.fp8_accum = WEAVE_FP8_ACCUM_FP32;
+  e.scale_mode = WEAVE_SCALE_NONE;
   /* Without the trailing newline too. */
   CHECK(weave_tune_parse_line("dev\t1\t64\t64\t64\tbf16\tbulk\t0\t0\t1.0", &p) == 0 && p.strategy == WEAVE_STRATEGY_BULK);
   /* A file written on Windows: lines end in CRLF. */
@@ -508,45 +546,72 @@ static void test_tune(void) {
              "H200\t8\t1024\t4096\t512\tfp16\tbaseline\t0\t0\t1.00\n"  /* other dtype */
              "H200\t8\t1024\t4096\t512\tfp8_e4m3\tfused\t120\t12\t1.05\n"
              "H200\t8\t1024\t4096\t512\tfp8_e4m3+fast\tbulk\t0\t0\t1.02\n"  /* fp8: the accumulations apart */
+             "H200\t8\t1024\t4096\t512\tfp8_e4m3+row\tfused\t90\t42\t1.04\n"   /* and the scale classes */
+             "H200\t8\t1024\t4096\t512\tfp8_e4m3+row+fast\tbaseline\t0\t0\t1.00\n"
              "H100\t8\t1024\t4096\t512\tbf16\tbaseline\t0\t0\t1.00\n"  /* other device */
              "H200\t8\t2048\t4096\t512\tbf16\tbaseline\t0\t0\t1.00\n"  /* other bucket */
              "H200\t8\t1024\t4096\t512\tbf16\tfused\t110\t22\t1.30\n"  /* last match */
              "H200\t8\t1024\t4096\t512\tbf16\tfused\t1\t1\t1.0\textra\n");
   weave_tune_entry_t f;
   memset(&f, 0, sizeof(f));
-  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == 0);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == 0);
   CHECK_MSG(f.strategy == WEAVE_STRATEGY_FUSED && f.gemm_blocks == 110 && f.comm_blocks == 22 &&
                 fabs(f.speedup - 1.3) < 1e-9,
             "the last matching line wins (got %s %d/%d)", weave_strategy_name(f.strategy), f.gemm_blocks,
             f.comm_blocks);
-  CHECK(weave_tune_find(path, "H200", 8, 513, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == 0 && f.gemm_blocks == 110); /* bucket 1024 */
-  CHECK(weave_tune_find(path, "H200", 8, 1025, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == 0 && f.strategy == WEAVE_STRATEGY_BASELINE);
-  CHECK(weave_tune_find(path, "H200", 8, 512, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1); /* bucket 512: none */
-  CHECK(weave_tune_find(path, "H200", 2, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1);
-  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP32, WEAVE_FP8_ACCUM_FP32, &f) == -1);
-  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FP32, &f) == 0 &&
+  CHECK(weave_tune_find(path, "H200", 8, 513, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == 0 && f.gemm_blocks == 110); /* bucket 1024 */
+  CHECK(weave_tune_find(path, "H200", 8, 1025, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == 0 && f.strategy == WEAVE_STRATEGY_BASELINE);
+  CHECK(weave_tune_find(path, "H200", 8, 512, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1); /* bucket 512: none */
+  CHECK(weave_tune_find(path, "H200", 2, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP32, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == 0 &&
         f.strategy == WEAVE_STRATEGY_FUSED && f.gemm_blocks == 120);
-  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FAST, &f) == 0 &&
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FAST, WEAVE_SCALE_NONE, &f) == 0 &&
         f.strategy == WEAVE_STRATEGY_BULK);
-  CHECK(weave_tune_find(path, "H20", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1); /* exact device names */
-  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 256, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1);
-  CHECK(weave_tune_find(path, "H200", 8, 1000, 8192, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1);
+  /* per-tensor scales take the entries of none; per-row scales only "+row" ones (listed last, so a
+   * lookup that ignored the class would find them) */
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_TENSOR,
+                        &f) == 0 &&
+        f.strategy == WEAVE_STRATEGY_FUSED && f.gemm_blocks == 120 && f.scale_mode == WEAVE_SCALE_NONE);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FAST, WEAVE_SCALE_TENSOR,
+                        &f) == 0 &&
+        f.strategy == WEAVE_STRATEGY_BULK);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_ROW,
+                        &f) == 0 &&
+        f.strategy == WEAVE_STRATEGY_FUSED && f.gemm_blocks == 90 && f.comm_blocks == 42 &&
+        f.scale_mode == WEAVE_SCALE_ROW && f.fp8_accum == WEAVE_FP8_ACCUM_FP32);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FAST, WEAVE_SCALE_ROW,
+                        &f) == 0 &&
+        f.strategy == WEAVE_STRATEGY_BASELINE && f.scale_mode == WEAVE_SCALE_ROW && f.fp8_accum == WEAVE_FP8_ACCUM_FAST);
+  CHECK(weave_tune_find(path, "H20", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1); /* exact device names */
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 256, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 8192, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1);
   memset(&f, 0x77, sizeof(f));
   weave_tune_entry_t f0 = f;
-  CHECK(weave_tune_find(missing, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1);
+  CHECK(weave_tune_find(missing, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1);
   CHECK(memcmp(&f, &f0, sizeof(f)) == 0); /* untouched when not found */
-  CHECK(weave_tune_find("", "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1);
-  CHECK(weave_tune_find(NULL, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1);
-  CHECK(weave_tune_find(dir, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == -1); /* a directory */
+  CHECK(weave_tune_find("", "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1);
+  CHECK(weave_tune_find(NULL, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1);
+  CHECK(weave_tune_find(dir, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == -1); /* a directory */
 
   /* Append: a later line overrides. */
-  weave_tune_entry_t a = {"H200", 8, 1024, 4096, 512, WEAVE_BF16, WEAVE_STRATEGY_BULK, 0, 0, 1.05, WEAVE_FP8_ACCUM_FP32};
+  weave_tune_entry_t a = {"H200", 8, 1024, 4096, 512, WEAVE_BF16, WEAVE_STRATEGY_BULK, 0, 0, 1.05, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE};
   CHECK(weave_tune_append(path, &a) == 0);
-  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, &f) == 0 && f.strategy == WEAVE_STRATEGY_BULK);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_BF16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == 0 && f.strategy == WEAVE_STRATEGY_BULK);
+  /* an appended row-scale entry overrides only its own class */
+  weave_tune_entry_t r = {"H200", 8, 1024, 4096, 512, WEAVE_FP8_E4M3, WEAVE_STRATEGY_BULK, 0, 0, 1.07, WEAVE_FP8_ACCUM_FP32,
+                          WEAVE_SCALE_ROW};
+  CHECK(weave_tune_append(path, &r) == 0);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_ROW,
+                        &f) == 0 &&
+        f.strategy == WEAVE_STRATEGY_BULK && f.scale_mode == WEAVE_SCALE_ROW);
+  CHECK(weave_tune_find(path, "H200", 8, 1000, 4096, 512, WEAVE_FP8_E4M3, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_TENSOR,
+                        &f) == 0 &&
+        f.strategy == WEAVE_STRATEGY_FUSED && f.gemm_blocks == 120);
   char newpath[300];
   snprintf(newpath, sizeof(newpath), "%s/new.tsv", dir);
   CHECK(weave_tune_append(newpath, &e) == 0); /* creates the file */
-  CHECK(weave_tune_find(newpath, "NVIDIA H200", 8, 8000, 4096, 1024, WEAVE_FP16, WEAVE_FP8_ACCUM_FP32, &f) == 0 && f.gemm_blocks == 120);
+  CHECK(weave_tune_find(newpath, "NVIDIA H200", 8, 8000, 4096, 1024, WEAVE_FP16, WEAVE_FP8_ACCUM_FP32, WEAVE_SCALE_NONE, &f) == 0 && f.gemm_blocks == 120);
   char badpath[300];
   snprintf(badpath, sizeof(badpath), "%s/no/such/dir.tsv", dir);
   CHECK(weave_tune_append(badpath, &e) == -1);

@@ -788,7 +788,7 @@ static long report(bench_t *b, json_writer_t *jw) {
     const int fused = v->strategy == WEAVE_STRATEGY_FUSED;
     const char *path = getenv("WEAVE_TUNE_FILE");
     if (bench_tune_record(path, b->device_name, b->world, b->M, b->N, b->K_total / b->world, b->dtype,
-                          (weave_fp8_accum_t)b->fp8_accum, v->strategy,
+                          (weave_fp8_accum_t)b->fp8_accum, (weave_scale_mode_t)b->scale_mode, v->strategy,
                           fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best) == 0)
       printf("# tune: %s %s G=%d C=%d (%.2fx) -> %s\n", v->label, weave_strategy_name(v->strategy),
              fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best, path);

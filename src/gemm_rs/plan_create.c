@@ -455,7 +455,8 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */
   weave_tune_entry_t tuned;
   const weave_tune_entry_t *have_tune =
-      weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, desc->fp8_accum, &tuned) == 0
+      weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, desc->fp8_accum,
+                      desc->scale_mode, &tuned) == 0
           ? &tuned
           : NULL;
   plan_choose_strategy(p, have_tune);

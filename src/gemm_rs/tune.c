@@ -22,6 +22,31 @@ static int parse_strategy(const char *s, weave_strategy_t *out) {
   return -1;
 }
 
+/* The dtype column, dtype[+row][+fast] (tune.h): suffixes in that order, fp8 only. */
+static int parse_dtype_field(char *s, weave_tune_entry_t *e) {
+  char *plus = strchr(s, '+');
+  if (plus) {
+    const char *rest = plus;
+    if (strncmp(rest, "+row", 4) == 0) {
+      e->scale_mode = WEAVE_SCALE_ROW;
+      rest += 4;
+    }
+    if (strncmp(rest, "+fast", 5) == 0) {
+      e->fp8_accum = WEAVE_FP8_ACCUM_FAST;
+      rest += 5;
+    }
+    if (*rest) return -1; /* another suffix, another order, or junk after one */
+    *plus = '\0';
+  }
+  if (weave_dtype_parse(s, &e->dtype)) return -1;
+  if ((e->scale_mode == WEAVE_SCALE_ROW || e->fp8_accum == WEAVE_FP8_ACCUM_FAST) && !weave_dtype_is_fp8(e->dtype))
+    return -1;
+  return 0;
+}
+
+/* NONE and TENSOR are one class (tune.h); ROW its own. */
+static int row_scales(weave_scale_mode_t m) { return m == WEAVE_SCALE_ROW; }
+
 int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
   if (!line || !e || line[0] == '#' || line[0] == '\n' || line[0] == '\0') return -1;
   char buf[512];
@@ -41,13 +66,7 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
     if (*end || v[i] < 1 || v[i] > (1L << 30)) return -1;
   }
   e->world = (int)v[0]; e->m_bucket = (int)v[1]; e->N = (int)v[2]; e->K = (int)v[3];
-  char *fast = strstr(fields[5], "+fast");
-  if (fast && fast[5] == '\0') {
-    *fast = '\0';
-    e->fp8_accum = WEAVE_FP8_ACCUM_FAST;
-  }
-  if (weave_dtype_parse(fields[5], &e->dtype) || parse_strategy(fields[6], &e->strategy) ||
-      e->strategy == WEAVE_STRATEGY_AUTO || (e->fp8_accum == WEAVE_FP8_ACCUM_FAST && !weave_dtype_is_fp8(e->dtype)))
+  if (parse_dtype_field(fields[5], e) || parse_strategy(fields[6], &e->strategy) || e->strategy == WEAVE_STRATEGY_AUTO)
     return -1;
   long g = strtol(fields[7], &end, 10);
   if (*end || g < 0 || g > 100000) return -1;
@@ -61,13 +80,14 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
 }
 
 void weave_tune_format_line(const weave_tune_entry_t *e, char *buf, size_t len) {
-  snprintf(buf, len, "%s\t%d\t%d\t%d\t%d\t%s%s\t%s\t%d\t%d\t%.3f\n", e->device, e->world, e->m_bucket, e->N, e->K,
-           weave_dtype_name(e->dtype), e->fp8_accum == WEAVE_FP8_ACCUM_FAST ? "+fast" : "",
+  snprintf(buf, len, "%s\t%d\t%d\t%d\t%d\t%s%s%s\t%s\t%d\t%d\t%.3f\n", e->device, e->world, e->m_bucket, e->N, e->K,
+           weave_dtype_name(e->dtype), row_scales(e->scale_mode) ? "+row" : "",
+           e->fp8_accum == WEAVE_FP8_ACCUM_FAST ? "+fast" : "",
            weave_strategy_name(e->strategy), e->gemm_blocks, e->comm_blocks, e->speedup);
 }
 
 int weave_tune_find(const char *path, const char *device, int world, int M, int N, int K, weave_dtype_t dtype,
-                    weave_fp8_accum_t fp8_accum, weave_tune_entry_t *out) {
+                    weave_fp8_accum_t fp8_accum, weave_scale_mode_t scale_mode, weave_tune_entry_t *out) {
   if (!path || !*path) return -1;
   FILE *f = fopen(path, "r");
   if (!f) return -1;
@@ -77,7 +97,7 @@ int weave_tune_find(const char *path, const char *device, int world, int M, int 
   while (fgets(line, sizeof(line), f)) {
     if (weave_tune_parse_line(line, &e) != 0) continue;
     if (strcmp(e.device, device) == 0 && e.world == world && e.m_bucket == bucket && e.N == N && e.K == K &&
-        e.dtype == dtype && e.fp8_accum == fp8_accum) {
+        e.dtype == dtype && e.fp8_accum == fp8_accum && row_scales(e.scale_mode) == row_scales(scale_mode)) {
       *out = e;
       found = 0;
     }

@@ -56,8 +56,8 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
 }
 
 int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
-                      weave_fp8_accum_t fp8_accum, weave_strategy_t strategy, int gemm_blocks, int comm_blocks,
-                      double speedup) {
+                      weave_fp8_accum_t fp8_accum, weave_scale_mode_t scale_mode, weave_strategy_t strategy,
+                      int gemm_blocks, int comm_blocks, double speedup) {
   weave_tune_entry_t e;
   memset(&e, 0, sizeof(e));
   snprintf(e.device, sizeof(e.device), "%s", device);
@@ -67,6 +67,7 @@ int bench_tune_record(const char *path, const char *device, int world, int M, in
   e.K = K_local;
   e.dtype = dtype;
   e.fp8_accum = fp8_accum;
+  e.scale_mode = scale_mode;
   e.strategy = strategy;
   e.gemm_blocks = gemm_blocks;
   e.comm_blocks = comm_blocks;

@@ -21,10 +21,10 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
  * them too, so a bad value never passes silently. */
 int bench_check_env(void);
 
-/* Appends the measured best of a shape to the tuning cache at `path` (WEAVE_TUNE_FILE's format).
- * 0 on success. */
+/* Appends the measured best of a shape to the tuning cache at `path` (WEAVE_TUNE_FILE's format; fp8:
+ * the accumulation and the scale mode measured, "+row" / "+fast" in the dtype column). 0 on success. */
 int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
-                      weave_fp8_accum_t fp8_accum, weave_strategy_t strategy, int gemm_blocks, int comm_blocks,
-                      double speedup);
+                      weave_fp8_accum_t fp8_accum, weave_scale_mode_t scale_mode, weave_strategy_t strategy,
+                      int gemm_blocks, int comm_blocks, double speedup);
 
 #endif
