@@ -385,12 +385,13 @@ static void test_bytes_roofline(void) {
   int bad = 0;
   for (int dev = 0; dev < 2; ++dev) {
     const weave_roofline_device_t *d = &weave_roofline_devices[dev];
-    CHECK(d->name && d->tflops_bf16 > 0 && d->hbm_tbps > 0 && d->nvlink_gbps > 0);
+    CHECK(d->name && d->tflops_bf16 > 0 && d->tflops_fp8 > d->tflops_bf16 && d->tflops_fp32 > 0 && d->hbm_tbps > 0 &&
+          d->nvlink_gbps > 0);
     for (int world = 1; world <= 8; world *= 2)
       for (int M = 1024; M <= 65536; M *= 4)
         for (int K = 1024; K <= 65536; K *= 8) {
           weave_roofline_t r;
-          weave_roofline(d, M, 8192, K, world, 2, &r);
+          weave_roofline(d, M, 8192, K, world, WEAVE_BF16, 2, &r);
           if (!(r.t_fused_ms <= r.t_baseline_ms)) bad++;
           if (r.t_baseline_ms != r.t_gemm_ms + r.t_rs_ms) bad++;
           if (r.t_fused_ms != fmax(r.t_gemm_ms, r.t_rs_ms)) bad++;
@@ -402,11 +403,19 @@ static void test_bytes_roofline(void) {
   CHECK_MSG(bad == 0, "%d roofline inconsistencies", bad);
   /* Spot value: 8192^3 bf16 on one H100 at 989 TFLOP/s: 2*8192^3 / 989e12 s = 1.1117 ms. */
   weave_roofline_t r;
-  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 1, 2, &r);
+  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 1, WEAVE_BF16, 2, &r);
   CHECK_MSG(fabs(r.t_gemm_ms - 2.0 * 8192.0 * 8192 * 8192 / 989e12 * 1e3) < 1e-9, "t_gemm %.6f ms", r.t_gemm_ms);
+  /* the GEMM at its inputs' rate: fp8 at 1979 TFLOP/s (its partials still bf16), fp32 on the CUDA cores */
+  weave_roofline_t r_fp8, r_fp32;
+  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 1, WEAVE_FP8_E4M3, 2, &r_fp8);
+  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 1, WEAVE_FP32, 4, &r_fp32);
+  CHECK_MSG(fabs(r_fp8.t_gemm_ms - 2.0 * 8192.0 * 8192 * 8192 / 1979e12 * 1e3) < 1e-9, "fp8 t_gemm %.6f ms",
+            r_fp8.t_gemm_ms);
+  CHECK_MSG(fabs(r_fp32.t_gemm_ms - 2.0 * 8192.0 * 8192 * 8192 / 67e12 * 1e3) < 1e-9, "fp32 t_gemm %.6f ms",
+            r_fp32.t_gemm_ms);
   /* GEMM time splits over the world; RS time grows toward M*N*elt / nvlink. */
   weave_roofline_t r8;
-  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 8, 2, &r8);
+  weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 8, WEAVE_BF16, 2, &r8);
   CHECK(fabs(r8.t_gemm_ms * 8 - r.t_gemm_ms) < 1e-9);
   CHECK(fabs(r8.t_rs_ms - 8192.0 * 8192 * 2 * 7 / 8 / 450e9 * 1e3) < 1e-9);
 }

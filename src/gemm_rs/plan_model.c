@@ -54,14 +54,15 @@ size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_byte
 }
 
 const weave_roofline_device_t weave_roofline_devices[2] = {
-    {"H100 SXM", 989.0, 3.35, 450.0},
-    {"H200 SXM", 989.0, 4.8, 450.0},
+    {"H100 SXM", 989.0, 1979.0, 67.0, 3.35, 450.0},
+    {"H200 SXM", 989.0, 1979.0, 67.0, 4.8, 450.0},
 };
 
-void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, size_t elt_bytes,
-                    weave_roofline_t *out) {
+void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, weave_dtype_t in,
+                    size_t elt_bytes, weave_roofline_t *out) {
   double flops = 2.0 * M * (double)N * K_total / world;
-  out->t_gemm_ms = flops / (d->tflops_bf16 * 1e12) * 1e3;
+  const double tflops = weave_dtype_is_fp8(in) ? d->tflops_fp8 : in == WEAVE_FP32 ? d->tflops_fp32 : d->tflops_bf16;
+  out->t_gemm_ms = flops / (tflops * 1e12) * 1e3;
   /* Ring/direct reduce-scatter: each GPU sends (world-1)/world of its partial over its links. */
   double bytes = (double)M * N * elt_bytes * (world - 1) / world;
   out->t_rs_ms = world > 1 ? bytes / (d->nvlink_gbps * 1e9) * 1e3 : 0.0;

@@ -41,7 +41,9 @@ size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_byte
 /* Roofline of one call on a published device (H100 / H200 SXM datasheet rates). */
 typedef struct {
   const char *name;
-  double tflops_bf16; /* dense */
+  double tflops_bf16; /* dense tensor-core rates: bf16 / fp16, fp8 */
+  double tflops_fp8;
+  double tflops_fp32; /* CUDA cores: weave's fp32 GEMM does not use the tensor cores */
   double hbm_tbps;
   double nvlink_gbps; /* per direction, per GPU */
 } weave_roofline_device_t;
@@ -49,7 +51,9 @@ extern const weave_roofline_device_t weave_roofline_devices[2];
 typedef struct {
   double t_gemm_ms, t_rs_ms, t_baseline_ms, t_fused_ms;
 } weave_roofline_t;
-void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, size_t elt_bytes,
-                    weave_roofline_t *out);
+/* in: the inputs' type (the GEMM's rate); elt_bytes: a partial's element (what the reduce-scatter
+ * moves). */
+void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, weave_dtype_t in,
+                    size_t elt_bytes, weave_roofline_t *out);
 
 #endif

@@ -49,7 +49,7 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
   fprintf(f, "#  %-10s %10s %10s %14s %12s %8s\n", "device", "gemm_ms", "rs_ms", "gemm+rs_ms", "overlap_ms", "bound");
   for (int d = 0; d < 2; ++d) {
     weave_roofline_t r;
-    weave_roofline(&weave_roofline_devices[d], M, N, K_total, world, osz, &r); /* GEMM at the 16-bit rate */
+    weave_roofline(&weave_roofline_devices[d], M, N, K_total, world, dtype, osz, &r);
     fprintf(f, "#  %-10s %10.3f %10.3f %14.3f %12.3f %7.2fx\n", weave_roofline_devices[d].name, r.t_gemm_ms, r.t_rs_ms,
            r.t_baseline_ms, r.t_fused_ms, r.t_fused_ms > 0 ? r.t_baseline_ms / r.t_fused_ms : 0);
   }
