@@ -7,13 +7,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/dtype.h"
+
 struct weave_lt {
   cublasLtHandle_t handle;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo; /* the heuristic's first choice for 256-byte aligned pointers (its default) */
-  /* for less aligned pointers, by log2 of their alignment (weave_lt_alignment): picked on first use;
-   * picked[i] 1 found, -1 none */
+  /* for less aligned pointers, by log2 of their alignment (weave_lt_alignment): picked at create
+   * (lt_pick; picked[i] 1 found, -1 none, 0 to be tried again) */
   cublasLtMatmulAlgo_t algo_at[8];
   signed char picked[8];
   void *workspace;
@@ -68,6 +70,18 @@ static cublasStatus_t lt_heuristic(weave_lt_t *lt, uint32_t align, cublasLtMatmu
   if (st == CUBLAS_STATUS_SUCCESS && found == 0) st = CUBLAS_STATUS_NOT_SUPPORTED;
   if (st == CUBLAS_STATUS_SUCCESS) *algo = res.algo;
   return st;
+}
+
+/* algo_at's slot for `align` (a power of two < 256), filled unless known: 1 found, -1 cuBLASLt has
+ * none (for good), 0 the query failed otherwise (tried again on the next use). */
+static int lt_pick(weave_lt_t *lt, unsigned align) {
+  int i = 0;
+  while ((1u << (i + 1)) <= align) ++i;
+  if (!lt->picked[i]) {
+    const cublasStatus_t st = lt_heuristic(lt, align, &lt->algo_at[i]);
+    lt->picked[i] = st == CUBLAS_STATUS_SUCCESS ? 1 : st == CUBLAS_STATUS_NOT_SUPPORTED ? -1 : 0;
+  }
+  return i;
 }
 
 weave_result_t weave_lt_create(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
@@ -135,18 +149,22 @@ weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_d
     weave_lt_destroy(lt);
     return WEAVE_ERROR_UNSUPPORTED;
   }
+  /* and for every lesser alignment a call's pointers can have (down to the smaller element; fp8 A
+   * and B at least 16 bytes, as execute requires), here rather than at a call's first use, which
+   * may be inside graph capture */
+  const unsigned out_bytes = (unsigned)weave_dtype_size(out), in_least = fp8 ? 16u : (unsigned)weave_dtype_size(in);
+  for (unsigned align = in_least < out_bytes ? in_least : out_bytes; align < 256; align <<= 1) lt_pick(lt, align);
   *out_lt = lt;
   return WEAVE_SUCCESS;
 }
 
-/* The algorithm for these pointers: the plan's own when all are 256-byte aligned, else the one for
- * their alignment, picked on first use (a host-only query); NULL when cuBLASLt has none. */
+/* The algorithm for these pointers: the one picked for 256-byte alignment when all are, else the
+ * one for their alignment (picked at create; one that failed there is tried again, a host-only
+ * query); NULL when cuBLASLt has none. */
 static const cublasLtMatmulAlgo_t *lt_algo_for(weave_lt_t *lt, const void *A, const void *B, const void *C) {
   const unsigned align = weave_lt_alignment(A, B, C);
   if (align >= 256) return &lt->algo;
-  int i = 0;
-  while ((1u << (i + 1)) <= align) ++i;
-  if (!lt->picked[i]) lt->picked[i] = lt_heuristic(lt, align, &lt->algo_at[i]) == CUBLAS_STATUS_SUCCESS ? 1 : -1;
+  const int i = lt_pick(lt, align);
   return lt->picked[i] > 0 ? &lt->algo_at[i] : NULL;
 }
 

@@ -4,7 +4,7 @@
  * C[M, N] = alpha * A[M, K] . B (B [K, N] row-major or [N, K] row-major), fp32 accumulation, output in
  * `out` (the input dtype, or WEAVE_FP32 for a reference). The algorithm is cuBLASLt's first heuristic
  * choice for a 64 MiB workspace that the object owns and the call's pointers: chosen at create for
- * 256-byte aligned ones, on first use for each lesser alignment.
+ * 256-byte alignment and for each lesser one a call can have.
  */
 #ifndef WEAVE_LT_H
 #define WEAVE_LT_H

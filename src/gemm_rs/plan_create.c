@@ -249,7 +249,9 @@ static void plan_size_memory(weave_gemm_rs_plan_t p) {
   } else if (world > 1) {
     data = (size_t)p->M * p->N * slot_bytes;
   } /* one rank: baseline and bulk write C_out directly (the reduce-scatter of one rank is a copy) */
-  p->head_bytes = sizeof(weave_plan_ctl_t) + (flags + 255) / 256 * 256;
+  /* data 256-byte aligned (the heap's blocks are): what cuBLASLt assumes of the baseline's partial
+   * unless told less */
+  p->head_bytes = (sizeof(weave_plan_ctl_t) + flags + 255) / 256 * 256;
   p->mem_bytes = p->head_bytes + data;
 }
 

@@ -112,10 +112,8 @@ size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave
   return weave_hgemm_workspace_size(&a);
 }
 
-int weave_device_reads(int device, const void *ptr) {
-  int pageable = 0;
-  if (cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device) == cudaSuccess && pageable) return 1;
-  cudaGetLastError();
+static int device_reads(int pageable, const void *ptr) {
+  if (pageable) return 1;
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
     cudaGetLastError();
@@ -124,10 +122,22 @@ int weave_device_reads(int device, const void *ptr) {
   return a.type != cudaMemoryTypeUnregistered;
 }
 
+static int pageable_access(int device) {
+  int pageable = 0;
+  if (cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return pageable;
+}
+
+int weave_device_reads(int device, const void *ptr) { return device_reads(pageable_access(device), ptr); }
+
 weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int device, const void *const *ptrs,
                                         const char *const *names, int n) {
+  const int pageable = pageable_access(device);
   for (int i = 0; i < n; ++i)
-    if (ptrs[i] && !weave_device_reads(device, ptrs[i]))
+    if (ptrs[i] && !device_reads(pageable, ptrs[i]))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %s %p is host memory this GPU cannot read (pass device memory)",
                         fn, names[i], ptrs[i]);
   return WEAVE_SUCCESS;

@@ -85,8 +85,9 @@ int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struc
 int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
 
-/* `device` can read ptr: device, managed or host-registered (pinned) memory, or any address where
- * it reads pageable host memory (cudaDevAttrPageableMemoryAccess: HMM / ATS). */
+/* ptr is memory `device` can be given: device memory (of any GPU: peer access is the caller's
+ * business), managed or host-registered (pinned) memory, or any address where `device` reads
+ * pageable host memory (cudaDevAttrPageableMemoryAccess: HMM / ATS). */
 int weave_device_reads(int device, const void *ptr);
 /* fn's refusal of the first of n pointers (NULLs skipped) `device` cannot read (weave_device_reads):
  * WEAVE_ERROR_INVALID_ARGUMENT naming names[i]; WEAVE_SUCCESS if none. */
