@@ -3,6 +3,7 @@ structs' layout, enum names, the row split, unique ids and the bootstrap."""
 
 import ctypes
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -76,6 +77,11 @@ def test_results_map_to_exceptions() -> None:
     err = _capi._error(int(weave.Result.TIMEOUT), "weave_team_sync", "timeout: rank 1 waited for rank 2")
     assert isinstance(err, TimeoutError) and "rank 2" in str(err)
     assert str(_capi._error(int(weave.Result.CUDA), "weave_x", "")) == "weave_x: CUDA error"
+    # through pickle (multiprocessing, concurrent.futures): the same class, message and fields
+    for err in (err, _capi._error(int(weave.Result.CUDA), "weave_x", ""), _capi._error(99, "weave_y", "odd")):
+        back = pickle.loads(pickle.dumps(err))
+        assert (type(back), str(back), back.code, back.call, back.detail) == (type(err), str(err), err.code, err.call,
+                                                                                 err.detail)
 
 
 def test_row_split_and_its_closed_form() -> None:
@@ -89,6 +95,8 @@ def test_row_split_and_its_closed_form() -> None:
             assert begin == M
     with pytest.raises(ValueError, match="rank 4"):
         weave.row_split(8, 4, 4)
+    with pytest.raises(ValueError, match="M 4294967301 does not fit the C int"):  # not wrapped to M = 5
+        weave.row_split(2**32 + 5, 4, 0)
 
 
 def test_option_names_come_from_the_library() -> None:
@@ -160,6 +168,8 @@ def test_team_argument_errors() -> None:
         weave.Team(b"short", 1, 0, 0)
     with pytest.raises(TypeError, match="world"):
         weave.Team(uid, 1.0, 0, 0)
+    with pytest.raises(ValueError, match="rank 4294967296 does not fit"):  # not wrapped to rank 0
+        weave.Team(uid, 1, 2**32, 0)
     with pytest.raises(weave.WeaveArgumentError):
         weave.Team(uid, 2, 2, 0)  # rank outside the world: the bootstrap refuses it
 
@@ -201,7 +211,7 @@ def test_bootstrap_of_two_threads() -> None:
 
 def test_without_torch_the_torch_names_say_so() -> None:
     code = ("import sys; sys.modules['torch'] = None\nimport weave\ntry:\n    weave.gemm_rs\n"
-            "except ImportError as e:\n    print(e)\nprint(weave.row_split(5, 2, 1))\n")
+            "except ImportError as e:\n    print(e)\nfrom weave import *\nprint(row_split(5, 2, 1))\n")
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.splitlines() == ["weave.gemm_rs needs PyTorch, which is not installed (the library layer "

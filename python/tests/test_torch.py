@@ -47,6 +47,29 @@ def test_init_needs_torch_distributed() -> None:
         weave.init()
 
 
+def test_init_tells_the_peers_when_rank_0_has_no_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Group rank 0 makes the unique id, its first use of libweave. When the library does not load
+    there, the broadcast still goes out, with status 1, so that the other ranks fail instead of waiting
+    in it until the process group's timeout. torch.distributed and CUDA stubbed: rank 0 of 2."""
+    sent: List[torch.Tensor] = []
+    for name, fn in (("is_initialized", lambda: True), ("get_rank", lambda group=None: 0),
+                     ("get_world_size", lambda group=None: 2), ("get_backend", lambda group=None: "gloo"),
+                     ("get_global_rank", lambda group, rank: rank),
+                     ("broadcast", lambda buf, src, group=None: sent.append(buf.clone()))):
+        monkeypatch.setattr(_torch.dist, name, fn)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    def no_library() -> bytes:
+        raise weave.LibraryNotFoundError("weave: libweave.so not found")
+
+    monkeypatch.setattr(_torch, "get_unique_id", no_library)
+    with pytest.raises(weave.LibraryNotFoundError, match="not found"):
+        weave.init()
+    assert len(sent) == 1 and sent[0][0].item() == 1
+    assert not weave.is_initialized()
+
+
 A, B = (10, 8), (8, 6)
 
 
@@ -79,6 +102,9 @@ A, B = (10, 8), (8, 6)
     (dict(bias=meta(1, 6)), ValueError, "bias must be 1-D"),
     (dict(out=meta(10, 6)), ValueError, "out has shape (10, 6); this rank's rows are [3, 6]"),
     (dict(out=meta(3, 6, dtype=torch.float16)), TypeError, "out is torch.float16 but a is torch.bfloat16"),
+    # C ints: ctypes would pass 2**32 + 10 rows as 10 (a plan, and [3, 6] rows, of M = 10)
+    (dict(a=meta(2**32 + 10, 8)), ValueError, "M, N and K_local must each be at most 2147483647"),
+    (dict(b=meta(8, 2**32 + 6)), ValueError, "M, N and K_local must each be at most 2147483647"),
 ])
 def test_argument_errors_name_the_argument(team: SimpleNamespace, change: dict, error: type, words: str) -> None:
     args = dict(a=meta(*A), b=meta(*B), bias=None, out=None, b_layout="row", strategy="auto", reduce="deterministic",
@@ -97,6 +123,33 @@ def test_out_does_not_take_autograd(team: SimpleNamespace) -> None:
     with torch.no_grad():
         out = meta(3, 6)
         assert weave.gemm_rs(a, meta(*B), out=out) is out
+
+
+def test_out_sharing_memory_with_an_input_is_refused(team: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """out= overlapping a, b or bias is refused before weave is called: the call reads them while it
+    writes out (the fused kernel's GEMM blocks and its reduction at once). CPU tensors through the
+    real op, with what needs a GPU stubbed: the device check (the tensors' own device passes), the
+    plan (rank 1 of 4, M = 10: 3 rows) and its execute, and torch's stream."""
+    calls: list = []
+    monkeypatch.setattr(_torch, "_plan", lambda *args: SimpleNamespace(info=SimpleNamespace(rows=3),
+                                                                       execute=lambda *a: calls.append(a)))
+    check_tensor = _torch._check_tensor
+    monkeypatch.setattr(_torch, "_check_tensor", lambda call, name, t, ndim, dtype, device, meta_ok, exact=None:
+                        check_tensor(call, name, t, ndim, dtype, t.device, meta_ok, exact))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
+
+    def call(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
+        weave.gemm_rs(a, b, bias, out=out)
+
+    mem = torch.zeros(80 + 48 + 6 + 18, dtype=torch.bfloat16)
+    a, b, bias, out = mem[:80].view(10, 8), mem[80:128].view(8, 6), mem[128:134], mem[134:].view(3, 6)
+    call(a, b, bias, out)  # one storage, no byte shared: taken
+    assert len(calls) == 1
+    for name, alias in (("a", mem[70:88].view(3, 6)), ("a", a.view(-1)[:18].view(3, 6)), ("b", mem[120:138].view(3, 6)),
+                        ("bias", mem[133:151].view(3, 6))):
+        with pytest.raises(ValueError, match=f"weave.gemm_rs: out shares memory with {name}, which the call reads"):
+            call(a, b, bias, alias)
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize("world", [1, 2, 4, 5])
@@ -162,6 +215,7 @@ def f32(*shape: int) -> torch.Tensor:
     (dict(b=f8(16, 6)), ValueError, "b has shape (16, 6); it must be [N, K_local] with K_local = a.shape[1] = 16"),
     (dict(a=f8(0, 16)), ValueError, "must not be empty"),
     (dict(a=f8(10, 24), b=f8(6, 24)), ValueError, "K_local = a.shape[1] = 24 must be a multiple of 16"),
+    (dict(a=f8(2**32 + 10, 16)), ValueError, "M, N and K_local must each be at most 2147483647"),
     (dict(scale_a=f32(10, 1)), ValueError, "scale_a (10, 1) and scale_b (1,) must be one element each"),
     (dict(scale_a=f32(10, 1), scale_b=f32(6, 1)), ValueError, "[1, N] = [1, 6]"),
     (dict(bias=meta(6, dtype=torch.float16)), TypeError, "bias is torch.float16; it must be torch.bfloat16"),

@@ -39,3 +39,5 @@ __all__ = [
     "__version__", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
     "library_version", "nn", "plan_info", "row_split", "sync",
 ]
+if "_NEEDS_TORCH" in globals():  # without torch: `from weave import *` takes the library layer (not an ImportError)
+    __all__ = [name for name in __all__ if name not in _NEEDS_TORCH]

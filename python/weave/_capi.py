@@ -55,6 +55,10 @@ class WeaveError(RuntimeError):
             detail = lib().weave_get_error_string(int(code)).decode()
         super().__init__(detail if call in detail else f"{call}: {detail}")
 
+    def __reduce__(self):  # noqa: ANN204 (pickle: args holds the message alone, __init__ takes three)
+        # the message as detail: unpickling needs no libweave (the state then restores detail itself)
+        return type(self), (int(self.code), self.call, self.detail or str(self)), self.__dict__
+
 
 class WeaveArgumentError(WeaveError, ValueError):
     """Result.INVALID_ARGUMENT: also a ValueError."""
@@ -244,6 +248,15 @@ FP8_ACCUMS: Dict[str, int] = {"fp32": 0, "fast": 1}
 DTYPE_AUTO = -1  # WEAVE_DTYPE_AUTO
 
 
+INT_MAX = 2**31 - 1  # weave's sizes, ranks and devices are C ints; ctypes wraps a larger int silently
+
+
+def _check_c_ints(call: str, **values: int) -> None:
+    for name, v in values.items():
+        if not -INT_MAX - 1 <= v <= INT_MAX:
+            raise ValueError(f"{call}: {name} {v} does not fit the C int weave takes ([{-INT_MAX - 1}, {INT_MAX}])")
+
+
 def _pick(call: str, arg: str, value: object, names: Dict[str, int]) -> int:
     if isinstance(value, str) and value in names:
         return names[value]
@@ -294,6 +307,7 @@ def gemm_rs_options(dtype: str, *, b_layout: str = "row", strategy: str = "auto"
 # ---- functions without a team --------------------------------------------------------------------
 def row_split(M: int, world: int, rank: int) -> Tuple[int, int]:
     """(row_begin, rows) of `rank`: weave_row_split (whole rows, the first M % world ranks one more)."""
+    _check_c_ints("weave_row_split", M=M, world=world, rank=rank)
     begin, rows = c_int(), c_int()
     rc = lib().weave_row_split(M, world, rank, byref(begin), byref(rows))
     if rc:
@@ -340,6 +354,7 @@ class Plan:
     """One weave_gemm_rs_plan_t: made by Team.create_plan, freed by Team.destroy."""
 
     def __init__(self, team: "Team", M: int, N: int, K_local: int, options: GemmRsOptions) -> None:
+        _check_c_ints("weave_gemm_rs_plan_create", M=M, N=N, K_local=K_local)
         handle = c_void_p()
         desc = options.desc()
         rc = lib().weave_gemm_rs_plan_create(team.handle, M, N, K_local, byref(desc), byref(handle))
@@ -395,6 +410,7 @@ class Team:
         for name, v in (("world", world), ("rank", rank), ("device", device)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"weave.Team: {name} must be an int (got {type(v).__name__})")
+        _check_c_ints("weave.Team", world=world, rank=rank, device=device)
         if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != ctypes.sizeof(_UniqueId):
             raise ValueError(f"weave.Team: unique_id must be the {ctypes.sizeof(_UniqueId)} bytes of get_unique_id()")
         L = lib()

@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._capi import GemmRsOptions, Plan, PlanInfo, Team, WeaveError, gemm_rs_options, get_unique_id, row_split, rows_of
+from ._capi import (INT_MAX, GemmRsOptions, LibraryNotFoundError, Plan, PlanInfo, Team, WeaveError, gemm_rs_options,
+                    get_unique_id, row_split, rows_of)
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _FP8_OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # what gemm_rs_scaled writes
@@ -50,11 +51,11 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
 
     # [status, id]: status 1 tells the others that rank 0 could not make an id (instead of a hang).
     buf = torch.zeros(129, dtype=torch.uint8)
-    failure: Optional[WeaveError] = None
+    failure: Optional[Exception] = None
     if rank == 0:
         try:
             buf[1:] = torch.frombuffer(bytearray(get_unique_id()), dtype=torch.uint8)
-        except WeaveError as e:
+        except (WeaveError, LibraryNotFoundError) as e:  # (the first use of libweave: it may not load)
             failure = e
             buf[0] = 1
     on = torch.device("cuda", device) if dist.get_backend(group) == "nccl" else torch.device("cpu")
@@ -173,6 +174,7 @@ def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], 
                          f"K_local = a.shape[1] = {K}")
     if M < 1 or N < 1 or K < 1:
         raise ValueError(f"{call}: a {tuple(a.shape)} and b {tuple(b.shape)} must not be empty (M, N, K_local >= 1)")
+    _check_int_sizes(call, a, b, M, N, K)
     if bias is not None:
         _check_tensor(call, "bias", bias, 1, a.dtype, device, meta_ok)
         if bias.shape[0] != N:
@@ -180,10 +182,32 @@ def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], 
     return options, M, N, K
 
 
+def _check_int_sizes(call: str, a: Tensor, b: Tensor, M: int, N: int, K: int) -> None:
+    """weave takes M, N and K_local as C ints: ctypes would pass a larger one wrapped (2**32 + 10 rows as
+    10), a plan of another shape."""
+    if M > INT_MAX or N > INT_MAX or K > INT_MAX:
+        raise ValueError(f"{call}: a {tuple(a.shape)} and b {tuple(b.shape)}: M, N and K_local must each be at "
+                         f"most {INT_MAX} (weave's sizes are C ints)")
+
+
 def _check_out(call: str, team: Team, out: Tensor, a: Tensor, rows: int, N: int, meta_ok: bool) -> None:
     _check_tensor(call, "out", out, 2, a.dtype, torch.device("cuda", team.device), meta_ok)
     if out.shape[0] != rows or out.shape[1] != N:
         raise ValueError(f"{call}: out has shape {tuple(out.shape)}; this rank's rows are [{rows}, {N}]")
+
+
+def _check_out_overlap(call: str, out: Tensor, inputs: dict) -> None:
+    """out= shares no memory with an input (all contiguous: each is one byte range). The call reads a, b
+    and bias while it writes out (the fused kernel's GEMM blocks and its reduction run at once), so an
+    overlap would give wrong rows; torch's out= functions refuse it too. Real tensors only (meta ones
+    have no addresses)."""
+    if out.numel() == 0:
+        return
+    lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+    for name, t in inputs.items():
+        if t is not None and t.numel() and t.data_ptr() < hi and lo < t.data_ptr() + t.numel() * t.element_size():
+            raise ValueError(f"{call}: out shares memory with {name}, which the call reads while it writes out: "
+                             "pass an out of its own")
 
 
 def _rows(M: int, world: int, rank: int) -> int:
@@ -226,6 +250,7 @@ def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_
         out = a.new_empty((rows, N))
     else:
         _check_out(call, team, out, a, rows, N, meta_ok=False)
+        _check_out_overlap(call, out, dict(a=a, b=b, bias=bias))
     plan.execute(a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr() if rows else 0,
                  torch.cuda.current_stream(a.device).cuda_stream)
     return out
@@ -289,6 +314,7 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
                          f"= {K}")
     if M < 1 or N < 1 or K < 1:
         raise ValueError(f"{call}: a {tuple(a.shape)} and b {tuple(b.shape)} must not be empty (M, N, K_local >= 1)")
+    _check_int_sizes(call, a, b, M, N, K)
     if K % 16:  # libweave's rule too; here also for the fake implementation, which torch.compile runs
         raise ValueError(f"{call}: K_local = a.shape[1] = {K} must be a multiple of 16 (fp8 rows of a and b are "
                          "16-byte multiples for the TMA loads)")
