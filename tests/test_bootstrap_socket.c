@@ -2,16 +2,20 @@
  * exchange (fd_exchange.c): ranks as fork()ed processes (2, 4, 8; the hub rank 0 or not), as threads
  * of one process, and mixed; a rank that dies or never arrives (every other rank fails within the
  * bound, naming it); bad arguments; the launcher variables of torchrun, Open MPI and Slurm, good and
- * bad; descriptors passed between processes; no descriptor leaked over 200 bootstraps. */
+ * bad; a spoke whose connect() meets itself before rank 0 listens; descriptors passed between
+ * processes; no descriptor leaked over 200 bootstraps. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -673,6 +677,72 @@ static void test_env_world(env_style_t style, int world) {
   for (int r = 0; r < world; ++r) CHECK_MSG(codes[r] == 0, "env style %d world %d: rank %d exited with %d", (int)style, world, r, codes[r]);
 }
 
+/* A rendezvous port inside the kernel's ephemeral range (torchrun --standalone draws MASTER_PORT
+ * from it): a spoke that tries before rank 0 listens may be given that very port as its source
+ * port, and TCP then connects the socket to itself. Made certain in a private network namespace
+ * whose ephemeral range is the two ports P, P + 1 (connect() takes P first while it is free): rank
+ * 1 starts first, rank 0 later; both must succeed. Skipped where no namespace can be made. */
+#define SELF_PORT 40000
+
+static int write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  int ok = fputs(text, f) >= 0;
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static int private_net(void) {
+  uid_t uid = geteuid();
+  gid_t gid = getegid();
+  if (unshare(CLONE_NEWNET) != 0) {
+    char map[64];
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) return -1;
+    write_text("/proc/self/setgroups", "deny");
+    snprintf(map, sizeof(map), "0 %d 1", (int)uid);
+    if (write_text("/proc/self/uid_map", map)) return -1;
+    snprintf(map, sizeof(map), "0 %d 1", (int)gid);
+    if (write_text("/proc/self/gid_map", map)) return -1;
+  }
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof(ifr));
+  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int ok = s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
+  ifr.ifr_flags |= IFF_UP;
+  ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+  if (s >= 0) close(s);
+  char range[32];
+  snprintf(range, sizeof(range), "%d %d", SELF_PORT, SELF_PORT + 1);
+  return ok && write_text("/proc/sys/net/ipv4/ip_local_port_range", range) == 0 ? 0 : -1;
+}
+
+static int self_connect_child(int unused, void *p) {
+  (void)unused;
+  (void)p;
+  if (private_net() != 0) return 77;
+  setenv("WEAVE_TIMEOUT_MS", "5000", 1);
+  env_job_t job = {STYLE_TORCHRUN, 2, SELF_PORT};
+  pid_t pids[2];
+  int codes[2];
+  pids[1] = spawn(env_child, 1, &job);
+  struct timespec nap = {0, 300 * 1000000L}; /* rank 1 tries (and meets itself) before rank 0 listens */
+  nanosleep(&nap, NULL);
+  pids[0] = spawn(env_child, 0, &job);
+  reap(pids, 2, 30000, codes);
+  return codes[0] == 0 && codes[1] == 0 ? 0 : 1;
+}
+
+static void test_env_self_connect(void) {
+  pid_t pid = spawn(self_connect_child, 0, NULL);
+  int code;
+  reap(&pid, 1, 40000, &code);
+  if (code == 77) {
+    printf("test_env_self_connect: skipped (no private network namespace here)\n");
+    return;
+  }
+  CHECK_MSG(code == 0, "a spoke that connected to itself before rank 0 listened: exit %d", code);
+}
+
 /* Bad or contradictory launcher variables: WEAVE_ERROR_BOOTSTRAP naming the variable, before any
  * connection is tried (so no peers are needed). */
 static void expect_env_error(const char *const *kv, const char *name) {
@@ -951,6 +1021,7 @@ int main(void) {
   test_env_world(STYLE_OMPI, 3);
   test_env_world(STYLE_SLURM, 2);
   test_env_world_mismatch();
+  test_env_self_connect();
   test_fd_exchange(2, 1, -1);
   test_fd_exchange(4, 1, -1);
   test_fd_exchange(4, 2, 1); /* 2 processes x 2 threads; rank 1 passes no fd */

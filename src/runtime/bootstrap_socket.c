@@ -748,6 +748,18 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
   return rc;
 }
 
+/* A TCP socket connected to itself: a connect() to a port of this host that nobody listens on can
+ * be given that very port as its source port (when it lies in the ephemeral range, as torchrun's
+ * MASTER_PORT + 1 may), and TCP's simultaneous open then joins the socket to itself. */
+static int connected_to_itself(int fd) {
+  struct sockaddr_in a, b;
+  socklen_t la = sizeof(a), lb = sizeof(b);
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  if (getsockname(fd, (struct sockaddr *)&a, &la) != 0 || getpeername(fd, (struct sockaddr *)&b, &lb) != 0) return 0;
+  return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+}
+
 /* Spoke: connects to the hub (retrying while nobody listens yet), says hello, reads the ACK. */
 static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u, int64_t deadline, int *hub_remaining) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
@@ -771,6 +783,13 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
           if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         }
       }
+    }
+    if (err == 0 && connected_to_itself(fd)) {
+      /* nobody listens yet: reset (an orderly close would leave the port in TIME_WAIT, where the hub
+       * cannot bind it for a minute) and retry as if refused */
+      struct linger reset = {1, 0};
+      setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+      err = ECONNREFUSED;
     }
     if (err == 0) break;
     close(fd);
