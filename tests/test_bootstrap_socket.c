@@ -3,13 +3,15 @@
  * of one process, and mixed; a rank that dies or never arrives (every other rank fails within the
  * bound, naming it); bad arguments; the launcher variables of torchrun, Open MPI and Slurm, good and
  * bad; a spoke whose connect() meets itself before rank 0 listens; descriptors passed between
- * processes; no descriptor leaked over 200 bootstraps. */
+ * processes, and one passed by a process that is no rank dropped; no descriptor leaked over 200
+ * bootstraps. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -954,6 +957,114 @@ static void test_fd_exchange(int world, int per_process, int no_fd_rank) {
     CHECK_MSG(codes[i] == 0, "fd exchange world %d x%d: process %d exited with %d", world, per_process, i, codes[i]);
 }
 
+/* A process that is no rank of the team connects to rank 0's socket first (abstract sockets are open
+ * to every process of the network namespace, and /proc/net/unix lists their names) and passes a
+ * descriptor of its own claiming to be rank 1: rank 0 must drop it and take rank 1's. Rank 0's
+ * bootstrap holds back its second allgather (its socket is up, rank 1 has not sent yet) until the
+ * stranger's message is queued. */
+static weave_bootstrap_t *stranger_real_bs;
+static int stranger_pipe = -1, stranger_calls;
+
+static weave_result_t stranger_allgather(weave_bootstrap_t *bs, int rank, const void *in, void *out, size_t bytes) {
+  (void)bs;
+  if (++stranger_calls == 2) {
+    struct pollfd p = {stranger_pipe, POLLIN, 0};
+    char c;
+    if (poll(&p, 1, 20000) != 1 || read(stranger_pipe, &c, 1) != 1) fprintf(stderr, "the stranger did not connect\n");
+  }
+  return stranger_real_bs->allgather(stranger_real_bs, rank, in, out, bytes);
+}
+
+static int stranger_child(int unused, void *p) {
+  (void)unused;
+  int done_fd = *(int *)p;
+  char prefix[64], name[108] = "";
+  snprintf(prefix, sizeof(prefix), "@weave-fdx-%d-0-", (int)getppid());
+  for (int i = 0; i < 20000 && !name[0]; ++i) {
+    FILE *f = fopen("/proc/net/unix", "r");
+    char line[512];
+    while (f && fgets(line, sizeof(line), f)) {
+      const char *at = strstr(line, prefix);
+      if (at && sscanf(at + 1, "%107s", name) == 1) break;
+    }
+    if (f) fclose(f);
+    struct timespec nap = {0, 1000000L};
+    if (!name[0]) nanosleep(&nap, NULL);
+  }
+  if (!name[0]) return 2;
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path + 1, name, strlen(name));
+  int s = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (s < 0 || connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))) != 0)
+    return 3;
+  int fd = memfd_create("stranger", 0);
+  if (fd < 0 || write(fd, "stranger", 9) != 9) return 4;
+  int32_t claim = 1;
+  struct iovec iov = {&claim, sizeof(claim)};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  memset(&ctl, 0, sizeof(ctl));
+  struct msghdr msg;
+  memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctl.buf;
+  msg.msg_controllen = sizeof(ctl.buf);
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (sendmsg(s, &msg, MSG_NOSIGNAL) != (ssize_t)sizeof(claim)) return 5;
+  return write(done_fd, "x", 1) == 1 ? 0 : 6; /* the message stays queued after this process exits */
+}
+
+static int stranger_rank1(int rank, void *p) {
+  weave_bootstrap_t *bs = NULL;
+  if (weave_bootstrap_create_uid((const weave_unique_id_t *)p, 2, rank, &bs) != WEAVE_SUCCESS) return 1;
+  int fd = make_memfd(rank), peer_fds[2];
+  weave_result_t rc = weave_bootstrap_exchange_fds(bs, rank, fd, peer_fds);
+  if (rc != WEAVE_SUCCESS) fprintf(stderr, "stranger test, rank 1: %s\n", weave_get_last_error(NULL));
+  close(fd);
+  weave_bootstrap_destroy(bs);
+  return rc == WEAVE_SUCCESS ? 0 : 1;
+}
+
+static void test_fd_exchange_stranger(void) {
+  weave_unique_id_t id;
+  int done[2];
+  CHECK(weave_get_unique_id(&id) == WEAVE_SUCCESS);
+  CHECK(pipe(done) == 0);
+  pid_t pids[2];
+  int codes[2];
+  pids[0] = spawn(stranger_rank1, 1, &id);
+  pids[1] = spawn(stranger_child, 0, &done[1]);
+  weave_bootstrap_t *bs = NULL;
+  CHECK(weave_bootstrap_create_uid(&id, 2, 0, &bs) == WEAVE_SUCCESS);
+  if (bs) {
+    weave_bootstrap_t wrapped = *bs;
+    wrapped.allgather = stranger_allgather;
+    stranger_real_bs = bs;
+    stranger_pipe = done[0];
+    stranger_calls = 0;
+    int peer_fds[2] = {-42, -42}, expect[2] = {0, 1};
+    weave_result_t rc = weave_bootstrap_exchange_fds(&wrapped, 0, -1, peer_fds);
+    CHECK_MSG(rc == WEAVE_SUCCESS, "a stranger's connection failed the exchange: %s", weave_get_last_error(NULL));
+    if (rc == WEAVE_SUCCESS)
+      CHECK_MSG(check_received(0, 2, peer_fds, expect) == 0, "rank 0 took a stranger's descriptor for rank 1's");
+    weave_bootstrap_destroy(bs);
+  }
+  reap(pids, 2, 30000, codes);
+  CHECK_MSG(codes[0] == 0, "stranger test: rank 1 exited with %d", codes[0]);
+  CHECK_MSG(codes[1] == 0, "stranger test: the stranger exited with %d", codes[1]);
+  close(done[0]);
+  close(done[1]);
+}
+
 /* The threads bootstrap: every rank in one process, so every entry is -1 and nothing else happens. */
 typedef struct {
   weave_bootstrap_t *bs;
@@ -1027,6 +1138,7 @@ int main(void) {
   test_fd_exchange(4, 2, 1); /* 2 processes x 2 threads; rank 1 passes no fd */
   test_fd_exchange(6, 3, 4);
   test_fd_exchange_threads(4);
+  test_fd_exchange_stranger();
 
   unsetenv("WEAVE_TIMEOUT_MS");
   test_dead_spoke(4, 2);

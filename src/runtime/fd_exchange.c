@@ -9,7 +9,10 @@
  * connections it expects. connect() and a small send complete through the listener's backlog before
  * the peer accepts, so the order in which ranks do this cannot deadlock. Ranks of one process share
  * the address space and get -1, as do ranks of other hosts; with every rank in one process (the
- * threads bootstrap) nothing but the first allgather happens.
+ * threads bootstrap) nothing but the first allgather happens. Any process of the network namespace
+ * can connect to an abstract socket, so a connection is heard only when SO_PEERCRED names the
+ * process of a rank that still owes this rank its fd (ranks of another pid namespace excepted:
+ * their pids cannot be checked).
  *
  * The outcome is agreed: each rank's status goes through an allgather, so either every rank gets its
  * descriptors or every rank fails with a message naming the rank that could not complete.
@@ -55,6 +58,13 @@ static int same_process(const fdx_rec_t *a, const fdx_rec_t *b) {
 /* r sends its fd to s when both are on one host, in different processes, and r has an fd. */
 static int sends_to(const fdx_rec_t *all, int r, int s) {
   return r != s && all[r].has_fd && weave_same_host(&all[r].host, &all[s].host) && !same_process(&all[r], &all[s]);
+}
+
+/* Whether a connection from process `pid` (SO_PEERCRED: a pid of this rank's pid namespace) may
+ * carry rank r's fd: it comes from r's process, or r lives in another pid namespace, where its pid
+ * means nothing here and cannot be checked. */
+static int may_come_from(const fdx_rec_t *all, const fdx_rec_t *me, int r, pid_t pid) {
+  return all[r].pidns != me->pidns || all[r].pid == pid;
 }
 
 static socklen_t abstract_addr(const char *name, struct sockaddr_un *sa) {
@@ -263,10 +273,31 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
         local = weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "fd exchange: rank %d: accept: %s", rank, strerror(errno));
         break;
       }
+      /* An abstract socket is open to every process of the network namespace (/proc/net/unix lists
+       * its name): only a rank that still owes this rank its fd is heard, and only for itself. A
+       * stranger is dropped, neither failing the exchange nor passing its own descriptor off as a
+       * rank's heap. */
+      struct ucred cred;
+      socklen_t cred_len = sizeof(cred);
+      if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) cred.pid = 0, cred.uid = (uid_t)-1;
+      int owed = 0;
+      for (int r = 0; r < world; ++r) owed |= sends_to(all, r, rank) && got[r] < 0 && may_come_from(all, &me, r, cred.pid);
+      if (!owed) {
+        weave_log(WEAVE_LOG_WARN, NULL, "fd exchange: rank %d dropped a connection from pid %d (uid %d): no rank of this team",
+                  rank, (int)cred.pid, (int)cred.uid);
+        close(c);
+        continue;
+      }
       int sender = -1, rfd = -1;
       local = recv_fd(c, rank, deadline, &sender, &rfd);
       close(c);
       if (local != WEAVE_SUCCESS) break;
+      if (sender >= 0 && sender < world && !may_come_from(all, &me, sender, cred.pid)) {
+        if (rfd >= 0) close(rfd);
+        weave_log(WEAVE_LOG_WARN, NULL, "fd exchange: rank %d dropped a descriptor from pid %d claiming to be rank %d (pid %d)", rank,
+                  (int)cred.pid, sender, (int)all[sender].pid);
+        continue;
+      }
       if (sender < 0 || sender >= world || !sends_to(all, sender, rank) || got[sender] >= 0 || rfd < 0) {
         if (rfd >= 0) close(rfd);
         local = weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
