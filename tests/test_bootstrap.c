@@ -1,15 +1,28 @@
 /* CPU test of the threads bootstrap (src/bootstrap.c): allgather and barrier with 1..8 pthreads,
- * bad arguments, and bounded waits (a rank that never arrives gives WEAVE_ERROR_TIMEOUT, no hang). */
-#define _POSIX_C_SOURCE 200809L
+ * bad arguments (a rank that is already waiting), and bounded waits (a rank that never arrives gives
+ * WEAVE_ERROR_TIMEOUT naming it, no hang; a step of the wall clock changes nothing). */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "runtime/internal.h"
 
 #define ITERS 1000
+
+/* CLOCK_REALTIME as the wall clock after a step of realtime_skew_s seconds (NTP setting the clock of
+ * a node that just booted): every caller in this program, the library included, gets this one. */
+static volatile long realtime_skew_s;
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+  int rc = (int)syscall(SYS_clock_gettime, id, ts);
+  if (rc == 0 && id == CLOCK_REALTIME) ts->tv_sec += realtime_skew_s;
+  return rc;
+}
 
 static double now_ms(void) {
   struct timespec ts;
@@ -227,12 +240,82 @@ static void test_timeout(int world, int arrive, int use_allgather) {
       timeouts++;
       CHECK_MSG(a->elapsed_ms >= 190, "timed out after %.1f ms < 200", a->elapsed_ms);
       CHECK_MSG(strstr(a->msg, "timeout") != NULL && strstr(a->msg, "200 ms") != NULL, "message '%s'", a->msg);
+      char want[256]; /* who it waited for: the ranks that never came */
+      int used = snprintf(want, sizeof(want), "for rank%s ", world - arrive > 1 ? "s" : "");
+      for (int m = arrive; m < world; ++m) used += snprintf(want + used, sizeof(want) - (size_t)used, "%s%d", m > arrive ? ", " : "", m);
+      CHECK_MSG(strstr(a->msg, want) != NULL, "message '%s' does not say '%s'", a->msg, want);
     }
     CHECK_MSG(a->elapsed_ms < 3000, "world %d rank %d waited %.1f ms for a 200 ms bound", world, r, a->elapsed_ms);
     CHECK_MSG(a->rc_after == WEAVE_ERROR_BOOTSTRAP, "barrier after a timeout: rc %d", (int)a->rc_after);
   }
   CHECK_MSG(timeouts >= 1, "world %d, %d arrive: no rank reported the timeout", world, arrive);
   CHECK_MSG(total < 5000, "the timeout test took %.1f ms", total);
+  CHECK(weave_bootstrap_destroy(bs) == WEAVE_SUCCESS);
+}
+
+/* Two threads that pass the same rank: the second is refused at once (it would have completed the
+ * barrier without rank 1), and the first times out naming rank 1. */
+typedef struct {
+  weave_bootstrap_t *bs;
+  weave_result_t rc;
+  char msg[1024];
+} twin_arg_t;
+
+static void *twin_main(void *p) {
+  twin_arg_t *a = (twin_arg_t *)p;
+  a->rc = a->bs->barrier(a->bs, 0);
+  snprintf(a->msg, sizeof(a->msg), "%s", weave_get_last_error(NULL));
+  return NULL;
+}
+
+static void test_same_rank_twice(void) {
+  setenv("WEAVE_TIMEOUT_MS", "300", 1);
+  weave_bootstrap_t *bs = NULL;
+  CHECK(weave_bootstrap_create_threads(2, &bs) == WEAVE_SUCCESS);
+  unsetenv("WEAVE_TIMEOUT_MS");
+  if (!bs) return;
+  twin_arg_t first = {bs, WEAVE_SUCCESS, ""};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, twin_main, &first) == 0);
+  struct timespec nap = {0, 50 * 1000000L}; /* the first is waiting by now */
+  nanosleep(&nap, NULL);
+  weave_result_t rc = bs->barrier(bs, 0);
+  CHECK_MSG(rc == WEAVE_ERROR_INVALID_ARGUMENT && strstr(weave_get_last_error(NULL), "rank 0"),
+            "the same rank twice in one barrier: rc %d '%s'", (int)rc, weave_get_last_error(NULL));
+  pthread_join(th, NULL);
+  CHECK_MSG(first.rc == WEAVE_ERROR_TIMEOUT && strstr(first.msg, "for rank 1"), "the first of the twins: rc %d '%s'", (int)first.rc,
+            first.msg);
+  CHECK(weave_bootstrap_destroy(bs) == WEAVE_SUCCESS);
+}
+
+/* The wall clock steps an hour forward while a rank waits (simulated: the clock reads an hour behind
+ * when the wait starts): the barrier's bound is measured on the monotonic clock, so a rank that
+ * arrives 100 ms later still meets it. */
+static void *late_by_100ms(void *p) {
+  struct timespec nap = {0, 100 * 1000000L};
+  nanosleep(&nap, NULL);
+  weave_bootstrap_t *bs = (weave_bootstrap_t *)p;
+  return (void *)(intptr_t)bs->barrier(bs, 1);
+}
+
+static void test_clock_step(void) {
+  setenv("WEAVE_TIMEOUT_MS", "5000", 1);
+  weave_bootstrap_t *bs = NULL;
+  CHECK(weave_bootstrap_create_threads(2, &bs) == WEAVE_SUCCESS);
+  unsetenv("WEAVE_TIMEOUT_MS");
+  if (!bs) return;
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, late_by_100ms, bs) == 0);
+  realtime_skew_s = -3600;
+  double t0 = now_ms();
+  weave_result_t rc = bs->barrier(bs, 0);
+  double dt = now_ms() - t0;
+  realtime_skew_s = 0;
+  void *other = NULL;
+  pthread_join(th, &other);
+  CHECK_MSG(rc == WEAVE_SUCCESS && (weave_result_t)(intptr_t)other == WEAVE_SUCCESS,
+            "a wall-clock step during a barrier: rc %d after %.0f ms (the other rank %d): '%s'", (int)rc, dt, (int)(intptr_t)other,
+            weave_get_last_error(NULL));
   CHECK(weave_bootstrap_destroy(bs) == WEAVE_SUCCESS);
 }
 
@@ -250,5 +333,7 @@ int main(void) {
   test_timeout(4, 3, 0);
   test_timeout(8, 1, 0);
   test_timeout(3, 2, 1);
+  test_same_rank_twice();
+  test_clock_step();
   return check_summary("test_bootstrap");
 }

@@ -1,13 +1,16 @@
 /*
  * Bootstrap for ranks that are threads of one process: a generation-counted barrier on a mutex and
  * a condition variable, and an allgather through a shared buffer framed by two barriers. Every
- * wait is bounded by WEAVE_TIMEOUT_MS so a rank that never arrives gives an error, not a hang.
+ * wait is bounded by WEAVE_TIMEOUT_MS, measured on the monotonic clock (a step of the wall clock
+ * neither fires it early nor stretches it), so a rank that never arrives gives an error naming it,
+ * not a hang.
  * The other bootstraps (bootstrap_socket.c: unique id, launcher environment; bootstrap_mpi.c)
  * implement the same three functions of struct weave_bootstrap.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +23,7 @@ typedef struct {
   int arrived;
   unsigned long generation;
   int broken; /* a wait timed out: the barrier can no longer be trusted */
+  unsigned char here[WEAVE_MAX_WORLD]; /* here[r]: rank r waits in this generation */
   unsigned char *buffer; /* world * WEAVE_BOOTSTRAP_MAX_BYTES */
 } threads_impl_t;
 
@@ -28,7 +32,7 @@ static weave_result_t threads_barrier(weave_bootstrap_t *bs, int rank) {
   if (rank < 0 || rank >= bs->world)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap barrier: rank %d outside [0, %d)", rank, bs->world);
   struct timespec deadline;
-  clock_gettime(CLOCK_REALTIME, &deadline);
+  clock_gettime(CLOCK_MONOTONIC, &deadline); /* the condition variable's clock */
   deadline.tv_sec += bs->timeout_ms / 1000;
   deadline.tv_nsec += (long)(bs->timeout_ms % 1000) * 1000000L;
   if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
@@ -37,10 +41,16 @@ static weave_result_t threads_barrier(weave_bootstrap_t *bs, int rank) {
   pthread_mutex_lock(&t->mu);
   if (t->broken) {
     rc = weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "bootstrap barrier: broken by an earlier timeout");
+  } else if (t->here[rank]) {
+    /* two threads passed one rank: counting both would let the barrier pass without another rank */
+    rc = weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                    "bootstrap barrier: rank %d is already waiting in this barrier (two threads with one rank?)", rank);
   } else {
     unsigned long gen = t->generation;
+    t->here[rank] = 1;
     if (++t->arrived == bs->world) {
       t->arrived = 0;
+      memset(t->here, 0, sizeof(t->here));
       t->generation++;
       pthread_cond_broadcast(&t->cv);
     } else {
@@ -48,9 +58,13 @@ static weave_result_t threads_barrier(weave_bootstrap_t *bs, int rank) {
         if (pthread_cond_timedwait(&t->cv, &t->mu, &deadline) == ETIMEDOUT && gen == t->generation) {
           t->broken = 1;
           pthread_cond_broadcast(&t->cv);
+          char missing[256] = "";
+          size_t used = 0;
+          for (int r = 0; r < bs->world && used < sizeof(missing) - 16; ++r)
+            if (!t->here[r]) used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? ", " : "", r);
           rc = weave_fail(NULL, WEAVE_ERROR_TIMEOUT,
-                          "bootstrap barrier: rank %d waited %d ms, only %d of %d ranks arrived",
-                          rank, bs->timeout_ms, t->arrived, bs->world);
+                          "bootstrap barrier: rank %d waited %d ms for rank%s %s: only %d of %d ranks arrived",
+                          rank, bs->timeout_ms, bs->world - t->arrived > 1 ? "s" : "", missing, t->arrived, bs->world);
           break;
         }
       }
@@ -99,8 +113,12 @@ weave_result_t weave_bootstrap_create_threads(int world, weave_bootstrap_t **boo
     free(bs); free(t); free(buf);
     return weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "weave_bootstrap_create_threads: host allocation failed");
   }
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_mutex_init(&t->mu, NULL);
-  pthread_cond_init(&t->cv, NULL);
+  pthread_cond_init(&t->cv, &ca);
+  pthread_condattr_destroy(&ca);
   t->buffer = buf;
   bs->world = world;
   bs->timeout_ms = env.timeout_ms;
