@@ -45,7 +45,7 @@ typedef struct {
   char msg[400];
 } fdx_status_t;
 
-static uint64_t pid_namespace(void) {
+uint64_t weave_pid_namespace(void) {
   char buf[64] = "";
   ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
   return n > 0 ? weave_fnv1a(WEAVE_FNV_OFFSET, buf, (size_t)n) : 0;
@@ -212,7 +212,7 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
   fdx_rec_t me;
   memset(&me, 0, sizeof(me));
   weave_host_id(&me.host);
-  me.pidns = pid_namespace();
+  me.pidns = weave_pid_namespace();
   me.pid = (int32_t)getpid();
   me.has_fd = fd >= 0;
   unsigned long long nonce = 0;

@@ -93,6 +93,9 @@ typedef struct {
 } weave_host_id_t;
 void weave_host_id(weave_host_id_t *id);
 int weave_same_host(const weave_host_id_t *a, const weave_host_id_t *b);
+/* This process's pid namespace, hashed (0 when unknown): with the host id and the pid it tells
+ * whether two ranks share an address space (two containers of one host may both have a pid 1). */
+uint64_t weave_pid_namespace(void);
 
 /* The socket bootstrap's id, decoded (bootstrap_socket.c): the hub's IPv4 address (network order),
  * port, and a nonce every rank of one bootstrap shares. */

@@ -128,9 +128,14 @@ static weave_result_t mapping_map(weave_team_t team, mapping_t *m, size_t granul
   return WEAVE_SUCCESS;
 }
 
-/* What every rank tells the others about its heap. */
+/* What every rank tells the others about its heap. Where it runs is decided as fd_exchange.c
+ * decides it (host id and pid namespace, not the hostname and pid alone): ranks in containers with
+ * one hostname (host networking) and equal pids are other processes, and must get descriptors and
+ * their own mappings, not each other's addresses. */
 typedef struct {
-  char host[64];
+  char host[64]; /* hostname, for messages */
+  weave_host_id_t host_id;
+  uint64_t pidns;
   int32_t pid;
   int32_t device;
   unsigned char uuid[16];
@@ -138,8 +143,10 @@ typedef struct {
   uint64_t size;
 } heap_card_t;
 
+static int same_host(const heap_card_t *a, const heap_card_t *b) { return weave_same_host(&a->host_id, &b->host_id); }
+
 static int same_process(const heap_card_t *a, const heap_card_t *b) {
-  return a->pid == b->pid && strcmp(a->host, b->host) == 0;
+  return same_host(a, b) && a->pidns == b->pidns && a->pid == b->pid;
 }
 
 static weave_result_t allocate_own(weave_team_t team, size_t bytes, weave_symmetric_heap_t *h, size_t *granularity) {
@@ -185,7 +192,7 @@ static weave_result_t import_peers(weave_team_t team, weave_symmetric_heap_t *h,
       bases[r] = (void *)(uintptr_t)h->own.va;
     } else if (same_process(&cards[r], mine)) {
       bases[r] = (void *)(uintptr_t)cards[r].base; /* one address space: the owner's mapping */
-    } else if (strcmp(cards[r].host, mine->host) != 0) {
+    } else if (!same_host(&cards[r], mine)) {
       return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
                         "rank %d: rank %d is on host '%s', this rank on '%s': a symmetric heap across hosts needs "
                         "fabric handles, which weave does not support yet",
@@ -231,6 +238,8 @@ weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weav
   heap_card_t mine, cards[WEAVE_MAX_WORLD];
   memset(&mine, 0, sizeof mine);
   gethostname(mine.host, sizeof mine.host - 1);
+  weave_host_id(&mine.host_id);
+  mine.pidns = weave_pid_namespace();
   mine.pid = (int32_t)getpid();
   mine.device = team->info.device;
   struct cudaDeviceProp p;
@@ -256,7 +265,7 @@ weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weav
   if (rc == WEAVE_SUCCESS) {
     int exported = 0;
     for (int r = 0; r < team->world; ++r)
-      exported |= !same_process(&cards[r], &mine) && strcmp(cards[r].host, mine.host) == 0;
+      exported |= !same_process(&cards[r], &mine) && same_host(&cards[r], &mine);
     weave_result_t local = WEAVE_SUCCESS;
     if (exported) {
       CUresult e = vmm.export_handle(&fd, h->own.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
