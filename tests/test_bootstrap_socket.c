@@ -161,8 +161,8 @@ static void test_fork_world(int world, int hub) {
     if (r != hub) CHECK_MSG(codes[r] == 0, "world %d hub %d: rank %d exited with %d", world, hub, r, codes[r]);
 }
 
-/* A fork()ed child holding an inherited copy of the registry is a spoke: with nobody else there it
- * connects to the parent's listener, which nobody serves, and says so. */
+/* A fork()ed child is a spoke of its parent's id: with nobody else there it connects to the parent's
+ * listener, which nobody serves, and says so. */
 static int not_hub_child(int rank, void *p) {
   setenv("WEAVE_TIMEOUT_MS", "300", 1);
   weave_bootstrap_t *bs = NULL;
@@ -186,6 +186,51 @@ static void test_child_is_not_hub(void) {
   weave_bootstrap_t *bs = NULL;
   CHECK(weave_bootstrap_create_uid(&id, 1, 0, &bs) == WEAVE_SUCCESS);
   if (bs) weave_bootstrap_destroy(bs);
+}
+
+/* Whether this process holds a listening TCP socket on `port`. */
+static int holds_listener(int port) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int fd = atoi(e->d_name), acc = 0;
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa), alen = sizeof(acc);
+    memset(&sa, 0, sizeof(sa));
+    if (e->d_name[0] != '.' && getsockname(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sin_family == AF_INET &&
+        ntohs(sa.sin_port) == port && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) == 0 && acc)
+      found = 1;
+  }
+  closedir(d);
+  return found;
+}
+
+static int no_listener_child(int port, void *p) {
+  (void)p;
+  if (holds_listener(port) == 0) return 0;
+  fprintf(stderr, "a fork()ed child holds its parent's listener on port %d\n", port);
+  return 1;
+}
+
+/* The child cannot be the hub of its parent's id, so it must not keep the parent's listener open
+ * either: a descriptor leaked into every child, and a port left listening (connections queued that
+ * nobody serves) after the parent's hub has closed it. */
+static void test_child_drops_listener(void) {
+  weave_unique_id_t id;
+  CHECK(weave_get_unique_id(&id) == WEAVE_SUCCESS);
+  const unsigned char *b = (const unsigned char *)id.internal;
+  int port = b[12] << 8 | b[13];
+  CHECK(holds_listener(port) == 1);
+  pid_t pid = spawn(no_listener_child, port, NULL);
+  int code;
+  reap(&pid, 1, 20000, &code);
+  CHECK_MSG(code == 0, "the fork()ed child kept its parent's listener (exit %d)", code);
+  weave_bootstrap_t *bs = NULL; /* the parent's id is intact: a world of one takes it */
+  CHECK(weave_bootstrap_create_uid(&id, 1, 0, &bs) == WEAVE_SUCCESS);
+  if (bs) weave_bootstrap_destroy(bs);
+  CHECK(holds_listener(port) == 0);
 }
 
 /* ---- ranks as threads of one process, with the socket bootstrap ---------------------------------- */
@@ -1118,6 +1163,7 @@ int main(void) {
   test_fork_world(4, 2); /* the hub is not rank 0 */
   test_fork_world(3, 2);
   test_child_is_not_hub();
+  test_child_drops_listener();
   test_threads(2);
   test_threads(5);
   test_two_ids();

@@ -4,8 +4,8 @@
  *
  *  - weave_get_unique_id opens a listening socket and returns an id naming it (as NCCL does); the id
  *    reaches the other ranks by the application's own means. The rank whose process holds that
- *    listener is the hub (a process-global registry knows which listeners this process created, and
- *    a child made by fork() inherits the registry but is not the creator); the others connect to it.
+ *    listener is the hub (a process-global registry knows which listeners this process created; a
+ *    child made by fork() is not the creator and closes the ones it inherits); the others connect to it.
  *  - weave_bootstrap_create_env (bootstrap_env.c) builds the same kind of id from the launcher's
  *    variables and makes rank 0 the hub: one mechanism for both.
  *
@@ -152,8 +152,9 @@ static int uid_decode(const weave_unique_id_t *id, weave_uid_t *u) {
   return 0;
 }
 
-/* Listeners this process created with weave_get_unique_id, by nonce. The pid tells a fork()ed child
- * (which inherits the list) that it is not the creator and must not act as the hub. */
+/* Listeners this process created with weave_get_unique_id, by nonce. A fork()ed child is not their
+ * creator and can never be their hub: it closes the ones it inherits (registry_child), and the pid
+ * tells it so should the list reach it anyway. */
 typedef struct listener {
   uint64_t nonce;
   int fd;
@@ -182,6 +183,23 @@ static int registry_take(uint64_t nonce) {
   pthread_mutex_unlock(&registry_mu);
   return fd;
 }
+
+/* fork(): kept, an inherited listener would leak a descriptor into every child and keep the port
+ * listening (connections queued that nobody serves) after the parent's hub has closed it. The lock
+ * is held across fork() so that the child finds the list whole and the lock free. */
+static void registry_prepare(void) { pthread_mutex_lock(&registry_mu); }
+static void registry_parent(void) { pthread_mutex_unlock(&registry_mu); }
+static void registry_child(void) {
+  while (registry) {
+    listener_t *l = registry;
+    registry = l->next;
+    close(l->fd);
+    free(l);
+  }
+  pthread_mutex_unlock(&registry_mu);
+}
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+static void registry_init(void) { pthread_atfork(registry_prepare, registry_parent, registry_child); }
 
 static uint64_t random64(void) {
   uint64_t v = 0;
@@ -251,6 +269,7 @@ static weave_result_t pick_address(uint32_t *addr) {
 
 weave_result_t weave_get_unique_id(weave_unique_id_t *id) {
   if (!id) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_get_unique_id: id is NULL");
+  pthread_once(&registry_once, registry_init);
   weave_uid_t u;
   memset(&u, 0, sizeof(u));
   WEAVE_CHECK(pick_address(&u.addr));
