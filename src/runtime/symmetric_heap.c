@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -272,6 +273,10 @@ weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weav
       if (e != CUDA_SUCCESS)
         local = weave_fail(team, WEAVE_ERROR_CUDA, "rank %d: exporting the heap as a file descriptor: %s", team->rank,
                            cu_error(e));
+      /* held until the exchange is over (up to the timeout): a program another thread exec()s
+       * meanwhile must not inherit it, and with it this rank's device memory for its lifetime */
+      else if (fd >= 0)
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
     rc = weave_team_agree(team, local);
   }
