@@ -210,13 +210,20 @@ static void *late_main(void *p) {
   return NULL;
 }
 
-/* `world` ranks, only `arrive` of them call in: everyone that called returns within the bound,
- * at least one with WEAVE_ERROR_TIMEOUT, the others TIMEOUT or BOOTSTRAP. */
-static void test_timeout(int world, int arrive, int use_allgather) {
-  setenv("WEAVE_TIMEOUT_MS", "200", 1);
+/* A threads bootstrap of `world` ranks whose waits are bounded by `timeout_ms` (WEAVE_TIMEOUT_MS, read
+ * at creation); NULL (and a failed check) if it cannot be made. */
+static weave_bootstrap_t *threads_with_timeout(int world, const char *timeout_ms) {
+  setenv("WEAVE_TIMEOUT_MS", timeout_ms, 1);
   weave_bootstrap_t *bs = NULL;
   CHECK(weave_bootstrap_create_threads(world, &bs) == WEAVE_SUCCESS);
   unsetenv("WEAVE_TIMEOUT_MS");
+  return bs;
+}
+
+/* `world` ranks, only `arrive` of them call in: everyone that called returns within the bound,
+ * at least one with WEAVE_ERROR_TIMEOUT, the others TIMEOUT or BOOTSTRAP. */
+static void test_timeout(int world, int arrive, int use_allgather) {
+  weave_bootstrap_t *bs = threads_with_timeout(world, "200");
   if (!bs) return;
   CHECK(bs->timeout_ms == 200);
   pthread_t th[WEAVE_MAX_WORLD];
@@ -269,10 +276,7 @@ static void *twin_main(void *p) {
 }
 
 static void test_same_rank_twice(void) {
-  setenv("WEAVE_TIMEOUT_MS", "300", 1);
-  weave_bootstrap_t *bs = NULL;
-  CHECK(weave_bootstrap_create_threads(2, &bs) == WEAVE_SUCCESS);
-  unsetenv("WEAVE_TIMEOUT_MS");
+  weave_bootstrap_t *bs = threads_with_timeout(2, "300");
   if (!bs) return;
   twin_arg_t first = {bs, WEAVE_SUCCESS, ""};
   pthread_t th;
@@ -299,10 +303,7 @@ static void *late_by_100ms(void *p) {
 }
 
 static void test_clock_step(void) {
-  setenv("WEAVE_TIMEOUT_MS", "5000", 1);
-  weave_bootstrap_t *bs = NULL;
-  CHECK(weave_bootstrap_create_threads(2, &bs) == WEAVE_SUCCESS);
-  unsetenv("WEAVE_TIMEOUT_MS");
+  weave_bootstrap_t *bs = threads_with_timeout(2, "5000");
   if (!bs) return;
   pthread_t th;
   CHECK(pthread_create(&th, NULL, late_by_100ms, bs) == 0);

@@ -79,11 +79,8 @@ static weave_result_t execute_lt(weave_gemm_rs_plan_t p, const char *fn, const w
   weave_team_t team = p->team;
   int rb, rows;
   weave_split_rows_of(p->M, team->world, team->rank, &rb, &rows);
-  void *C = p->nccl ? fp->data : C_out;
-  if (weave_lt_select(p->lt, A, B, C) != WEAVE_SUCCESS)
-    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p, C %p (%u-byte aligned)",
-                      fn, A, B, C, weave_lt_alignment(A, B, C));
-  if (weave_lt_run_scaled(p->lt, p->desc.alpha, A, B, fp->hg.scales.a, fp->hg.scales.b, C, stream) != WEAVE_SUCCESS)
+  if (weave_lt_run_scaled(p->lt, p->desc.alpha, A, B, fp->hg.scales.a, fp->hg.scales.b, p->nccl ? fp->data : C_out,
+                          stream) != WEAVE_SUCCESS)
     return weave_fail(team, WEAVE_ERROR_CUDA, "%s: cublasLtMatmul failed", fn);
   if (p->nccl &&
       weave_nccl_reduce_scatter(p->nccl, fp->data, C_out, (size_t)rows * p->N, p->out_dtype, stream) != WEAVE_SUCCESS)
@@ -117,10 +114,6 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, c
       break;
     case WEAVE_STRATEGY_BULK:
     case WEAVE_STRATEGY_BASELINE:
-      /* before the first enqueue: a refusal after it would leave the peers waiting */
-      if (p->strategy == WEAVE_STRATEGY_BASELINE && weave_lt_select(p->lt, A, B, fp->data) != WEAVE_SUCCESS)
-        return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p (%u-byte aligned)",
-                          fn, A, B, weave_lt_alignment(A, B, fp->data));
       err = weave_launch_wait_done(fp, stream);
       if (!err) {
         char msg[256] = "";
@@ -194,6 +187,16 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
    * from their GEMM; only the fused kernel runs its protocol (to measure its overhead against the
    * same GEMM alone). */
   const int direct = team->world == 1 && p->strategy != WEAVE_STRATEGY_FUSED;
+  if (p->strategy == WEAVE_STRATEGY_BASELINE) {
+    /* cuBLASLt's algorithm for this call's pointers (it writes C_out itself on one rank without NCCL,
+     * else the partial), picked before anything is enqueued: a refusal after would leave the peers
+     * waiting */
+    void *C = direct && !p->nccl ? C_out : fp.data;
+    if (weave_lt_select(p->lt, A, B, C) != WEAVE_SUCCESS)
+      return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
+                        "%s: cuBLASLt has no algorithm for A %p, B %p, C %p (%u-byte aligned)", fn, A, B, C,
+                        weave_lt_alignment(A, B, C));
+  }
   if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE))
     return execute_lt(p, fn, &fp, A, B, bias, C_out, stream);
   if (direct) return execute_direct_bulk(p, fn, &fp, A, B, bias, C_out, stream);

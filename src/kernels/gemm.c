@@ -62,6 +62,16 @@ static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t 
   return ws;
 }
 
+/* The Hopper GEMM's arguments for a shape (no pointers, alpha 1, default schedule and stream-K):
+ * what dispatch launches and what workspace_need plans, alike. */
+static weave_hgemm_args_t hgemm_args(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
+                                     weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks) {
+  const weave_hgemm_args_t a = {M, N, K, dtype, b_layout, 1.0f, NULL, NULL, NULL, NULL, num_blocks, NULL, 0,
+                                WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL},
+                                weave_dtype_is_fp8(dtype) && fp8_fast_accum};
+  return a;
+}
+
 /* The local GEMM on the fastest role the arguments allow: TMA + wgmma for 16-bit inputs with
  * 16-byte aligned rows and an output of the input dtype, and for fp8 (its only role), else
  * mma.sync / SIMT. */
@@ -74,9 +84,9 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
   int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
   const int fp8 = weave_dtype_is_fp8(dtype);
   if (fp8 || (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K))) {
-    weave_hgemm_args_t a = {M, N, K, dtype, b_layout, alpha, A, B, bias, C, num_blocks, NULL, 0,
-                            WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL},
-                            fp8 && fp8_fast_accum};
+    weave_hgemm_args_t a = hgemm_args(M, N, K, dtype, b_layout, out_dtype, fp8_fast_accum, num_blocks);
+    a.alpha = alpha;
+    a.A = A; a.B = B; a.bias = bias; a.C = C;
     if (fp8 && scales) a.scales = *scales;
     const size_t need = weave_hgemm_workspace_size(&a);
     if (need && ws) {
@@ -106,9 +116,7 @@ size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave
                                  weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks) {
   const int fp8 = weave_dtype_is_fp8(dtype);
   if (!fp8 && (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K))) return 0;
-  const weave_hgemm_args_t a = {M, N, K, dtype, b_layout, 1.0f, NULL, NULL, NULL, NULL, num_blocks, NULL, 0,
-                                WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL},
-                                fp8 && fp8_fast_accum};
+  const weave_hgemm_args_t a = hgemm_args(M, N, K, dtype, b_layout, out_dtype, fp8_fast_accum, num_blocks);
   return weave_hgemm_workspace_size(&a);
 }
 

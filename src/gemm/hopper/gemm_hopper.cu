@@ -415,9 +415,11 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
 /* weave_hgemm_plan for a call's arguments: fp8 with promoted accumulation runs the cooperative
  * schedule without stream-K (its 192 accumulator registers leave none for the fixup), fp8 with fp32
  * output the cooperative schedule; else the call's requests. sms: the device's SM count. */
+static int weave_hgemm_promotes(const weave_hgemm_args_t *a) { return a->dtype == WEAVE_FP8_E4M3 && !a->fp8_fast_accum; }
+
 static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int sms, int *grid_out, int *cl_out,
                                               int *pp_out) {
-  const int fp8 = a->dtype == WEAVE_FP8_E4M3, promote = fp8 && !a->fp8_fast_accum;
+  const int fp8 = a->dtype == WEAVE_FP8_E4M3, promote = weave_hgemm_promotes(a);
   const int schedule = promote || (fp8 && a->out_dtype == WEAVE_FP32) ? WEAVE_HGEMM_SCHED_COOP : a->schedule;
   return weave_hgemm_plan((a->M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (a->N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
                           weave_hgemm_k_blocks(a->K, a->dtype), a->num_blocks, sms,
@@ -526,7 +528,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     sa.tma_store = 1;
   }
   int grid, cl, pp;
-  const bool promote = fp8 && !a->fp8_fast_accum;
+  const bool promote = weave_hgemm_promotes(a);
   const weave_hgemm_sk_t sk = weave_hgemm_plan_args(a, sms, &grid, &cl, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
@@ -546,22 +548,19 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
       : cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)          \
                 : weave_hgemm_launch_impl<DT, DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
   /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
-   * alpha by the kernel */
-#define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                                      \
+   * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
+   * no ping-pong kernel is built for it. */
+#define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                 \
   (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream)   \
-   : pp    ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream)          \
            : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
+#define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                                      \
+  (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream)           \
+      : WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC))
   if (fp8) {
     const bool row = sc.mode == WEAVE_SCALE_ROW;
-    if (out == WEAVE_FP32) /* cooperative only (weave_hgemm_plan_args) */
-      e = row ? (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8, true>(
-                               p, c_map, sa, grid, dev, stream)
-                         : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_fp8>(
-                               p, c_map, sa, grid, dev, stream))
-              : (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_none, true>(
-                               p, c_map, sa, grid, dev, stream)
-                         : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, WEAVE_FP32, 1, 1, false, weave_hgemm_scale_none>(
-                               p, c_map, sa, grid, dev, stream));
+    if (out == WEAVE_FP32)
+      e = row ? WEAVE_HGEMM_LAUNCH_FP8_COOP(WEAVE_FP32, weave_hgemm_scale_fp8)
+              : WEAVE_HGEMM_LAUNCH_FP8_COOP(WEAVE_FP32, weave_hgemm_scale_none);
     else if (out == WEAVE_FP16)
       e = row ? WEAVE_HGEMM_LAUNCH_FP8(WEAVE_FP16, weave_hgemm_scale_fp8)
               : WEAVE_HGEMM_LAUNCH_FP8(WEAVE_FP16, weave_hgemm_scale_none);
@@ -575,6 +574,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   }
 #undef WEAVE_HGEMM_LAUNCH
 #undef WEAVE_HGEMM_LAUNCH_FP8
+#undef WEAVE_HGEMM_LAUNCH_FP8_COOP
   if (e != cudaSuccess)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s",
                             cudaGetErrorString(e));
