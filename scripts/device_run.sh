@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8acc|prof|trace|multi|lifecycle]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|probe|fp8acc|prof|trace|multi|lifecycle]...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
@@ -127,6 +127,11 @@ PY
       timeout 120 $b/weave-bench --op gemm -d fp8 -s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 \
         -s 4096x8192x3584 -s 16384x8192x3584 -B 132,128 -n 20 -w 5 -c 0 >> "$out/bench_fp8.log" 2>&1
       grep -E "^===|[0-9]x[0-9]+x[0-9]" "$out/bench_fp8.log"
+      ;;
+    probe) # tensor-core occupancy of promoted fp8 schedules outside any GEMM (tests/bench/probe_promote.cu;
+           # PROBE names the binary, default $b/weave-probe-promote, built with --target weave-probe-promote)
+      timeout 120 ${PROBE:-$b/weave-probe-promote} > "$out/probe_promote.log" 2>&1
+      echo "probe rc=$?"; cat "$out/probe_promote.log"
       ;;
     fp8acc) # builds of the promoted fp8 accumulation against each other: FP8ACC_DIRS names folders,
             # each with a weave-bench and a gpu_fp8_gemm_test (e.g. main's and the branches'
