@@ -45,6 +45,7 @@ typedef enum {
   WEAVE_ERROR_BOOTSTRAP = 9,        /* the bootstrap (rank exchange) failed */
   WEAVE_ERROR_ENV = 10,             /* a WEAVE_* environment variable has a bad value */
   WEAVE_ERROR_INTERNAL = 11,
+  WEAVE_ERROR_ABORTED = 12,         /* a rank aborted the team (weave_team_abort): destroy it */
   WEAVE_NUM_RESULTS
 } weave_result_t;
 
@@ -134,8 +135,21 @@ WEAVE_API weave_result_t weave_barrier(weave_team_t team);
 
 /* Waits for `stream`, then reads the team's device error record (written by a kernel whose bounded
  * wait expired). Returns WEAVE_ERROR_TIMEOUT with the tile/flag/ranks in the last error, and clears
- * the record so the team can go on. */
+ * the record so the team can go on. Returns WEAVE_ERROR_ABORTED, naming the rank, once a rank has
+ * aborted the team (weave_team_abort). */
 WEAVE_API weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream);
+
+/* Gives up on the team from this rank, for a rank that fails alone (a refused call, an exception)
+ * while the others may already wait for it: every rank's waits on this team, in kernels running now
+ * or launched later, stop at once instead of running out WEAVE_TIMEOUT_MS, and weave_team_sync
+ * there returns WEAVE_ERROR_ABORTED naming this rank. The output of a call they stop is undefined.
+ * From then on, every call on the team that communicates (weave_barrier, weave_malloc, weave_free,
+ * plans, weave_team_sync) fails with WEAVE_ERROR_ABORTED on this rank, and on the others once their
+ * weave_team_sync has reported it; destroy the team on every rank and create a new one to go on.
+ * Not collective; a second call does nothing. Waits in host code (the bootstrap's agreements)
+ * still end by their own timeout. The notice is written into every rank's heap by the copy engine
+ * (no kernel), on a stream of its own; the call returns once it is written. */
+WEAVE_API weave_result_t weave_team_abort(weave_team_t team);
 
 /* ---------------------------------------------------------------------------------------------
  * Symmetric heap
@@ -281,7 +295,7 @@ WEAVE_API weave_result_t weave_gemm_rs_execute_scaled(weave_gemm_rs_plan_t plan,
                                             const float *scale_a, const float *scale_b, const void *bias,
                                             void *C_out, weave_stream_t stream);
 WEAVE_API weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t plan, weave_gemm_rs_info_t *info);
-WEAVE_API weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t plan); /* collective */
+WEAVE_API weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t plan); /* collective (on an aborted team: local; its heap memory goes with the team) */
 
 /* Tracing (desc.trace or WEAVE_TRACE=path): waits for `stream`, then copies the events of the last
  * fused call (weave_trace_event_t of weave_trace.h, at most `capacity`) to host memory `events`.

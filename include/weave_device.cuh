@@ -689,7 +689,9 @@ __device__ __noinline__ int wait_slow(const weave_device_team_t *t, const U *fla
  * failure wins, by CAS on `code`) and returns WEAVE_DEVICE_TIMEOUT. When the record is already
  * set by another wait of this rank, a wait that is not satisfied at once returns
  * WEAVE_DEVICE_TIMEOUT immediately without touching the record, so a kernel with one lost flag
- * ends within one timeout. weave_team_sync reports and clears the record. */
+ * ends within one timeout. weave_team_abort sets the record of every rank (code
+ * WEAVE_DEVICE_ABORTED), so that the same rule stops their waits at once. weave_team_sync reports
+ * and clears the record (an abort's stays). */
 __device__ __forceinline__ int weave_wait_until(const weave_device_team_t *t, const uint32_t *flag, int cmp, uint32_t value,
                                                 int peer, int item) {
   uint32_t v = weave_detail::ld_acquire_sys(flag);

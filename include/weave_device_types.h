@@ -28,7 +28,8 @@ static inline WEAVE_HOST_DEVICE int weave_epoch_gt64(uint64_t a, uint64_t b) { r
 
 /* Codes of weave_device_error_t.code (0: no error). */
 #define WEAVE_DEVICE_OK 0u
-#define WEAVE_DEVICE_TIMEOUT 1u
+#define WEAVE_DEVICE_TIMEOUT 1u /* a wait's bound expired */
+#define WEAVE_DEVICE_ABORTED 2u /* a rank aborted the team: written by weave_team_abort, not by a wait */
 
 /* Comparisons of weave_wait_until. GE/GT/LE/LT compare epochs wrap-safely: a - b as int32. */
 #define WEAVE_CMP_EQ 0
@@ -40,7 +41,9 @@ static inline WEAVE_HOST_DEVICE int weave_epoch_gt64(uint64_t a, uint64_t b) { r
 
 /* Written once (first failing wait wins, by CAS on `code`) into the rank's heap header; read and
  * cleared by weave_team_sync. Every other wait of the rank sees code != 0 and gives up at once, so a
- * kernel with one lost flag ends within one timeout instead of one timeout per wait. */
+ * kernel with one lost flag ends within one timeout instead of one timeout per wait. An abort
+ * (weave_team_abort) writes only `code` (WEAVE_DEVICE_ABORTED) into every rank's record, after the
+ * header's aborted_by, so that the same rule stops every rank's waits at once. */
 typedef struct {
   uint32_t code;
   int32_t rank;      /* rank that waited */
@@ -57,7 +60,8 @@ typedef struct {
 typedef struct {
   weave_device_error_t error;            /* 48 bytes */
   uint32_t barrier_epoch;                /* device barriers this rank has entered */
-  uint32_t pad_[3];
+  uint32_t aborted_by;                   /* 0, or 1 + the rank that aborted the team (weave_team_abort) */
+  uint32_t pad_[2];
   uint32_t barrier_flags[WEAVE_MAX_WORLD]; /* [src]: last barrier epoch src reached */
 } weave_heap_header_t;
 

@@ -9,6 +9,9 @@
  *   - M = 1 and M = world - 1: ranks that own no row (C_out NULL there), every strategy;
  *   - deterministic mode bitwise identical over 20 runs;
  *   - a rank that never calls -> WEAVE_ERROR_TIMEOUT naming the tile and ranks, then a new plan works;
+ *   - a rank that aborts the team instead of calling (weave_team_abort) -> the others' calls end
+ *     within 10 s of a 60 s timeout, weave_team_sync returns WEAVE_ERROR_ABORTED naming it, and every
+ *     rank's execute and barrier then refuse with WEAVE_ERROR_ABORTED;
  *   - fp8 e4m3 inputs (B [N, K]) with every scale mode (none, per tensor, per row; each rank its own
  *     scales), bf16 and fp16 output, every strategy x reduction x slot dtype, against fp64 of the
  *     dequantized inputs within the stated bound: weave_tolerance of the output type and K_total
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "common/dtype.h"
@@ -56,6 +60,7 @@ typedef struct {
   int bitwise;       /* also require bitwise equality across calls */
   int sample;        /* fp64 on 3 ranges of 4 rows per rank, every row against cuBLASLt */
   int skip_rank;     /* this rank never executes: the others must time out */
+  int abort_rank;    /* this rank aborts the team instead of executing: the others must stop at once */
   int fresh_inputs;  /* new random A and B (in the same device buffers) before every call after the first */
   int no_lt;         /* cuBLASLt has no algorithm for this shape: baseline plans must be refused
                       * (UNSUPPORTED), auto plans must run bulk */
@@ -270,6 +275,35 @@ static int rank_fn(harness_rank_t *hr) {
       }
     }
 
+    if (c->abort_rank >= 0) {
+      /* Abort case: the team is of no further use after it (the harness destroys it). */
+      char want[64];
+      snprintf(want, sizeof(want), "rank %d aborted the team", c->abort_rank);
+      if (r == c->abort_rank) {
+        if (weave_team_abort(hr->team) != WEAVE_SUCCESS) fail(c, r, "weave_team_abort", weave_get_last_error(hr->team));
+      } else {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
+        rc = weave_team_sync(hr->team, hr->stream);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const char *m = weave_get_last_error(hr->team);
+        if (rc != WEAVE_ERROR_ABORTED) fail(c, r, "expected WEAVE_ERROR_ABORTED", weave_get_error_string(rc));
+        else if (!strstr(m, want)) fail(c, r, "the abort's message does not name the rank", m);
+        else if (s > 10.0) fail(c, r, "the abort did not stop the waits within 10 s", m);
+        else printf("  rank %d stopped %.3f s after its call: %s\n", r, s, m);
+      }
+      /* every rank, the aborting one too: what communicates refuses, naming the rank */
+      rc = weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
+      if (rc != WEAVE_ERROR_ABORTED || !strstr(weave_get_last_error(hr->team), want))
+        fail(c, r, "execute after the abort", weave_get_last_error(hr->team));
+      if (weave_barrier(hr->team) != WEAVE_ERROR_ABORTED) fail(c, r, "barrier after the abort", weave_get_last_error(hr->team));
+      if (weave_gemm_rs_plan_destroy(plan) != WEAVE_SUCCESS) fail(c, r, "plan destroy after the abort", weave_get_last_error(hr->team));
+      counted(c, 1);
+      continue;
+    }
+
     if (d.trace) { /* one traced call: one GEMM event per tile of the walk, WAIT + REDUCE per owned tile */
       weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
       size_t cap = 4 * (size_t)(info.tiles_total + info.tiles_owned) + 64, n = 0;
@@ -398,6 +432,7 @@ static test_case_t new_case(const char *name, int M, int N, int K, weave_dtype_t
   c.alpha = alpha;
   c.calls = calls;
   c.skip_rank = -1;
+  c.abort_rank = -1;
   return c;
 }
 
@@ -428,6 +463,7 @@ static int run_case(test_case_t *c, int world, uint64_t seed) {
   for (int r = 0; r < world; ++r) devices[r] = ndev ? r % ndev : 0;
   weave_config_t cfg = WEAVE_CONFIG_INIT;
   if (c->skip_rank >= 0) cfg.timeout_ms = 300;
+  if (c->abort_rank >= 0) cfg.timeout_ms = 60000; /* so that only the abort can end the waits in time */
   int rc = harness_run(world, devices, &cfg, rank_fn, c);
   for (int s = 0; s < world; ++s) {
     free(c->A[s]);
@@ -612,6 +648,13 @@ int main(int argc, char **argv) {
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       failed += run_case(&c, world, seed ^ 0xf2e5ull); total++;
+    }
+    /* 6. a rank that aborts the team instead of calling */
+    if (world >= 2 && !tiny) {
+      test_case_t c = new_case("aborting rank -> aborted", 512, 512, 128, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, 1.0f, 1);
+      c.abort_rank = world - 1;
+      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ 0xab07ull); total++;
     }
     /* 5. a rank that never calls */
     if (world >= 2 && !tiny) {

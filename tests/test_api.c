@@ -66,6 +66,7 @@ static void test_null_team_calls(void) {
   EXPECT_INVALID(weave_team_device_info(NULL, &info), "weave_team_device_info", "team");
   EXPECT_INVALID(weave_barrier(NULL), "weave_barrier", "team");
   EXPECT_INVALID(weave_team_sync(NULL, NULL), "weave_team_sync", "team");
+  EXPECT_INVALID(weave_team_abort(NULL), "weave_team_abort", "team");
   EXPECT_INVALID(weave_malloc(NULL, 64, &p), "weave_malloc", "team");
   EXPECT_INVALID(weave_free(NULL, p), "weave_free", "team");
   EXPECT_INVALID(weave_ptr(NULL, p, 0, &p), "weave_ptr", "team");
@@ -344,6 +345,49 @@ static void host_team_fini(host_team_t *h) {
   free(h->mem);
 }
 
+/* weave_team_abort on a host-heap team: the notice lands in the heap's header where a CUDA runtime
+ * with a device can copy it (the copy engine writes the host heap like any peer's), else the call
+ * says it could not tell the ranks; either way every call that communicates then fails with
+ * WEAVE_ERROR_ABORTED naming this rank, queries still answer, and a second abort does nothing. The
+ * stopped device waits and weave_team_sync's report of a peer's abort: gpu_gemm_rs. */
+static void test_team_abort(void) {
+  host_team_t ht;
+  CHECK(host_team_init(&ht, 1 << 20) == 0);
+  weave_team_t team = &ht.team;
+  void *a = NULL;
+  CHECK(weave_malloc(team, 64, &a) == WEAVE_SUCCESS);
+  const weave_heap_header_t *head = (const weave_heap_header_t *)ht.mem;
+  CHECK(head->aborted_by == 0);
+  weave_result_t rc = weave_team_abort(team);
+  if (rc == WEAVE_SUCCESS)
+    CHECK_MSG(head->aborted_by == 1 && head->error.code == WEAVE_DEVICE_ABORTED, "the notice in the header: %u, code %u",
+              head->aborted_by, head->error.code);
+  else
+    CHECK_MSG(rc == WEAVE_ERROR_CUDA && strstr(last(), "could not tell"), "abort without a device: %d (%s)", (int)rc,
+              last());
+#define EXPECT_ABORTED(call, fn)                                                                             \
+  do {                                                                                                      \
+    weave_result_t rc_ = (call);                                                                            \
+    CHECK_MSG(rc_ == WEAVE_ERROR_ABORTED, "%s -> %d (%s)", #call, (int)rc_, last());                         \
+    CHECK_MSG(strstr(last(), fn) && strstr(last(), "rank 0 aborted the team"), "%s: message '%s'", #call, last()); \
+  } while (0)
+  EXPECT_ABORTED(weave_barrier(team), "weave_barrier");
+  void *p = (void *)0x1;
+  EXPECT_ABORTED(weave_malloc(team, 64, &p), "weave_malloc");
+  CHECK(p == (void *)0x1);
+  EXPECT_ABORTED(weave_free(team, a), "weave_free");
+  EXPECT_ABORTED(weave_team_sync(team, NULL), "weave_team_sync");
+  const weave_gemm_rs_desc_t desc = WEAVE_GEMM_RS_DESC_INIT;
+  weave_gemm_rs_plan_t plan = NULL;
+  EXPECT_ABORTED(weave_gemm_rs_plan_create(team, 64, 64, 64, &desc, &plan), "weave_gemm_rs_plan_create");
+  CHECK(plan == NULL);
+#undef EXPECT_ABORTED
+  int r = -1;
+  CHECK(weave_team_rank(team, &r) == WEAVE_SUCCESS && r == 0);
+  CHECK(weave_team_abort(team) == WEAVE_SUCCESS); /* again: nothing more to do */
+  host_team_fini(&ht);
+}
+
 static void test_team_args(void) {
   host_team_t ht;
   const size_t heap = 1 << 20;
@@ -428,5 +472,6 @@ int main(void) {
   test_gemm_args(have_device);
   test_hopper_args();
   test_team_args();
+  test_team_abort();
   return check_summary("test_api");
 }

@@ -246,6 +246,18 @@ static void test_execute_args(void) {
   memset(plan.reachable, 0, sizeof(plan.reachable));
   plan.desc.scale_mode = WEAVE_SCALE_TENSOR;
   EXPECT_EXEC_INVALID(weave_gemm_rs_execute_scaled(p, A, B, sa, sb, NULL, C, NULL), xs, "host memory", "A");
+
+  /* once rank 1 has aborted the team, both calls refuse before anything else, naming it */
+  plan.pageable_access = 1;
+  team.aborted_by = 2;
+  rc = weave_gemm_rs_execute_scaled(p, A, B, sa, sb, NULL, C, NULL);
+  CHECK_MSG(rc == WEAVE_ERROR_ABORTED && strstr(weave_get_last_error(&team), xs) &&
+                strstr(weave_get_last_error(&team), "rank 1 aborted the team"),
+            "execute_scaled on an aborted team: %d (%s)", (int)rc, weave_get_last_error(&team));
+  rc = weave_gemm_rs_execute(p, NULL, B, NULL, C, NULL);
+  CHECK_MSG(rc == WEAVE_ERROR_ABORTED && strstr(weave_get_last_error(&team), x),
+            "execute (NULL A) on an aborted team: %d (%s)", (int)rc, weave_get_last_error(&team));
+  team.aborted_by = 0;
 }
 
 /* ---- cost model, bytes, roofline --------------------------------------------------------------- */

@@ -23,6 +23,9 @@ inputs from one seed (WEAVE_TEST_SEED), so each checks its own rows against an f
   opcheck       torch.library.opcheck of weave::gemm_rs (schema, fake, autograd, aot dispatch) and
                 of weave::gemm_rs_scaled (fake, autograd, aot dispatch; its schema test, which torch
                 cannot run on fp8 inputs, by hand: inputs unchanged, output no input's storage)
+  abort         (2+ ranks) the last rank calls weave.abort() instead of gemm_rs: the others' calls
+                end within 5 s (the timeout is 10 s), weave.sync() raises WeaveAbortedError naming
+                it, gemm_rs then refuses on every rank; finalize, init again, one call
   lifecycle     finalize, init again, one call, and exit without finalize (atexit tears down)
 
 Rank 0 prints a line per case. A failure raises, and torchrun stops every rank.
@@ -441,6 +444,38 @@ def case_opcheck() -> None:
         "by hand: torch.allclose has no fp8)")
 
 
+def case_abort() -> None:
+    team = weave.get_team()
+    if team.world < 2:
+        say("  (one rank: nothing to abort against)")
+        return
+    a, b = rand((256, 64), "abort a", team.rank), rand((64, 128), "abort b", team.rank)
+    aborting = team.world - 1
+    weave.gemm_rs(a, b, strategy="fused")  # the plan, made by every rank (plans are collective, host-side)
+    weave.sync()
+    if team.rank == aborting:
+        weave.abort()
+    else:
+        t0 = time.perf_counter()
+        weave.gemm_rs(a, b, strategy="fused")
+        try:
+            weave.sync()
+            raise AssertionError("weave.sync() after a peer's abort did not raise")
+        except weave.WeaveAbortedError as e:
+            waited = time.perf_counter() - t0
+            assert f"rank {aborting} aborted the team" in str(e), str(e)
+            assert waited < 5.0, f"the abort stopped the call after {waited:.1f} s"
+    try:
+        weave.gemm_rs(a, b, strategy="fused")
+        raise AssertionError("gemm_rs on an aborted team did not raise")
+    except weave.WeaveAbortedError as e:
+        assert f"rank {aborting} aborted the team" in str(e), str(e)
+    weave.finalize()
+    weave.init()
+    gemm_case("after an abort and init again", 100, 64, 32, strategy="fused")
+    say(f"  rank {aborting} aborted: the others stopped and raised WeaveAbortedError; finalize, init, one call")
+
+
 def case_lifecycle() -> None:
     world = weave.get_team().world
     weave.finalize()
@@ -454,7 +489,8 @@ def case_lifecycle() -> None:
 
 CASES: Dict[str, Callable[[], None]] = {"gemm_rs": case_gemm_rs, "scaled": case_scaled, "nn": case_nn,
                                         "compile": case_compile,
-                                        "graph": case_graph, "opcheck": case_opcheck, "lifecycle": case_lifecycle}
+                                        "graph": case_graph, "opcheck": case_opcheck, "abort": case_abort,
+                                        "lifecycle": case_lifecycle}
 
 
 def main(argv: List[str]) -> int:

@@ -39,6 +39,8 @@ def test_without_a_team() -> None:
         weave.gemm_rs(meta(4, 8), meta(8, 6))
     with pytest.raises(RuntimeError, match="weave.init"):
         weave.nn.RowParallelLinear(8, 6)
+    with pytest.raises(RuntimeError, match=r"weave.abort: no weave team"):
+        weave.abort()
     assert not weave.is_initialized()
 
 

@@ -10,6 +10,7 @@ from ._capi import (
     PlanInfo,
     Result,
     Team,
+    WeaveAbortedError,
     WeaveArgumentError,
     WeaveError,
     WeaveTimeoutError,
@@ -23,8 +24,8 @@ from ._version import __version__
 try:
     import torch  # noqa: F401
 except ModuleNotFoundError:
-    _NEEDS_TORCH = ("init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info", "sync",
-                    "nn")
+    _NEEDS_TORCH = ("abort", "init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info",
+                    "sync", "nn")
 
     def __getattr__(name: str) -> object:
         if name in _NEEDS_TORCH:
@@ -32,11 +33,11 @@ except ModuleNotFoundError:
         raise AttributeError(f"module 'weave' has no attribute {name!r}")
 else:
     from . import nn
-    from ._torch import finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
+    from ._torch import abort, finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
 
 __all__ = [
-    "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveArgumentError", "WeaveError", "WeaveTimeoutError",
-    "__version__", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
+    "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveAbortedError", "WeaveArgumentError", "WeaveError",
+    "WeaveTimeoutError", "__version__", "abort", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
     "library_version", "nn", "plan_info", "row_split", "sync",
 ]
 if "_NEEDS_TORCH" in globals():  # without torch: `from weave import *` takes the library layer (not an ImportError)

@@ -40,6 +40,7 @@ class Result(enum.IntEnum):
     BOOTSTRAP = 9
     ENV = 10
     INTERNAL = 11
+    ABORTED = 12
 
 
 class WeaveError(RuntimeError):
@@ -68,11 +69,17 @@ class WeaveTimeoutError(WeaveError, TimeoutError):
     """Result.TIMEOUT (a bounded wait expired; the message names the ranks): also a TimeoutError."""
 
 
+class WeaveAbortedError(WeaveError):
+    """Result.ABORTED: a rank aborted the team (Team.abort, weave.abort); the message names it. The team
+    is of no further use: finalize (destroy) it on every rank."""
+
+
 class LibraryNotFoundError(ImportError):
     """libweave.so was not found, would not load, or is of another version."""
 
 
-_ERROR_CLASSES: Dict[int, type] = {Result.INVALID_ARGUMENT: WeaveArgumentError, Result.TIMEOUT: WeaveTimeoutError}
+_ERROR_CLASSES: Dict[int, type] = {Result.INVALID_ARGUMENT: WeaveArgumentError, Result.TIMEOUT: WeaveTimeoutError,
+                                   Result.ABORTED: WeaveAbortedError}
 
 
 def _error(code: int, call: str, detail: str) -> WeaveError:
@@ -129,6 +136,7 @@ _PROTOTYPES = {
     "weave_team_destroy": (c_int, [c_void_p]),
     "weave_team_device_info": (c_int, [c_void_p, _P(_DeviceInfo)]),
     "weave_team_sync": (c_int, [c_void_p, c_void_p]),
+    "weave_team_abort": (c_int, [c_void_p]),
     "weave_gemm_rs_plan_create": (c_int, [c_void_p, c_int, c_int, c_int, _P(_Desc), _P(c_void_p)]),
     "weave_gemm_rs_plan_info": (c_int, [c_void_p, _P(_Info)]),
     "weave_gemm_rs_execute": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
@@ -453,11 +461,22 @@ class Team:
         return tuple(self._plans.values())
 
     def sync(self, stream: int) -> None:
-        """weave_team_sync: waits for `stream`, then raises WeaveTimeoutError if a kernel's wait expired."""
+        """weave_team_sync: waits for `stream`, then raises WeaveTimeoutError if a kernel's wait expired,
+        WeaveAbortedError once a rank has aborted the team."""
         self._check_alive()
         rc = lib().weave_team_sync(self.handle, stream or None)
         if rc:
             _raise(rc, "weave_team_sync", self.handle)
+
+    def abort(self) -> None:
+        """weave_team_abort: this rank gives up on the team. Every rank's waits on it, in kernels now or
+        later, stop at once instead of running out the timeout; their sync() then raises
+        WeaveAbortedError naming this rank. Not collective. Afterwards only destroy() is of use, on
+        every rank."""
+        self._check_alive()
+        rc = lib().weave_team_abort(self.handle)
+        if rc:
+            _raise(rc, "weave_team_abort", self.handle)
 
     def destroy(self) -> None:
         """Collective: frees the plans (in creation order, the same on every rank), the team and the

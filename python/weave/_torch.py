@@ -102,6 +102,14 @@ def get_team(call: str = "weave") -> Team:
     return _state.team
 
 
+def abort() -> None:
+    """This rank gives up on the team (weave_team_abort), e.g. where it fails alone while the others may
+    wait for it in a weave call: their waits stop at once instead of running out WEAVE_TIMEOUT_MS, and
+    their weave.sync() raises WeaveAbortedError naming this rank. Then call weave.finalize() on every
+    rank (and weave.init() to go on)."""
+    get_team("weave.abort").abort()
+
+
 def sync() -> None:
     """Waits for torch's current stream, then raises WeaveTimeoutError if a weave kernel's bounded wait
     expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells)."""

@@ -437,6 +437,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
                                          weave_gemm_rs_plan_t *plan_out) {
   if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
   if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
+  WEAVE_CHECK(weave_team_check_live(team, "weave_gemm_rs_plan_create"));
   weave_gemm_rs_desc_t d;
   WEAVE_CHECK(weave_team_agree(team, weave_gemm_rs_desc_read(team, desc, &d)));
   WEAVE_CHECK(plan_check_team_args(team, M, N, K, &d));
@@ -530,7 +531,9 @@ weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   cudaFree(p->trace);
   cudaFree(p->gemm_ws);
   plan_destroy_lockstep_event(p);
-  weave_result_t rc = weave_free(p->team, p->mem); /* synchronizes the device and all ranks first */
+  /* weave_free synchronizes the device and all ranks first. On an aborted team there is no
+   * agreement to be had: the heap goes with weave_team_destroy. */
+  weave_result_t rc = p->team->aborted_by ? WEAVE_SUCCESS : weave_free(p->team, p->mem);
   plan_free_host(p);
   return rc;
 }

@@ -212,6 +212,7 @@ static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void
 weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,
                                      void *C_out, weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute: plan is NULL");
+  WEAVE_CHECK(weave_team_check_live(p->team, "weave_gemm_rs_execute"));
   if (p->desc.scale_mode != WEAVE_SCALE_NONE)
     return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT,
                       "weave_gemm_rs_execute: the plan has scales (scale_mode %d): use weave_gemm_rs_execute_scaled",
@@ -222,6 +223,7 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
 weave_result_t weave_gemm_rs_execute_scaled(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
                                             const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute_scaled: plan is NULL");
+  WEAVE_CHECK(weave_team_check_live(p->team, "weave_gemm_rs_execute_scaled"));
   return execute(p, "weave_gemm_rs_execute_scaled", A, B, scale_a, scale_b, bias, C_out, stream);
 }
 

@@ -34,6 +34,7 @@ const char *weave_get_error_string(weave_result_t result) {
     case WEAVE_ERROR_BOOTSTRAP: return "bootstrap failure";
     case WEAVE_ERROR_ENV: return "bad environment variable";
     case WEAVE_ERROR_INTERNAL: return "internal error";
+    case WEAVE_ERROR_ABORTED: return "the team was aborted";
     case WEAVE_NUM_RESULTS: break;
   }
   return "unknown result code";

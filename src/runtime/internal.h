@@ -148,8 +148,15 @@ struct weave_team {
   void **d_bases;                     /* device copy of peer_bases */
   weave_heap_t heap;
   int threads_on_device;              /* ranks of this team in this process that share its GPU */
+  int aborted_by;                     /* 0, or 1 + the rank that aborted the team (this one, by
+                                       * weave_team_abort, or a peer, as weave_team_sync found; -1:
+                                       * the record said aborted before the notice naming the rank) */
   char last_error[1024];
 };
+
+/* WEAVE_ERROR_ABORTED (the last error naming `fn` and the aborting rank) once the team is aborted,
+ * else success: the first check of every call that communicates. */
+weave_result_t weave_team_check_live(weave_team_t team, const char *fn);
 
 /* Collective: every rank's `mine` into all[0 .. world-1]; a bootstrap failure is the team's last error. */
 weave_result_t weave_team_allgather_int(weave_team_t team, int mine, int *all);

@@ -7,6 +7,7 @@
  * Every collective call ends in weave_team_agree, so a failure on one rank fails the call on all
  * ranks instead of leaving the others waiting.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,15 @@ weave_result_t weave_team_check_same(weave_team_t team, const void *data, size_t
 static weave_result_t check_team(weave_team_t team, const char *fn) {
   if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: team is NULL", fn);
   return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_team_check_live(weave_team_t team, const char *fn) {
+  if (!team->aborted_by) return WEAVE_SUCCESS;
+  if (team->aborted_by < 0) /* the record says aborted, the notice naming the rank is not there (yet) */
+    return weave_fail(team, WEAVE_ERROR_ABORTED, "%s: a rank aborted the team (weave_team_abort): destroy it on every rank",
+                      fn);
+  return weave_fail(team, WEAVE_ERROR_ABORTED, "%s: rank %d aborted the team (weave_team_abort): destroy it on every rank",
+                    fn, team->aborted_by - 1);
 }
 
 #ifdef WEAVE_HAVE_CUDA
@@ -224,6 +234,7 @@ weave_result_t weave_team_device_info(weave_team_t team, weave_device_info_t *in
 
 weave_result_t weave_barrier(weave_team_t team) {
   WEAVE_CHECK(check_team(team, "weave_barrier"));
+  WEAVE_CHECK(weave_team_check_live(team, "weave_barrier"));
   weave_result_t rc = team->bootstrap->barrier(team->bootstrap, team->rank);
   if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "weave_barrier: %s", weave_get_last_error(NULL));
   return WEAVE_SUCCESS;
@@ -236,6 +247,7 @@ static int in_heap(weave_team_t team, const void *ptr) {
 
 weave_result_t weave_malloc(weave_team_t team, size_t bytes, void **ptr) {
   WEAVE_CHECK(check_team(team, "weave_malloc"));
+  WEAVE_CHECK(weave_team_check_live(team, "weave_malloc"));
   if (!ptr) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_malloc: ptr is NULL");
   if (bytes == 0) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_malloc: size is 0");
   WEAVE_CHECK(weave_team_check_same(team, &bytes, sizeof(bytes), "weave_malloc size"));
@@ -259,6 +271,7 @@ weave_result_t weave_malloc(weave_team_t team, size_t bytes, void **ptr) {
 
 weave_result_t weave_free(weave_team_t team, void *ptr) {
   WEAVE_CHECK(check_team(team, "weave_free"));
+  WEAVE_CHECK(weave_team_check_live(team, "weave_free"));
   weave_result_t local = WEAVE_SUCCESS;
   size_t off = 0;
   if (!ptr || !in_heap(team, ptr))
@@ -315,11 +328,19 @@ static const char *cmp_name(uint32_t c) {
 
 weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CHECK(check_team(team, "weave_team_sync"));
+  WEAVE_CHECK(weave_team_check_live(team, "weave_team_sync"));
 #ifdef WEAVE_HAVE_CUDA
   WEAVE_CUDA_CHECK(team, cudaSetDevice(team->info.device));
   WEAVE_CUDA_CHECK(team, cudaStreamSynchronize((cudaStream_t)stream));
-  weave_device_error_t rec;
-  WEAVE_CUDA_CHECK(team, cudaMemcpy(&rec, team->heap_base, sizeof(rec), cudaMemcpyDeviceToHost));
+  weave_heap_header_t head; /* the record and the abort notice: the header up to the barrier flags */
+  WEAVE_CUDA_CHECK(team, cudaMemcpy(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags),
+                                    cudaMemcpyDeviceToHost));
+  const weave_device_error_t rec = head.error;
+  if (rec.code == WEAVE_DEVICE_ABORTED || head.aborted_by) {
+    /* kept: the team is of no further use, and every later call says so */
+    team->aborted_by = head.aborted_by ? (int)head.aborted_by : -1;
+    return weave_team_check_live(team, "weave_team_sync");
+  }
   if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
   WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
   /* Two known causes when ranks are threads sharing a GPU: the awaited rank's thread sat in a CUDA
@@ -341,4 +362,39 @@ weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   (void)stream;
   return WEAVE_ERROR_INTERNAL;
 #endif
+}
+
+weave_result_t weave_team_abort(weave_team_t team) {
+  WEAVE_CHECK(check_team(team, "weave_team_abort"));
+  if (team->aborted_by) return WEAVE_SUCCESS; /* this rank or a peer did already */
+  team->aborted_by = team->rank + 1;
+  weave_log(WEAVE_LOG_WARN, team, "rank %d aborts the team: every rank's waits on it stop", team->rank);
+#ifdef WEAVE_HAVE_CUDA
+  /* Into every rank's header, this one's too (its own kernels may wait for a peer): the notice
+   * naming this rank, then the error record's code, which every wait checks: they give up at once.
+   * By the copy engine, so no SM is needed and it lands where kernels fill the GPU; on a stream of
+   * its own, so that nothing queued on the caller's streams delays it; the caller's device restored. */
+  const uint32_t notice = (uint32_t)team->rank + 1u, code = WEAVE_DEVICE_ABORTED;
+  int caller_device = -1;
+  cudaStream_t s = NULL;
+  cudaError_t e = cudaGetDevice(&caller_device);
+  if (e == cudaSuccess) e = cudaSetDevice(team->info.device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  for (int p = 0; e == cudaSuccess && p < team->world; ++p) {
+    char *head = (char *)team->peer_bases[p];
+    e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, aborted_by), &notice, sizeof(notice), cudaMemcpyDefault, s);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, error.code), &code, sizeof(code), cudaMemcpyDefault, s);
+  }
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (s) cudaStreamDestroy(s);
+  if (caller_device >= 0) cudaSetDevice(caller_device);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return weave_fail(team, WEAVE_ERROR_CUDA,
+                      "weave_team_abort: rank %d could not tell every rank (%s): their waits end by the timeout", team->rank,
+                      cudaGetErrorString(e));
+  }
+#endif
+  return WEAVE_SUCCESS;
 }
