@@ -329,6 +329,7 @@ static int host_team_init(host_team_t *h, size_t heap_size) {
   if (weave_bootstrap_create_threads(1, &h->team.bootstrap) != WEAVE_SUCCESS) return -1;
   h->mem = aligned_alloc(4096, heap_size);
   if (!h->mem) return -1;
+  memset(h->mem, 0, WEAVE_HEAP_RESERVED); /* as team creation clears the header */
   h->team.rank = 0;
   h->team.world = 1;
   h->team.heap_size = heap_size;
