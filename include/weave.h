@@ -122,7 +122,9 @@ typedef struct {
   int ranks_on_device;        /* ranks of this team that share this GPU (co-residency) */
 } weave_device_info_t;
 
-/* Collective. `device` is this rank's CUDA ordinal; several ranks may name the same one. */
+/* Collective. `device` is this rank's CUDA ordinal; several ranks may name the same one. Every call
+ * on the team and its plans makes `device` current while it works and gives the caller's current
+ * device back before it returns. */
 WEAVE_API weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device,
                                  const weave_config_t *config, weave_team_t *team);
 WEAVE_API weave_result_t weave_team_destroy(weave_team_t team); /* collective */

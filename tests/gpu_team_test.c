@@ -5,7 +5,9 @@
  * memory within 2 MiB of the warm-up reading). Each team also allocates, uses and frees heap memory
  * through weave_malloc and weave_ptr, so the mappings are used, not only made.
  * Threads mode: world 2 and 4 on GPU 0. Under a launcher (scripts/launch.sh -n N --mps): one rank per
- * process, heaps exchanged as file descriptors. Usage: gpu_team_test [cycles] (default 1000).
+ * process, heaps exchanged as file descriptors. With two GPUs or more (threads mode), also: a team
+ * on GPU 0 driven from a thread whose current device is GPU 1 leaves GPU 1 current after every call
+ * (create, malloc, plan, execute, sync, free, destroy). Usage: gpu_team_test [cycles] (default 1000).
  * Exit 0 pass, 1 fail, 77 no device.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -85,6 +87,73 @@ static int run_world(int world) {
   return rc;
 }
 
+/* weave's calls make the team's device current while they work and give the caller's back. */
+static int caller_device_kept(void) {
+  if (harness_device_count() < 2) {
+    printf("caller's device kept: one GPU, skipped\n");
+    return 0;
+  }
+  int bad = 0, dev = -1;
+#define KEPT(what)                                                              \
+  do {                                                                          \
+    cudaGetDevice(&dev);                                                        \
+    if (dev != 1) {                                                             \
+      printf("FAIL caller's device after %s: %d, not 1\n", what, dev);          \
+      bad = 1;                                                                  \
+    }                                                                           \
+  } while (0)
+  weave_bootstrap_t *bs = NULL;
+  weave_team_t team = NULL;
+  weave_config_t cfg = WEAVE_CONFIG_INIT;
+  cfg.heap_size = 64 << 20;
+  enum { M = 256, N = 256, K = 64 };
+  void *A = NULL, *B = NULL, *C = NULL;
+  cudaStream_t s = NULL;
+  cudaSetDevice(0); /* the inputs and the stream live on the team's GPU */
+  if (cudaMalloc(&A, M * K * 2) || cudaMalloc(&B, K * N * 2) || cudaMalloc(&C, M * N * 2) ||
+      cudaMemset(A, 0, M * K * 2) || cudaMemset(B, 0, K * N * 2) || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) {
+    printf("FAIL caller's device: CUDA set-up on GPU 0\n");
+    return 1;
+  }
+  cudaSetDevice(1);
+  if (weave_bootstrap_create_threads(1, &bs) != WEAVE_SUCCESS ||
+      weave_team_create(bs, 0, /*device=*/0, &cfg, &team) != WEAVE_SUCCESS) {
+    printf("FAIL caller's device: a team on GPU 0: %s\n", weave_get_last_error(NULL));
+    return 1;
+  }
+  KEPT("weave_team_create");
+  void *h = NULL;
+  if (weave_malloc(team, 4096, &h) != WEAVE_SUCCESS) bad = 1;
+  KEPT("weave_malloc");
+  weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
+  d.strategy = WEAVE_STRATEGY_FUSED;
+  weave_gemm_rs_plan_t plan = NULL;
+  if (weave_gemm_rs_plan_create(team, M, N, K, &d, &plan) != WEAVE_SUCCESS) {
+    printf("FAIL caller's device: plan: %s\n", weave_get_last_error(team));
+    bad = 1;
+  }
+  KEPT("weave_gemm_rs_plan_create");
+  if (plan && weave_gemm_rs_execute(plan, A, B, NULL, C, (weave_stream_t)s) != WEAVE_SUCCESS) bad = 1;
+  KEPT("weave_gemm_rs_execute");
+  if (weave_team_sync(team, (weave_stream_t)s) != WEAVE_SUCCESS) bad = 1;
+  KEPT("weave_team_sync");
+  if (plan && weave_gemm_rs_plan_destroy(plan) != WEAVE_SUCCESS) bad = 1;
+  KEPT("weave_gemm_rs_plan_destroy");
+  if (weave_free(team, h) != WEAVE_SUCCESS) bad = 1;
+  KEPT("weave_free");
+  if (weave_team_destroy(team) != WEAVE_SUCCESS) bad = 1;
+  KEPT("weave_team_destroy");
+#undef KEPT
+  weave_bootstrap_destroy(bs);
+  cudaSetDevice(0);
+  cudaStreamDestroy(s);
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+  printf("caller's device kept (team on GPU 0, thread on GPU 1): %s\n", bad ? "FAILED" : "passed");
+  return bad;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) cycles = atoi(argv[1]);
   if (harness_time_sliced() && cycles > 20) {
@@ -103,8 +172,10 @@ int main(int argc, char **argv) {
   if (launched < 0) return 1;
   int failed = 0;
   if (launched) failed |= run_world(launched);
-  else
+  else {
     for (int w = 2; w <= 4; w *= 2) failed |= run_world(w);
+    failed |= caller_device_kept();
+  }
   printf("gpu_team_test: %s\n", failed ? "FAILED" : "PASSED");
   return failed ? 1 : 0;
 }

@@ -433,11 +433,8 @@ static void plan_free_host(weave_gemm_rs_plan_t p) {
   free(p);
 }
 
-weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
-                                         weave_gemm_rs_plan_t *plan_out) {
-  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
-  if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
-  WEAVE_CHECK(weave_team_check_live(team, "weave_gemm_rs_plan_create"));
+static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                  weave_gemm_rs_plan_t *plan_out) {
   weave_gemm_rs_desc_t d;
   WEAVE_CHECK(weave_team_agree(team, weave_gemm_rs_desc_read(team, desc, &d)));
   WEAVE_CHECK(plan_check_team_args(team, M, N, K, &d));
@@ -448,7 +445,6 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   p->team = team;
   p->M = M; p->N = N; p->K = K;
   weave_gemm_rs_desc_read(team, desc, &p->desc); /* checked above */
-  cudaSetDevice(team->info.device);
   if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
     cudaGetLastError();
     p->pageable_access = 0;
@@ -491,6 +487,17 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   return WEAVE_SUCCESS;
 }
 
+weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                         weave_gemm_rs_plan_t *plan_out) {
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
+  if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
+  WEAVE_CHECK(weave_team_check_live(team, "weave_gemm_rs_plan_create"));
+  const int caller = weave_device_enter(team->info.device);
+  weave_result_t rc = plan_create(team, M, N, K, desc, plan_out);
+  weave_device_leave(caller);
+  return rc;
+}
+
 weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_info_t *info) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_info: plan is NULL");
   if (!info) return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_info: info is NULL");
@@ -526,6 +533,7 @@ static void plan_write_trace(weave_gemm_rs_plan_t p) {
 
 weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
+  const int caller = weave_device_enter(p->team->info.device);
   if (p->trace && p->trace_path[0] && p->calls > 0) plan_write_trace(p);
   /* cudaFree waits for this plan's last calls; every rank has enqueued its own before coming here */
   cudaFree(p->trace);
@@ -535,5 +543,6 @@ weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
    * agreement to be had: the heap goes with weave_team_destroy. */
   weave_result_t rc = p->team->aborted_by ? WEAVE_SUCCESS : weave_free(p->team, p->mem);
   plan_free_host(p);
+  weave_device_leave(caller);
   return rc;
 }

@@ -160,7 +160,6 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
                               const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
   weave_team_t team = p->team;
   WEAVE_CHECK(execute_check_args(p, fn, A, B, scale_a, scale_b, bias, C_out));
-  cudaSetDevice(team->info.device);
 
   size_t e = weave_dtype_size(p->desc.dtype);
   weave_fused_params_t fp = p->params;
@@ -205,8 +204,11 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
 
 static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B, const float *scale_a,
                               const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
-  WEAVE_CHECK(enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream));
-  return execute_lockstep(p, fn, stream);
+  const int caller = weave_device_enter(p->team->info.device);
+  weave_result_t rc = enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream);
+  if (rc == WEAVE_SUCCESS) rc = execute_lockstep(p, fn, stream);
+  weave_device_leave(caller);
+  return rc;
 }
 
 weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, const void *B, const void *bias,

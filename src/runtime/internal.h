@@ -154,6 +154,13 @@ struct weave_team {
   char last_error[1024];
 };
 
+/* The team's device made current for a call that does CUDA work, and the caller's current device
+ * given back after it (weave_device_leave): a thread that drives several GPUs keeps its own current
+ * device across weave calls. Returns what leave takes: the caller's device, or -1 when nothing is to
+ * be given back (it was current already, or CUDA could not say). */
+int weave_device_enter(int device);
+void weave_device_leave(int previous);
+
 /* WEAVE_ERROR_ABORTED (the last error naming `fn` and the aborting rank) once the team is aborted,
  * else success: the first check of every call that communicates. */
 weave_result_t weave_team_check_live(weave_team_t team, const char *fn);

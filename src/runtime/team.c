@@ -54,6 +54,33 @@ static weave_result_t check_team(weave_team_t team, const char *fn) {
   return WEAVE_SUCCESS;
 }
 
+int weave_device_enter(int device) {
+#ifdef WEAVE_HAVE_CUDA
+  int previous = -1;
+  if (device < 0 || cudaGetDevice(&previous) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (previous == device) return -1;
+  if (cudaSetDevice(device) != cudaSuccess) { /* the call's own CUDA calls then fail and say why */
+    cudaGetLastError();
+    return -1;
+  }
+  return previous;
+#else
+  (void)device;
+  return -1;
+#endif
+}
+
+void weave_device_leave(int previous) {
+#ifdef WEAVE_HAVE_CUDA
+  if (previous >= 0) cudaSetDevice(previous);
+#else
+  (void)previous;
+#endif
+}
+
 weave_result_t weave_team_check_live(weave_team_t team, const char *fn) {
   if (!team->aborted_by) return WEAVE_SUCCESS;
   if (team->aborted_by < 0) /* the record says aborted, the notice naming the rank is not there (yet) */
@@ -124,8 +151,8 @@ static void team_release(weave_team_t team) {
 }
 #endif
 
-weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device, const weave_config_t *config,
-                                 weave_team_t *team_out) {
+static weave_result_t team_create(weave_bootstrap_t *bootstrap, int rank, int device, const weave_config_t *config,
+                                  weave_team_t *team_out) {
   if (!team_out) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_create: team is NULL");
   if (!bootstrap) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_create: bootstrap is NULL");
   if (rank < 0 || rank >= bootstrap->world)
@@ -186,10 +213,16 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
 #endif
 }
 
-weave_result_t weave_team_destroy(weave_team_t team) {
-  WEAVE_CHECK(check_team(team, "weave_team_destroy"));
+weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device, const weave_config_t *config,
+                                 weave_team_t *team_out) {
+  const int caller = weave_device_enter(device);
+  weave_result_t rc = team_create(bootstrap, rank, device, config, team_out);
+  weave_device_leave(caller);
+  return rc;
+}
+
+static weave_result_t team_destroy(weave_team_t team) {
 #ifdef WEAVE_HAVE_CUDA
-  cudaSetDevice(team->info.device);
   cudaDeviceSynchronize();
   /* Peers may still read this heap until every rank got here. */
   weave_result_t rc = team->bootstrap->barrier(team->bootstrap, team->rank);
@@ -209,6 +242,14 @@ weave_result_t weave_team_destroy(weave_team_t team) {
 #else
   return WEAVE_ERROR_INTERNAL;
 #endif
+}
+
+weave_result_t weave_team_destroy(weave_team_t team) {
+  WEAVE_CHECK(check_team(team, "weave_team_destroy"));
+  const int caller = weave_device_enter(team->info.device);
+  weave_result_t rc = team_destroy(team);
+  weave_device_leave(caller);
+  return rc;
 }
 
 weave_result_t weave_team_rank(weave_team_t team, int *rank) {
@@ -282,8 +323,9 @@ weave_result_t weave_free(weave_team_t team, void *ptr) {
   WEAVE_CHECK(weave_team_check_same(team, &off, sizeof(off), "weave_free offset"));
 #ifdef WEAVE_HAVE_CUDA
   /* Peers may still have kernels reading this memory: all ranks finish their work first. */
-  cudaSetDevice(team->info.device);
+  const int caller = weave_device_enter(team->info.device);
   cudaDeviceSynchronize();
+  weave_device_leave(caller);
 #endif
   WEAVE_CHECK(weave_barrier(team));
   if (weave_heap_free(&team->heap, off) != 0)
@@ -326,11 +368,8 @@ static const char *cmp_name(uint32_t c) {
   return c < 6 ? n[c] : "?";
 }
 
-weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
-  WEAVE_CHECK(check_team(team, "weave_team_sync"));
-  WEAVE_CHECK(weave_team_check_live(team, "weave_team_sync"));
+static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
 #ifdef WEAVE_HAVE_CUDA
-  WEAVE_CUDA_CHECK(team, cudaSetDevice(team->info.device));
   WEAVE_CUDA_CHECK(team, cudaStreamSynchronize((cudaStream_t)stream));
   weave_heap_header_t head; /* the record and the abort notice: the header up to the barrier flags */
   WEAVE_CUDA_CHECK(team, cudaMemcpy(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags),
@@ -364,6 +403,15 @@ weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
 #endif
 }
 
+weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
+  WEAVE_CHECK(check_team(team, "weave_team_sync"));
+  WEAVE_CHECK(weave_team_check_live(team, "weave_team_sync"));
+  const int caller = weave_device_enter(team->info.device);
+  weave_result_t rc = team_sync(team, stream);
+  weave_device_leave(caller);
+  return rc;
+}
+
 weave_result_t weave_team_abort(weave_team_t team) {
   WEAVE_CHECK(check_team(team, "weave_team_abort"));
   if (team->aborted_by) return WEAVE_SUCCESS; /* this rank or a peer did already */
@@ -373,13 +421,11 @@ weave_result_t weave_team_abort(weave_team_t team) {
   /* Into every rank's header, this one's too (its own kernels may wait for a peer): the notice
    * naming this rank, then the error record's code, which every wait checks: they give up at once.
    * By the copy engine, so no SM is needed and it lands where kernels fill the GPU; on a stream of
-   * its own, so that nothing queued on the caller's streams delays it; the caller's device restored. */
+   * its own, so that nothing queued on the caller's streams delays it. */
   const uint32_t notice = (uint32_t)team->rank + 1u, code = WEAVE_DEVICE_ABORTED;
-  int caller_device = -1;
+  const int caller = weave_device_enter(team->info.device);
   cudaStream_t s = NULL;
-  cudaError_t e = cudaGetDevice(&caller_device);
-  if (e == cudaSuccess) e = cudaSetDevice(team->info.device);
-  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   for (int p = 0; e == cudaSuccess && p < team->world; ++p) {
     char *head = (char *)team->peer_bases[p];
     e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, aborted_by), &notice, sizeof(notice), cudaMemcpyDefault, s);
@@ -388,7 +434,7 @@ weave_result_t weave_team_abort(weave_team_t team) {
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   if (s) cudaStreamDestroy(s);
-  if (caller_device >= 0) cudaSetDevice(caller_device);
+  weave_device_leave(caller);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return weave_fail(team, WEAVE_ERROR_CUDA,
