@@ -123,8 +123,9 @@ typedef struct {
 } weave_device_info_t;
 
 /* Collective. `device` is this rank's CUDA ordinal; several ranks may name the same one. Every call
- * on the team and its plans makes `device` current while it works and gives the caller's current
- * device back before it returns. */
+ * on the team and its plans makes `device` current while it works; a thread that had a CUDA context
+ * current (on another device) gets it back before the call returns, a thread that had none keeps
+ * `device` current (so allocate the inputs after weave_team_create, or cudaSetDevice first). */
 WEAVE_API weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device,
                                  const weave_config_t *config, weave_team_t *team);
 WEAVE_API weave_result_t weave_team_destroy(weave_team_t team); /* collective */
@@ -138,19 +139,25 @@ WEAVE_API weave_result_t weave_barrier(weave_team_t team);
 /* Waits for `stream`, then reads the team's device error record (written by a kernel whose bounded
  * wait expired). Returns WEAVE_ERROR_TIMEOUT with the tile/flag/ranks in the last error, and clears
  * the record so the team can go on. Returns WEAVE_ERROR_ABORTED, naming the rank, once a rank has
- * aborted the team (weave_team_abort). */
+ * aborted the team (weave_team_abort); once this rank knows it, at once, without waiting. */
 WEAVE_API weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream);
 
 /* Gives up on the team from this rank, for a rank that fails alone (a refused call, an exception)
- * while the others may already wait for it: every rank's waits on this team, in kernels running now
- * or launched later, stop at once instead of running out WEAVE_TIMEOUT_MS, and weave_team_sync
- * there returns WEAVE_ERROR_ABORTED naming this rank. The output of a call they stop is undefined.
- * From then on, every call on the team that communicates (weave_barrier, weave_malloc, weave_free,
- * plans, weave_team_sync) fails with WEAVE_ERROR_ABORTED on this rank, and on the others once their
- * weave_team_sync has reported it; destroy the team on every rank and create a new one to go on.
- * Not collective; a second call does nothing. Waits in host code (the bootstrap's agreements)
- * still end by their own timeout. The notice is written into every rank's heap by the copy engine
- * (no kernel), on a stream of its own; the call returns once it is written. */
+ * while the others may already wait for it: every rank's waits on this team, in weave's kernels
+ * running now or launched later, stop at once instead of running out WEAVE_TIMEOUT_MS, and
+ * weave_team_sync there returns WEAVE_ERROR_ABORTED naming this rank. The output of a call they stop
+ * is undefined. From then on, every call on the team that communicates (weave_barrier, weave_malloc,
+ * weave_free, plan creation and execution, weave_team_sync) fails with WEAVE_ERROR_ABORTED on this
+ * rank, and on the others once their weave_team_sync has reported it (before that their calls are
+ * launched and stop at once); weave_gemm_rs_plan_destroy reads the notice too and then frees only
+ * this rank's own. Destroy the plans and the team on every rank, and create a new team to go on.
+ * Not stopped: waits in host code (the bootstrap's agreements: plan creation, weave_barrier,
+ * weave_malloc / weave_free), which end by their own timeout, and NCCL's reduce-scatter in plans that
+ * use it (the baseline strategy on ranks with a GPU each, in builds with NCCL), whose kernels do not
+ * read weave's record. The notice is written into every rank's heap by the copy engine (no kernel),
+ * on a stream of its own; the call returns once it is written (WEAVE_ERROR_TIMEOUT if that took
+ * longer than the team's timeout). Not collective. A second call does nothing once every rank was
+ * told, else tries again. Call it from the rank's own thread, not during another call on the team. */
 WEAVE_API weave_result_t weave_team_abort(weave_team_t team);
 
 /* ---------------------------------------------------------------------------------------------

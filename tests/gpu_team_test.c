@@ -113,13 +113,15 @@ static int caller_device_kept(void) {
   if (cudaMalloc(&A, M * K * 2) || cudaMalloc(&B, K * N * 2) || cudaMalloc(&C, M * N * 2) ||
       cudaMemset(A, 0, M * K * 2) || cudaMemset(B, 0, K * N * 2) || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) {
     printf("FAIL caller's device: CUDA set-up on GPU 0\n");
-    return 1;
+    bad = 1;
+    goto done;
   }
   cudaSetDevice(1);
   if (weave_bootstrap_create_threads(1, &bs) != WEAVE_SUCCESS ||
       weave_team_create(bs, 0, /*device=*/0, &cfg, &team) != WEAVE_SUCCESS) {
     printf("FAIL caller's device: a team on GPU 0: %s\n", weave_get_last_error(NULL));
-    return 1;
+    bad = 1;
+    goto done;
   }
   KEPT("weave_team_create");
   void *h = NULL;
@@ -144,9 +146,10 @@ static int caller_device_kept(void) {
   if (weave_team_destroy(team) != WEAVE_SUCCESS) bad = 1;
   KEPT("weave_team_destroy");
 #undef KEPT
-  weave_bootstrap_destroy(bs);
+done:
+  if (bs) weave_bootstrap_destroy(bs);
   cudaSetDevice(0);
-  cudaStreamDestroy(s);
+  if (s) cudaStreamDestroy(s);
   cudaFree(A);
   cudaFree(B);
   cudaFree(C);

@@ -24,7 +24,7 @@ inputs from one seed (WEAVE_TEST_SEED), so each checks its own rows against an f
                 of weave::gemm_rs_scaled (fake, autograd, aot dispatch; its schema test, which torch
                 cannot run on fp8 inputs, by hand: inputs unchanged, output no input's storage)
   abort         (2+ ranks) the last rank calls weave.abort() instead of gemm_rs: the others' calls
-                end within 5 s (the timeout is 10 s), weave.sync() raises WeaveAbortedError naming
+                end within 5 s (test_gpu.py's WEAVE_TIMEOUT_MS: 120 s), weave.sync() raises WeaveAbortedError naming
                 it, gemm_rs then refuses on every rank; finalize, init again, one call
   lifecycle     finalize, init again, one call, and exit without finalize (atexit tears down)
 
@@ -453,6 +453,7 @@ def case_abort() -> None:
     aborting = team.world - 1
     weave.gemm_rs(a, b, strategy="fused")  # the plan, made by every rank (plans are collective, host-side)
     weave.sync()
+    dist.barrier()  # every rank's sync above done before the abort: else a slow rank's sync would raise there
     if team.rank == aborting:
         weave.abort()
     else:

@@ -112,7 +112,8 @@ def abort() -> None:
 
 def sync() -> None:
     """Waits for torch's current stream, then raises WeaveTimeoutError if a weave kernel's bounded wait
-    expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells)."""
+    expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells),
+    WeaveAbortedError once a rank has aborted the team (weave.abort)."""
     team = get_team("weave.sync")
     team.sync(torch.cuda.current_stream(torch.device("cuda", team.device)).cuda_stream)
 

@@ -492,7 +492,7 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: team is NULL");
   if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
   WEAVE_CHECK(weave_team_check_live(team, "weave_gemm_rs_plan_create"));
-  const int caller = weave_device_enter(team->info.device);
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
   weave_result_t rc = plan_create(team, M, N, K, desc, plan_out);
   weave_device_leave(caller);
   return rc;
@@ -533,12 +533,15 @@ static void plan_write_trace(weave_gemm_rs_plan_t p) {
 
 weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
-  const int caller = weave_device_enter(p->team->info.device);
+  const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
   if (p->trace && p->trace_path[0] && p->calls > 0) plan_write_trace(p);
   /* cudaFree waits for this plan's last calls; every rank has enqueued its own before coming here */
   cudaFree(p->trace);
   cudaFree(p->gemm_ws);
   plan_destroy_lockstep_event(p);
+  /* a peer's abort that this rank's weave_team_sync has not reported yet: the aborting rank frees
+   * nothing collectively, so neither may this one */
+  weave_team_refresh_abort(p->team);
   /* weave_free synchronizes the device and all ranks first. On an aborted team there is no
    * agreement to be had: the heap goes with weave_team_destroy. */
   weave_result_t rc = p->team->aborted_by ? WEAVE_SUCCESS : weave_free(p->team, p->mem);

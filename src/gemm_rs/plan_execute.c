@@ -204,7 +204,7 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
 
 static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B, const float *scale_a,
                               const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
-  const int caller = weave_device_enter(p->team->info.device);
+  const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
   weave_result_t rc = enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream);
   if (rc == WEAVE_SUCCESS) rc = execute_lockstep(p, fn, stream);
   weave_device_leave(caller);
@@ -237,14 +237,17 @@ weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t 
   if (!p->trace)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "weave_gemm_rs_trace_fetch: the plan records no trace (desc.trace, WEAVE_TRACE; fused only)");
+  /* the team's device: stream 0 is that device's default stream, as in execute */
+  const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
   unsigned n = 0;
-  if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess ||
-      cudaMemcpy(&n, p->params.trace_count, sizeof(n), cudaMemcpyDeviceToHost) != cudaSuccess)
-    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
+  int bad = cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess ||
+            cudaMemcpy(&n, p->params.trace_count, sizeof(n), cudaMemcpyDeviceToHost) != cudaSuccess;
   size_t take = n < p->trace_cap ? n : p->trace_cap;
   if (take > capacity) take = capacity;
-  if (take && cudaMemcpy(events, p->trace, take * sizeof(weave_trace_event_t), cudaMemcpyDeviceToHost) != cudaSuccess)
-    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
+  if (!bad && take && cudaMemcpy(events, p->trace, take * sizeof(weave_trace_event_t), cudaMemcpyDeviceToHost) != cudaSuccess)
+    bad = 1;
+  weave_device_leave(caller);
+  if (bad) return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
   *count = n;
   return WEAVE_SUCCESS;
 }

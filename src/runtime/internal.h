@@ -148,22 +148,29 @@ struct weave_team {
   void **d_bases;                     /* device copy of peer_bases */
   weave_heap_t heap;
   int threads_on_device;              /* ranks of this team in this process that share its GPU */
+  int abort_told;                     /* this rank's abort notice reached every rank's header */
   int aborted_by;                     /* 0, or 1 + the rank that aborted the team (this one, by
                                        * weave_team_abort, or a peer, as weave_team_sync found; -1:
                                        * the record said aborted before the notice naming the rank) */
   char last_error[1024];
 };
 
-/* The team's device made current for a call that does CUDA work, and the caller's current device
- * given back after it (weave_device_leave): a thread that drives several GPUs keeps its own current
- * device across weave calls. Returns what leave takes: the caller's device, or -1 when nothing is to
- * be given back (it was current already, or CUDA could not say). */
-int weave_device_enter(int device);
-void weave_device_leave(int previous);
+/* The team's device made current for a call that does CUDA work, and the caller's CUDA context given
+ * back after it (weave_device_leave): a thread that drives several GPUs keeps its own current device
+ * across weave calls. A thread with no current context keeps the team's device current after the
+ * call (as a CUDA call would leave it), so no context is made on a device the caller never used. */
+typedef struct {
+  void *context; /* the caller's CUcontext, to be made current again; NULL: nothing to give back */
+} weave_device_scope_t;
+weave_device_scope_t weave_device_enter(int device);
+void weave_device_leave(weave_device_scope_t scope);
 
 /* WEAVE_ERROR_ABORTED (the last error naming `fn` and the aborting rank) once the team is aborted,
  * else success: the first check of every call that communicates. */
 weave_result_t weave_team_check_live(weave_team_t team, const char *fn);
+/* Reads this rank's heap header: a peer's abort notice makes the team aborted here too (without a
+ * weave_team_sync). For calls that wait for the device anyway (plan destroy). */
+void weave_team_refresh_abort(weave_team_t team);
 
 /* Collective: every rank's `mine` into all[0 .. world-1]; a bootstrap failure is the team's last error. */
 weave_result_t weave_team_allgather_int(weave_team_t team, int mine, int *all);

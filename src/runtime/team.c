@@ -11,12 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/internal.h"
 #include "runtime/symmetric_heap.h"
 
 #ifdef WEAVE_HAVE_CUDA
+#include <cuda.h> /* CUcontext: the caller's, given back (weave_device_leave) */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #endif
 
 weave_result_t weave_team_allgather_int(weave_team_t team, int mine, int *all) {
@@ -54,30 +57,50 @@ static weave_result_t check_team(weave_team_t team, const char *fn) {
   return WEAVE_SUCCESS;
 }
 
-int weave_device_enter(int device) {
 #ifdef WEAVE_HAVE_CUDA
-  int previous = -1;
-  if (device < 0 || cudaGetDevice(&previous) != cudaSuccess) {
+/* cuCtxGetCurrent / cuCtxSetCurrent through the runtime's driver entry points (no libcuda link) */
+static CUresult (*ctx_get)(CUcontext *);
+static CUresult (*ctx_set)(CUcontext);
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+static void ctx_load_once(void) {
+  void *g = NULL, *s = NULL;
+  enum cudaDriverEntryPointQueryResult qg, qs;
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &g, 12000, cudaEnableDefault, &qg) != cudaSuccess ||
+      cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &s, 12000, cudaEnableDefault, &qs) != cudaSuccess ||
+      qg != cudaDriverEntryPointSuccess || qs != cudaDriverEntryPointSuccess || !g || !s) {
     cudaGetLastError();
-    return -1;
+    return; /* then nothing is given back: the team's device stays current, as before */
   }
-  if (previous == device) return -1;
-  if (cudaSetDevice(device) != cudaSuccess) { /* the call's own CUDA calls then fail and say why */
-    cudaGetLastError();
-    return -1;
-  }
-  return previous;
+  memcpy(&ctx_get, &g, sizeof g);
+  memcpy(&ctx_set, &s, sizeof s);
+}
+#endif
+
+weave_device_scope_t weave_device_enter(int device) {
+  weave_device_scope_t scope = {NULL};
+#ifdef WEAVE_HAVE_CUDA
+  pthread_once(&ctx_once, ctx_load_once);
+  CUcontext caller = NULL;
+  int current = -1;
+  if (device < 0) return scope;
+  if (ctx_get && ctx_get(&caller) == CUDA_SUCCESS && caller && cudaGetDevice(&current) == cudaSuccess &&
+      current == device)
+    return scope; /* the caller works on this device already (its context, primary or not) */
+  cudaGetLastError();
+  /* the call's own CUDA calls fail and say why when this does */
+  if (cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
+  else scope.context = caller;
 #else
   (void)device;
-  return -1;
 #endif
+  return scope;
 }
 
-void weave_device_leave(int previous) {
+void weave_device_leave(weave_device_scope_t scope) {
 #ifdef WEAVE_HAVE_CUDA
-  if (previous >= 0) cudaSetDevice(previous);
+  if (scope.context && ctx_set) ctx_set((CUcontext)scope.context);
 #else
-  (void)previous;
+  (void)scope;
 #endif
 }
 
@@ -215,7 +238,7 @@ static weave_result_t team_create(weave_bootstrap_t *bootstrap, int rank, int de
 
 weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device, const weave_config_t *config,
                                  weave_team_t *team_out) {
-  const int caller = weave_device_enter(device);
+  const weave_device_scope_t caller = weave_device_enter(device);
   weave_result_t rc = team_create(bootstrap, rank, device, config, team_out);
   weave_device_leave(caller);
   return rc;
@@ -246,7 +269,7 @@ static weave_result_t team_destroy(weave_team_t team) {
 
 weave_result_t weave_team_destroy(weave_team_t team) {
   WEAVE_CHECK(check_team(team, "weave_team_destroy"));
-  const int caller = weave_device_enter(team->info.device);
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
   weave_result_t rc = team_destroy(team);
   weave_device_leave(caller);
   return rc;
@@ -323,7 +346,7 @@ weave_result_t weave_free(weave_team_t team, void *ptr) {
   WEAVE_CHECK(weave_team_check_same(team, &off, sizeof(off), "weave_free offset"));
 #ifdef WEAVE_HAVE_CUDA
   /* Peers may still have kernels reading this memory: all ranks finish their work first. */
-  const int caller = weave_device_enter(team->info.device);
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
   cudaDeviceSynchronize();
   weave_device_leave(caller);
 #endif
@@ -382,6 +405,18 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
   }
   if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
   WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
+  /* A peer's abort may have landed between the read above and the clearing: its notice precedes its
+   * code, so a notice seen now means the clearing may have erased that code; write it back. */
+  uint32_t notice = 0;
+  WEAVE_CUDA_CHECK(team, cudaMemcpy(&notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by),
+                                    sizeof(notice), cudaMemcpyDeviceToHost));
+  if (notice) {
+    const uint32_t code = WEAVE_DEVICE_ABORTED;
+    WEAVE_CUDA_CHECK(team, cudaMemcpy((char *)team->heap_base + offsetof(weave_heap_header_t, error.code), &code,
+                                      sizeof(code), cudaMemcpyHostToDevice));
+    team->aborted_by = (int)notice;
+    return weave_team_check_live(team, "weave_team_sync");
+  }
   /* Two known causes when ranks are threads sharing a GPU: the awaited rank's thread sat in a CUDA
    * call that waits for the whole device (the waiting kernel included), so it never launched; or the
    * replays of a captured call enqueued without a sync between them (README, Limitations). */
@@ -406,24 +441,44 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
 weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CHECK(check_team(team, "weave_team_sync"));
   WEAVE_CHECK(weave_team_check_live(team, "weave_team_sync"));
-  const int caller = weave_device_enter(team->info.device);
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
   weave_result_t rc = team_sync(team, stream);
   weave_device_leave(caller);
   return rc;
 }
 
+void weave_team_refresh_abort(weave_team_t team) {
+#ifdef WEAVE_HAVE_CUDA
+  if (team->aborted_by || !team->heap_base) return;
+  uint32_t notice = 0;
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
+  if (cudaMemcpy(&notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by), sizeof(notice),
+                 cudaMemcpyDefault) != cudaSuccess)
+    cudaGetLastError();
+  else if (notice)
+    team->aborted_by = (int)notice;
+  weave_device_leave(caller);
+#else
+  (void)team;
+#endif
+}
+
 weave_result_t weave_team_abort(weave_team_t team) {
   WEAVE_CHECK(check_team(team, "weave_team_abort"));
-  if (team->aborted_by) return WEAVE_SUCCESS; /* this rank or a peer did already */
-  team->aborted_by = team->rank + 1;
-  weave_log(WEAVE_LOG_WARN, team, "rank %d aborts the team: every rank's waits on it stop", team->rank);
+  if (team->abort_told || (team->aborted_by && team->aborted_by != team->rank + 1))
+    return WEAVE_SUCCESS; /* told already, or a peer aborted first (its notice reaches every rank) */
+  if (!team->aborted_by) {
+    team->aborted_by = team->rank + 1;
+    weave_log(WEAVE_LOG_WARN, team, "rank %d aborts the team: every rank's waits on it stop", team->rank);
+  }
 #ifdef WEAVE_HAVE_CUDA
   /* Into every rank's header, this one's too (its own kernels may wait for a peer): the notice
    * naming this rank, then the error record's code, which every wait checks: they give up at once.
-   * By the copy engine, so no SM is needed and it lands where kernels fill the GPU; on a stream of
-   * its own, so that nothing queued on the caller's streams delays it. */
+   * By the copy engine, so no SM is needed; on a stream of its own, so that nothing the caller
+   * queued delays it. Whether a hardware queue shared with a spinning kernel could hold it back is
+   * not known (CUDA_DEVICE_MAX_CONNECTIONS): the wait for it is bounded by the team's timeout. */
   const uint32_t notice = (uint32_t)team->rank + 1u, code = WEAVE_DEVICE_ABORTED;
-  const int caller = weave_device_enter(team->info.device);
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
   cudaStream_t s = NULL;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   for (int p = 0; e == cudaSuccess && p < team->world; ++p) {
@@ -432,15 +487,21 @@ weave_result_t weave_team_abort(weave_team_t team) {
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, error.code), &code, sizeof(code), cudaMemcpyDefault, s);
   }
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (s) cudaStreamDestroy(s);
+  const int64_t deadline = weave_monotonic_ms() + team->timeout_ms;
+  while (e == cudaSuccess && (e = cudaStreamQuery(s)) == cudaErrorNotReady && weave_monotonic_ms() < deadline) {
+    const struct timespec pause = {0, 100000}; /* 0.1 ms */
+    nanosleep(&pause, NULL);
+  }
+  if (s) cudaStreamDestroy(s); /* returns at once; the copies, if still queued, complete before its release */
   weave_device_leave(caller);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return weave_fail(team, WEAVE_ERROR_CUDA,
-                      "weave_team_abort: rank %d could not tell every rank (%s): their waits end by the timeout", team->rank,
-                      cudaGetErrorString(e));
+    return weave_fail(team, e == cudaErrorNotReady ? WEAVE_ERROR_TIMEOUT : WEAVE_ERROR_CUDA,
+                      "weave_team_abort: rank %d could not tell every rank (%s): their waits end by the timeout; "
+                      "calling it again tries again",
+                      team->rank, e == cudaErrorNotReady ? "the notice was still queued after the timeout" : cudaGetErrorString(e));
   }
+  team->abort_told = 1;
 #endif
   return WEAVE_SUCCESS;
 }

@@ -27,7 +27,7 @@
  * (wait_group 1): ptxas (CUDA 13.0) serializes every wgmma of such code (C7514: it reads a wgmma's
  * registers before a wait_group 0), so a warpgroup's adds can hide only under other warpgroups' groups.
  * load 0: the stages are filled once and never rewritten (tensor cores and adds alone); load 1: a
- * producer warp refills each stage after it is released with bulk copies from a 3 MiB global buffer
+ * producer warp refills each stage after it is released with bulk copies from a 3.5 MiB global buffer
  * (in L2), so shared memory also takes the copies' writes, at the rate the consumers run.
  *
  * Output: per schedule and load, the median over reps (runs interleaved) of TFLOP/s (CUDA events)
@@ -340,10 +340,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: weave-probe-promote [kblocks (a multiple of 4; 2048)] [reps (7)]\n");
     return 2;
   }
-  int dev = 0, sms = 0, clock_khz = 0;
+  int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
   if (prop.major != 9) {
