@@ -449,7 +449,7 @@ weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
 
 void weave_team_refresh_abort(weave_team_t team) {
 #ifdef WEAVE_HAVE_CUDA
-  if (team->aborted_by || !team->heap_base) return;
+  if (team->aborted_by > 0 || !team->heap_base) return; /* known, or nothing to read; -1: the rank not yet named */
   uint32_t notice = 0;
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
   if (cudaMemcpy(&notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by), sizeof(notice),
