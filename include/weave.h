@@ -153,8 +153,7 @@ WEAVE_API weave_result_t weave_team_sync(weave_team_t team, weave_stream_t strea
  * this rank's own. Destroy the plans and the team on every rank, and create a new team to go on.
  * Not stopped: waits in host code (the bootstrap's agreements: plan creation, weave_barrier,
  * weave_malloc / weave_free), which end by their own timeout, and NCCL's reduce-scatter in plans that
- * use it (the baseline strategy on ranks with a GPU each, in builds with NCCL), whose kernels do not
- * read weave's record. The notice is written into every rank's heap by the copy engine (no kernel),
+ * use it (the baseline strategy where every rank has a GPU of its own, M % world == 0 and libnccl.so.2 loads at run time), whose kernels do not read weave's record. The notice is written into every rank's heap by the copy engine (no kernel),
  * on a stream of its own; the call returns once it is written (WEAVE_ERROR_TIMEOUT if that took
  * longer than the team's timeout). Not collective. A second call does nothing once every rank was
  * told, else tries again. Call it from the rank's own thread, not during another call on the team. */
@@ -196,7 +195,9 @@ typedef enum {
                                 * where cuBLASLt can run it, else bulk */
   WEAVE_STRATEGY_FUSED = 1,    /* one persistent kernel, GEMM blocks + communication blocks */
   WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
-  WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter (or weave's RS on one GPU) */
+  WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter where every rank has a GPU of its own,
+                                * M % world == 0 and libnccl.so.2 loads; else cuBLASLt + weave's RS;
+                                * one rank: cuBLASLt alone */
 } weave_strategy_t;
 /* fp8 inputs (WEAVE_FP8_E4M3): accumulation in fp32 by default (weave_fp8_accum_t), the dequantization scales applied
  * to each partial before it leaves its rank (so the reduction is the 16/32-bit one), then alpha, then

@@ -286,8 +286,7 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   if (r) return r;
   /* MN-major, 128B swizzle: 64-column (128-byte) slabs of BK rows, LBO = distance between slabs
    * (64 * BK * 2 bytes), SBO = distance between 8-row groups (1024 bytes). */
-  uint64_t lbo = 64 * WEAVE_HGEMM_BK * 2, sbo = 1024;
-  if (getenv("WEAVE_HGEMM_DEBUG_SWAP_LBO_SBO")) { uint64_t t = lbo; lbo = sbo; sbo = t; }
+  const uint64_t lbo = 64 * WEAVE_HGEMM_BK * 2, sbo = 1024;
   p->b_desc_base = (1ull << 62) | ((sbo >> 4) << 32) | ((lbo >> 4) << 16);
   p->M = M;
   p->N = N;
