@@ -23,6 +23,7 @@
  *   p192      two warpgroups, 128 x 192 per stage: 4 x m64n192k32 into part[96], wait 0, add (one
  *             group a k-block, A read once, 192 registers of accumulators as the library's 128 + 64)
  *   p192t     p192 with turns handed over at issue
+ *   fast192   4 x m64n192k32 into acc[96], wait_group 1: p192's ceiling (n192 operand reads, no adds)
  * Not here: two part buffers per warpgroup, one group always queued while the previous one is added
  * (wait_group 1): ptxas (CUDA 13.0) serializes every wgmma of such code (C7514: it reads a wgmma's
  * registers before a wait_group 0), so a warpgroup's adds can hide only under other warpgroups' groups.
@@ -47,9 +48,10 @@
 
 #include "gemm/hopper/ptx.cuh"
 
-enum { S_FAST256, S_FAST128, S_PROMO, S_TURNS, S_TURNHALF, S_ONE_WG, S_THREE_WG, S_P128, S_P192, S_P192T, S_COUNT };
+enum { S_FAST256, S_FAST128, S_PROMO, S_TURNS, S_TURNHALF, S_ONE_WG, S_THREE_WG, S_P128, S_P192, S_P192T, S_FAST192,
+       S_COUNT };
 static const char *const kNames[S_COUNT] = {"fast256", "fast128",  "promo", "turns", "turnhalf",
-                                            "one_wg",  "three_wg", "p128",  "p192",  "p192t"};
+                                            "one_wg",  "three_wg", "p128",  "p192",  "p192t", "fast192"};
 
 #define PROBE_STAGES 4
 #define PROBE_A_WG_BYTES (64 * 128) /* a warpgroup's 64 rows of one k-block */
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(probe_threads(S), 1)
       const uint64_t da = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
       const uint64_t db = weave_hgemm_desc(sb, WEAVE_HGEMM_DESC_KMAJOR_SW128);
       constexpr uint64_t kHalf = 128 * 128 >> 4; /* B's second n128 half, in descriptor units */
-      if constexpr (S == S_FAST256 || S == S_FAST128) {
+      if constexpr (S == S_FAST256 || S == S_FAST128 || S == S_FAST192) {
         weave_hgemm_fence_regs<NACC>(acc);
         weave_hgemm_wgmma_fence();
 #pragma unroll
@@ -186,6 +188,8 @@ __global__ void __launch_bounds__(probe_threads(S), 1)
           const uint32_t sd = (kb > 0 || k > 0) ? 1u : 0u;
           if constexpr (S == S_FAST256) {
             WEAVE_HGEMM_WGMMA_M64N256K32_E4M3(acc, da + 2u * k, db + 2u * k, sd);
+          } else if constexpr (S == S_FAST192) {
+            PROBE_WGMMA_M64N192K32_E4M3(acc, da + 2u * k, db + 2u * k, sd);
           } else {
             float *lo = acc, *hi = acc + 64;
             WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(lo, da + 2u * k, db + 2u * k, sd);
@@ -218,7 +222,7 @@ __global__ void __launch_bounds__(probe_threads(S), 1)
         if (LOAD && ltid == 0) weave_hgemm_mbar_arrive(empty_bar + 8 * s);
       }
     }
-    if constexpr (S == S_FAST256 || S == S_FAST128) {
+    if constexpr (S == S_FAST256 || S == S_FAST128 || S == S_FAST192) {
       weave_hgemm_wgmma_wait<0>();
       weave_hgemm_fence_regs<NACC>(acc);
     }
@@ -305,7 +309,7 @@ static void probe_reference(const uint8_t *src, int s, int kblocks, int t, doubl
  * the promoted schedules (fp32 sums of 128-long tensor-core sums), 2^-3 for the fast ones (their
  * accumulator keeps 13 fraction bits of a running sum over all of K). */
 static int probe_check_reference(const uint8_t *src, int s, int kblocks, const float *o, int blocks) {
-  const double tol = s == S_FAST256 || s == S_FAST128 ? 1.0 / 8 : 1.0 / 1024;
+  const double tol = s == S_FAST256 || s == S_FAST128 || s == S_FAST192 ? 1.0 / 8 : 1.0 / 1024;
   for (int t = 0; t < probe_wgs(s) * 128; ++t) {
     double ref, abs;
     probe_reference(src, s, kblocks, t, &ref, &abs);
