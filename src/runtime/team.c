@@ -106,11 +106,10 @@ void weave_device_leave(weave_device_scope_t scope) {
 
 weave_result_t weave_team_check_live(weave_team_t team, const char *fn) {
   if (!team->aborted_by) return WEAVE_SUCCESS;
-  if (team->aborted_by < 0) /* the record says aborted, the notice naming the rank is not there (yet) */
-    return weave_fail(team, WEAVE_ERROR_ABORTED, "%s: a rank aborted the team (weave_team_abort): destroy it on every rank",
-                      fn);
-  return weave_fail(team, WEAVE_ERROR_ABORTED, "%s: rank %d aborted the team (weave_team_abort): destroy it on every rank",
-                    fn, team->aborted_by - 1);
+  char who[32] = "a rank"; /* aborted_by -1: the record says aborted, the notice naming the rank is not there (yet) */
+  if (team->aborted_by > 0) snprintf(who, sizeof who, "rank %d", team->aborted_by - 1);
+  return weave_fail(team, WEAVE_ERROR_ABORTED, "%s: %s aborted the team (weave_team_abort): destroy it on every rank",
+                    fn, who);
 }
 
 #ifdef WEAVE_HAVE_CUDA
@@ -391,6 +390,14 @@ static const char *cmp_name(uint32_t c) {
   return c < 6 ? n[c] : "?";
 }
 
+#ifdef WEAVE_HAVE_CUDA
+/* The abort notice in this rank's heap header (0: none), read on the team's current device. */
+static cudaError_t header_notice(weave_team_t team, uint32_t *notice) {
+  return cudaMemcpy(notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by), sizeof(*notice),
+                    cudaMemcpyDefault);
+}
+#endif
+
 static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
 #ifdef WEAVE_HAVE_CUDA
   WEAVE_CUDA_CHECK(team, cudaStreamSynchronize((cudaStream_t)stream));
@@ -408,8 +415,7 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
   /* A peer's abort may have landed between the read above and the clearing: its notice precedes its
    * code, so a notice seen now means the clearing may have erased that code; write it back. */
   uint32_t notice = 0;
-  WEAVE_CUDA_CHECK(team, cudaMemcpy(&notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by),
-                                    sizeof(notice), cudaMemcpyDeviceToHost));
+  WEAVE_CUDA_CHECK(team, header_notice(team, &notice));
   if (notice) {
     const uint32_t code = WEAVE_DEVICE_ABORTED;
     WEAVE_CUDA_CHECK(team, cudaMemcpy((char *)team->heap_base + offsetof(weave_heap_header_t, error.code), &code,
@@ -452,9 +458,7 @@ void weave_team_refresh_abort(weave_team_t team) {
   if (team->aborted_by > 0 || !team->heap_base) return; /* known, or nothing to read; -1: the rank not yet named */
   uint32_t notice = 0;
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
-  if (cudaMemcpy(&notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by), sizeof(notice),
-                 cudaMemcpyDefault) != cudaSuccess)
-    cudaGetLastError();
+  if (header_notice(team, &notice) != cudaSuccess) cudaGetLastError();
   else if (notice)
     team->aborted_by = (int)notice;
   weave_device_leave(caller);
