@@ -191,8 +191,8 @@ typedef enum {
   WEAVE_LAYOUT_COL = 1  /* B stored [N, K_local] row-major (nn.Linear weight) */
 } weave_layout_t;
 typedef enum {
-  WEAVE_STRATEGY_AUTO = 0,     /* rank 0's tuning-cache entry (WEAVE_TUNE_FILE), else the baseline
-                                * where cuBLASLt can run it, else bulk */
+  WEAVE_STRATEGY_AUTO = 0,     /* rank 0's tuning-cache entry, else the candidates timed once at plan
+                                * creation (then cached), else the cost model: weave_choice_t */
   WEAVE_STRATEGY_FUSED = 1,    /* one persistent kernel, GEMM blocks + communication blocks */
   WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
   WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter where every rank has a GPU of its own,
@@ -268,6 +268,22 @@ typedef struct {
 
 typedef struct weave_gemm_rs_plan *weave_gemm_rs_plan_t;
 
+/* How an AUTO plan came to its strategy (weave_gemm_rs_info_t.chosen_by).
+ * The tuning cache is WEAVE_TUNE_FILE, else $XDG_CACHE_HOME/weave/tune.tsv (~/.cache/weave/...), keyed
+ * by GPU model, SM count, driver and runtime, weave version, world, ranks per GPU, M (rounded up to a
+ * power of two), N, K_local, dtype and the desc's options. Rank 0's entry is used by every rank.
+ * Without one, plan creation times the candidates on scratch inputs of the plan's shape (the
+ * baseline, bulk, fused with the cost model's split and its neighbours), a few calls each, every rank
+ * timing, the slowest rank's median deciding; rank 0 stores the winner. Not while a stream is being
+ * captured (the legacy or per-thread stream, or one of this rank's ranks), nor with WEAVE_AUTOTUNE=0:
+ * the cost model decides there. */
+typedef enum {
+  WEAVE_CHOSEN_BY_CALLER = 0,      /* desc.strategy was not AUTO */
+  WEAVE_CHOSEN_BY_CACHE = 1,       /* the tuning cache's entry */
+  WEAVE_CHOSEN_BY_MEASUREMENT = 2, /* timed at this plan's creation (and stored in the cache) */
+  WEAVE_CHOSEN_BY_MODEL = 3        /* the cost model (tuning off, stream capture, or timing failed) */
+} weave_choice_t;
+
 typedef struct {
   weave_strategy_t strategy;  /* resolved (never AUTO) */
   int row_begin, rows;        /* this rank's rows of C */
@@ -277,6 +293,10 @@ typedef struct {
   int gemm_blocks, comm_blocks;
   size_t heap_bytes;          /* symmetric memory this plan holds per rank */
   size_t bytes_sent;          /* bytes this rank pushes to peers per call */
+  /* since 0.4 */
+  weave_choice_t chosen_by;   /* how the strategy was chosen */
+  double choose_ms;           /* host time plan creation spent choosing (cache I/O, timing) */
+  char why[320];              /* the choice in words: the cache entry, the times measured, or the model's */
 } weave_gemm_rs_info_t;
 
 /* Collective. Same (M, N, K_local, desc) on every rank. Any M >= 1: when M < world the ranks past

@@ -115,7 +115,7 @@ static const char *const vars[] = {"WEAVE_DEBUG", "WEAVE_HEAP_SIZE", "WEAVE_TIME
                                    "WEAVE_INFO",  "WEAVE_TUNE_FILE", "WEAVE_TRACE",
                                    "WEAVE_TMA_EPILOGUE", "WEAVE_HGEMM_PINGPONG", "WEAVE_HGEMM_STREAMK",
                                    "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
-                                   "WEAVE_SOCKET_ADDR", "WEAVE_BOOTSTRAP_PORT"};
+                                   "WEAVE_SOCKET_ADDR", "WEAVE_BOOTSTRAP_PORT", "WEAVE_AUTOTUNE", "WEAVE_TEST_DELAY"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -132,6 +132,7 @@ static void test_env_load(void) {
   CHECK(env.info == 0);
   CHECK(env.tune_file[0] == '\0' && env.trace[0] == '\0');
   CHECK(env.tma_epilogue == 1);
+  CHECK(env.autotune == 1 && env.delay_us == 0);
 
   /* Empty values are the defaults too. */
   for (int i = 0; i < NVARS; ++i) setenv(vars[i], "", 1);
@@ -150,7 +151,10 @@ static void test_env_load(void) {
   setenv("WEAVE_HGEMM_CLUSTER", "2", 1);
   setenv("WEAVE_HGEMM_TMA_STORE", "0", 1);
   setenv("WEAVE_HGEMM_GROUP_M", "4096", 1);
+  setenv("WEAVE_AUTOTUNE", "off", 1);
+  setenv("WEAVE_TEST_DELAY", "bulk:250", 1);
   CHECK(weave_env_load(&env) == WEAVE_SUCCESS);
+  CHECK(env.autotune == 0 && env.delay_strategy == WEAVE_STRATEGY_BULK && env.delay_us == 250);
   CHECK(env.tma_epilogue == 0);
   CHECK(env.debug == WEAVE_LOG_TRACE);
   CHECK(env.heap_size == (512ull << 20));
@@ -185,6 +189,10 @@ static void test_env_load(void) {
       {"WEAVE_HGEMM_STREAMK", "-1"},  {"WEAVE_HGEMM_CLUSTER", "0"},
       {"WEAVE_HGEMM_CLUSTER", "4"},   {"WEAVE_HGEMM_TMA_STORE", "2"},
       {"WEAVE_HGEMM_GROUP_M", "1"},   {"WEAVE_HGEMM_GROUP_M", "16x"},
+      {"WEAVE_AUTOTUNE", "2"},        {"WEAVE_AUTOTUNE", "sometimes"},
+      {"WEAVE_TEST_DELAY", "fused"},  {"WEAVE_TEST_DELAY", "auto:100"},
+      {"WEAVE_TEST_DELAY", "fused:0"}, {"WEAVE_TEST_DELAY", "fused:10000001"},
+      {"WEAVE_TEST_DELAY", "fusedx:5"}, {"WEAVE_TEST_DELAY", "bulk:5ms"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     const char *value = bad[i].value ? bad[i].value : longpath;

@@ -58,6 +58,8 @@ typedef struct {
   int failed[MAX_VARIANTS];    /* the plan, the validated call or a timed call failed on this rank */
   int lt_failed;               /* cuBLASLt could not plan the local shape on some rank: not measured */
   weave_gemm_rs_info_t info[MAX_VARIANTS];
+  double create_ms[MAX_VARIANTS]; /* host time of the plan's creation (auto: its choice included) */
+  bench_tune_key_t tune_key;      /* --tune: the cache key of this rank's plans (rank 0's is stored) */
 } rank_record_t;
 
 typedef struct {
@@ -72,6 +74,7 @@ typedef struct {
   weave_layout_t layout;
   weave_tile_order_t order;
   int iters, warmup, check, tune;
+  int tune_fp32_slots; /* --tune sweeps fused plans with fp32 slots (--slot fp32) */
   const char *json_path, *trace_path;
   bench_variant_t v[MAX_VARIANTS];
   int nv;
@@ -139,6 +142,7 @@ typedef struct {
   int ranks_given;
 } variant_options_t;
 
+static const char *const chosen_by_names[] = {"given", "cached", "measured", "model"};
 enum { PICK_ALL, PICK_AUTO, PICK_FUSED, PICK_BULK, PICK_BASELINE };
 static const char *const strategy_names[] = {"all", "auto", "fused", "bulk", "baseline", NULL};
 enum { REDUCE_BOTH, REDUCE_DET, REDUCE_ATOMIC };
@@ -267,6 +271,7 @@ static void add_variants(bench_t *b, const variant_options_t *vo, int visible_de
   const int all = vo->strategy == PICK_ALL;
   const int want_det = vo->reduce != REDUCE_ATOMIC, want_atomic = vo->reduce != REDUCE_DET;
   const weave_dtype_t slot = vo->fp32_slot ? WEAVE_FP32 : b->dtype;
+  b->tune_fp32_slots = vo->fp32_slot && b->dtype != WEAVE_FP32;
   const int gb = vo->gemm_blocks, cb = vo->comm_blocks;
   add_variant(b, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
   if (all || vo->strategy == PICK_FUSED) {
@@ -307,7 +312,8 @@ static void size_heap(const bench_t *b, char *note, size_t note_len) {
     return;
   }
   double per_variant = (double)b->world * (double)(((long)b->max_M + b->world - 1) / b->world) * b->N * 4.0;
-  double mib = ceil((b->nv * per_variant * 1.25 + 256.0 * 1048576.0) / 1048576.0);
+  /* +1: an auto variant times its candidates at creation, one plan at a time, beside the others */
+  double mib = ceil(((b->nv + 1) * per_variant * 1.25 + 256.0 * 1048576.0) / 1048576.0);
   unsigned long long heap_mib = mib < 1024 ? 1024 : (unsigned long long)mib;
   char val[32];
   snprintf(val, sizeof(val), "%lluM", heap_mib);
@@ -460,7 +466,16 @@ static void plans_create(rank_run_t *x) {
     d.gemm_blocks = v->gemm_blocks;
     d.comm_blocks = v->comm_blocks;
     d.trace = v->trace;
-    if (weave_gemm_rs_plan_create(x->hr->team, b->M, b->N, x->K, &d, &x->plan[vi]) != WEAVE_SUCCESS) {
+    if (b->tune && vi == 0) { /* the key --tune stores under: det reduction, the swept slot type */
+      weave_gemm_rs_desc_t k = d;
+      k.strategy = WEAVE_STRATEGY_AUTO;
+      k.fp32_slots = b->tune_fp32_slots;
+      bench_tune_key(x->hr->team, b->M, b->N, x->K, &k, &x->rec->tune_key);
+    }
+    const double t0 = harness_now_ms();
+    const weave_result_t created = weave_gemm_rs_plan_create(x->hr->team, b->M, b->N, x->K, &d, &x->plan[vi]);
+    x->rec->create_ms[vi] = harness_now_ms() - t0;
+    if (created != WEAVE_SUCCESS) {
       fprintf(stderr, "rank %d %s: %s\n", x->hr->rank, v->label, weave_get_last_error(x->hr->team));
       x->plan[vi] = NULL;
       x->rec->failed[vi] = 1;
@@ -740,7 +755,12 @@ static long report(bench_t *b, json_writer_t *jw) {
     double algbw = (double)b->M * b->N * weave_dtype_size(b->out) / (t * 1e-3) / 1e9;
     double busbw = algbw * (b->world - 1) / b->world;
     const weave_gemm_rs_info_t *in = &b->rec[0].info[vi];
-    printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b->M, v->label, in->gemm_blocks,
+    char label[sizeof(v->label) + 16];
+    if (v->strategy == WEAVE_STRATEGY_AUTO) /* auto shows what it runs */
+      snprintf(label, sizeof(label), "auto->%s", weave_strategy_name(in->strategy));
+    else
+      snprintf(label, sizeof(label), "%s", v->label);
+    printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b->M, label, in->gemm_blocks,
            in->comm_blocks, t, tf, algbw, busbw, wrong, t_base / t);
     if (b->check) printf(" %9.2e", relerr);
     printf("\n");
@@ -766,6 +786,13 @@ static long report(bench_t *b, json_writer_t *jw) {
       json_kv_number(jw, "lt_alone_ms", t_lt);
       json_kv_string(jw, "device", b->device_name);
       json_kv_int(jw, "gpus", gpus);
+      json_kv_number(jw, "create_ms", b->rec[0].create_ms[vi]);
+      if (v->strategy == WEAVE_STRATEGY_AUTO) {
+        json_kv_string(jw, "auto_strategy", weave_strategy_name(in->strategy));
+        json_kv_string(jw, "chosen_by", chosen_by_names[in->chosen_by]);
+        json_kv_number(jw, "choose_ms", in->choose_ms);
+        json_kv_string(jw, "why", in->why);
+      }
       json_end_object(jw);
     }
   }
@@ -782,18 +809,28 @@ static long report(bench_t *b, json_writer_t *jw) {
                  (t_lt + t_rs - call_median(b, vi)) / t_rs);
   }
   if (b->trace_path && b->tcount[0]) write_trace(b);
+  for (int vi = 0; vi < b->nv; ++vi) /* auto's choice beside the measured variants */
+    if (b->v[vi].strategy == WEAVE_STRATEGY_AUTO && !variant_failed(b, vi)) {
+      const weave_gemm_rs_info_t *in = &b->rec[0].info[vi];
+      double same = -1; /* the creation of an explicit plan of the strategy auto chose */
+      for (int vj = 0; vj < b->nv; ++vj)
+        if (b->v[vj].strategy == in->strategy && b->v[vj].reduce == WEAVE_REDUCE_DETERMINISTIC && same < 0)
+          same = b->rec[0].create_ms[vj];
+      printf("# auto -> %s, %s in %.1f ms (plan creation %.1f ms; %.1f ms for the chosen strategy given "
+             "explicitly): %s\n", weave_strategy_name(in->strategy), chosen_by_names[in->chosen_by], in->choose_ms,
+             b->rec[0].create_ms[vi], same, in->why);
+    }
   if (b->tune) {
     const bench_variant_t *v = &b->v[best_v];
     const weave_gemm_rs_info_t *in = &b->rec[0].info[best_v];
     const int fused = v->strategy == WEAVE_STRATEGY_FUSED;
-    const char *path = getenv("WEAVE_TUNE_FILE");
-    if (bench_tune_record(path, b->device_name, b->world, b->M, b->N, b->K_total / b->world, b->dtype,
-                          (weave_fp8_accum_t)b->fp8_accum, (weave_scale_mode_t)b->scale_mode, v->strategy,
-                          fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best) == 0)
+    char path[1024] = "", why[600] = "";
+    if (bench_tune_record(&b->rec[0].tune_key, v->strategy, fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best,
+                          path, sizeof(path), why, sizeof(why)) == 0)
       printf("# tune: %s %s G=%d C=%d (%.2fx) -> %s\n", v->label, weave_strategy_name(v->strategy),
              fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best, path);
     else
-      printf("# tune: best %s (%.2fx); set WEAVE_TUNE_FILE to record it\n", v->label, t_base / best);
+      printf("# tune: best %s (%.2fx), not stored: %s\n", v->label, t_base / best, why);
   }
   return bad;
 }

@@ -50,6 +50,10 @@ struct weave_gemm_rs_plan {
   int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
   const void *reachable[6]; /* A, B, bias, C_out, scale_a, scale_b last found device-readable
                              * (execute_check_args) */
+  weave_choice_t chosen_by; /* how the strategy was chosen (AUTO: gemm_rs/autotune.h) */
+  double choose_ms;
+  char why[320];
+  int delay_us; /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */
   void *lockstep_ev; /* cudaEvent_t when ranks share this GPU: each call waits for itself
                       * (plan_execute.c, execute_lockstep); NULL otherwise */
 };

@@ -3,7 +3,8 @@
  * weave_gemm_rs_plan_create runs the steps:
  *
  *   checks     the arguments, the same on every rank
- *   strategy   explicit, else tuned, else the baseline; the slot dtype and the GEMM role follow
+ *   strategy   explicit, else AUTO's choice (cached, measured or modelled: gemm_rs/autotune.h); the
+ *              slot dtype and the GEMM role follow
  *   tiling     tile shape and the per-owner capacities
  *   blocks     the co-resident budget and its GEMM / communication split
  *   memory     sizes, then the heap allocation, zeroed flags, cuBLASLt and NCCL (collective)
@@ -20,9 +21,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gemm_rs/autotune.h"
 #include "gemm_rs/plan.h"
 #include "gemm_rs/plan_model.h"
-#include "gemm_rs/tune.h"
 
 weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *rows) {
   if (!row_begin || !rows)
@@ -109,12 +110,10 @@ static weave_result_t plan_check_team_args(weave_team_t team, int M, int N, int 
 }
 
 /* ---- strategy and tiling ----------------------------------------------------------------------- */
-/* An explicit strategy, else the tuned one, else the baseline (it is never slower than itself; the
- * fused kernel is chosen only where weave-bench --tune measured it faster). tuned: NULL when the
- * tuning cache has no entry for this shape. */
-static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_tune_entry_t *tuned) {
+/* An explicit strategy, else AUTO's choice. */
+static void plan_choose_strategy(weave_gemm_rs_plan_t p, const weave_auto_choice_t *choice) {
   p->strategy = p->desc.strategy;
-  if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = tuned ? tuned->strategy : WEAVE_STRATEGY_BASELINE;
+  if (p->strategy == WEAVE_STRATEGY_AUTO) p->strategy = choice->strategy;
 }
 
 /* The baseline's GEMM (cuBLASLt). Local; msg says why it cannot run. */
@@ -126,9 +125,10 @@ static weave_result_t plan_lt_new(weave_gemm_rs_plan_t p, char *msg, size_t len)
                             p->desc.b_layout, &o, &p->lt, msg, len);
 }
 
-/* Collective, for AUTO plans: every rank takes rank 0's choice (tuning files may differ between
- * processes), and the baseline only where cuBLASLt has an algorithm on every rank (it has none for
- * fp8 with rows of C that are not 16-byte multiples): else bulk, weave's GEMM, which runs any shape.
+/* Collective, for AUTO plans: every rank takes rank 0's choice (the choice is rank 0's already; this
+ * keeps it so whatever chose), and the baseline only where cuBLASLt has an algorithm on every rank (it
+ * has none for fp8 with rows of C that are not 16-byte multiples): else bulk, weave's GEMM, which
+ * runs any shape.
  * The baseline's cuBLASLt is created here then (before the plan's agreement; it allocates). */
 static weave_result_t plan_settle_auto(weave_gemm_rs_plan_t p) {
   weave_team_t team = p->team;
@@ -181,16 +181,17 @@ static void split_inputs(weave_team_t team, weave_dtype_t dtype, int per_sm, int
                                  per_sm, budget, in);
 }
 
-/* The fused kernel's GEMM / communication split: the caller's, else the tuned one if it fits the
- * budget, else the cost model's. */
-static void plan_split_fused(weave_gemm_rs_plan_t p, int per_sm, const weave_tune_entry_t *tuned) {
+/* The fused kernel's GEMM / communication split: the caller's, else AUTO's (measured or cached) if it
+ * fits the budget, else the cost model's. */
+static void plan_split_fused(weave_gemm_rs_plan_t p, int per_sm, const weave_auto_choice_t *choice) {
   const weave_gemm_rs_desc_t *desc = &p->desc;
   if (desc->gemm_blocks > 0) {
     p->gemm_blocks = desc->gemm_blocks;
     p->comm_blocks = desc->comm_blocks;
-  } else if (tuned && tuned->strategy == WEAVE_STRATEGY_FUSED && tuned->gemm_blocks + tuned->comm_blocks <= p->budget) {
-    p->gemm_blocks = tuned->gemm_blocks;
-    p->comm_blocks = tuned->comm_blocks;
+  } else if (choice && choice->strategy == WEAVE_STRATEGY_FUSED && choice->gemm_blocks > 0 &&
+             choice->comm_blocks > 0 && choice->gemm_blocks + choice->comm_blocks <= p->budget) {
+    p->gemm_blocks = choice->gemm_blocks;
+    p->comm_blocks = choice->comm_blocks;
   } else {
     const int world = p->team->world;
     weave_split_inputs_t in;
@@ -205,7 +206,7 @@ static void plan_split_fused(weave_gemm_rs_plan_t p, int per_sm, const weave_tun
 
 /* Co-residency: a rank may use its share of the GPU's resident blocks (the fused kernel's blocks
  * wait on each other, so more than that could deadlock). Local: fails on this rank only. */
-static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_tune_entry_t *tuned) {
+static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_auto_choice_t *choice) {
   const weave_device_info_t *info = &p->team->info;
   const int fused = p->strategy == WEAVE_STRATEGY_FUSED;
   size_t smem = 0;
@@ -224,7 +225,7 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_tun
     p->comm_blocks = p->budget; /* reduce-scatter kernel */
     return WEAVE_SUCCESS;
   }
-  plan_split_fused(p, per_sm, tuned);
+  plan_split_fused(p, per_sm, choice);
   if (p->gemm_blocks + p->comm_blocks > p->budget)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "plan: %d GEMM + %d communication blocks could deadlock: only %d blocks of this kernel are "
@@ -433,6 +434,42 @@ static void plan_free_host(weave_gemm_rs_plan_t p) {
   free(p);
 }
 
+/* The split a fused plan of these arguments would get here (weave_plan_split_fn for the tuner):
+ * local, nothing allocated on the device. */
+static weave_result_t plan_fused_split(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                       int *gemm_blocks, int *comm_blocks) {
+  weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
+  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
+  p->team = team;
+  p->M = M; p->N = N; p->K = K;
+  p->desc = *desc;
+  p->desc.strategy = WEAVE_STRATEGY_FUSED;
+  p->strategy = WEAVE_STRATEGY_FUSED;
+  plan_choose_dtypes(p);
+  plan_choose_tiling(p);
+  weave_result_t rc = plan_choose_blocks(p, NULL);
+  *gemm_blocks = p->gemm_blocks;
+  *comm_blocks = p->comm_blocks;
+  free(p);
+  return rc;
+}
+
+/* How the strategy was chosen, for plan_info and the log. */
+static void plan_note_choice(weave_gemm_rs_plan_t p, const weave_auto_choice_t *choice) {
+  if (p->desc.strategy != WEAVE_STRATEGY_AUTO) {
+    p->chosen_by = WEAVE_CHOSEN_BY_CALLER;
+    snprintf(p->why, sizeof(p->why), "given by the caller");
+    return;
+  }
+  p->chosen_by = choice->chosen_by;
+  p->choose_ms = choice->choose_ms;
+  if (p->strategy != choice->strategy) /* plan_settle_auto moved it */
+    snprintf(p->why, sizeof(p->why), "%.240s; bulk instead: cuBLASLt cannot run the baseline on every rank",
+             choice->why);
+  else
+    snprintf(p->why, sizeof(p->why), "%s", choice->why);
+}
+
 static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                                   weave_gemm_rs_plan_t *plan_out) {
   weave_gemm_rs_desc_t d;
@@ -452,22 +489,26 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
 
   weave_env_t env;
   if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */
-  weave_tune_entry_t tuned;
-  const weave_tune_entry_t *have_tune =
-      weave_tune_find(env.tune_file, team->info.name, team->world, M, N, K, desc->dtype, desc->fp8_accum,
-                      desc->scale_mode, &tuned) == 0
-          ? &tuned
-          : NULL;
-  plan_choose_strategy(p, have_tune);
-  weave_result_t rc = plan_settle_auto(p);
+  weave_auto_choice_t choice;
+  memset(&choice, 0, sizeof(choice));
+  weave_result_t rc = WEAVE_SUCCESS;
+  if (desc->strategy == WEAVE_STRATEGY_AUTO) rc = weave_autotune_choose(team, M, N, K, desc, &env, plan_fused_split, &choice);
+  if (rc != WEAVE_SUCCESS) {
+    plan_free_host(p);
+    return rc;
+  }
+  plan_choose_strategy(p, &choice);
+  rc = plan_settle_auto(p);
   if (rc != WEAVE_SUCCESS) {
     plan_free_host(p);
     return rc;
   }
   plan_choose_dtypes(p);
   plan_choose_tiling(p);
-  rc = plan_choose_blocks(p, have_tune);
+  rc = plan_choose_blocks(p, &choice);
   plan_size_memory(p);
+  plan_note_choice(p, &choice);
+  if (env.delay_us && env.delay_strategy == p->strategy) p->delay_us = env.delay_us; /* WEAVE_TEST_DELAY */
   /* Every rank takes part in the agreement; a rank that failed here returns its own code. */
   if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
   else weave_team_agree(team, rc);
@@ -483,6 +524,9 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
             "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes at offset %zu, %s epilogue",
             M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
             p->budget, p->mem_bytes, (size_t)((char *)p->mem - (char *)team->heap_base), p->params.tma_slots ? "TMA-store" : "register-store");
+  if (p->chosen_by != WEAVE_CHOSEN_BY_CALLER && (env.info || weave_log_level() >= WEAVE_LOG_INFO) && team->rank == 0)
+    fprintf(stderr, "weave: plan %dx%dx%d %s, %d rank(s): auto chose %s, %.1f ms: %s\n", M, N, K,
+            weave_dtype_name(desc->dtype), team->world, weave_strategy_name(p->strategy), p->choose_ms, p->why);
   *plan_out = p;
   return WEAVE_SUCCESS;
 }
@@ -513,6 +557,9 @@ weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_inf
   info->heap_bytes = p->mem_bytes;
   size_t slot = weave_dtype_size(p->slot_dtype);
   info->bytes_sent = weave_plan_bytes_sent(p->M, p->N, p->team->world, p->team->rank, slot);
+  info->chosen_by = p->chosen_by;
+  info->choose_ms = p->choose_ms;
+  snprintf(info->why, sizeof(info->why), "%s", p->why);
   return WEAVE_SUCCESS;
 }
 

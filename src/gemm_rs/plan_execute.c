@@ -196,6 +196,9 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
                         "%s: cuBLASLt has no algorithm for A %p, B %p, C %p (%u-byte aligned)", fn, A, B, C,
                         weave_lt_alignment(A, B, C));
   }
+  /* WEAVE_TEST_DELAY: this strategy made slower on purpose (the tests of auto's choice) */
+  const int delayed = p->delay_us ? weave_launch_delay((unsigned)p->delay_us, stream) : 0;
+  if (delayed) return weave_fail(team, WEAVE_ERROR_CUDA, "%s: WEAVE_TEST_DELAY: %s", fn, weave_cuda_error_string(delayed));
   if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE))
     return execute_lt(p, fn, &fp, A, B, bias, C_out, stream);
   if (direct) return execute_direct_bulk(p, fn, &fp, A, B, bias, C_out, stream);

@@ -69,3 +69,34 @@ void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total,
   out->t_baseline_ms = out->t_gemm_ms + out->t_rs_ms;
   out->t_fused_ms = out->t_gemm_ms > out->t_rs_ms ? out->t_gemm_ms : out->t_rs_ms;
 }
+
+weave_strategy_t weave_auto_model(const weave_auto_model_in_t *in, weave_auto_model_t *out) {
+  const double launch = 5e-6, sync = 10e-6; /* a kernel launch; a reduce-scatter's flag round trip */
+  const int shared = in->ranks_on_device > 1 ? in->ranks_on_device : 1;
+  const double flops = 2.0 * in->M * (double)in->N * in->K * shared;
+  const double weave_rate = weave_dtype_is_fp8(in->dtype) && !in->fp8_fast ? 0.8 : 1.0;
+  const double t_lt = flops / in->gpu_flops + launch;
+  const double t_weave = flops / (in->gpu_flops * weave_rate) + launch;
+  double t_rs = 0;
+  if (in->world > 1) {
+    if (shared > 1) /* every sharing rank's owner reads world partials and writes its rows, on one HBM */
+      t_rs = shared * weave_plan_comm_bytes(in->M, in->N, in->world, in->slot_bytes, in->out_bytes) /
+             in->hbm_bytes_per_s;
+    else
+      t_rs = (double)in->M * in->N * in->slot_bytes * (in->world - 1) / in->world / in->link_bytes_per_s;
+    t_rs += sync;
+  }
+  const int budget = in->gemm_blocks + in->comm_blocks;
+  const double t_g = in->gemm_blocks > 0 ? t_weave * budget / in->gemm_blocks : 1e30;
+  out->baseline_ms = (t_lt + t_rs) * 1e3;
+  out->bulk_ms = (t_weave + t_rs) * 1e3;
+  out->fused_ms = ((t_g > t_rs ? t_g : t_rs) + t_rs / in->world) * 1e3;
+  weave_strategy_t s = WEAVE_STRATEGY_BASELINE;
+  double best = out->baseline_ms;
+  if (out->bulk_ms < 0.97 * best) {
+    s = WEAVE_STRATEGY_BULK;
+    best = out->bulk_ms;
+  }
+  if (out->fused_ms < 0.97 * best) s = WEAVE_STRATEGY_FUSED;
+  return s;
+}

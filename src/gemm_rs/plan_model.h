@@ -38,6 +38,28 @@ double weave_plan_gemm_flops(int M, int N, int K_local, int world);
 double weave_plan_comm_bytes(int M, int N, int world, size_t slot_bytes, size_t out_bytes);
 size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_bytes);
 
+/* The cost model's strategy for an AUTO plan that has no measurement (WEAVE_AUTOTUNE=0, stream
+ * capture, or timing that failed). Times per call as every rank sees them: the GPU runs the GEMMs of
+ * all ranks_on_device ranks at once; the reduce-scatter crosses links between GPUs of their own, or is
+ * a memory pass where ranks share one. weave's kernel is taken to run at cuBLASLt's rate, except fp8
+ * with fp32 accumulation, at 0.8 of it (0.75-0.87 measured, docs/performance.md). The fused kernel
+ * runs its GEMM on gemm_blocks of the budget, the reduction beside it, and a tail of one owner's share
+ * of the reduction after it. Another strategy than the baseline must be predicted 3% faster. */
+typedef struct {
+  int M, N, K, world;
+  int ranks_on_device;       /* ranks sharing this GPU (1: every rank has a GPU of its own) */
+  weave_dtype_t dtype;
+  int fp8_fast;              /* WEAVE_FP8_ACCUM_FAST */
+  size_t slot_bytes, out_bytes;
+  double gpu_flops;          /* the whole GPU's dense rate for dtype, FLOP/s */
+  double hbm_bytes_per_s, link_bytes_per_s;
+  int gemm_blocks, comm_blocks; /* the fused kernel's split */
+} weave_auto_model_in_t;
+typedef struct {
+  double baseline_ms, bulk_ms, fused_ms;
+} weave_auto_model_t;
+weave_strategy_t weave_auto_model(const weave_auto_model_in_t *in, weave_auto_model_t *out);
+
 /* Roofline of one call on a published device (H100 / H200 SXM datasheet rates). */
 typedef struct {
   const char *name;

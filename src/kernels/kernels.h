@@ -84,6 +84,11 @@ int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struc
 /* C[rows, N] += bias[N] (the NCCL baseline's bias, added once by the owner). */
 int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
+/* tune_kernels.cu. count elements of dtype (weave_dtype_t) with random values in [-1, 1) from seed. */
+int weave_launch_fill_random(void *p, size_t count, int dtype, uint32_t seed, struct CUstream_st *stream);
+int weave_launch_fill_value(float *p, size_t count, float v, struct CUstream_st *stream);
+/* One thread that returns after `us` microseconds (WEAVE_TEST_DELAY). */
+int weave_launch_delay(unsigned us, struct CUstream_st *stream);
 
 /* ptr is memory `device` can be given: device memory (of any GPU: peer access is the caller's
  * business), managed or host-registered (pinned) memory, or any address where `device` reads

@@ -20,7 +20,8 @@
   X(WEAVE_HEAP_SIZE, "size", "1G", "symmetric heap per rank in bytes (suffix K, M, G, T)")         \
   X(WEAVE_TIMEOUT_MS, "int", "10000", "bound of every host and device wait, in ms (1..3600000)")   \
   X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                       \
-  X(WEAVE_TUNE_FILE, "path", "", "tuning cache written by weave-bench --tune, read by plans")      \
+  X(WEAVE_TUNE_FILE, "path", "", "tuning cache (default $XDG_CACHE_HOME/weave/tune.tsv)")          \
+  X(WEAVE_AUTOTUNE, "bool", "1", "AUTO plans time their candidates once per shape when nothing is cached (0: the cost model)") \
   X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                 \
   X(WEAVE_SOCKET_ADDR, "address", "", "this host's address in a unique id (default: first non-loopback IPv4)") \
   X(WEAVE_BOOTSTRAP_PORT, "port", "", "rendezvous port of weave_bootstrap_create_env (default: MASTER_PORT + 1)") \
@@ -29,7 +30,8 @@
   X(WEAVE_HGEMM_STREAMK, "0..2", "1", "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over") \
   X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)") \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)") \
-  X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)")
+  X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)") \
+  X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)")
 
 typedef struct {
   const char *name, *type, *def, *doc;
@@ -110,6 +112,22 @@ int weave_hgemm_knob(const char *name) {
   return 0; /* not a knob: a programming error caught by the tests */
 }
 
+/* "<strategy>:<us>" of WEAVE_TEST_DELAY. */
+static int parse_delay(const char *v, weave_strategy_t *strategy, int *us) {
+  const char *colon = strchr(v, ':');
+  long l;
+  if (!colon || weave_parse_int(colon + 1, 1, 10000000, &l)) return -1;
+  for (int s = WEAVE_STRATEGY_FUSED; s <= WEAVE_STRATEGY_BASELINE; ++s) {
+    const char *name = weave_strategy_name((weave_strategy_t)s);
+    if (strlen(name) == (size_t)(colon - v) && strncmp(v, name, strlen(name)) == 0) {
+      *strategy = (weave_strategy_t)s;
+      *us = (int)l;
+      return 0;
+    }
+  }
+  return -1;
+}
+
 static const char *env_value(const char *name, const char *def) {
   const char *v = getenv(name);
   return (v && *v) ? v : def;
@@ -142,6 +160,13 @@ weave_result_t weave_env_load(weave_env_t *env) {
   if (strlen(v) >= sizeof(env->trace))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TRACE is longer than %zu bytes", sizeof(env->trace) - 1);
   strcpy(env->trace, v);
+  v = env_value("WEAVE_AUTOTUNE", "1");
+  if (weave_parse_bool(v, &env->autotune))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_AUTOTUNE='%s': expected 0/1/true/false/yes/no/on/off", v);
+  v = env_value("WEAVE_TEST_DELAY", "");
+  if (*v && parse_delay(v, &env->delay_strategy, &env->delay_us))
+    return weave_fail(NULL, WEAVE_ERROR_ENV,
+                      "WEAVE_TEST_DELAY='%s': expected <fused|bulk|baseline>:<microseconds 1..10000000>", v);
   v = env_value("WEAVE_TMA_EPILOGUE", "1");
   if (weave_parse_bool(v, &env->tma_epilogue))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TMA_EPILOGUE='%s': expected 0/1/true/false/yes/no/on/off", v);

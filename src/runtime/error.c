@@ -13,6 +13,7 @@
 #include "runtime/internal.h"
 
 static _Thread_local char thread_last_error[1024];
+static _Thread_local int log_quiet; /* > 0: failures are expected (weave_log_quiet) */
 
 void weave_get_version(int *major, int *minor, int *patch) {
   if (major) *major = WEAVE_VERSION_MAJOR;
@@ -95,6 +96,8 @@ weave_result_t weave_fail(weave_team_t team, weave_result_t code, const char *fm
   va_end(ap);
   if (team) /* the thread's copy too, for callers that only kept the result code */
     snprintf(thread_last_error, sizeof(thread_last_error), "%s", dst);
-  weave_log(WEAVE_LOG_WARN, team, "%s", dst);
+  weave_log(log_quiet > 0 ? WEAVE_LOG_INFO : WEAVE_LOG_WARN, team, "%s", dst);
   return code;
 }
+
+void weave_log_quiet(int on) { log_quiet += on ? 1 : -1; }

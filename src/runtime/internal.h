@@ -21,6 +21,9 @@ weave_result_t weave_fail(weave_team_t team, weave_result_t code, const char *fm
     __attribute__((format(printf, 3, 4)));
 void weave_log(weave_log_level_t level, const weave_team_t team, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* on = 1 / 0 around calls whose failures the caller expects and reports itself (the tuner's
+ * candidates): this thread's weave_fail then logs at INFO instead of WARN. Nests. */
+void weave_log_quiet(int on);
 /* The level WEAVE_DEBUG sets, read on every call (WARN when unset or invalid). */
 weave_log_level_t weave_log_level(void);
 int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|INFO|TRACE: 0, or -1 */
@@ -52,6 +55,9 @@ typedef struct {
   char tune_file[512];
   char trace[512];
   int tma_epilogue;
+  int autotune;                 /* WEAVE_AUTOTUNE: AUTO plans time their candidates when nothing is cached */
+  weave_strategy_t delay_strategy; /* WEAVE_TEST_DELAY=<strategy>:<us>: that strategy's calls start with a */
+  int delay_us;                    /* delay of us microseconds (0: none), to test that auto avoids it */
 } weave_env_t;
 
 /* Reads every WEAVE_* variable (at each team/plan creation); a bad value is WEAVE_ERROR_ENV (message in

@@ -5,6 +5,7 @@
 
 #include "common/dtype.h"
 #include "gemm_rs/plan_model.h"
+#include "gemm_rs/autotune.h"
 #include "gemm_rs/tune.h"
 #include "kernels/kernels.h"
 #include "runtime/internal.h"
@@ -55,24 +56,29 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
   }
 }
 
-int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
-                      weave_fp8_accum_t fp8_accum, weave_scale_mode_t scale_mode, weave_strategy_t strategy,
-                      int gemm_blocks, int comm_blocks, double speedup) {
+_Static_assert(sizeof(weave_tune_key_t) <= sizeof(bench_tune_key_t), "bench_tune_key_t too small");
+
+void bench_tune_key(weave_team_t team, int M, int N, int K_local, const weave_gemm_rs_desc_t *desc,
+                    bench_tune_key_t *key) {
+  memset(key, 0, sizeof(*key));
+  weave_tune_key_for(team, M, N, K_local, desc, (weave_tune_key_t *)key->bytes);
+}
+
+int bench_tune_record(const bench_tune_key_t *key, weave_strategy_t strategy, int gemm_blocks, int comm_blocks,
+                      double speedup, char *path, size_t path_len, char *why, size_t why_len) {
   weave_tune_entry_t e;
   memset(&e, 0, sizeof(e));
-  snprintf(e.device, sizeof(e.device), "%s", device);
-  e.world = world;
-  e.m_bucket = weave_tune_bucket(M);
-  e.N = N;
-  e.K = K_local;
-  e.dtype = dtype;
-  e.fp8_accum = fp8_accum;
-  e.scale_mode = scale_mode;
+  memcpy(&e.key, key->bytes, sizeof(e.key));
   e.strategy = strategy;
   e.gemm_blocks = gemm_blocks;
   e.comm_blocks = comm_blocks;
   e.speedup = speedup;
-  return path && *path ? weave_tune_append(path, &e) : -1;
+  int is_default = 0;
+  if (weave_tune_path(getenv("WEAVE_TUNE_FILE"), path, path_len, &is_default) != 0) {
+    snprintf(why, why_len, "no tuning cache: neither WEAVE_TUNE_FILE nor HOME is set");
+    return -1;
+  }
+  return weave_tune_store(path, is_default, &e, 2000, why, why_len) == WEAVE_TUNE_FOUND ? 0 : -1;
 }
 
 int bench_check_env(void) {

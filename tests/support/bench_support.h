@@ -21,10 +21,16 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
  * them too, so a bad value never passes silently. */
 int bench_check_env(void);
 
-/* Appends the measured best of a shape to the tuning cache at `path` (WEAVE_TUNE_FILE's format; fp8:
- * the accumulation and the scale mode measured, "+row" / "+fast" in the dtype column). 0 on success. */
-int bench_tune_record(const char *path, const char *device, int world, int M, int N, int K_local, weave_dtype_t dtype,
-                      weave_fp8_accum_t fp8_accum, weave_scale_mode_t scale_mode, weave_strategy_t strategy,
-                      int gemm_blocks, int comm_blocks, double speedup);
+/* The tuning cache's key of a plan of `desc` on this rank (gemm_rs/tune.h's weave_tune_key_t, kept
+ * opaque here: the tools reach the internals only through this header). */
+typedef struct {
+  _Alignas(8) unsigned char bytes[256];
+} bench_tune_key_t;
+void bench_tune_key(weave_team_t team, int M, int N, int K_local, const weave_gemm_rs_desc_t *desc,
+                    bench_tune_key_t *key);
+/* Stores the measured best of a shape under `key` in the tuning cache that plans read
+ * (WEAVE_TUNE_FILE, else the default); path gets the file. 0 on success, else -1 with why. */
+int bench_tune_record(const bench_tune_key_t *key, weave_strategy_t strategy, int gemm_blocks, int comm_blocks,
+                      double speedup, char *path, size_t path_len, char *why, size_t why_len);
 
 #endif

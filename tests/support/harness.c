@@ -238,6 +238,12 @@ static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
+double harness_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
 double harness_median(double *v, int n) {
   if (n <= 0) return 0;
   qsort(v, (size_t)n, sizeof(double), cmp_double);

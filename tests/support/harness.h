@@ -94,6 +94,7 @@ int harness_lt_run_scaled(harness_lt_t *lt, float alpha, const void *A, const vo
 void harness_lt_destroy(harness_lt_t *lt);
 
 double harness_median(double *v, int n); /* sorts v */
+double harness_now_ms(void);             /* CLOCK_MONOTONIC, in ms */
 uint64_t harness_seed(void);             /* fresh per process (time and pid) unless WEAVE_TEST_SEED */
 
 #ifdef __cplusplus

@@ -1,0 +1,451 @@
+/* AUTO plans' choice: see autotune.h. */
+#include "gemm_rs/autotune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common/dtype.h"
+#include "gemm_rs/plan_model.h"
+#include "gemm_rs/tune.h"
+#include "kernels/kernels.h"
+
+#define TUNE_MAX_CANDIDATES 5
+#define TUNE_MAX_REPS 15
+#define TUNE_MIN_REPS 3
+#define TUNE_TARGET_US 20000.0 /* timed calls per candidate: about this long, TUNE_MIN..MAX_REPS calls */
+#define TUNE_LOCK_MS 2000      /* the cache file's lock */
+#define TUNE_PRUNE 1.10        /* a neighbour split the model predicts this much slower than the best is skipped */
+#define TUNE_PREFER 0.99       /* a later candidate must beat the best so far by 1% (noise) */
+
+int weave_capture_active(void) {
+  const cudaStream_t streams[2] = {cudaStreamLegacy, cudaStreamPerThread};
+  for (int i = 0; i < 2; ++i) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(streams[i], &st);
+    if (e == cudaErrorStreamCaptureImplicit) { /* a blocking stream of this device is capturing */
+      cudaGetLastError();
+      return 1;
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    if (st != cudaStreamCaptureStatusNone) return 1;
+  }
+  return 0;
+}
+
+static double now_ms(void) { return (double)weave_monotonic_ms(); }
+
+/* ---- the cache key and rank 0's entry --------------------------------------------------------- */
+void weave_tune_key_for(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *d, weave_tune_key_t *k) {
+  memset(k, 0, sizeof(*k));
+  snprintf(k->device, sizeof(k->device), "%.127s", team->info.name);
+  k->sms = team->info.sm_count;
+  cudaDriverGetVersion(&k->driver);
+  cudaRuntimeGetVersion(&k->runtime);
+  int major, minor, patch;
+  weave_get_version(&major, &minor, &patch);
+  snprintf(k->weave, sizeof(k->weave), "%d.%d.%d", major, minor, patch);
+  k->world = team->world;
+  k->ranks_per_device = team->info.ranks_on_device;
+  k->m_bucket = weave_tune_bucket(M);
+  k->N = N;
+  k->K = K;
+  k->dtype = d->dtype;
+  k->out_dtype = weave_dtype_out(d->dtype, d->out_dtype);
+  k->b_layout = d->b_layout;
+  k->reduce = d->reduce;
+  k->fp32_slots = d->fp32_slots;
+  k->scale_mode = d->scale_mode == WEAVE_SCALE_ROW ? WEAVE_SCALE_ROW : WEAVE_SCALE_NONE;
+  k->fp8_accum = d->fp8_accum;
+}
+
+/* Rank 0's ints to every rank (each an allgather of the team). */
+static weave_result_t from_rank0(weave_team_t team, int *v, int n) {
+  int all[WEAVE_MAX_WORLD];
+  for (int i = 0; i < n; ++i) {
+    WEAVE_CHECK(weave_team_allgather_int(team, v[i], all));
+    v[i] = all[0];
+  }
+  return WEAVE_SUCCESS;
+}
+
+static void describe(char *buf, size_t len, weave_strategy_t s, int g, int c) {
+  if (s == WEAVE_STRATEGY_FUSED && g > 0)
+    snprintf(buf, len, "fused %d+%d", g, c);
+  else
+    snprintf(buf, len, "%s", weave_strategy_name(s));
+}
+
+/* ---- the model -------------------------------------------------------------------------------- */
+static void model_inputs(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *d, int g, int c,
+                         weave_auto_model_in_t *in) {
+  int clock_khz = 1500000, mem_khz = 2600000, bus_bits = 5120;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, team->info.device);
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, team->info.device);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, team->info.device);
+  cudaGetLastError();
+  memset(in, 0, sizeof(*in));
+  in->M = M; in->N = N; in->K = K; in->world = team->world;
+  in->ranks_on_device = team->info.ranks_on_device;
+  in->dtype = d->dtype;
+  in->fp8_fast = d->fp8_accum == WEAVE_FP8_ACCUM_FAST;
+  const weave_dtype_t out = weave_dtype_out(d->dtype, d->out_dtype);
+  in->out_bytes = weave_dtype_size(out);
+  in->slot_bytes = d->fp32_slots || d->reduce == WEAVE_REDUCE_ATOMIC ? 4 : in->out_bytes;
+  /* an SM's dense rate: 4096 16-bit FLOP per clock (128 fp32 FMA FLOP), twice that for fp8; about
+   * 0.7 of it is reached */
+  double per_sm = d->dtype == WEAVE_FP32 ? 128.0 : weave_dtype_is_fp8(d->dtype) ? 8192.0 : 4096.0;
+  in->gpu_flops = 0.7 * per_sm * clock_khz * 1e3 * team->info.sm_count;
+  in->hbm_bytes_per_s = 0.8 * 2.0 * mem_khz * 1e3 * bus_bits / 8.0;
+  in->link_bytes_per_s = 0.8 * 450e9; /* NVLink 4 per direction (H100/H200 SXM); not queryable */
+  in->gemm_blocks = g;
+  in->comm_blocks = c;
+}
+
+static void choose_by_model(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *d,
+                            weave_plan_split_fn split, const char *reason, weave_auto_choice_t *out) {
+  int g = 0, c = 0;
+  weave_log_quiet(1);
+  weave_gemm_rs_desc_t fd = *d;
+  fd.strategy = WEAVE_STRATEGY_FUSED;
+  if (split(team, M, N, K, &fd, &g, &c) != WEAVE_SUCCESS) g = c = 0;
+  weave_log_quiet(0);
+  weave_auto_model_in_t in;
+  weave_auto_model_t t;
+  model_inputs(team, M, N, K, d, g, c, &in);
+  out->strategy = weave_auto_model(&in, &t);
+  if (out->strategy == WEAVE_STRATEGY_FUSED && g == 0) out->strategy = WEAVE_STRATEGY_BASELINE;
+  out->gemm_blocks = out->comm_blocks = 0;
+  out->chosen_by = WEAVE_CHOSEN_BY_MODEL;
+  snprintf(out->why, sizeof(out->why), "model (%s): predicted baseline %.3f ms, bulk %.3f ms, fused %.3f ms",
+           reason, t.baseline_ms, t.bulk_ms, t.fused_ms);
+}
+
+/* ---- measurement ------------------------------------------------------------------------------ */
+typedef struct {
+  weave_strategy_t strategy;
+  int gemm_blocks, comm_blocks; /* asked (0: the planner's), then as planned */
+  double ms;                    /* the slowest rank's median; < 0: not run */
+  int reps;
+} candidate_t;
+
+typedef struct {
+  weave_team_t team;
+  int M, N, K;
+  weave_gemm_rs_desc_t desc;
+  void *A, *B, *C, *bias;
+  float *sa, *sb;
+  cudaStream_t stream;
+  cudaEvent_t ev[2 * TUNE_MAX_REPS];
+  int nev;
+} tuner_t;
+
+static void tuner_free(tuner_t *t) {
+  cudaFree(t->A);
+  cudaFree(t->B);
+  cudaFree(t->C);
+  cudaFree(t->bias);
+  cudaFree(t->sa);
+  cudaFree(t->sb);
+  for (int i = 0; i < t->nev; ++i) cudaEventDestroy(t->ev[i]);
+  if (t->stream) cudaStreamDestroy(t->stream);
+  cudaGetLastError();
+}
+
+/* This rank's scratch inputs (random, as real data draws real power), output, stream and events.
+ * Local; msg says why not. */
+static int tuner_alloc(tuner_t *t, char *msg, size_t len) {
+  weave_team_t team = t->team;
+  const weave_gemm_rs_desc_t *d = &t->desc;
+  const weave_dtype_t out = weave_dtype_out(d->dtype, d->out_dtype);
+  const size_t e = weave_dtype_size(d->dtype), eo = weave_dtype_size(out);
+  int rb, rows;
+  weave_split_rows_of(t->M, team->world, team->rank, &rb, &rows);
+  const size_t a = (size_t)t->M * t->K * e, b = (size_t)t->K * t->N * e, c = (size_t)rows * t->N * eo;
+  const size_t na = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->M : 1, nb = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->N : 1;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || (a + b + c) + (a + b + c) / 8 + (64u << 20) > free_b) {
+    cudaGetLastError();
+    snprintf(msg, len, "%.0f MiB of scratch inputs do not fit the device's free memory", (a + b + c) / 1048576.0);
+    return 0;
+  }
+  int ok = cudaMalloc(&t->A, a) == cudaSuccess && cudaMalloc(&t->B, b) == cudaSuccess &&
+           (c == 0 || cudaMalloc(&t->C, c) == cudaSuccess) &&
+           (!d->has_bias || cudaMalloc(&t->bias, (size_t)t->N * eo) == cudaSuccess) &&
+           (d->scale_mode == WEAVE_SCALE_NONE ||
+            (cudaMalloc((void **)&t->sa, na * 4) == cudaSuccess && cudaMalloc((void **)&t->sb, nb * 4) == cudaSuccess)) &&
+           cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking) == cudaSuccess;
+  for (; ok && t->nev < 2 * TUNE_MAX_REPS; ++t->nev) ok = cudaEventCreate(&t->ev[t->nev]) == cudaSuccess;
+  const uint32_t seed = 0x5eed0000u + 977u * (uint32_t)team->rank;
+  struct CUstream_st *s = (struct CUstream_st *)t->stream;
+  if (ok) ok = weave_launch_fill_random(t->A, (size_t)t->M * t->K, d->dtype, seed, s) == 0 &&
+               weave_launch_fill_random(t->B, (size_t)t->K * t->N, d->dtype, seed + 1, s) == 0 &&
+               (!t->bias || weave_launch_fill_random(t->bias, (size_t)t->N, out, seed + 2, s) == 0) &&
+               (!t->sa || (weave_launch_fill_value(t->sa, na, 1.0f, s) == 0 && weave_launch_fill_value(t->sb, nb, 1.0f, s) == 0)) &&
+               cudaStreamSynchronize(t->stream) == cudaSuccess;
+  if (!ok) snprintf(msg, len, "scratch inputs: %s", cudaGetErrorString(cudaGetLastError()));
+  return ok;
+}
+
+static weave_result_t tuner_call(tuner_t *t, weave_gemm_rs_plan_t plan) {
+  return weave_gemm_rs_execute_scaled(plan, t->A, t->B, t->sa, t->sb, t->bias, t->C, (weave_stream_t)t->stream);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One candidate: created (collective, agreed), one call to warm up, one timed to size the run (the
+ * slowest rank's), then reps calls each between two events; the slowest rank's median. A candidate
+ * that cannot be planned or run gets ms < 0 on every rank. Fails only where the bootstrap fails. */
+static weave_result_t time_candidate(tuner_t *t, candidate_t *c) {
+  weave_team_t team = t->team;
+  weave_gemm_rs_desc_t d = t->desc;
+  d.strategy = c->strategy;
+  d.gemm_blocks = c->gemm_blocks;
+  d.comm_blocks = c->comm_blocks;
+  d.trace = 0;
+  c->ms = -1;
+  weave_gemm_rs_plan_t plan = NULL;
+  weave_log_quiet(1);
+  weave_result_t created = weave_gemm_rs_plan_create(team, t->M, t->N, t->K, &d, &plan);
+  weave_log_quiet(0);
+  if (created != WEAVE_SUCCESS) {
+    weave_log(WEAVE_LOG_INFO, team, "auto: %s cannot run here: %s", weave_strategy_name(c->strategy),
+              weave_get_last_error(team));
+    return team->aborted_by ? WEAVE_ERROR_ABORTED : WEAVE_SUCCESS; /* agreed by the creation */
+  }
+  weave_gemm_rs_info_t info;
+  weave_gemm_rs_plan_info(plan, &info);
+  c->gemm_blocks = c->strategy == WEAVE_STRATEGY_FUSED ? info.gemm_blocks : 0;
+  c->comm_blocks = c->strategy == WEAVE_STRATEGY_FUSED ? info.comm_blocks : 0;
+  float warm_ms = 0;
+  int ok = tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[0], t->stream) == cudaSuccess &&
+           tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[1], t->stream) == cudaSuccess &&
+           cudaEventSynchronize(t->ev[1]) == cudaSuccess &&
+           cudaEventElapsedTime(&warm_ms, t->ev[0], t->ev[1]) == cudaSuccess &&
+           weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
+  int all[WEAVE_MAX_WORLD];
+  weave_result_t rc = weave_team_allgather_int(team, ok ? (int)ceil(warm_ms * 1000.0) + 1 : -1, all);
+  int slowest_us = 0;
+  for (int r = 0; rc == WEAVE_SUCCESS && r < team->world; ++r) {
+    if (all[r] < 0) ok = 0;
+    if (all[r] > slowest_us) slowest_us = all[r];
+  }
+  if (rc == WEAVE_SUCCESS && ok) { /* every rank makes the same number of calls */
+    int reps = (int)(TUNE_TARGET_US / slowest_us);
+    reps = reps < TUNE_MIN_REPS ? TUNE_MIN_REPS : reps > TUNE_MAX_REPS ? TUNE_MAX_REPS : reps;
+    c->reps = reps;
+    for (int i = 0; i < reps && ok; ++i)
+      ok = cudaEventRecord(t->ev[2 * i], t->stream) == cudaSuccess && tuner_call(t, plan) == WEAVE_SUCCESS &&
+           cudaEventRecord(t->ev[2 * i + 1], t->stream) == cudaSuccess;
+    double ms[TUNE_MAX_REPS];
+    ok = ok && cudaStreamSynchronize(t->stream) == cudaSuccess;
+    for (int i = 0; i < reps && ok; ++i) {
+      float f = 0;
+      ok = cudaEventElapsedTime(&f, t->ev[2 * i], t->ev[2 * i + 1]) == cudaSuccess;
+      ms[i] = f;
+    }
+    ok = ok && weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
+    double median = 0;
+    if (ok) {
+      qsort(ms, (size_t)reps, sizeof(ms[0]), cmp_double);
+      median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+    }
+    /* in 10 ns units: an int holds 21 s */
+    rc = weave_team_allgather_int(team, ok ? (int)ceil(median * 1e5) : -1, all);
+    double slowest = 0;
+    for (int r = 0; rc == WEAVE_SUCCESS && r < team->world; ++r) {
+      if (all[r] < 0) ok = 0;
+      if (all[r] * 1e-5 > slowest) slowest = all[r] * 1e-5;
+    }
+    if (rc == WEAVE_SUCCESS && ok) c->ms = slowest;
+  }
+  if (c->ms < 0) {
+    cudaGetLastError();
+    weave_log(WEAVE_LOG_INFO, team, "auto: %s did not run: %s", weave_strategy_name(c->strategy),
+              weave_get_last_error(team));
+  }
+  const weave_result_t destroyed = weave_gemm_rs_plan_destroy(plan);
+  return rc != WEAVE_SUCCESS ? rc : destroyed;
+}
+
+/* The model's time for a fused split, relative to (g0, c0): what prunes the neighbours. */
+static double model_fused_ratio(weave_team_t team, const tuner_t *t, int g0, int c0, int g, int c) {
+  weave_auto_model_in_t in;
+  weave_auto_model_t a, b;
+  model_inputs(team, t->M, t->N, t->K, &t->desc, g0, c0, &in);
+  weave_auto_model(&in, &a);
+  in.gemm_blocks = g;
+  in.comm_blocks = c;
+  weave_auto_model(&in, &b);
+  return a.fused_ms > 0 ? b.fused_ms / a.fused_ms : 1.0;
+}
+
+/* Times the candidates; 0 with out filled, or -1 with why (then the model decides). */
+static weave_result_t measure(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                              weave_auto_choice_t *out, int *measured, double *speedup, char *why, size_t why_len) {
+  *measured = 0;
+  tuner_t t;
+  memset(&t, 0, sizeof(t));
+  t.team = team;
+  t.M = M; t.N = N; t.K = K;
+  t.desc = *desc;
+  char msg[200] = "";
+  int ok = tuner_alloc(&t, msg, sizeof(msg));
+  int all[WEAVE_MAX_WORLD];
+  weave_result_t rc = weave_team_allgather_int(team, ok, all);
+  int bad_rank = -1;
+  for (int r = 0; rc == WEAVE_SUCCESS && r < team->world; ++r)
+    if (!all[r] && bad_rank < 0) bad_rank = r;
+  if (rc != WEAVE_SUCCESS || bad_rank >= 0) {
+    tuner_free(&t);
+    if (bad_rank >= 0) snprintf(why, why_len, "rank %d: %s", bad_rank, bad_rank == team->rank ? msg : "no scratch inputs");
+    return rc;
+  }
+  candidate_t cand[TUNE_MAX_CANDIDATES];
+  int n = 0;
+  cand[n++] = (candidate_t){WEAVE_STRATEGY_BASELINE, 0, 0, -1, 0};
+  cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, 0, 0, -1, 0};
+  cand[n++] = (candidate_t){WEAVE_STRATEGY_BULK, 0, 0, -1, 0};
+  int best = -1;
+  char list[320] = "";
+  size_t used = 0;
+  for (int i = 0; i < n && rc == WEAVE_SUCCESS; ++i) {
+    rc = time_candidate(&t, &cand[i]);
+    if (rc != WEAVE_SUCCESS) break;
+    char name[48];
+    describe(name, sizeof(name), cand[i].strategy, cand[i].gemm_blocks, cand[i].comm_blocks);
+    if (cand[i].ms >= 0) {
+      if (best < 0 || cand[i].ms < TUNE_PREFER * cand[best].ms) best = i;
+      used += (size_t)snprintf(list + used, used < sizeof(list) ? sizeof(list) - used : 0, "%s%s %.3f", used ? ", " : "",
+                               name, cand[i].ms);
+    }
+    if (used >= sizeof(list)) used = sizeof(list) - 1;
+    /* after the planner's fused split: its neighbours, one communication block less and more, unless
+     * the model puts them 10% past the best time measured so far */
+    if (i == 1 && cand[1].ms >= 0) {
+      const int g0 = cand[1].gemm_blocks, c0 = cand[1].comm_blocks;
+      for (int dc = -1; dc <= 1; dc += 2) {
+        const int c = c0 + dc, g = g0 - dc;
+        if (c < 1 || g < 1 || n == TUNE_MAX_CANDIDATES) continue;
+        const double predicted = cand[1].ms * model_fused_ratio(team, &t, g0, c0, g, c);
+        double best_ms = 1e30;
+        for (int j = 0; j <= i; ++j)
+          if (cand[j].ms >= 0 && cand[j].ms < best_ms) best_ms = cand[j].ms;
+        if (predicted > TUNE_PRUNE * best_ms) continue;
+        cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, g, c, -1, 0};
+      }
+    }
+  }
+  tuner_free(&t);
+  if (rc != WEAVE_SUCCESS) return rc;
+  if (best < 0) {
+    snprintf(why, why_len, "no candidate ran");
+    return WEAVE_SUCCESS;
+  }
+  double base_ms = cand[0].ms;
+  out->strategy = cand[best].strategy;
+  out->gemm_blocks = cand[best].gemm_blocks;
+  out->comm_blocks = cand[best].comm_blocks;
+  out->chosen_by = WEAVE_CHOSEN_BY_MEASUREMENT;
+  char name[48];
+  describe(name, sizeof(name), out->strategy, out->gemm_blocks, out->comm_blocks);
+  *speedup = base_ms > 0 ? base_ms / cand[best].ms : 1.0;
+  snprintf(out->why, sizeof(out->why), "measured (ms, slowest rank's median): %s; chose %s (%.3fx the baseline)",
+           list, name, *speedup);
+  *measured = 1;
+  return WEAVE_SUCCESS;
+}
+
+/* Rank 0 stores the measured choice. */
+static void store(weave_team_t team, const char *path, int is_default, const weave_tune_key_t *key,
+                  const weave_auto_choice_t *ch, double speedup) {
+  weave_tune_entry_t e;
+  memset(&e, 0, sizeof(e));
+  e.key = *key;
+  e.strategy = ch->strategy;
+  e.gemm_blocks = ch->gemm_blocks;
+  e.comm_blocks = ch->comm_blocks;
+  e.speedup = speedup > 0 ? speedup : 1.0;
+  char why[600] = "";
+  weave_tune_status_t s = weave_tune_store(path, is_default, &e, TUNE_LOCK_MS, why, sizeof(why));
+  if (s != WEAVE_TUNE_FOUND)
+    weave_log(WEAVE_LOG_WARN, team, "auto: the choice is not cached (%s): %s", weave_tune_status_name(s), why);
+  else if (why[0])
+    weave_log(WEAVE_LOG_WARN, team, "auto: %s; started %s afresh", why, path);
+  else
+    weave_log(WEAVE_LOG_INFO, team, "auto: choice stored in %s", path);
+}
+
+weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                     const weave_env_t *env, weave_plan_split_fn split, weave_auto_choice_t *out) {
+  const double t0 = now_ms();
+  memset(out, 0, sizeof(*out));
+  weave_tune_key_t key;
+  weave_tune_key_for(team, M, N, K, desc, &key);
+  char path[1024] = "";
+  int is_default = 0;
+  const int have_path = weave_tune_path(env->tune_file, path, sizeof(path), &is_default) == 0;
+
+  /* every rank reads; rank 0's entry is used */
+  weave_tune_entry_t e;
+  char why[600] = "";
+  weave_tune_status_t st = have_path ? weave_tune_lookup(path, is_default, &key, &e, why, sizeof(why)) : WEAVE_TUNE_MISSING;
+  if (st != WEAVE_TUNE_FOUND && st != WEAVE_TUNE_MISSING)
+    weave_log(team->rank == 0 ? WEAVE_LOG_WARN : WEAVE_LOG_INFO, team, "auto: tuning cache ignored (%s): %s",
+              weave_tune_status_name(st), why);
+  int v[5] = {st == WEAVE_TUNE_FOUND, st == WEAVE_TUNE_FOUND ? (int)e.strategy : 0,
+              st == WEAVE_TUNE_FOUND ? e.gemm_blocks : 0, st == WEAVE_TUNE_FOUND ? e.comm_blocks : 0,
+              weave_capture_active()};
+  int capturing[WEAVE_MAX_WORLD];
+  WEAVE_CHECK(weave_team_allgather_int(team, v[4], capturing));
+  WEAVE_CHECK(from_rank0(team, v, 4));
+  if (v[0]) {
+    out->strategy = (weave_strategy_t)v[1];
+    out->gemm_blocks = v[2];
+    out->comm_blocks = v[3];
+    out->chosen_by = WEAVE_CHOSEN_BY_CACHE;
+    char name[48];
+    describe(name, sizeof(name), out->strategy, out->gemm_blocks, out->comm_blocks);
+    if (team->rank == 0)
+      snprintf(out->why, sizeof(out->why), "cached: %s (%.3fx the baseline when measured) in %s", name, e.speedup, path);
+    else
+      snprintf(out->why, sizeof(out->why), "cached: %s (rank 0's tuning cache)", name);
+    out->choose_ms = now_ms() - t0;
+    return WEAVE_SUCCESS;
+  }
+  int capture_rank = -1;
+  for (int r = 0; r < team->world && capture_rank < 0; ++r)
+    if (capturing[r]) capture_rank = r;
+  char reason[200];
+  if (!env->autotune) {
+    snprintf(reason, sizeof(reason), "WEAVE_AUTOTUNE=0");
+  } else if (capture_rank >= 0) {
+    snprintf(reason, sizeof(reason), "stream capture under way on rank %d: no timing", capture_rank);
+  } else {
+    int measured = 0;
+    double speedup = 1.0;
+    char mwhy[256] = "";
+    WEAVE_CHECK(measure(team, M, N, K, desc, out, &measured, &speedup, mwhy, sizeof(mwhy)));
+    if (measured) {
+      if (team->rank == 0 && have_path) store(team, path, is_default, &key, out, speedup);
+      out->choose_ms = now_ms() - t0;
+      return WEAVE_SUCCESS;
+    }
+    snprintf(reason, sizeof(reason), "timing failed: %s", mwhy);
+  }
+  choose_by_model(team, M, N, K, desc, split, reason, out);
+  int s = (int)out->strategy;
+  WEAVE_CHECK(from_rank0(team, &s, 1));
+  out->strategy = (weave_strategy_t)s;
+  out->choose_ms = now_ms() - t0;
+  return WEAVE_SUCCESS;
+}
