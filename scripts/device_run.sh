@@ -2,13 +2,14 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|probe|fp8acc|prof|trace|multi|lifecycle]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep]...
+# WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-out}
 mkdir -p "$out"
 export CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32
-b=build
+b=${WEAVE_BUILD:-build}
 log=$out/gpu_tests.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
@@ -53,6 +54,29 @@ for mode in "$@"; do
         echo "sanitizer $tool (hopper gemm): rc=$?"
       done
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases passed" "$log"
+      ;;
+    autotune) # AUTO plans: gpu_autotune_test in threads (worlds 1, 2, 4), then 4 processes under MPS
+      XDG_CACHE_HOME=$(mktemp -d) timeout 300 $b/tests/gpu_autotune_test > "$out/autotune.log" 2>&1
+      echo "gpu_autotune_test: rc=$?"; grep -E "^FAIL|^# world|passed" "$out/autotune.log" | head -30
+      XDG_CACHE_HOME=$(mktemp -d) timeout 300 scripts/launch.sh -n 4 --mps $b/tests/gpu_autotune_test >> "$out/autotune.log" 2>&1
+      echo "gpu_autotune_test, 4 processes: rc=$?"; grep -E "^FAIL|passed" "$out/autotune.log" | tail -3
+      ;;
+    autosweep) # auto with nothing tuned beforehand (a fresh cache each run) against baseline, fused and
+               # bulk: M 128..16384 x 1/4/8 ranks sharing the GPU x bf16/fp8, N 8192, K_total 28672;
+               # tables in autosweep.log, JSON rows in autosweep.json (scripts/auto_sweep_table.py)
+      for d in ${SWEEP_DTYPES:-bf16 fp8}; do
+        for g in ${BENCH_G:-1 4 8}; do
+          for range in "-b 128 -e 8192 -f 4" "-M 16384"; do
+            echo "=== autosweep $d g=$g $range" >> "$out/autosweep.log"
+            XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout ${BENCH_TIMEOUT:-200} $b/weave-bench $range -N 8192 \
+              -K 28672 -g $g -d $d --strategy all --reduce det -n ${BENCH_N:-10} -w 3 -c 0 \
+              --json /tmp/autosweep_${d}_g${g}_M${range// /}.json >> "$out/autosweep.log" 2>&1
+            echo "autosweep $d g=$g $range rc=$?"; grep -E "^# auto ->" "$out/autosweep.log" | tail -1 | cut -c1-160
+          done
+        done
+      done
+      python3 scripts/auto_sweep_table.py --merge "$out/autosweep.json" /tmp/autosweep_*.json
+      python3 scripts/auto_sweep_table.py "$out/autosweep.json" | tee "$out/autosweep.md" | tail -40
       ;;
     tune) # sweep strategies and the fused split per world; the winners go to $out/weave.tune, which
           # later modes of this batch read (AUTO and the fused split come from it)
