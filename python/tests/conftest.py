@@ -8,6 +8,7 @@ WEAVE_LIBRARY to its build). Three kinds, each skipping cleanly when what it nee
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ PYTHON_DIR = Path(__file__).resolve().parents[1]
 REPO = PYTHON_DIR.parent
 sys.path.insert(0, str(PYTHON_DIR))
 os.environ.setdefault("WEAVE_DEBUG", "NONE")  # the failures these tests provoke on purpose stay quiet
+# AUTO plans cache what they measure: in a folder of this run's, not the user's ~/.cache
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="weave-pytest-cache-")
+os.environ.pop("WEAVE_TUNE_FILE", None)
 
 
 def library_built() -> bool:

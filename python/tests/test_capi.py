@@ -2,6 +2,7 @@
 structs' layout, enum names, the row split, unique ids and the bootstrap."""
 
 import ctypes
+import dataclasses
 import os
 import pickle
 import re
@@ -161,6 +162,56 @@ def test_structs_match_the_header(tmp_path: Path) -> None:
         assert int(seen[f"{c_name} size"]) == ctypes.sizeof(py), c_name
         for field, _ in py._fields_:
             assert int(seen[f"{c_name}.{field}"]) == getattr(py, field).offset, f"{c_name}.{field}"
+
+
+def _header_fields(c_name: str) -> list:
+    """The field names of `typedef struct {...} c_name;` in include/weave.h, in order."""
+    header = re.sub(r"/\*.*?\*/", "", (REPO / "include" / "weave.h").read_text(), flags=re.S)
+    body = re.search(r"typedef struct \{([^{}]*)\}\s*" + c_name + r"\s*;", header).group(1)
+    names = []
+    for decl in filter(None, (d.strip() for d in body.split(";"))):
+        declarators = decl.split(",")
+        declarators[0] = declarators[0].split()[-1]  # drop the type
+        names += [re.match(r"\**\s*(\w+)", d.strip()).group(1) for d in declarators]
+    return names
+
+
+def test_struct_fields_are_the_headers() -> None:
+    """The ctypes mirrors list every field of weave.h, in order (no compiler needed)."""
+    for c_name, py in (("weave_gemm_rs_desc_t", _capi._Desc), ("weave_gemm_rs_info_t", _capi._Info),
+                       ("weave_device_info_t", _capi._DeviceInfo), ("weave_unique_id_t", _capi._UniqueId)):
+        assert [field for field, _ in py._fields_] == _header_fields(c_name), c_name
+
+
+@pytest.mark.skipif(ctypes.sizeof(ctypes.c_size_t) != 8 or ctypes.sizeof(ctypes.c_int) != 4
+                    or ctypes.alignment(ctypes.c_double) != 8, reason="the sizes below are LP64's (x86-64, aarch64)")
+def test_info_layout_by_hand() -> None:
+    """weave_gemm_rs_info_t on LP64, worked out by hand (libweave writes sizeof of it: a shorter mirror
+    would be overrun). strategy + 8 ints: 9 * 4 = 36, padded to 40 for the size_t; heap_bytes at 40,
+    bytes_sent at 48; chosen_by (enum, int) at 56, padded to 64 for the double; choose_ms at 64;
+    why[320] at 72, ending at 392, already a multiple of 8 (the struct's alignment)."""
+    info = _capi._Info
+    assert (info.heap_bytes.offset, info.bytes_sent.offset) == (40, 48)
+    assert (info.chosen_by.offset, info.choose_ms.offset, info.why.offset, info.why.size) == (56, 64, 72, 320)
+    assert ctypes.sizeof(info) == 392 and ctypes.alignment(info) == 8
+
+
+def test_plan_info_from_the_struct() -> None:
+    """PlanInfo keeps the fields of 0.3 first, in order (positional users), then the choice's three."""
+    names = [f.name for f in dataclasses.fields(_capi.PlanInfo)]
+    assert names == ["strategy", "row_begin", "rows", "tile_m", "tile_n", "tiles_total", "tiles_owned", "gemm_blocks",
+                     "comm_blocks", "heap_bytes", "bytes_sent", "chosen_by", "choose_ms", "why"]
+    raw = _capi._Info(strategy=2, row_begin=8, rows=8, tile_m=128, tile_n=128, tiles_total=4, tiles_owned=2,
+                      gemm_blocks=100, comm_blocks=32, heap_bytes=1 << 20, bytes_sent=4096, chosen_by=2,
+                      choose_ms=12.5, why=b"measured: bulk 0.10 ms, baseline 0.12 ms")
+    info = _capi._plan_info(raw)
+    assert (info.strategy, info.rows, info.bytes_sent) == ("bulk", 8, 4096)
+    assert (info.chosen_by, info.choose_ms, info.why) == ("measurement", 12.5,
+                                                          "measured: bulk 0.10 ms, baseline 0.12 ms")
+    assert [_capi._plan_info(_capi._Info(chosen_by=v)).chosen_by for v in range(5)] == \
+        ["caller", "cache", "measurement", "model", "4"]
+    raw.why = b"x" * 319  # the C side NUL-terminates within the 320 bytes
+    assert _capi._plan_info(raw).why == "x" * 319
 
 
 def test_team_argument_errors() -> None:

@@ -12,7 +12,7 @@ import ctypes
 import enum
 import os
 import threading
-from ctypes import POINTER, byref, c_char, c_char_p, c_float, c_int, c_size_t, c_void_p
+from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_float, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -112,7 +112,12 @@ class _Desc(ctypes.Structure):  # weave_gemm_rs_desc_t
 class _Info(ctypes.Structure):  # weave_gemm_rs_info_t
     _fields_ = [("strategy", c_int), ("row_begin", c_int), ("rows", c_int), ("tile_m", c_int), ("tile_n", c_int),
                 ("tiles_total", c_int), ("tiles_owned", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int),
-                ("heap_bytes", c_size_t), ("bytes_sent", c_size_t)]
+                ("heap_bytes", c_size_t), ("bytes_sent", c_size_t),
+                ("chosen_by", c_int), ("choose_ms", c_double), ("why", c_char * 320)]  # since 0.4
+
+
+# weave_choice_t (weave_gemm_rs_info_t.chosen_by) by value: how an AUTO plan came to its strategy
+CHOSEN_BY_NAMES: Tuple[str, ...] = ("caller", "cache", "measurement", "model")
 
 
 class _DeviceInfo(ctypes.Structure):  # weave_device_info_t
@@ -343,7 +348,11 @@ def get_unique_id() -> bytes:
 # ---- plans and teams -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlanInfo:
-    """weave_gemm_rs_info_t, with the strategy by name."""
+    """weave_gemm_rs_info_t, with the strategy and chosen_by by name.
+
+    chosen_by says how the strategy was chosen: "caller" (not "auto"), "cache" (the tuning cache's
+    entry), "measurement" (the candidates timed at this plan's creation) or "model" (the cost model);
+    choose_ms is the host time plan creation spent choosing, why the choice in words."""
 
     strategy: str
     row_begin: int
@@ -356,6 +365,18 @@ class PlanInfo:
     comm_blocks: int
     heap_bytes: int
     bytes_sent: int
+    chosen_by: str
+    choose_ms: float
+    why: str
+
+
+def _plan_info(info: _Info) -> PlanInfo:
+    """The PlanInfo of what weave_gemm_rs_plan_info wrote (enums by name; an unknown value as its number)."""
+    strategies = {v: k for k, v in strategy_names().items()}
+    chosen_by = CHOSEN_BY_NAMES[info.chosen_by] if 0 <= info.chosen_by < len(CHOSEN_BY_NAMES) else str(info.chosen_by)
+    return PlanInfo(strategies.get(info.strategy, str(info.strategy)), info.row_begin, info.rows, info.tile_m,
+                    info.tile_n, info.tiles_total, info.tiles_owned, info.gemm_blocks, info.comm_blocks,
+                    info.heap_bytes, info.bytes_sent, chosen_by, info.choose_ms, info.why.decode(errors="replace"))
 
 
 class Plan:
@@ -374,10 +395,7 @@ class Plan:
         rc = lib().weave_gemm_rs_plan_info(self.handle, byref(info))
         if rc:
             _raise(rc, "weave_gemm_rs_plan_info", team.handle)
-        names = {v: k for k, v in strategy_names().items()}
-        self.info = PlanInfo(names.get(info.strategy, str(info.strategy)), info.row_begin, info.rows, info.tile_m,
-                             info.tile_n, info.tiles_total, info.tiles_owned, info.gemm_blocks, info.comm_blocks,
-                             info.heap_bytes, info.bytes_sent)
+        self.info = _plan_info(info)
         self._execute = lib().weave_gemm_rs_execute
         self._execute_scaled = lib().weave_gemm_rs_execute_scaled
         self.called = False  # a call went through: the plan may be captured (weave.h)

@@ -313,7 +313,8 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
   candidate_t cand[TUNE_MAX_CANDIDATES];
   int n = 0;
   cand[n++] = (candidate_t){WEAVE_STRATEGY_BASELINE, 0, 0, -1, 0};
-  cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, 0, 0, -1, 0};
+  /* the caller's split, if given, is the only fused one */
+  cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, desc->gemm_blocks, desc->comm_blocks, -1, 0};
   cand[n++] = (candidate_t){WEAVE_STRATEGY_BULK, 0, 0, -1, 0};
   int best = -1;
   char list[320] = "";
@@ -331,7 +332,7 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
     if (used >= sizeof(list)) used = sizeof(list) - 1;
     /* after the planner's fused split: its neighbours, one communication block less and more, unless
      * the model puts them 10% past the best time measured so far */
-    if (i == 1 && cand[1].ms >= 0) {
+    if (i == 1 && cand[1].ms >= 0 && desc->gemm_blocks == 0) {
       const int g0 = cand[1].gemm_blocks, c0 = cand[1].comm_blocks;
       for (int dc = -1; dc <= 1; dc += 2) {
         const int c = c0 + dc, g = g0 - dc;
