@@ -431,7 +431,99 @@ static void test_bytes_roofline(void) {
   CHECK(fabs(r8.t_rs_ms - 8192.0 * 8192 * 2 * 7 / 8 / 450e9 * 1e3) < 1e-9);
 }
 
-/* ---- tuning cache ------------------------------------------------------------------------------ */
+/* ---- AUTO's cost model ------------------------------------------------------------------------ */
+/* weave_auto_model on an H200-like device (the rates autotune.c derives: 0.7 of the tensor cores'
+ * 4096 FLOP/clock/SM at 1.98 GHz x 132 SMs, 0.8 of HBM and of NVLink). */
+static weave_auto_model_in_t h200_model_in(int M, int N, int K, int world, weave_dtype_t dtype) {
+  weave_auto_model_in_t in;
+  memset(&in, 0, sizeof(in));
+  in.M = M;
+  in.N = N;
+  in.K = K;
+  in.world = world;
+  in.ranks_on_device = 1;
+  in.dtype = dtype;
+  in.fp8_fast = 0;
+  in.slot_bytes = 2;
+  in.out_bytes = 2;
+  in.gpu_flops = 0.7 * 4096 * 1.98e9 * 132 * (weave_dtype_is_fp8(dtype) ? 2.0 : 1.0);
+  in.hbm_bytes_per_s = 0.8 * 4.8e12;
+  in.link_bytes_per_s = 0.8 * 450e9;
+  in.gemm_blocks = 128;
+  in.comm_blocks = 4;
+  return in;
+}
+
+static int model_finite(const weave_auto_model_t *m) {
+  return isfinite(m->baseline_ms) && isfinite(m->bulk_ms) && isfinite(m->fused_ms) && m->baseline_ms > 0 &&
+         m->bulk_ms > 0 && m->fused_ms > 0;
+}
+
+static void test_auto_model(void) {
+  weave_auto_model_t m;
+  weave_strategy_t s;
+
+  /* one rank: nothing to hide, cuBLASLt alone */
+  weave_auto_model_in_t in = h200_model_in(8192, 8192, 3584, 1, WEAVE_BF16);
+  s = weave_auto_model(&in, &m);
+  CHECK_MSG(s == WEAVE_STRATEGY_BASELINE, "world 1: %s", weave_strategy_name(s));
+  CHECK(model_finite(&m) && m.fused_ms > m.baseline_ms && m.bulk_ms >= m.baseline_ms);
+  in.dtype = WEAVE_FP8_E4M3;
+  in.gpu_flops *= 2;
+  CHECK(weave_auto_model(&in, &m) == WEAVE_STRATEGY_BASELINE && model_finite(&m));
+
+  /* bf16, 8 GPUs of their own: 8192 x 8192 x 3584 per rank computes ~0.65 ms and reduce-scatters ~0.34 ms;
+   * fused hides most of the latter (GEMM on 128 of 132 blocks, plus one owner's tail) */
+  in = h200_model_in(8192, 8192, 3584, 8, WEAVE_BF16);
+  s = weave_auto_model(&in, &m);
+  CHECK_MSG(s == WEAVE_STRATEGY_FUSED, "bf16 world 8: %s (baseline %.3f bulk %.3f fused %.3f ms)",
+            weave_strategy_name(s), m.baseline_ms, m.bulk_ms, m.fused_ms);
+  CHECK(model_finite(&m) && m.fused_ms < m.baseline_ms && m.fused_ms < m.bulk_ms);
+  const double gemm_ms = 2.0 * 8192 * 8192 * 3584 / in.gpu_flops * 1e3;
+  const double rs_ms = 8192.0 * 8192 * 2 * 7 / 8 / in.link_bytes_per_s * 1e3;
+  CHECK_MSG(m.baseline_ms > gemm_ms + rs_ms && m.baseline_ms < gemm_ms + rs_ms + 0.05,
+            "baseline %.4f ms, expected ~%.4f", m.baseline_ms, gemm_ms + rs_ms);
+  CHECK_MSG(m.fused_ms > gemm_ms * 132 / 128 && m.fused_ms < gemm_ms * 132 / 128 + rs_ms / 8 + 0.05,
+            "fused %.4f ms, expected ~%.4f", m.fused_ms, gemm_ms * 132 / 128 + rs_ms / 8);
+  const double bf16_baseline_ms = m.baseline_ms;
+
+  /* fp8 with fp32 accumulation: weave's GEMM runs at 0.8 of cuBLASLt's, so bulk (weave's GEMM, then
+   * the same reduce-scatter) loses to the baseline */
+  in = h200_model_in(8192, 8192, 3584, 8, WEAVE_FP8_E4M3);
+  s = weave_auto_model(&in, &m);
+  CHECK_MSG(s != WEAVE_STRATEGY_BULK && m.bulk_ms > m.baseline_ms, "fp8 world 8: %s (baseline %.3f bulk %.3f)",
+            weave_strategy_name(s), m.baseline_ms, m.bulk_ms);
+  CHECK(model_finite(&m) && m.baseline_ms < bf16_baseline_ms);
+  /* with fast accumulation weave's rate is cuBLASLt's: bulk ties the baseline (never 3% faster) */
+  in.fp8_fast = 1;
+  s = weave_auto_model(&in, &m);
+  CHECK(s != WEAVE_STRATEGY_BULK && fabs(m.bulk_ms - m.baseline_ms) < 1e-9);
+
+  /* links of infinite bandwidth: the reduce-scatter is its flag round trip alone, and fused, its GEMM
+   * on 128 of the 132 blocks, never beats the GEMM on all of them */
+  in = h200_model_in(8192, 8192, 3584, 8, WEAVE_BF16);
+  in.link_bytes_per_s = 1e18;
+  s = weave_auto_model(&in, &m);
+  CHECK(model_finite(&m));
+  CHECK_MSG(m.fused_ms >= gemm_ms && m.fused_ms >= m.baseline_ms - 0.0101, "fused %.4f ms, GEMM alone %.4f ms",
+            m.fused_ms, gemm_ms);
+  CHECK_MSG(s == WEAVE_STRATEGY_BASELINE, "free links: %s", weave_strategy_name(s));
+
+  /* ranks sharing one GPU: every rank's GEMM on it, the reduce-scatter a pass over HBM */
+  in = h200_model_in(8192, 8192, 3584, 8, WEAVE_BF16);
+  in.ranks_on_device = 8;
+  s = weave_auto_model(&in, &m);
+  CHECK(model_finite(&m) && m.baseline_ms > 8 * gemm_ms);
+
+  /* no GEMM blocks: fused is never the choice */
+  in = h200_model_in(8192, 8192, 3584, 8, WEAVE_BF16);
+  in.gemm_blocks = 0;
+  s = weave_auto_model(&in, &m);
+  CHECK_MSG(s != WEAVE_STRATEGY_FUSED && m.fused_ms > 1e20, "gemm_blocks 0: %s, fused %g ms", weave_strategy_name(s),
+            m.fused_ms);
+  CHECK(isfinite(m.baseline_ms) && isfinite(m.bulk_ms));
+}
+
 
 /* The alignment a cuBLASLt call's algorithm is picked for: the lowest set bit of the three addresses,
  * at most 256 (cuBLASLt's own assumption), NULL counting as aligned. */
@@ -452,6 +544,7 @@ int main(void) {
   test_execute_args();
   test_split();
   test_bytes_roofline();
+  test_auto_model();
   test_lt_alignment();
   return check_summary("test_plan");
 }

@@ -375,7 +375,7 @@ static void store(weave_team_t team, const char *path, int is_default, const wea
   e.strategy = ch->strategy;
   e.gemm_blocks = ch->gemm_blocks;
   e.comm_blocks = ch->comm_blocks;
-  e.speedup = speedup > 0 ? speedup : 1.0;
+  e.speedup = isfinite(speedup) && speedup >= 1e-3 && speedup <= 1e3 ? speedup : 1.0;
   char why[600] = "";
   weave_tune_status_t s = weave_tune_store(path, is_default, &e, TUNE_LOCK_MS, why, sizeof(why));
   if (s != WEAVE_TUNE_FOUND)

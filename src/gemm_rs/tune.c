@@ -162,12 +162,19 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
   return 0;
 }
 
+/* The device name as the file holds it: tabs and line ends made spaces, a leading '#' (a comment)
+ * made '_'. Keys compare by it. */
+static void file_device_name(const char *in, char *out, size_t len) {
+  snprintf(out, len, "%s", in);
+  for (char *p = out; *p; ++p)
+    if (*p == '\t' || *p == '\n' || *p == '\r') *p = ' ';
+  if (out[0] == '#') out[0] = '_';
+}
+
 void weave_tune_format_line(const weave_tune_entry_t *e, char *buf, size_t len) {
   const weave_tune_key_t *k = &e->key;
   char device[sizeof(k->device)];
-  snprintf(device, sizeof(device), "%s", k->device[0] ? k->device : "?");
-  for (char *p = device; *p; ++p)
-    if (*p == '\t' || *p == '\n' || *p == '\r') *p = ' ';
+  file_device_name(k->device, device, sizeof(device));
   snprintf(buf, len, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.4f\n", device,
            k->sms, k->driver, k->runtime, k->weave, k->world, k->ranks_per_device, k->m_bucket, k->N, k->K,
            weave_dtype_name(k->dtype), row_scales(k->scale_mode) ? "+row" : "",
@@ -180,10 +187,8 @@ void weave_tune_format_line(const weave_tune_entry_t *e, char *buf, size_t len) 
 int weave_tune_key_equal(const weave_tune_key_t *a, const weave_tune_key_t *b) {
   /* device names compared as the file holds them (tabs made spaces) */
   char da[sizeof(a->device)], db[sizeof(b->device)];
-  snprintf(da, sizeof(da), "%s", a->device);
-  snprintf(db, sizeof(db), "%s", b->device);
-  for (char *p = da; *p; ++p) if (*p == '\t' || *p == '\n' || *p == '\r') *p = ' ';
-  for (char *p = db; *p; ++p) if (*p == '\t' || *p == '\n' || *p == '\r') *p = ' ';
+  file_device_name(a->device, da, sizeof(da));
+  file_device_name(b->device, db, sizeof(db));
   return strcmp(da, db) == 0 && a->sms == b->sms && a->driver == b->driver && a->runtime == b->runtime &&
          strcmp(a->weave, b->weave) == 0 && a->world == b->world && a->ranks_per_device == b->ranks_per_device &&
          a->m_bucket == b->m_bucket && a->N == b->N && a->K == b->K && a->dtype == b->dtype &&
@@ -297,7 +302,12 @@ static weave_tune_status_t read_file(const char *path, int is_default, const wea
 
 weave_tune_status_t weave_tune_lookup(const char *path, int is_default, const weave_tune_key_t *key,
                                       weave_tune_entry_t *out, char *why, size_t why_len) {
-  if (why && why_len) why[0] = '\0';
+  char scratch[8];
+  if (!why || !why_len) {
+    why = scratch;
+    why_len = sizeof(scratch);
+  }
+  why[0] = '\0';
   if (!path || !*path || !key || !out) return WEAVE_TUNE_MISSING;
   if (is_default) { /* the folder too: another user's folder could swap the file under us */
     char dir[PATH_MAX];
@@ -401,8 +411,21 @@ static weave_tune_status_t write_atomically(const char *path, int is_default, co
 
 weave_tune_status_t weave_tune_store(const char *path, int is_default, const weave_tune_entry_t *e, int lock_ms,
                                      char *why, size_t why_len) {
-  if (why && why_len) why[0] = '\0';
+  char scratch[8];
+  if (!why || !why_len) {
+    why = scratch;
+    why_len = sizeof(scratch);
+  }
+  why[0] = '\0';
   if (!path || !*path || !e) return WEAVE_TUNE_IO;
+  /* only what a lookup would read back: an entry that does not parse would make the file corrupt */
+  char line[TUNE_LINE_MAX];
+  weave_tune_entry_t back;
+  weave_tune_format_line(e, line, sizeof(line));
+  if (weave_tune_parse_line(line, &back) != 0 || !weave_tune_key_equal(&back.key, &e->key)) {
+    snprintf(why, why_len, "the entry is not one the cache can hold: %.200s", line);
+    return WEAVE_TUNE_IO;
+  }
   if (is_default) {
     weave_tune_status_t d = make_cache_dir(path, why, why_len);
     if (d != WEAVE_TUNE_FOUND) return d;
@@ -419,17 +442,15 @@ weave_tune_status_t weave_tune_store(const char *path, int is_default, const wea
     s = read_file(path, is_default, NULL, &unused, &all, why, why_len);
     if (s == WEAVE_TUNE_CORRUPT) all.n = 0; /* our header, bad contents: started afresh (why says so) */
     if (s == WEAVE_TUNE_MISSING || s == WEAVE_TUNE_CORRUPT) {
-      int i = 0;
-      while (i < all.n && !weave_tune_key_equal(&all.e[i].key, &e->key)) ++i;
-      if (i < all.n) {
-        all.e[i] = *e;
-      } else {
-        if (all.n == WEAVE_TUNE_MAX_ENTRIES) { /* the oldest goes */
-          memmove(all.e, all.e + 1, sizeof(all.e[0]) * (size_t)(all.n - 1));
-          all.n--;
-        }
-        all.e[all.n++] = *e;
+      int kept = 0; /* every entry of the key goes (a hand-edited file may hold several), then e */
+      for (int i = 0; i < all.n; ++i)
+        if (!weave_tune_key_equal(&all.e[i].key, &e->key)) all.e[kept++] = all.e[i];
+      all.n = kept;
+      if (all.n == WEAVE_TUNE_MAX_ENTRIES) { /* the oldest goes */
+        memmove(all.e, all.e + 1, sizeof(all.e[0]) * (size_t)(all.n - 1));
+        all.n--;
       }
+      all.e[all.n++] = *e;
       char werr[512] = "";
       s = write_atomically(path, is_default, &all, werr, sizeof(werr));
       if (s != WEAVE_TUNE_FOUND) say(why, why_len, "%s%s", werr, "");
