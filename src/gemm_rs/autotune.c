@@ -441,7 +441,7 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
       out->choose_ms = now_ms() - t0;
       return WEAVE_SUCCESS;
     }
-    snprintf(reason, sizeof(reason), "timing failed: %s", mwhy);
+    snprintf(reason, sizeof(reason), "timing failed: %.180s", mwhy);
   }
   choose_by_model(team, M, N, K, desc, split, reason, out);
   int s = (int)out->strategy;
