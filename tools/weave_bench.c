@@ -15,7 +15,8 @@
  * relative Frobenius error of those checks). After the table: cuBLASLt alone on the local shape, the
  * baseline's reduce-scatter part (baseline - that GEMM) and the share of it each fused variant hides.
  * Inputs: random, several sets rotated so the working set exceeds twice the L2.
- * Without a GPU it prints the plan and the roofline for H100/H200 and exits 0.
+ * Without a GPU, or with --dry-run, it prints the header, the options and variants it would time, the
+ * plan and the roofline for H100/H200, and exits 0.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -74,6 +75,7 @@ typedef struct {
   weave_layout_t layout;
   weave_tile_order_t order;
   int iters, warmup, check, tune;
+  int dry_run;         /* print what would run; use no GPU */
   int tune_fp32_slots; /* --tune sweeps fused plans with fp32 slots (--slot fp32) */
   const char *json_path, *trace_path;
   bench_variant_t v[MAX_VARIANTS];
@@ -96,7 +98,7 @@ typedef struct {
  * ---------------------------------------------------------------------------------------------- */
 enum {
   OPT_DEVICES = 256, OPT_LAYOUT, OPT_STRATEGY, OPT_REDUCE, OPT_SLOT, OPT_ORDER, OPT_GEMM_BLOCKS, OPT_COMM_BLOCKS,
-  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION, OPT_SCALES, OPT_ACCUM
+  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION, OPT_SCALES, OPT_ACCUM, OPT_DRY_RUN
 };
 
 static const cli_option_t bench_options[] = {
@@ -125,6 +127,7 @@ static const cli_option_t bench_options[] = {
     {"tune", OPT_TUNE, NULL, "sweep the fused kernel's split; record the best in WEAVE_TUNE_FILE"},
     {"trace", OPT_TRACE, "FILE", "time one more traced fused variant; write its last call (Chrome JSON + CSV)"},
     {"op", OPT_OP, "OP", "gemm_rs (default), or gemm: weave's Hopper GEMM against cuBLASLt (see --op gemm --help)"},
+    {"dry-run", OPT_DRY_RUN, NULL, "print the options, the variants, the plan and the roofline; use no GPU"},
     {"version", OPT_VERSION, NULL, "print the version and exit"},
     {"help", 'h', NULL, "this text"},
     {NULL, 0, NULL, NULL},
@@ -133,6 +136,8 @@ static const cli_option_t bench_options[] = {
 static const char *const dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NULL}; /* in weave_dtype_t order */
 static const char *const scale_names[] = {"none", "tensor", "row", NULL};        /* weave_scale_mode_t order */
 static const char *const accum_names[] = {"fp32", "fast", NULL};                 /* weave_fp8_accum_t order */
+static const char *const slot_names[] = {"dtype", "fp32", NULL};
+static const char *const order_names[] = {"own-last", "own-first", NULL}; /* weave_tile_order_t order */
 
 typedef struct {
   int strategy; /* a PICK_*: index into strategy_names */
@@ -151,8 +156,6 @@ static const char *const reduce_names[] = {"both", "det", "atomic", NULL};
 /* Fills b and vo from argv; exits 0 after --help or --version and 2 on a bad option. */
 static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *vo) {
   static const char *const layout_names[] = {"row", "col", NULL};
-  static const char *const slot_names[] = {"dtype", "fp32", NULL};
-  static const char *const order_names[] = {"own-last", "own-first", NULL};
   static const char *const op_names[] = {"gemm_rs", "gemm", NULL};
   b->M = 8192; b->N = 8192; b->K_total = 28672; b->world = 1; b->factor = 2;
   b->dtype = WEAVE_BF16; b->layout = WEAVE_LAYOUT_ROW; b->order = WEAVE_ORDER_OWN_LAST;
@@ -200,6 +203,7 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
       case OPT_TUNE: b->tune = 1; break;
       case OPT_TRACE: b->trace_path = a; break;
       case OPT_OP: cli_choice(&c, a, op_names); break; /* gemm was dispatched before parsing */
+      case OPT_DRY_RUN: b->dry_run = 1; break;
       case OPT_VERSION: {
         int v[3];
         weave_get_version(&v[0], &v[1], &v[2]);
@@ -853,8 +857,17 @@ static void print_header(const bench_t *b, const char *heap_note) {
   printf("# variants timed round-robin (one call of each per iteration), median over iterations of the slowest rank\n");
 }
 
-static void print_dry(const bench_t *b, const char *why) {
+/* What a run would do, without a GPU: the options that choose the variants, the variants in the
+ * order they are timed, then the plan and the roofline. */
+static void print_dry(const bench_t *b, const variant_options_t *vo, const char *why) {
   printf("# %s: printing the plan and roofline only\n", why);
+  printf("# options: --strategy %s --reduce %s --slot %s --order %s --scales %s --fp8-accum %s --gemm-blocks %d --comm-blocks %d\n",
+         strategy_names[vo->strategy], reduce_names[vo->reduce], slot_names[vo->fp32_slot],
+         order_names[b->order], scale_names[b->scale_mode], accum_names[b->fp8_accum], vo->gemm_blocks,
+         vo->comm_blocks);
+  printf("# variants:");
+  for (int vi = 0; vi < b->nv; ++vi) printf(" %s", b->v[vi].label);
+  printf("\n");
   bench_print_plan(stdout, b->min_M, b->N, b->K_total, b->world, b->dtype, b->layout, b->order);
 }
 
@@ -870,7 +883,7 @@ int main(int argc, char **argv) {
   }
 
   /* Under a launcher the job fixes the ranks, and only the process of rank 0 prints. */
-  const int ndev = harness_device_count();
+  const int ndev = b.dry_run ? 0 : harness_device_count();
   const int launched = ndev > 0 ? harness_launched_world() : 0;
   if (launched < 0) return 1;
   if (launched) {
@@ -894,7 +907,7 @@ int main(int argc, char **argv) {
   size_heap(&b, heap_note, sizeof(heap_note));
   print_header(&b, heap_note);
   if (ndev == 0) {
-    print_dry(&b, "no CUDA device visible (the driver reports none)");
+    print_dry(&b, &vo, b.dry_run ? "--dry-run" : "no CUDA device visible (the driver reports none)");
     return 0;
   }
 
@@ -922,7 +935,7 @@ int main(int argc, char **argv) {
     b.seed = harness_seed();
     int rc = harness_run(b.world, b.devices, NULL, rank_fn, &b);
     if (rc == HARNESS_SKIP) {
-      print_dry(&b, "no usable device");
+      print_dry(&b, &vo, "no usable device");
       return 0;
     }
     if (rc) return 1;

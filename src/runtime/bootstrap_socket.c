@@ -657,8 +657,8 @@ typedef struct {
 static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, int listen_fd, int64_t deadline) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
   pending_conn_t pend[MAX_PENDING];
-  int npend = 0, connected = 0, strangers = 0;
-  char stranger_note[200] = "";
+  int npend = 0, connected = 0, strangers = 0, bad_claims = 0;
+  char stranger_note[200] = "", claim_note[200] = "";
   weave_result_t rc = WEAVE_SUCCESS;
   while (connected < bs->world - 1 && rc == WEAVE_SUCCESS) {
     struct pollfd p[1 + MAX_PENDING];
@@ -680,9 +680,9 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
           missing++;
         }
       rc = sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
-                      "bootstrap creation: rank%s %s did not connect to the hub (rank %d at %s) within %d ms (%d of %d ranks arrived)%s",
+                      "bootstrap creation: rank%s %s did not connect to the hub (rank %d at %s) within %d ms (%d of %d ranks arrived)%s%s",
                       missing > 1 ? "s" : "", list, bs->rank, s->where, bs->timeout_ms, bs->world - missing, bs->world,
-                      stranger_note);
+                      stranger_note, claim_note);
       break;
     }
     /* hellos first: the pending array may shrink, and accepted connections append to it */
@@ -717,13 +717,25 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
           send_abort(c->fd, WEAVE_ERROR_MISMATCH, rank, msg);
           rc = sock_break(bs, WEAVE_ERROR_MISMATCH, -1, "%s", msg); /* every connected rank hears it */
         } else if (rank < 0 || rank >= bs->world || rank == bs->rank || s->fds[rank] >= 0) {
+          /* a rank no process may claim now (outside [0, world), the hub's own, or one that has
+           * joined already): that connection alone is turned away and the hub keeps waiting, so a
+           * stray or confused peer can neither break the bootstrap nor take a rank from the process
+           * that holds it. Were it a launcher's mistake (one rank given twice), another rank never
+           * comes, and the timeout's message mentions this claim. */
           char msg[256];
           if (rank < 0 || rank >= bs->world)
-            snprintf(msg, sizeof(msg), "bootstrap creation: a process connected as rank %d, outside [0, %d)", rank, bs->world);
+            snprintf(msg, sizeof(msg), "bootstrap creation: a connection to the hub (rank %d at %s) claimed rank %d, outside [0, %d): turned away",
+                     bs->rank, s->where, rank, bs->world);
           else
-            snprintf(msg, sizeof(msg), "bootstrap creation: two processes claim rank %d (the same rank given to two ranks?)", rank);
+            snprintf(msg, sizeof(msg),
+                     "bootstrap creation: a connection to the hub (rank %d at %s) claimed rank %d, which has joined already (the "
+                     "same rank given to two processes?): turned away",
+                     bs->rank, s->where, rank);
           send_abort(c->fd, WEAVE_ERROR_BOOTSTRAP, rank, msg);
-          rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "%s", msg); /* the first holder of the rank too */
+          weave_log(WEAVE_LOG_WARN, NULL, "%s", msg);
+          bad_claims++;
+          snprintf(claim_note, sizeof(claim_note), "; %d connection%s claiming a rank outside [0, %d) or taken already turned away (last: rank %d)",
+                   bad_claims, bad_claims > 1 ? "s" : "", bs->world, rank);
         } else {
           /* welcome: the ACK tells the spoke the hub's rank and how long the hub will wait, so the
            * spoke waits for the hub's verdict at least that long */
