@@ -274,9 +274,10 @@ typedef struct weave_gemm_rs_plan *weave_gemm_rs_plan_t;
  * power of two), N, K_local, dtype and the desc's options. Rank 0's entry is used by every rank.
  * Without one, plan creation times the candidates on scratch inputs of the plan's shape (the
  * baseline, bulk, fused with the cost model's split and its neighbours), a few calls each, every rank
- * timing, the slowest rank's median deciding; rank 0 stores the winner. Not while a stream is being
- * captured (the legacy or per-thread stream, or one of this rank's ranks), nor with WEAVE_AUTOTUNE=0:
- * the cost model decides there. */
+ * timing, the slowest rank's median deciding; rank 0 stores the winner. With WEAVE_AUTOTUNE=0 (rank
+ * 0's), or where a capture is seen (of this thread's default streams or of a blocking stream of the
+ * device; captures of non-blocking streams cannot be seen), the cost model decides. Plans are still
+ * to be created before any capture: creation allocates and zeroes memory. */
 typedef enum {
   WEAVE_CHOSEN_BY_CALLER = 0,      /* desc.strategy was not AUTO */
   WEAVE_CHOSEN_BY_CACHE = 1,       /* the tuning cache's entry */

@@ -71,9 +71,10 @@ static int check_call(harness_rank_t *r, weave_gemm_rs_plan_t plan, int M, int N
   harness_upload(dA, hA[r->rank], (size_t)M * K * 2);
   harness_upload(dB, hB[r->rank], (size_t)K * N * 2);
   harness_poison(dC, (size_t)(rows ? rows : 1) * N * 2, r->stream);
-  int rc = 0;
-  if (weave_gemm_rs_execute(plan, dA, dB, NULL, rows ? dC : NULL, r->stream) != WEAVE_SUCCESS ||
-      weave_team_sync(r->team, r->stream) != WEAVE_SUCCESS)
+  /* every rank's allocations done before any rank's call (ranks sharing a GPU: README, Limitations) */
+  int rc = weave_barrier(r->team) != WEAVE_SUCCESS ? fail(r, "barrier") : 0;
+  if (!rc && (weave_gemm_rs_execute(plan, dA, dB, NULL, rows ? dC : NULL, r->stream) != WEAVE_SUCCESS ||
+              weave_team_sync(r->team, r->stream) != WEAVE_SUCCESS))
     rc = fail(r, "execute of the auto plan");
   uint16_t *got = malloc((size_t)(rows ? rows : 1) * N * 2), *backA = malloc((size_t)M * K * 2),
            *backB = malloc((size_t)K * N * 2);

@@ -215,12 +215,17 @@ static weave_result_t time_candidate(tuner_t *t, candidate_t *c) {
   c->ms = -1;
   weave_gemm_rs_plan_t plan = NULL;
   weave_log_quiet(1);
+  weave_plan_untraced(1); /* WEAVE_TRACE is for the caller's plans */
   weave_result_t created = weave_gemm_rs_plan_create(team, t->M, t->N, t->K, &d, &plan);
+  weave_plan_untraced(0);
   weave_log_quiet(0);
   if (created != WEAVE_SUCCESS) {
     weave_log(WEAVE_LOG_INFO, team, "auto: %s cannot run here: %s", weave_strategy_name(c->strategy),
               weave_get_last_error(team));
-    return team->aborted_by ? WEAVE_ERROR_ABORTED : WEAVE_SUCCESS; /* agreed by the creation */
+    /* the team itself failing is no verdict on the candidate */
+    if (team->aborted_by) return WEAVE_ERROR_ABORTED;
+    if (created == WEAVE_ERROR_BOOTSTRAP || created == WEAVE_ERROR_TIMEOUT) return created;
+    return WEAVE_SUCCESS; /* agreed by the creation */
   }
   weave_gemm_rs_info_t info;
   weave_gemm_rs_plan_info(plan, &info);
@@ -333,17 +338,25 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
     /* after the planner's fused split: its neighbours, one communication block less and more, unless
      * the model puts them 10% past the best time measured so far */
     if (i == 1 && cand[1].ms >= 0 && desc->gemm_blocks == 0) {
+      /* rank 0 picks them (ranks' splits and models may differ where GPUs hold different numbers
+       * of ranks): every rank then times the same candidates */
       const int g0 = cand[1].gemm_blocks, c0 = cand[1].comm_blocks;
-      for (int dc = -1; dc <= 1; dc += 2) {
+      int pick[4] = {0, 0, 0, 0};
+      for (int k = 0, dc = -1; dc <= 1; dc += 2, ++k) {
         const int c = c0 + dc, g = g0 - dc;
-        if (c < 1 || g < 1 || n == TUNE_MAX_CANDIDATES) continue;
+        if (c < 1 || g < 1) continue;
         const double predicted = cand[1].ms * model_fused_ratio(team, &t, g0, c0, g, c);
         double best_ms = 1e30;
         for (int j = 0; j <= i; ++j)
           if (cand[j].ms >= 0 && cand[j].ms < best_ms) best_ms = cand[j].ms;
         if (predicted > TUNE_PRUNE * best_ms) continue;
-        cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, g, c, -1, 0};
+        pick[2 * k] = g;
+        pick[2 * k + 1] = c;
       }
+      rc = from_rank0(team, pick, 4);
+      for (int k = 0; k < 2 && rc == WEAVE_SUCCESS; ++k)
+        if (pick[2 * k] > 0 && n < TUNE_MAX_CANDIDATES)
+          cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, pick[2 * k], pick[2 * k + 1], -1, 0};
     }
   }
   tuner_free(&t);
@@ -403,12 +416,13 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
   if (st != WEAVE_TUNE_FOUND && st != WEAVE_TUNE_MISSING)
     weave_log(team->rank == 0 ? WEAVE_LOG_WARN : WEAVE_LOG_INFO, team, "auto: tuning cache ignored (%s): %s",
               weave_tune_status_name(st), why);
-  int v[5] = {st == WEAVE_TUNE_FOUND, st == WEAVE_TUNE_FOUND ? (int)e.strategy : 0,
+  /* rank 0's entry and rank 0's WEAVE_AUTOTUNE: every rank takes the same path */
+  int v[6] = {st == WEAVE_TUNE_FOUND, st == WEAVE_TUNE_FOUND ? (int)e.strategy : 0,
               st == WEAVE_TUNE_FOUND ? e.gemm_blocks : 0, st == WEAVE_TUNE_FOUND ? e.comm_blocks : 0,
-              weave_capture_active()};
+              env->autotune, weave_capture_active()};
   int capturing[WEAVE_MAX_WORLD];
-  WEAVE_CHECK(weave_team_allgather_int(team, v[4], capturing));
-  WEAVE_CHECK(from_rank0(team, v, 4));
+  WEAVE_CHECK(weave_team_allgather_int(team, v[5], capturing));
+  WEAVE_CHECK(from_rank0(team, v, 5));
   if (v[0]) {
     out->strategy = (weave_strategy_t)v[1];
     out->gemm_blocks = v[2];
@@ -427,7 +441,7 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
   for (int r = 0; r < team->world && capture_rank < 0; ++r)
     if (capturing[r]) capture_rank = r;
   char reason[200];
-  if (!env->autotune) {
+  if (!v[4]) {
     snprintf(reason, sizeof(reason), "WEAVE_AUTOTUNE=0");
   } else if (capture_rank >= 0) {
     snprintf(reason, sizeof(reason), "stream capture under way on rank %d: no timing", capture_rank);

@@ -44,6 +44,10 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
 void weave_tune_key_for(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                         weave_tune_key_t *key);
 
+/* on = 1 / 0 around the creation of a candidate plan on this thread: it records no trace
+ * (WEAVE_TRACE is for the caller's plans). plan_create.c. */
+void weave_plan_untraced(int on);
+
 /* 1 when a stream capture is under way that timing calls could break: on this thread's legacy or
  * per-thread default stream, or on a blocking stream of this device (seen through the legacy stream). */
 int weave_capture_active(void);

@@ -288,7 +288,11 @@ static void plan_try_nccl(weave_gemm_rs_plan_t p) {
 
 /* The fused kernel's per-tile trace (desc.trace or WEAVE_TRACE): without device memory for it, the
  * plan runs untraced. */
+static _Thread_local int untraced; /* weave_plan_untraced: a candidate of auto's being created */
+void weave_plan_untraced(int on) { untraced = on; }
+
 static void plan_trace_buffer(weave_gemm_rs_plan_t p, const weave_env_t *env) {
+  if (untraced) return;
   snprintf(p->trace_path, sizeof(p->trace_path), "%s", env->trace);
   if (!((p->desc.trace || p->trace_path[0]) && p->strategy == WEAVE_STRATEGY_FUSED)) return;
   /* One GEMM event per tile of the walk, WAIT + REDUCE per owned tile, and room to spare. */
