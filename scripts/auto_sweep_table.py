@@ -1,25 +1,25 @@
 #!/usr/bin/env python3
-"""auto against the best of baseline / fused / bulk, from weave-bench --json rows.
+"""auto against the best of baseline / fused / bulk, from weave-bench's text output.
 
-  auto_sweep_table.py --merge OUT.json FILE.json...   rows of files named autosweep_<dtype>_g<ranks>_*.json,
-                                                       tagged with dtype and ranks, into one file
-  auto_sweep_table.py OUT.json                         the markdown table of docs/performance.md
+  auto_sweep_table.py LOG...      the markdown table of docs/performance.md from device_run.sh autosweep logs
 
 Per (dtype, ranks, M): the median times of the baseline, the deterministic fused kernel with the
 default slots, bulk and auto (what it ran, how it chose), auto's ratio best / auto (>= 0.98 is the
-goal), and the first call's extra time: auto's plan creation less that of an explicit plan of the
-strategy it chose.
+goal), and the first call's extra time: the time auto spent choosing at plan creation (weave-bench's
+"# auto -> ..., measured in X ms" line; 0 where a cached entry or the model chose).
 """
-import json
 import re
 import sys
 
+HEADER = re.compile(r"^# weave-bench .*?\s(bf16|fp16|fp8_e4m3|fp8_e5m2)\b")
+RANKS = re.compile(r"\branks (\d+) ")
+ROW = re.compile(r"^\s+(\d+) (\S+)\s+\d+\s+\d+\s+([0-9.]+)\s")
+AUTO = re.compile(r"^# auto -> (\S+?), (measured|cached|model)\S*(?: in ([0-9.]+) ms)?")
+
 
 def kind(label):
-    if label == "baseline":
-        return "baseline"
-    if label == "auto":
-        return "auto"
+    if label == "baseline" or label.startswith("auto->"):
+        return label.split("->")[0]
     if label.startswith("bulk/"):
         return "bulk"
     if label.startswith("fused/det/") and not label.endswith("fp32") and "*" not in label:
@@ -27,48 +27,46 @@ def kind(label):
     return None
 
 
-def merge(out, files):
-    rows = []
-    for f in files:
-        m = re.search(r"autosweep_([a-z0-9]+)_g(\d+)_", f)
-        for r in json.load(open(f)):
-            r["dtype"], r["ranks"] = m.group(1), int(m.group(2))
-            rows.append(r)
-    json.dump(rows, open(out, "w"), indent=0)
+def parse(paths):
+    groups, dtype, ranks, last_m = {}, None, None, None
+    for path in paths:
+        for line in open(path):
+            if m := HEADER.match(line):
+                dtype = m.group(1)
+            elif line.startswith("# M ") and (m := RANKS.search(line)):
+                ranks = int(m.group(1))
+            elif m := ROW.match(line):
+                last_m = int(m.group(1))
+                k = kind(m.group(2))
+                if k:
+                    g = groups.setdefault((dtype, ranks, last_m), {})
+                    g[k] = float(m.group(3))
+                    if k == "auto":
+                        g["ran"] = m.group(2).split("->")[1]
+            elif m := AUTO.match(line):
+                g = groups.setdefault((dtype, ranks, last_m), {})
+                g["by"], g["extra"] = m.group(2), float(m.group(3) or 0)
+    return groups
 
 
-def table(path):
-    rows = json.load(open(path))
-    groups = {}
-    for r in rows:
-        k = kind(r["strategy"])
-        if k:
-            groups.setdefault((r["dtype"], r["ranks"], r["M"]), {})[k] = r
-    print("| dtype | ranks | M | baseline ms | fused ms | bulk ms | auto ms | auto ran | chosen by | best / auto | first call extra ms |")
+def table(groups):
+    print("| dtype | ranks | M | baseline ms | fused ms | bulk ms | auto ms | auto ran | chosen by | best / auto | choosing ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     worst = None
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2])):
         g = groups[key]
-        a = g.get("auto")
-        t = {k: g[k]["time_ms"] for k in ("baseline", "fused", "bulk") if k in g}
-        if not a or not t:
+        t = {k: g[k] for k in ("baseline", "fused", "bulk") if k in g}
+        if "auto" not in g or not t:
             continue
-        best = min(t.values())
-        ratio = best / a["time_ms"]
+        ratio = min(t.values()) / g["auto"]
         worst = ratio if worst is None else min(worst, ratio)
-        chosen = a.get("auto_strategy", "?")
-        same = {"baseline": "baseline", "fused": "fused", "bulk": "bulk"}.get(chosen)
-        extra = a["create_ms"] - g[same]["create_ms"] if same in g else float("nan")
         cells = [key[0], str(key[1]), str(key[2])] + [f"{t[k]:.3f}" if k in t else "-" for k in ("baseline", "fused", "bulk")]
-        cells += [f"{a['time_ms']:.3f}", chosen, a.get("chosen_by", "?"), f"{ratio:.3f}", f"{extra:.0f}"]
+        cells += [f"{g['auto']:.3f}", g.get("ran", "?"), g.get("by", "?"), f"{ratio:.3f}", f"{g.get('extra', 0):.0f}"]
         print("| " + " | ".join(cells) + " |")
     print(f"\nworst best/auto: {worst:.3f}" if worst is not None else "\nno rows")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--merge":
-        merge(sys.argv[2], sys.argv[3:])
-    elif len(sys.argv) == 2:
-        table(sys.argv[1])
-    else:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
+    table(parse(sys.argv[1:]))

@@ -14,9 +14,10 @@
 #include "kernels/kernels.h"
 
 #define TUNE_MAX_CANDIDATES 5
-#define TUNE_MAX_REPS 15
-#define TUNE_MIN_REPS 3
-#define TUNE_TARGET_US 20000.0 /* timed calls per candidate: about this long, TUNE_MIN..MAX_REPS calls */
+#define TUNE_ROUNDS 3          /* each candidate timed in this many rounds, interleaved with the others' */
+#define TUNE_MAX_REPS 8        /* timed calls per round */
+#define TUNE_MIN_REPS 2
+#define TUNE_TARGET_US 30000.0 /* timed calls per candidate over all rounds: about this long */
 #define TUNE_LOCK_MS 2000      /* the cache file's lock */
 #define TUNE_PRUNE 1.10        /* a neighbour split the model predicts this much slower than the best is skipped */
 #define TUNE_PREFER 0.99       /* a later candidate must beat the best so far by 1% (noise) */
@@ -132,7 +133,10 @@ typedef struct {
   weave_strategy_t strategy;
   int gemm_blocks, comm_blocks; /* asked (0: the planner's), then as planned */
   double ms;                    /* the slowest rank's median; < 0: not run */
-  int reps;
+  int reps;                     /* timed calls a round, agreed in the first */
+  int dead;                     /* could not be planned or run: known to every rank */
+  int nsamples;                 /* this rank's timed calls so far */
+  double samples[TUNE_ROUNDS * TUNE_MAX_REPS];
 } candidate_t;
 
 typedef struct {
@@ -145,7 +149,6 @@ typedef struct {
   cudaEvent_t ev[2 * TUNE_MAX_REPS];
   int nev;
 } tuner_t;
-
 static void tuner_free(tuner_t *t) {
   cudaFree(t->A);
   cudaFree(t->B);
@@ -202,17 +205,18 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* One candidate: created (collective, agreed), one call to warm up, one timed to size the run (the
- * slowest rank's), then reps calls each between two events; the slowest rank's median. A candidate
- * that cannot be planned or run gets ms < 0 on every rank. Fails only where the bootstrap fails. */
-static weave_result_t time_candidate(tuner_t *t, candidate_t *c) {
+/* One round of one candidate: its plan created (collective, agreed), then reps calls each between
+ * two events, their times added to the candidate's samples, and the plan destroyed. The first
+ * round also warms up and sizes the run by one call (the slowest rank's: every rank makes the same
+ * number of calls). A candidate that cannot be planned or run is dead on every rank from then on.
+ * Fails only where the bootstrap fails or the team was aborted. */
+static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
   weave_team_t team = t->team;
   weave_gemm_rs_desc_t d = t->desc;
   d.strategy = c->strategy;
   d.gemm_blocks = c->gemm_blocks;
   d.comm_blocks = c->comm_blocks;
   d.trace = 0;
-  c->ms = -1;
   weave_gemm_rs_plan_t plan = NULL;
   weave_log_quiet(1);
   weave_plan_untraced(1); /* WEAVE_TRACE is for the caller's plans */
@@ -222,64 +226,88 @@ static weave_result_t time_candidate(tuner_t *t, candidate_t *c) {
   if (created != WEAVE_SUCCESS) {
     weave_log(WEAVE_LOG_INFO, team, "auto: %s cannot run here: %s", weave_strategy_name(c->strategy),
               weave_get_last_error(team));
+    c->dead = 1; /* agreed by the creation */
     /* the team itself failing is no verdict on the candidate */
     if (team->aborted_by) return WEAVE_ERROR_ABORTED;
     if (created == WEAVE_ERROR_BOOTSTRAP || created == WEAVE_ERROR_TIMEOUT) return created;
-    return WEAVE_SUCCESS; /* agreed by the creation */
+    return WEAVE_SUCCESS;
   }
   weave_gemm_rs_info_t info;
   weave_gemm_rs_plan_info(plan, &info);
   c->gemm_blocks = c->strategy == WEAVE_STRATEGY_FUSED ? info.gemm_blocks : 0;
   c->comm_blocks = c->strategy == WEAVE_STRATEGY_FUSED ? info.comm_blocks : 0;
-  float warm_ms = 0;
-  int ok = tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[0], t->stream) == cudaSuccess &&
-           tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[1], t->stream) == cudaSuccess &&
-           cudaEventSynchronize(t->ev[1]) == cudaSuccess &&
-           cudaEventElapsedTime(&warm_ms, t->ev[0], t->ev[1]) == cudaSuccess &&
-           weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
-  int all[WEAVE_MAX_WORLD];
-  weave_result_t rc = weave_team_allgather_int(team, ok ? (int)ceil(warm_ms * 1000.0) + 1 : -1, all);
-  int slowest_us = 0;
-  for (int r = 0; rc == WEAVE_SUCCESS && r < team->world; ++r) {
-    if (all[r] < 0) ok = 0;
-    if (all[r] > slowest_us) slowest_us = all[r];
-  }
-  if (rc == WEAVE_SUCCESS && ok) { /* every rank makes the same number of calls */
-    int reps = (int)(TUNE_TARGET_US / slowest_us);
-    reps = reps < TUNE_MIN_REPS ? TUNE_MIN_REPS : reps > TUNE_MAX_REPS ? TUNE_MAX_REPS : reps;
-    c->reps = reps;
-    for (int i = 0; i < reps && ok; ++i)
-      ok = cudaEventRecord(t->ev[2 * i], t->stream) == cudaSuccess && tuner_call(t, plan) == WEAVE_SUCCESS &&
-           cudaEventRecord(t->ev[2 * i + 1], t->stream) == cudaSuccess;
-    double ms[TUNE_MAX_REPS];
-    ok = ok && cudaStreamSynchronize(t->stream) == cudaSuccess;
-    for (int i = 0; i < reps && ok; ++i) {
-      float f = 0;
-      ok = cudaEventElapsedTime(&f, t->ev[2 * i], t->ev[2 * i + 1]) == cudaSuccess;
-      ms[i] = f;
-    }
-    ok = ok && weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
-    double median = 0;
-    if (ok) {
-      qsort(ms, (size_t)reps, sizeof(ms[0]), cmp_double);
-      median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
-    }
-    /* in 10 ns units: an int holds 21 s */
-    rc = weave_team_allgather_int(team, ok ? (int)ceil(median * 1e5) : -1, all);
-    double slowest = 0;
+  int ok = 1, all[WEAVE_MAX_WORLD];
+  weave_result_t rc = WEAVE_SUCCESS;
+  if (first) {
+    float warm_ms = 0;
+    ok = tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[0], t->stream) == cudaSuccess &&
+         tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[1], t->stream) == cudaSuccess &&
+         cudaEventSynchronize(t->ev[1]) == cudaSuccess && cudaEventElapsedTime(&warm_ms, t->ev[0], t->ev[1]) == cudaSuccess &&
+         weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
+    rc = weave_team_allgather_int(team, ok ? (int)ceil(warm_ms * 1000.0) + 1 : -1, all);
+    int slowest_us = 0;
     for (int r = 0; rc == WEAVE_SUCCESS && r < team->world; ++r) {
       if (all[r] < 0) ok = 0;
-      if (all[r] * 1e-5 > slowest) slowest = all[r] * 1e-5;
+      if (all[r] > slowest_us) slowest_us = all[r];
     }
-    if (rc == WEAVE_SUCCESS && ok) c->ms = slowest;
+    if (ok) {
+      int reps = (int)(TUNE_TARGET_US / TUNE_ROUNDS / slowest_us);
+      c->reps = reps < TUNE_MIN_REPS ? TUNE_MIN_REPS : reps > TUNE_MAX_REPS ? TUNE_MAX_REPS : reps;
+    }
   }
-  if (c->ms < 0) {
+  if (rc == WEAVE_SUCCESS && ok) {
+    /* later rounds start together too: the plan's creation ended in an agreement */
+    for (int i = 0; i < c->reps && ok; ++i)
+      ok = cudaEventRecord(t->ev[2 * i], t->stream) == cudaSuccess && tuner_call(t, plan) == WEAVE_SUCCESS &&
+           cudaEventRecord(t->ev[2 * i + 1], t->stream) == cudaSuccess;
+    ok = ok && cudaStreamSynchronize(t->stream) == cudaSuccess;
+    for (int i = 0; i < c->reps && ok; ++i) {
+      float f = 0;
+      ok = cudaEventElapsedTime(&f, t->ev[2 * i], t->ev[2 * i + 1]) == cudaSuccess;
+      if (ok && c->nsamples < TUNE_ROUNDS * TUNE_MAX_REPS) c->samples[c->nsamples++] = f;
+    }
+    ok = ok && weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
+    rc = weave_team_allgather_int(team, ok, all);
+    for (int r = 0; rc == WEAVE_SUCCESS && r < team->world; ++r)
+      if (!all[r]) ok = 0;
+  }
+  if (rc == WEAVE_SUCCESS && !ok) {
+    c->dead = 1;
     cudaGetLastError();
     weave_log(WEAVE_LOG_INFO, team, "auto: %s did not run: %s", weave_strategy_name(c->strategy),
               weave_get_last_error(team));
   }
   const weave_result_t destroyed = weave_gemm_rs_plan_destroy(plan);
   return rc != WEAVE_SUCCESS ? rc : destroyed;
+}
+
+/* Candidates [from, to) timed in TUNE_ROUNDS interleaved rounds (a passing disturbance of the GPU
+ * falls on every candidate alike), then each one's time: the slowest rank's median over its calls. */
+static weave_result_t time_candidates(tuner_t *t, candidate_t *cand, int from, int to) {
+  weave_team_t team = t->team;
+  for (int round = 0; round < TUNE_ROUNDS; ++round)
+    for (int i = from; i < to; ++i)
+      if (!cand[i].dead) WEAVE_CHECK(time_round(t, &cand[i], round == 0));
+  for (int i = from; i < to; ++i) {
+    candidate_t *c = &cand[i];
+    c->ms = -1;
+    if (c->dead) continue;
+    double median = 0;
+    qsort(c->samples, (size_t)c->nsamples, sizeof(c->samples[0]), cmp_double);
+    if (c->nsamples)
+      median = c->nsamples % 2 ? c->samples[c->nsamples / 2]
+                               : 0.5 * (c->samples[c->nsamples / 2 - 1] + c->samples[c->nsamples / 2]);
+    int all[WEAVE_MAX_WORLD];
+    /* in 10 ns units: an int holds 21 s */
+    WEAVE_CHECK(weave_team_allgather_int(team, c->nsamples ? (int)ceil(median * 1e5) : -1, all));
+    double slowest = 0;
+    for (int r = 0; r < team->world; ++r) {
+      if (all[r] < 0) c->dead = 1;
+      if (all[r] * 1e-5 > slowest) slowest = all[r] * 1e-5;
+    }
+    if (!c->dead) c->ms = slowest;
+  }
+  return WEAVE_SUCCESS;
 }
 
 /* The model's time for a fused split, relative to (g0, c0): what prunes the neighbours. */
@@ -316,48 +344,53 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
     return rc;
   }
   candidate_t cand[TUNE_MAX_CANDIDATES];
+  memset(cand, 0, sizeof(cand));
   int n = 0;
-  cand[n++] = (candidate_t){WEAVE_STRATEGY_BASELINE, 0, 0, -1, 0};
+  cand[n++].strategy = WEAVE_STRATEGY_BASELINE;
   /* the caller's split, if given, is the only fused one */
-  cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, desc->gemm_blocks, desc->comm_blocks, -1, 0};
-  cand[n++] = (candidate_t){WEAVE_STRATEGY_BULK, 0, 0, -1, 0};
+  cand[n].gemm_blocks = desc->gemm_blocks;
+  cand[n].comm_blocks = desc->comm_blocks;
+  cand[n++].strategy = WEAVE_STRATEGY_FUSED;
+  cand[n++].strategy = WEAVE_STRATEGY_BULK;
+  rc = time_candidates(&t, cand, 0, n);
+  /* then the planner's fused split's neighbours, one communication block less and more, unless the
+   * model puts them 10% past the best time measured */
+  if (rc == WEAVE_SUCCESS && cand[1].ms >= 0 && desc->gemm_blocks == 0) {
+    /* rank 0 picks them (ranks' splits and models may differ where GPUs hold different numbers of
+     * ranks): every rank then times the same candidates */
+    const int g0 = cand[1].gemm_blocks, c0 = cand[1].comm_blocks;
+    double best_ms = 1e30;
+    for (int j = 0; j < n; ++j)
+      if (cand[j].ms >= 0 && cand[j].ms < best_ms) best_ms = cand[j].ms;
+    int pick[4] = {0, 0, 0, 0};
+    for (int k = 0, dc = -1; dc <= 1; dc += 2, ++k) {
+      const int c = c0 + dc, g = g0 - dc;
+      if (c < 1 || g < 1 || cand[1].ms * model_fused_ratio(team, &t, g0, c0, g, c) > TUNE_PRUNE * best_ms) continue;
+      pick[2 * k] = g;
+      pick[2 * k + 1] = c;
+    }
+    rc = from_rank0(team, pick, 4);
+    const int first_neighbour = n;
+    for (int k = 0; k < 2 && rc == WEAVE_SUCCESS; ++k)
+      if (pick[2 * k] > 0 && n < TUNE_MAX_CANDIDATES) {
+        cand[n].gemm_blocks = pick[2 * k];
+        cand[n].comm_blocks = pick[2 * k + 1];
+        cand[n++].strategy = WEAVE_STRATEGY_FUSED;
+      }
+    if (rc == WEAVE_SUCCESS) rc = time_candidates(&t, cand, first_neighbour, n);
+  }
+  /* in the order above: the baseline keeps a tie, a later candidate must be 1% faster */
   int best = -1;
   char list[320] = "";
   size_t used = 0;
   for (int i = 0; i < n && rc == WEAVE_SUCCESS; ++i) {
-    rc = time_candidate(&t, &cand[i]);
-    if (rc != WEAVE_SUCCESS) break;
+    if (cand[i].ms < 0) continue;
+    if (best < 0 || cand[i].ms < TUNE_PREFER * cand[best].ms) best = i;
     char name[48];
     describe(name, sizeof(name), cand[i].strategy, cand[i].gemm_blocks, cand[i].comm_blocks);
-    if (cand[i].ms >= 0) {
-      if (best < 0 || cand[i].ms < TUNE_PREFER * cand[best].ms) best = i;
-      used += (size_t)snprintf(list + used, used < sizeof(list) ? sizeof(list) - used : 0, "%s%s %.3f", used ? ", " : "",
-                               name, cand[i].ms);
-    }
+    used += (size_t)snprintf(list + used, used < sizeof(list) ? sizeof(list) - used : 0, "%s%s %.3f", used ? ", " : "",
+                             name, cand[i].ms);
     if (used >= sizeof(list)) used = sizeof(list) - 1;
-    /* after the planner's fused split: its neighbours, one communication block less and more, unless
-     * the model puts them 10% past the best time measured so far */
-    if (i == 1 && cand[1].ms >= 0 && desc->gemm_blocks == 0) {
-      /* rank 0 picks them (ranks' splits and models may differ where GPUs hold different numbers
-       * of ranks): every rank then times the same candidates */
-      const int g0 = cand[1].gemm_blocks, c0 = cand[1].comm_blocks;
-      int pick[4] = {0, 0, 0, 0};
-      for (int k = 0, dc = -1; dc <= 1; dc += 2, ++k) {
-        const int c = c0 + dc, g = g0 - dc;
-        if (c < 1 || g < 1) continue;
-        const double predicted = cand[1].ms * model_fused_ratio(team, &t, g0, c0, g, c);
-        double best_ms = 1e30;
-        for (int j = 0; j <= i; ++j)
-          if (cand[j].ms >= 0 && cand[j].ms < best_ms) best_ms = cand[j].ms;
-        if (predicted > TUNE_PRUNE * best_ms) continue;
-        pick[2 * k] = g;
-        pick[2 * k + 1] = c;
-      }
-      rc = from_rank0(team, pick, 4);
-      for (int k = 0; k < 2 && rc == WEAVE_SUCCESS; ++k)
-        if (pick[2 * k] > 0 && n < TUNE_MAX_CANDIDATES)
-          cand[n++] = (candidate_t){WEAVE_STRATEGY_FUSED, pick[2 * k], pick[2 * k + 1], -1, 0};
-    }
   }
   tuner_free(&t);
   if (rc != WEAVE_SUCCESS) return rc;

@@ -5,13 +5,13 @@
  *   measurement  no entry, WEAVE_AUTOTUNE on, no stream being captured: the candidates timed on
  *                scratch inputs of the plan's shape (the baseline, fused with the planner's split,
  *                bulk, then fused with one communication block less and more unless the cost model
- *                predicts them 10% slower than the best measured), the slowest rank's median
- *                deciding; rank 0 stores the winner
+ *                predicts them 10% slower than the best measured), in three interleaved rounds,
+ *                the slowest rank's median deciding; rank 0 stores the winner
  *   model        otherwise, or when the timing could not run: weave_auto_model (plan_model.h)
  *
  * Collective (inside weave_gemm_rs_plan_create, before the plan takes any memory). The candidates
- * are plans of their own, created, timed and destroyed one after another, so the heap must hold one
- * of them at a time; the scratch inputs are allocated on each rank's device beside them and freed
+ * are plans of their own, created, timed and destroyed one after another (in every round), so the
+ * heap must hold one of them at a time; the scratch inputs are allocated on each rank's device beside them and freed
  * after. No caller memory is touched: the plan has no inputs yet.
  */
 #ifndef WEAVE_GEMM_RS_AUTOTUNE_H

@@ -491,19 +491,22 @@ weave_result_t weave_team_abort(weave_team_t team) {
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, error.code), &code, sizeof(code), cudaMemcpyDefault, s);
   }
-  const int64_t deadline = weave_monotonic_ms() + team->timeout_ms;
+  const int64_t start = weave_monotonic_ms(), deadline = start + team->timeout_ms;
+  const char *step = e == cudaSuccess ? "waiting for the copies" : "queueing the copies";
   while (e == cudaSuccess && (e = cudaStreamQuery(s)) == cudaErrorNotReady && weave_monotonic_ms() < deadline) {
     const struct timespec pause = {0, 100000}; /* 0.1 ms */
     nanosleep(&pause, NULL);
   }
+  const long long waited = (long long)(weave_monotonic_ms() - start);
   if (s) cudaStreamDestroy(s); /* returns at once; the copies, if still queued, complete before its release */
   weave_device_leave(caller);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return weave_fail(team, e == cudaErrorNotReady ? WEAVE_ERROR_TIMEOUT : WEAVE_ERROR_CUDA,
-                      "weave_team_abort: rank %d could not tell every rank (%s): their waits end by the timeout; "
-                      "calling it again tries again",
-                      team->rank, e == cudaErrorNotReady ? "the notice was still queued after the timeout" : cudaGetErrorString(e));
+                      "weave_team_abort: rank %d could not tell every rank (%s %s after %lld of %d ms): their waits "
+                      "end by the timeout; calling it again tries again",
+                      team->rank, step, e == cudaErrorNotReady ? "still queued" : cudaGetErrorString(e), waited,
+                      team->timeout_ms);
   }
   team->abort_told = 1;
 #endif
