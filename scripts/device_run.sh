@@ -63,20 +63,18 @@ for mode in "$@"; do
       ;;
     autosweep) # auto with nothing tuned beforehand (a fresh cache each run) against baseline, fused and
                # bulk: M 128..16384 x 1/4/8 ranks sharing the GPU x bf16/fp8, N 8192, K_total 28672;
-               # tables in autosweep.log, JSON rows in autosweep.json (scripts/auto_sweep_table.py)
+               # weave-bench's tables in autosweep.log, the summary in autosweep.md (scripts/auto_sweep_table.py)
       for d in ${SWEEP_DTYPES:-bf16 fp8}; do
         for g in ${BENCH_G:-1 4 8}; do
           for range in "-b 128 -e 8192 -f 4" "-M 16384"; do
             echo "=== autosweep $d g=$g $range" >> "$out/autosweep.log"
             XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout ${BENCH_TIMEOUT:-200} $b/weave-bench $range -N 8192 \
-              -K 28672 -g $g -d $d --strategy all --reduce det -n ${BENCH_N:-10} -w 3 -c 0 \
-              --json /tmp/autosweep_${d}_g${g}_M${range// /}.json >> "$out/autosweep.log" 2>&1
+              -K 28672 -g $g -d $d --strategy all --reduce det -n ${BENCH_N:-10} -w 3 -c 0 >> "$out/autosweep.log" 2>&1
             echo "autosweep $d g=$g $range rc=$?"; grep -E "^# auto ->" "$out/autosweep.log" | tail -1 | cut -c1-160
           done
         done
       done
-      python3 scripts/auto_sweep_table.py --merge "$out/autosweep.json" /tmp/autosweep_*.json
-      python3 scripts/auto_sweep_table.py "$out/autosweep.json" | tee "$out/autosweep.md" | tail -40
+      python3 scripts/auto_sweep_table.py "$out/autosweep.log" | tee "$out/autosweep.md" | tail -40
       ;;
     tune) # sweep strategies and the fused split per world; the winners go to $out/weave.tune, which
           # later modes of this batch read (AUTO and the fused split come from it)
