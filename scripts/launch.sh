@@ -46,7 +46,9 @@ export WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 export MASTER_PORT=${MASTER_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)))}
 export WEAVE_TEST_SEED=${WEAVE_TEST_SEED:-$RANDOM$RANDOM}
 # One rank a process needs no extra hardware queues (CUDA_DEVICE_MAX_CONNECTIONS is for ranks that
-# are threads of one process; under MPS, 32 of them a process made the 4th client's context fail).
+# are threads of one process; under MPS, 32 of them a process made the 4th client's context fail with
+# "out of memory"): it is dropped for the ranks.
+unset CUDA_DEVICE_MAX_CONNECTIONS
 export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
 pids=()
 for ((r = 0; r < n; r++)); do
