@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """weave from PyTorch, end to end: a tensor-parallel row-parallel linear layer on every rank
-(weave.nn.RowParallelLinear), its output checked against torch.matmul on the full inputs summed over
+(weave_tp.nn.RowParallelLinear), its output checked against torch.matmul on the full inputs summed over
 the ranks (fp64 on the CPU, every rank's shards gathered through gloo), then timed per call (CUDA
 events after a warm-up, the median; the slowest rank's) for weave's fused kernel, weave's "auto"
 choice, and F.linear + dist.reduce_scatter_tensor where NCCL can run.
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import weave
+import weave_tp
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -20}
@@ -60,7 +60,7 @@ def median_us(fn: Callable[[], object], iters: int, warmup: int) -> float:
     return statistics.median(start.elapsed_time(end) for start, end in events) * 1e3
 
 
-def check(layer: weave.nn.RowParallelLinear, x: torch.Tensor, y: torch.Tensor, tokens: int) -> str:
+def check(layer: weave_tp.nn.RowParallelLinear, x: torch.Tensor, y: torch.Tensor, tokens: int) -> str:
     """This rank's output rows (a sample) against fp64 on the CPU: every rank's x and weight shards
     are gathered through gloo (as float32, exact for every dtype), the bias is everyone's."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -68,7 +68,7 @@ def check(layer: weave.nn.RowParallelLinear, x: torch.Tensor, y: torch.Tensor, t
     ws: List[torch.Tensor] = [torch.empty(layer.weight.shape) for _ in range(world)]
     dist.all_gather(xs, x.float().cpu())
     dist.all_gather(ws, layer.weight.detach().float().cpu())
-    begin, rows = weave.row_split(tokens, world, rank)
+    begin, rows = weave_tp.row_split(tokens, world, rank)
     picked = (torch.linspace(0, rows - 1, min(rows, CHECKED_ROWS)).round().long().unique() if rows
               else torch.empty(0, dtype=torch.long))
     want = sum(xs[r][begin + picked].double() @ ws[r].double().t() for r in range(world))
@@ -100,10 +100,10 @@ def main() -> int:
         print(f"row_parallel_linear: --in-features {args.in_features} must be a multiple of the world {world}",
               file=sys.stderr)
         return 2
-    weave.init()
+    weave_tp.init()
     dtype = DTYPES[args.dtype]
 
-    layer = weave.nn.RowParallelLinear(args.in_features, args.out_features, dtype=dtype)
+    layer = weave_tp.nn.RowParallelLinear(args.in_features, args.out_features, dtype=dtype)
     gen = torch.Generator(device="cuda").manual_seed(1000 + rank)  # this rank's shards
     same = torch.Generator(device="cuda").manual_seed(999)  # the bias: the same on every rank
     with torch.no_grad():
@@ -118,10 +118,10 @@ def main() -> int:
         times: Dict[str, Union[float, str]] = {}
         for strategy in ("fused", "auto"):
             def call(strategy: str = strategy) -> torch.Tensor:
-                return weave.gemm_rs(x, layer.weight, layer.bias, b_layout="col", strategy=strategy)
+                return weave_tp.gemm_rs(x, layer.weight, layer.bias, b_layout="col", strategy=strategy)
 
             call()  # makes the plan (collective), outside the timing
-            info = weave.plan_info(x, layer.weight, layer.bias, b_layout="col", strategy=strategy)
+            info = weave_tp.plan_info(x, layer.weight, layer.bias, b_layout="col", strategy=strategy)
             blocks = f", {info.gemm_blocks} GEMM + {info.comm_blocks} comm blocks" if info.strategy == "fused" else ""
             times[f"weave {strategy} (plan: {info.strategy}{blocks})"] = median_us(call, args.iters, args.warmup)
 
@@ -141,7 +141,7 @@ def main() -> int:
         times["F.linear alone (this rank's partial product, no communication)"] = median_us(
             lambda: F.linear(x, layer.weight, layer.bias), args.iters, args.warmup)
 
-    weave.sync()  # raises if a weave kernel's bounded wait expired (its output would be wrong)
+    weave_tp.sync()  # raises if a weave kernel's bounded wait expired (its output would be wrong)
     every: List[Dict[str, Union[float, str]]] = [{} for _ in range(world)]
     dist.all_gather_object(every, times)
     if rank == 0:
@@ -155,7 +155,7 @@ def main() -> int:
             slowest = max(t[name] for t in every) if isinstance(value, float) else value
             print(f"{name:<66} {slowest:>10.1f} us" if isinstance(slowest, float) else f"{name:<66} {slowest}")
     failed = verdict.startswith("FAILED")
-    weave.finalize()
+    weave_tp.finalize()
     dist.destroy_process_group()
     return 1 if failed else 0
 

@@ -1,5 +1,6 @@
-"""In-tree PEP 517 build backend of the weave package (see pyproject.toml): wheels of weave/ plus a copy
-of libweave.so (WEAVE_LIBRARY if set, else ../build/libweave.so; none if neither exists), editable
+"""In-tree PEP 517 build backend of the weave-tp package (see pyproject.toml): wheels of weave_tp/ plus a
+copy of libweave.so (WEAVE_LIBRARY if set, else ../build/libweave.so; a wheel without either is refused
+unless WEAVE_LIBRARY=none: the package then looks for an installed libweave at run time), editable
 installs pointing at this folder, and sdists. Standard library only."""
 
 import base64
@@ -16,39 +17,49 @@ from typing import Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent.parent  # python/
 PYPROJECT = (HERE / "pyproject.toml").read_text()
 VERSION = re.search(r'^version = "([^"]+)"', PYPROJECT, re.M).group(1)
-DIST = f"weave-{VERSION}"
+DIST = f"weave_tp-{VERSION}"  # the distribution weave-tp, normalized for file names
 SUMMARY = re.search(r'^description = "([^"]+)"', PYPROJECT, re.M).group(1)
-METADATA = (f"Metadata-Version: 2.1\nName: weave\nVersion: {VERSION}\nSummary: {SUMMARY}\n"
+METADATA = (f"Metadata-Version: 2.1\nName: weave-tp\nVersion: {VERSION}\nSummary: {SUMMARY}\n"
             "Requires-Python: >=3.9\nProvides-Extra: test\nRequires-Dist: pytest; extra == \"test\"\n")
 
 
 def _library() -> Optional[Path]:
     env = os.environ.get("WEAVE_LIBRARY")
+    if env == "none":
+        return None
     if env:
         if not Path(env).is_file():
             raise SystemExit(f"weave: WEAVE_LIBRARY={env} is not a file")
         return Path(env).resolve()
     built = HERE.parent / "build" / "libweave.so"
-    return built.resolve() if built.is_file() else None
+    if not built.is_file():
+        raise SystemExit(f"weave-tp: no libweave.so to package: {built} does not exist. Build the library first "
+                         "(cmake -S . -B build && cmake --build build, from the repository's root), or set "
+                         "WEAVE_LIBRARY to a libweave.so, or WEAVE_LIBRARY=none for a package that finds an installed "
+                         "libweave at run time")
+    return built.resolve()
+
+
+def _sources() -> List[Tuple[str, bytes]]:
+    return [(p.relative_to(HERE).as_posix(), p.read_bytes()) for p in sorted((HERE / "weave_tp").rglob("*"))
+            if p.is_file() and p.suffix in (".py", ".typed")]
 
 
 def _package_files() -> List[Tuple[str, bytes]]:
-    files = [(p.relative_to(HERE).as_posix(), p.read_bytes()) for p in sorted((HERE / "weave").rglob("*"))
-             if p.is_file() and p.suffix in (".py", ".typed")]
+    files = _sources()
     lib = _library()
     if lib is None:
-        print("weave: no libweave.so to package (set WEAVE_LIBRARY, or build weave first): it is looked "
-              "for at run time")
+        print("weave-tp: WEAVE_LIBRARY=none: no libweave.so packaged; it is looked for at run time")
     else:
-        print(f"weave: packaging {lib} as weave/_lib/libweave.so")
-        files.append(("weave/_lib/libweave.so", lib.read_bytes()))
+        print(f"weave-tp: packaging {lib} as weave_tp/_lib/libweave.so")
+        files.append(("weave_tp/_lib/libweave.so", lib.read_bytes()))
     return files
 
 
 def _write_wheel(directory: str, files: List[Tuple[str, bytes]], tag: str) -> str:
     info = f"{DIST}.dist-info"
     files = files + [(f"{info}/METADATA", METADATA.encode()),
-                     (f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: weave\nRoot-Is-Purelib: "
+                     (f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: weave-tp\nRoot-Is-Purelib: "
                                        f"{'true' if tag.endswith('any') else 'false'}\nTag: {tag}\n".encode())]
     record = io.StringIO()
     name = f"{DIST}-{tag}.whl"
@@ -73,13 +84,13 @@ def build_wheel(wheel_directory: str, config_settings: Optional[Dict] = None,
 def build_editable(wheel_directory: str, config_settings: Optional[Dict] = None,
                    metadata_directory: Optional[str] = None) -> str:
     # the source folder on sys.path: the package then finds the build tree's library (../build)
-    return _write_wheel(wheel_directory, [("weave_editable.pth", f"{HERE}\n".encode())], "py3-none-any")
+    return _write_wheel(wheel_directory, [("weave_tp_editable.pth", f"{HERE}\n".encode())], "py3-none-any")
 
 
 def build_sdist(sdist_directory: str, config_settings: Optional[Dict] = None) -> str:
     name = f"{DIST}.tar.gz"
     with tarfile.open(Path(sdist_directory) / name, "w:gz") as t:
-        for rel in ["pyproject.toml", "_build/backend.py"] + [a for a, _ in _package_files() if not a.endswith(".so")]:
+        for rel in ["pyproject.toml", "_build/backend.py"] + [a for a, _ in _sources()]:
             t.add(HERE / rel, f"{DIST}/{rel}")
         pkg_info = METADATA.encode()
         ti = tarfile.TarInfo(f"{DIST}/PKG-INFO")

@@ -1,4 +1,4 @@
-"""Tests of the weave package. They import weave from this source tree (python/), whatever is
+"""Tests of the weave package. They import weave_tp from this source tree (python/), whatever is
 installed. libweave comes from WEAVE_LIBRARY, else ../../build/libweave.so (scripts/test.sh sets
 WEAVE_LIBRARY to its build). Three kinds, each skipping cleanly when what it needs is missing:
   test_capi.py      the library layer, without torch (runs in CI)

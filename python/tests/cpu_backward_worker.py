@@ -1,5 +1,5 @@
 """Run by test_torch.py::test_backward_over_gloo under torchrun, 3 processes, gloo, no GPU: weave's
-backward of gemm_rs (weave::all_gather_rows and the gradient formulas) on CPU tensors, against
+backward of gemm_rs (weave_tp::all_gather_rows and the gradient formulas) on CPU tensors, against
 autograd of C = alpha * sum_r A_r B_r + bias over all rows in fp64. A stand-in team holds what the
 backward reads of one (world, rank); every rank builds every rank's inputs from one seed."""
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-import weave
-from weave import _torch
+import weave_tp
+from weave_tp import _torch
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -26,8 +26,8 @@ def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 # The gather alone: rows split like weave's output (some ranks may own none), padded to the first's.
 for M in (1, 2, 3, 6, 7, 11):
     full = torch.arange(M * 2, dtype=torch.float64).reshape(M, 2)
-    begin, rows = weave.row_split(M, world, rank)
-    close(torch.ops.weave.all_gather_rows(full[begin:begin + rows], M), full, f"all_gather_rows M={M}")
+    begin, rows = weave_tp.row_split(M, world, rank)
+    close(torch.ops.weave_tp.all_gather_rows(full[begin:begin + rows], M), full, f"all_gather_rows M={M}")
 
 for M, N, K in ((7, 5, 4), (2, 3, 6)):
     g = torch.Generator().manual_seed(M)
@@ -42,7 +42,7 @@ for M, N, K in ((7, 5, 4), (2, 3, 6)):
             C = alpha * sum(a @ bb for a, bb in zip(A, B)) + b
             (C * G).sum().backward()
 
-            begin, rows = weave.row_split(M, world, rank)
+            begin, rows = weave_tp.row_split(M, world, rank)
             b_arg = Bs[rank] if layout == "row" else Bs[rank].t().contiguous()  # "col": B stored [N, K]
             ctx = SimpleNamespace(saved_tensors=(As[rank], b_arg), b_layout=layout, alpha=alpha, M=M, world=world,
                                   needs_input_grad=(True, True, True))

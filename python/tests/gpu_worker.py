@@ -20,11 +20,11 @@ inputs from one seed (WEAVE_TEST_SEED), so each checks its own rows against an f
                 fused and auto, with out= given (every pointer seen before capture), then out=None
                 (the output a new pointer from the graph's pool); gemm_rs_scaled the same with out=None
                 (fused and auto, 200 replays), its per-row scales static too, new values every replay
-  opcheck       torch.library.opcheck of weave::gemm_rs (schema, fake, autograd, aot dispatch) and
-                of weave::gemm_rs_scaled (fake, autograd, aot dispatch; its schema test, which torch
+  opcheck       torch.library.opcheck of weave_tp::gemm_rs (schema, fake, autograd, aot dispatch) and
+                of weave_tp::gemm_rs_scaled (fake, autograd, aot dispatch; its schema test, which torch
                 cannot run on fp8 inputs, by hand: inputs unchanged, output no input's storage)
-  abort         (2+ ranks) the last rank calls weave.abort() instead of gemm_rs: the others' calls
-                end within 5 s (test_gpu.py's WEAVE_TIMEOUT_MS: 120 s), weave.sync() raises WeaveAbortedError naming
+  abort         (2+ ranks) the last rank calls weave_tp.abort() instead of gemm_rs: the others' calls
+                end within 5 s (test_gpu.py's WEAVE_TIMEOUT_MS: 120 s), weave_tp.sync() raises WeaveAbortedError naming
                 it, gemm_rs then refuses on every rank; finalize, init again, one call
   lifecycle     finalize, init again, one call, and exit without finalize (atexit tears down)
 
@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import weave
+import weave_tp
 
 SEED = int(os.environ.get("WEAVE_TEST_SEED", "20261204")) % (1 << 31)
 EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -20}
@@ -111,7 +111,7 @@ def reference(A: Sequence[torch.Tensor], B: Sequence[torch.Tensor], begin: int, 
 def scales(per_row: bool, M: int, N: int, *key: object) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
     """Every rank's float32 dequantization scales for gemm_rs_scaled, each in [0.25, 1.25) (a product
     below 2: scaled_slack): per row scale_a [M, 1] and scale_b [1, N], else one element each."""
-    world = weave.get_team().world
+    world = weave_tp.get_team().world
     sa, sb = ((M, 1), (1, N)) if per_row else ((1,), (1,))
     return ([rand(sa, *key, "sa", r, dtype=torch.float32).abs() + 0.25 for r in range(world)],
             [rand(sb, *key, "sb", r, dtype=torch.float32).abs() + 0.25 for r in range(world)])
@@ -119,10 +119,13 @@ def scales(per_row: bool, M: int, N: int, *key: object) -> Tuple[List[torch.Tens
 
 # ---- gemm_rs --------------------------------------------------------------------------------------
 def gemm_case(name: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, layout: str = "row",
-              bias: bool = False, calls: int = 1, use_out: bool = False, **options: object) -> None:
-    team = weave.get_team()
+              bias: bool = False, calls: int = 1, use_out: bool = False, views: bool = False,
+              **options: object) -> None:
+    """views: a passed as [2, M / 2, K] (nn.Linear's leading dimensions) and b as the transposed view
+    of a copy in the other layout (the same values, which weave plans as that layout, uncopied)."""
+    team = weave_tp.get_team()
     world, rank = team.world, team.rank
-    begin, rows = weave.row_split(M, world, rank)
+    begin, rows = weave_tp.row_split(M, world, rank)
     a_in = torch.empty((M, K), dtype=dtype, device=DEVICE)  # one buffer, new values before every call
     for call in range(calls):
         A = [rand((M, K), name, call, "A", r, dtype=dtype) for r in range(world)]
@@ -130,17 +133,21 @@ def gemm_case(name: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bflo
         b = rand((N,), name, call, "bias", dtype=dtype) if bias else None
         a_in.copy_(A[rank])
         want = reference(A, B, begin, rows, layout, float(options.get("alpha", 1.0)), b)
+        a_arg, b_arg = a_in, B[rank]
+        if views:
+            a_arg, b_arg = a_in.view(2, M // 2, K), B[rank].t().contiguous().t()
+            assert not b_arg.is_contiguous()
         if use_out:
             out = torch.full((rows, N), float("nan"), dtype=dtype, device=DEVICE)
-            got = weave.gemm_rs(a_in, B[rank], b, b_layout=layout, out=out, **options)
+            got = weave_tp.gemm_rs(a_arg, b_arg, b, b_layout=layout, out=out, **options)
             assert got is out
         else:
-            got = weave.gemm_rs(a_in, B[rank], b, b_layout=layout, **options)
+            got = weave_tp.gemm_rs(a_arg, b_arg, b, b_layout=layout, **options)
         check(f"{name} call {call}", got, want, K * world, dtype)
 
 
 def case_gemm_rs() -> None:
-    team = weave.get_team()
+    team = weave_tp.get_team()
     world = team.world
     odd = (3000, 1000, 777)  # tokens, out features, in features per rank: tails in every dimension
     n = 0
@@ -163,7 +170,10 @@ def case_gemm_rs() -> None:
     gemm_case("fused atomic bf16 col", *odd, layout="col", strategy="fused", reduce="atomic")
     gemm_case("fused fp32 slots fp16 row", *odd, dtype=torch.float16, strategy="fused", fp32_slots=True)
     gemm_case("fused alpha 0.5 bf16 col bias", *odd, layout="col", bias=True, strategy="fused", alpha=0.5)
-    n += 7
+    gemm_case("fused bf16 col, 3-D a, transposed view of b", *odd, layout="col", bias=True, strategy="fused",
+              views=True)
+    gemm_case("auto bf16 row, 3-D a, transposed view of b", *odd, layout="row", views=True)
+    n += 9
     for strategy in ("auto", "fused", "bulk"):  # one token: only rank 0 owns a row
         gemm_case(f"1 token {strategy}", 1, 1000, 777, layout="col", bias=True, strategy=strategy)
         n += 1
@@ -187,9 +197,9 @@ def scaled_case(name: str, M: int, N: int, K: int, per_row: bool, out_dtype: tor
                 bias: bool = False, calls: int = 1, **options: object) -> None:
     """gemm_case for gemm_rs_scaled: fp8 a and b [N, K], every rank its own scales (per row or per
     tensor: scales()), new values every call (a in one buffer, the scales new tensors), one plan."""
-    team = weave.get_team()
+    team = weave_tp.get_team()
     world, rank = team.world, team.rank
-    begin, rows = weave.row_split(M, world, rank)
+    begin, rows = weave_tp.row_split(M, world, rank)
     a_in = torch.empty((M, K), dtype=F8, device=DEVICE)  # one buffer, new values before every call
     for call in range(calls):
         A = [rand((M, K), name, call, "A", r, dtype=F8) for r in range(world)]
@@ -198,14 +208,14 @@ def scaled_case(name: str, M: int, N: int, K: int, per_row: bool, out_dtype: tor
         SA, SB = scales(per_row, M, N, name, call)
         a_in.copy_(A[rank])
         want = reference(A, B, begin, rows, "col", float(options.get("alpha", 1.0)), b, SA, SB)
-        got = weave.gemm_rs_scaled(a_in, B[rank], SA[rank], SB[rank], b, out_dtype=out_dtype, use_fast_accum=fast,
+        got = weave_tp.gemm_rs_scaled(a_in, B[rank], SA[rank], SB[rank], b, out_dtype=out_dtype, use_fast_accum=fast,
                                    **options)
         assert got.dtype == out_dtype, got.dtype
         check(f"{name} call {call}", got, want, K * world, out_dtype, slack=scaled_slack(fast))
 
 
 def case_scaled() -> None:
-    team = weave.get_team()
+    team = weave_tp.get_team()
     world = team.world
     odd = (3000, 1000, 784)  # tokens, out features, in features per rank (a multiple of 16)
     n = 0
@@ -238,7 +248,7 @@ def case_scaled() -> None:
 
 # ---- RowParallelLinear ------------------------------------------------------------------------------
 def linear_case(tokens: int, in_features: int, out_features: int, dtype: torch.dtype) -> None:
-    team = weave.get_team()
+    team = weave_tp.get_team()
     world, rank = team.world, team.rank
     k = in_features // world
     cols = slice(rank * k, (rank + 1) * k)
@@ -246,13 +256,13 @@ def linear_case(tokens: int, in_features: int, out_features: int, dtype: torch.d
     X, W = rand((tokens, in_features), key, "X", dtype=dtype), rand((out_features, in_features), key, "W", dtype=dtype)
     b, G = rand((out_features,), key, "b", dtype=dtype), rand((tokens, out_features), key, "G", dtype=dtype)
 
-    layer = weave.nn.RowParallelLinear(in_features, out_features, device=DEVICE, dtype=dtype)
+    layer = weave_tp.nn.RowParallelLinear(in_features, out_features, device=DEVICE, dtype=dtype)
     with torch.no_grad():
         layer.weight.copy_(W[:, cols])
         layer.bias.copy_(b)
     x = X[:, cols].clone().requires_grad_()
     y = layer(x)
-    begin, rows = weave.row_split(tokens, world, rank)
+    begin, rows = weave_tp.row_split(tokens, world, rank)
     y.backward(G[begin:begin + rows])
 
     Xd, Wd, bd = (t.double().requires_grad_() for t in (X, W, b))
@@ -266,7 +276,7 @@ def linear_case(tokens: int, in_features: int, out_features: int, dtype: torch.d
 
 
 def case_nn() -> None:
-    world = weave.get_team().world
+    world = weave_tp.get_team().world
     for dtype in (torch.bfloat16, torch.float16):
         linear_case(3000, 777 * world, 1000, dtype)
         linear_case(1, 777 * world, 1000, dtype)
@@ -279,10 +289,10 @@ class MLP(torch.nn.Module):
 
     def __init__(self, d_in: int, hidden: int, d_out: int, dtype: torch.dtype) -> None:
         super().__init__()
-        team = weave.get_team()
+        team = weave_tp.get_team()
         h = hidden // team.world
         self.up = torch.nn.Linear(d_in, h, device=DEVICE, dtype=dtype)
-        self.down = weave.nn.RowParallelLinear(hidden, d_out, device=DEVICE, dtype=dtype)
+        self.down = weave_tp.nn.RowParallelLinear(hidden, d_out, device=DEVICE, dtype=dtype)
         with torch.no_grad():  # shards of one model, the same on every world size
             mine = slice(team.rank * h, (team.rank + 1) * h)
             self.up.weight.copy_(rand((hidden, d_in), "up.weight", dtype=dtype)[mine])
@@ -297,18 +307,18 @@ class MLP(torch.nn.Module):
 def scaled_call(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                 bias: torch.Tensor) -> torch.Tensor:
     """What case_compile compiles of gemm_rs_scaled: weave's Python wrapper with keyword options."""
-    return weave.gemm_rs_scaled(a, b, scale_a, scale_b, bias, out_dtype=torch.float16, alpha=0.5)
+    return weave_tp.gemm_rs_scaled(a, b, scale_a, scale_b, bias, out_dtype=torch.float16, alpha=0.5)
 
 
 def case_compile() -> None:
-    world, rank = weave.get_team().world, weave.get_team().rank
+    world, rank = weave_tp.get_team().world, weave_tp.get_team().rank
     dtype = torch.bfloat16
     model = MLP(192, 256 * world, 320, dtype)
     compiled = torch.compile(model, fullgraph=True)
     for tokens in (512, 300):
         x = rand((tokens, 192), "x", tokens, dtype=dtype)
         g = rand((tokens, 320), "g", tokens, dtype=dtype)
-        begin, rows = weave.row_split(tokens, world, weave.get_team().rank)
+        begin, rows = weave_tp.row_split(tokens, world, weave_tp.get_team().rank)
         grads: List[Dict[str, torch.Tensor]] = []
         outs = []
         for fn in (model, compiled):
@@ -325,7 +335,7 @@ def case_compile() -> None:
 
     compiled_scaled = torch.compile(scaled_call, fullgraph=True)
     for tokens in (512, 300):  # the second traced with a symbolic count, in scale_a [tokens, 1] too
-        begin, rows = weave.row_split(tokens, world, rank)
+        begin, rows = weave_tp.row_split(tokens, world, rank)
         A = [rand((tokens, 192), "fp8 x", tokens, r, dtype=F8) for r in range(world)]
         B = [rand((320, 192), "fp8 w", r, dtype=F8) for r in range(world)]
         SA, SB = scales(True, tokens, 320, "fp8 compile", tokens)
@@ -342,13 +352,13 @@ def graph_case(strategy: str, use_out: bool, replays: int, fp8: bool = False) ->
     """out=None: the captured call's output comes from the graph's pool, a pointer weave has not seen
     before capture; use_out: every pointer was seen by the call that made the plan. fp8:
     gemm_rs_scaled (no out=; bf16 output) with per-row scales, static buffers as a is."""
-    team = weave.get_team()
+    team = weave_tp.get_team()
     world, rank = team.world, team.rank
     M, N, K = 256 + world - 1 + 2 * use_out, 384, 128  # M not a multiple of world: uneven rows; a plan each
     tag, dtype = (f"fp8 {strategy}", F8) if fp8 else (strategy, torch.bfloat16)
     W = [rand((N, K), "graph W", tag, r, dtype=dtype) for r in range(world)]
     b = rand((N,), "graph bias", tag)
-    begin, rows = weave.row_split(M, world, rank)
+    begin, rows = weave_tp.row_split(M, world, rank)
     # the captured call's inputs: new values copied in before every replay
     a_static = rand((M, K), "graph A", tag, rank, dtype=dtype)
     sa_static, sb_static = (s[rank] for s in scales(True, M, N, "graph scales", tag)) if fp8 else (None, None)
@@ -356,8 +366,8 @@ def graph_case(strategy: str, use_out: bool, replays: int, fp8: bool = False) ->
 
     def call(into: Optional[torch.Tensor]) -> torch.Tensor:
         if fp8:
-            return weave.gemm_rs_scaled(a_static, W[rank], sa_static, sb_static, b, strategy=strategy)
-        return weave.gemm_rs(a_static, W[rank], b, b_layout="col", strategy=strategy, out=into)
+            return weave_tp.gemm_rs_scaled(a_static, W[rank], sa_static, sb_static, b, strategy=strategy)
+        return weave_tp.gemm_rs(a_static, W[rank], b, b_layout="col", strategy=strategy, out=into)
 
     g = torch.cuda.CUDAGraph()
     try:
@@ -400,8 +410,8 @@ def graph_case(strategy: str, use_out: bool, replays: int, fp8: bool = False) ->
     bad = (~(excess <= 0)).nonzero()  # NaN counts as bad (max propagates it)
     if len(bad):
         raise AssertionError(f"{what}: {len(bad)} of {replays} replays wrong, first replay {int(bad[0])}")
-    if not fp8:  # weave.plan_info is gemm_rs's
-        assert weave.plan_info(a_static, W[rank], b, b_layout="col", strategy=strategy) is plan.info
+    if not fp8:  # weave_tp.plan_info is gemm_rs's
+        assert weave_tp.plan_info(a_static, W[rank], b, b_layout="col", strategy=strategy) is plan.info
     say(f"  CUDA {what} (plan {plan.info.strategy}): capture before a plan refused; {replays} replays, new "
         f"inputs{' and scales' if fp8 else ''} each, all right")
 
@@ -416,73 +426,73 @@ def case_graph() -> None:
 
 def case_opcheck() -> None:
     a = rand((300, 96), "opcheck a").requires_grad_()
-    b = rand((160, 96), "opcheck b", weave.get_team().rank).requires_grad_()
+    b = rand((160, 96), "opcheck b", weave_tp.get_team().rank).requires_grad_()
     bias = rand((160,), "opcheck bias").requires_grad_()
-    team = weave.get_team()
-    torch.library.opcheck(torch.ops.weave.gemm_rs.default,
+    team = weave_tp.get_team()
+    torch.library.opcheck(torch.ops.weave_tp.gemm_rs.default,
                           (a, b, bias, "col", "fused", "deterministic", False, 1.0, team.world, team.rank))
-    say("  torch.library.opcheck(weave::gemm_rs): schema, fake, autograd registration, aot dispatch")
+    say("  torch.library.opcheck(weave_tp::gemm_rs): schema, fake, autograd registration, aot dispatch")
 
     # fp8 (no autograd: nothing requires grad), this rank's own a, b and per-row scales
     SA, SB = scales(True, 300, 160, "opcheck")
     args = (rand((300, 96), "opcheck a8", team.rank, dtype=F8), rand((160, 96), "opcheck b8", team.rank, dtype=F8),
             SA[team.rank], SB[team.rank], rand((160,), "opcheck bias8"), torch.bfloat16, False, "fused",
             "deterministic", False, 1.0, team.world, team.rank)
-    torch.library.opcheck(torch.ops.weave.gemm_rs_scaled.default, args,
+    torch.library.opcheck(torch.ops.weave_tp.gemm_rs_scaled.default, args,
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
     # test_schema: torch's SchemaCheckMode compares each input before and after with torch.allclose, which
     # has no fp8 kernel (torch 2.11: NotImplementedError for Float8_e4m3fn, on any op). Its checks by hand:
     # the inputs' bytes unchanged (mutates_args=()), the output aliasing none of them
     inputs = [t for t in args if isinstance(t, torch.Tensor)]
     before = [t.clone() for t in inputs]
-    y = torch.ops.weave.gemm_rs_scaled.default(*args)
+    y = torch.ops.weave_tp.gemm_rs_scaled.default(*args)
     for t, t0 in zip(inputs, before):
-        assert torch.equal(t.view(torch.uint8), t0.view(torch.uint8)), "weave::gemm_rs_scaled changed an input"
+        assert torch.equal(t.view(torch.uint8), t0.view(torch.uint8)), "weave_tp::gemm_rs_scaled changed an input"
     assert all(y.untyped_storage().data_ptr() != t.untyped_storage().data_ptr() for t in inputs), \
-        "weave::gemm_rs_scaled returned an input's storage"
-    say("  torch.library.opcheck(weave::gemm_rs_scaled): fake, autograd registration, aot dispatch (its schema test "
+        "weave_tp::gemm_rs_scaled returned an input's storage"
+    say("  torch.library.opcheck(weave_tp::gemm_rs_scaled): fake, autograd registration, aot dispatch (its schema test "
         "by hand: torch.allclose has no fp8)")
 
 
 def case_abort() -> None:
-    team = weave.get_team()
+    team = weave_tp.get_team()
     if team.world < 2:
         say("  (one rank: nothing to abort against)")
         return
     a, b = rand((256, 64), "abort a", team.rank), rand((64, 128), "abort b", team.rank)
     aborting = team.world - 1
-    weave.gemm_rs(a, b, strategy="fused")  # the plan, made by every rank (plans are collective, host-side)
-    weave.sync()
+    weave_tp.gemm_rs(a, b, b_layout="row", strategy="fused")  # the plan, made by every rank (plans are collective, host-side)
+    weave_tp.sync()
     dist.barrier()  # every rank's sync above done before the abort: else a slow rank's sync would raise there
     if team.rank == aborting:
-        weave.abort()
+        weave_tp.abort()
     else:
         t0 = time.perf_counter()
-        weave.gemm_rs(a, b, strategy="fused")
+        weave_tp.gemm_rs(a, b, b_layout="row", strategy="fused")
         try:
-            weave.sync()
-            raise AssertionError("weave.sync() after a peer's abort did not raise")
-        except weave.WeaveAbortedError as e:
+            weave_tp.sync()
+            raise AssertionError("weave_tp.sync() after a peer's abort did not raise")
+        except weave_tp.WeaveAbortedError as e:
             waited = time.perf_counter() - t0
             assert f"rank {aborting} aborted the team" in str(e), str(e)
             assert waited < 5.0, f"the abort stopped the call after {waited:.1f} s"
     try:
-        weave.gemm_rs(a, b, strategy="fused")
+        weave_tp.gemm_rs(a, b, b_layout="row", strategy="fused")
         raise AssertionError("gemm_rs on an aborted team did not raise")
-    except weave.WeaveAbortedError as e:
+    except weave_tp.WeaveAbortedError as e:
         assert f"rank {aborting} aborted the team" in str(e), str(e)
-    weave.finalize()
-    weave.init()
+    weave_tp.finalize()
+    weave_tp.init()
     gemm_case("after an abort and init again", 100, 64, 32, strategy="fused")
     say(f"  rank {aborting} aborted: the others stopped and raised WeaveAbortedError; finalize, init, one call")
 
 
 def case_lifecycle() -> None:
-    world = weave.get_team().world
-    weave.finalize()
-    assert not weave.is_initialized()
-    weave.finalize()  # twice: nothing to do
-    team = weave.init()
+    world = weave_tp.get_team().world
+    weave_tp.finalize()
+    assert not weave_tp.is_initialized()
+    weave_tp.finalize()  # twice: nothing to do
+    team = weave_tp.init()
     assert (team.world, team.rank) == (world, dist.get_rank())
     gemm_case("after init again", 100, 64, 32, strategy="fused")
     say("  finalize, init again, one call; exit without finalize (atexit)")
@@ -508,13 +518,13 @@ def main(argv: List[str]) -> int:
     shared = count < int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     # NCCL refuses two ranks on one GPU: there gloo carries the unique id and the backward's gather
     dist.init_process_group("gloo" if shared else "cpu:gloo,cuda:nccl")
-    team = weave.init()
+    team = weave_tp.init()
     say(f"gpu_worker: world {team.world} on {count} GPU(s) ({torch.cuda.get_device_name(DEVICE)}), "
-        f"process group {dist.get_backend()}, seed {SEED}, libweave {weave.library_path()}")
+        f"process group {dist.get_backend()}, seed {SEED}, libweave {weave_tp.library_path()}")
     for name in argv or list(CASES):
         t0 = time.perf_counter()
         CASES[name]()
-        weave.sync()  # a kernel whose bounded wait expired would have left wrong rows: raises then
+        weave_tp.sync()  # a kernel whose bounded wait expired would have left wrong rows: raises then
         say(f"{name}: ok ({time.perf_counter() - t0:.1f} s)")
     dist.barrier()
     say("gpu_worker: all cases passed")

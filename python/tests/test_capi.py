@@ -11,14 +11,15 @@ import subprocess
 import sys
 import textwrap
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import PYTHON_DIR, REPO, needs_library
 
-import weave
-from weave import _capi
+import weave_tp
+from weave_tp import _capi
 
 pytestmark = needs_library
 
@@ -26,9 +27,9 @@ pytestmark = needs_library
 def _has_gpu() -> bool:
     """Whether weave sees a device: a team of one rank either forms or fails with NO_DEVICE."""
     try:
-        team = weave.Team(weave.get_unique_id(), 1, 0, 0)
-    except weave.WeaveError as e:
-        if e.code in (weave.Result.NO_DEVICE, weave.Result.UNSUPPORTED_DEVICE):
+        team = weave_tp.Team(weave_tp.get_unique_id(), 1, 0, 0)
+    except weave_tp.WeaveError as e:
+        if e.code in (weave_tp.Result.NO_DEVICE, weave_tp.Result.UNSUPPORTED_DEVICE):
             return False
         raise
     team.destroy()
@@ -38,14 +39,14 @@ def _has_gpu() -> bool:
 def test_versions_agree() -> None:
     cmake = re.search(r"project\(weave VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
     pyproject = re.search(r'^version = "([^"]+)"', (PYTHON_DIR / "pyproject.toml").read_text(), re.M).group(1)
-    assert weave.__version__ == cmake == pyproject, "bump python/weave/_version.py and python/pyproject.toml too"
-    assert weave.library_version() == tuple(int(v) for v in cmake.split("."))
-    assert os.path.isfile(weave.library_path())
+    assert weave_tp.__version__ == cmake == pyproject, "bump python/weave_tp/_version.py and python/pyproject.toml too"
+    assert weave_tp.library_version() == tuple(int(v) for v in cmake.split("."))
+    assert os.path.isfile(weave_tp.library_path())
 
 
 def _import_with(env_library: str) -> subprocess.CompletedProcess:
-    code = ("import sys\nsys.modules['torch'] = None  # (not needed here, and slow to import)\nimport weave\n"
-            "try:\n    weave.library_path()\nexcept weave.LibraryNotFoundError as e:\n    print(e)\n")
+    code = ("import sys\nsys.modules['torch'] = None  # (not needed here, and slow to import)\nimport weave_tp\n"
+            "try:\n    weave_tp.library_path()\nexcept weave_tp.LibraryNotFoundError as e:\n    print(e)\n")
     env = dict(os.environ, WEAVE_LIBRARY=env_library, PYTHONPATH=str(PYTHON_DIR))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
@@ -63,25 +64,25 @@ def test_lookup_order_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WEAVE_LIBRARY", raising=False)
     where = [w for w, _ in _capi.library_candidates()]
     assert where == ["copy made at install", "build tree", "dynamic loader"]
-    assert _capi.library_candidates()[-1][1] == f"libweave.so.{weave.__version__.rsplit('.', 1)[0]}"
+    assert _capi.library_candidates()[-1][1] == f"libweave.so.{weave_tp.__version__.rsplit('.', 1)[0]}"
 
 
 def test_results_map_to_exceptions() -> None:
     L = _capi.lib()
-    for code in weave.Result:
+    for code in weave_tp.Result:
         assert L.weave_get_error_string(int(code)) != b"unknown result code", code
-    assert L.weave_get_error_string(len(weave.Result)) == b"unknown result code"  # WEAVE_NUM_RESULTS
+    assert L.weave_get_error_string(len(weave_tp.Result)) == b"unknown result code"  # WEAVE_NUM_RESULTS
     with pytest.raises(ValueError) as e:
-        weave.row_split(-1, 4, 0)
-    assert isinstance(e.value, weave.WeaveArgumentError) and e.value.code == weave.Result.INVALID_ARGUMENT
+        weave_tp.row_split(-1, 4, 0)
+    assert isinstance(e.value, weave_tp.WeaveArgumentError) and e.value.code == weave_tp.Result.INVALID_ARGUMENT
     assert "M -1" in str(e.value) and e.value.call == "weave_row_split"
-    err = _capi._error(int(weave.Result.TIMEOUT), "weave_team_sync", "timeout: rank 1 waited for rank 2")
+    err = _capi._error(int(weave_tp.Result.TIMEOUT), "weave_team_sync", "timeout: rank 1 waited for rank 2")
     assert isinstance(err, TimeoutError) and "rank 2" in str(err)
-    aborted = _capi._error(int(weave.Result.ABORTED), "weave_team_sync", "rank 3 aborted the team (weave_team_abort)")
-    assert isinstance(aborted, weave.WeaveAbortedError) and not isinstance(aborted, TimeoutError) and "rank 3" in str(aborted)
-    assert str(_capi._error(int(weave.Result.CUDA), "weave_x", "")) == "weave_x: CUDA error"
+    aborted = _capi._error(int(weave_tp.Result.ABORTED), "weave_team_sync", "rank 3 aborted the team (weave_team_abort)")
+    assert isinstance(aborted, weave_tp.WeaveAbortedError) and not isinstance(aborted, TimeoutError) and "rank 3" in str(aborted)
+    assert str(_capi._error(int(weave_tp.Result.CUDA), "weave_x", "")) == "weave_x: CUDA error"
     # through pickle (multiprocessing, concurrent.futures): the same class, message and fields
-    for err in (err, _capi._error(int(weave.Result.CUDA), "weave_x", ""), _capi._error(99, "weave_y", "odd")):
+    for err in (err, _capi._error(int(weave_tp.Result.CUDA), "weave_x", ""), _capi._error(99, "weave_y", "odd")):
         back = pickle.loads(pickle.dumps(err))
         assert (type(back), str(back), back.code, back.call, back.detail) == (type(err), str(err), err.code, err.call,
                                                                                  err.detail)
@@ -92,14 +93,14 @@ def test_row_split_and_its_closed_form() -> None:
         for M in range(0, 3 * world + 2):
             begin = 0
             for rank in range(world):
-                b, rows = weave.row_split(M, world, rank)
+                b, rows = weave_tp.row_split(M, world, rank)
                 assert (b, rows) == (begin, _capi.rows_of(M, world, rank)), (M, world, rank)
                 begin += rows
             assert begin == M
     with pytest.raises(ValueError, match="rank 4"):
-        weave.row_split(8, 4, 4)
+        weave_tp.row_split(8, 4, 4)
     with pytest.raises(ValueError, match="M 4294967301 does not fit the C int"):  # not wrapped to M = 5
-        weave.row_split(2**32 + 5, 4, 0)
+        weave_tp.row_split(2**32 + 5, 4, 0)
 
 
 def test_option_names_come_from_the_library() -> None:
@@ -140,7 +141,7 @@ def test_option_errors_name_the_argument(kwargs: dict, error: type, words: list)
 def test_structs_match_the_header(tmp_path: Path) -> None:
     """Every field's offset and every struct's size as the C compiler sees weave.h."""
     cc = shutil.which("cc")
-    lib_dir = Path(weave.library_path()).parent
+    lib_dir = Path(weave_tp.library_path()).parent
     if cc is None or not (lib_dir / "include" / "weave_version.h").is_file():
         pytest.skip("needs cc and the build tree of the loaded libweave (for weave_version.h)")
     structs = {"weave_gemm_rs_desc_t": _capi._Desc, "weave_gemm_rs_info_t": _capi._Info,
@@ -215,16 +216,16 @@ def test_plan_info_from_the_struct() -> None:
 
 
 def test_team_argument_errors() -> None:
-    uid = weave.get_unique_id()
-    assert len(uid) == 128 and uid != weave.get_unique_id()
+    uid = weave_tp.get_unique_id()
+    assert len(uid) == 128 and uid != weave_tp.get_unique_id()
     with pytest.raises(ValueError, match="unique_id"):
-        weave.Team(b"short", 1, 0, 0)
+        weave_tp.Team(b"short", 1, 0, 0)
     with pytest.raises(TypeError, match="world"):
-        weave.Team(uid, 1.0, 0, 0)
+        weave_tp.Team(uid, 1.0, 0, 0)
     with pytest.raises(ValueError, match="rank 4294967296 does not fit"):  # not wrapped to rank 0
-        weave.Team(uid, 1, 2**32, 0)
-    with pytest.raises(weave.WeaveArgumentError):
-        weave.Team(uid, 2, 2, 0)  # rank outside the world: the bootstrap refuses it
+        weave_tp.Team(uid, 1, 2**32, 0)
+    with pytest.raises(weave_tp.WeaveArgumentError):
+        weave_tp.Team(uid, 2, 2, 0)  # rank outside the world: the bootstrap refuses it
 
 
 def test_team_of_one_rank() -> None:
@@ -232,9 +233,9 @@ def test_team_of_one_rank() -> None:
     fails with NO_DEVICE (and leaves nothing behind: the next one can form)."""
     for _ in range(2):
         try:
-            team = weave.Team(weave.get_unique_id(), 1, 0, 0)
-        except weave.WeaveError as e:
-            assert e.code == weave.Result.NO_DEVICE and "device" in str(e)
+            team = weave_tp.Team(weave_tp.get_unique_id(), 1, 0, 0)
+        except weave_tp.WeaveError as e:
+            assert e.code == weave_tp.Result.NO_DEVICE and "device" in str(e)
             continue
         assert (team.world, team.rank) == (1, 0) and team.device_info()["sm_count"] > 0
         team.destroy()
@@ -246,12 +247,12 @@ def test_bootstrap_of_two_threads() -> None:
     creation, which needs a device."""
     if _has_gpu():
         pytest.skip("with a GPU the process tests (test_gpu.py) cover teams of several ranks")
-    uid, codes = weave.get_unique_id(), {}
+    uid, codes = weave_tp.get_unique_id(), {}
 
     def rank_main(rank: int) -> None:
         try:
-            weave.Team(uid, 2, rank, 0)
-        except weave.WeaveError as e:
+            weave_tp.Team(uid, 2, rank, 0)
+        except weave_tp.WeaveError as e:
             codes[rank] = e.code
 
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
@@ -259,15 +260,15 @@ def test_bootstrap_of_two_threads() -> None:
         t.start()
     for t in threads:
         t.join(60)
-    assert codes == {0: weave.Result.NO_DEVICE, 1: weave.Result.NO_DEVICE}
+    assert codes == {0: weave_tp.Result.NO_DEVICE, 1: weave_tp.Result.NO_DEVICE}
 
 
 def test_without_torch_the_torch_names_say_so() -> None:
-    code = ("import sys; sys.modules['torch'] = None\nimport weave\ntry:\n    weave.gemm_rs\n"
-            "except ImportError as e:\n    print(e)\nfrom weave import *\nprint(row_split(5, 2, 1))\n")
+    code = ("import sys; sys.modules['torch'] = None\nimport weave_tp\ntry:\n    weave_tp.gemm_rs\n"
+            "except ImportError as e:\n    print(e)\nfrom weave_tp import *\nprint(row_split(5, 2, 1))\n")
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert out.stdout.splitlines() == ["weave.gemm_rs needs PyTorch, which is not installed (the library layer "
+    assert out.stdout.splitlines() == ["weave_tp.gemm_rs needs PyTorch, which is not installed (the library layer "
                                        "works without)", "(3, 2)"], out.stderr
 
 
@@ -276,13 +277,37 @@ def test_pip_install_records_the_library(tmp_path: Path) -> None:
     built against into the package, and the installed package loads that copy."""
     if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode:
         pytest.skip("no pip for this interpreter")
-    env = dict(os.environ, WEAVE_LIBRARY=weave.library_path(), PIP_NO_INDEX="1")
+    env = dict(os.environ, WEAVE_LIBRARY=weave_tp.library_path(), PIP_NO_INDEX="1")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
                     str(PYTHON_DIR)], env=env, check=True, capture_output=True, timeout=300)
-    copy = tmp_path / "site" / "weave" / "_lib" / "libweave.so"
-    assert copy.read_bytes() == Path(weave.library_path()).read_bytes()
+    copy = tmp_path / "site" / "weave_tp" / "_lib" / "libweave.so"
+    assert copy.read_bytes() == Path(weave_tp.library_path()).read_bytes()
     env = {k: v for k, v in os.environ.items() if k not in ("WEAVE_LIBRARY", "PYTHONPATH")}
-    code = "import sys; sys.modules['torch'] = None\nimport weave\nprint(weave.__file__, weave.library_path())"
+    code = "import sys; sys.modules['torch'] = None\nimport weave_tp\nprint(weave_tp.__file__, weave_tp.library_path())"
     out = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=str(tmp_path / "site")), cwd=tmp_path,
                          capture_output=True, text=True, check=True, timeout=60).stdout.split()
-    assert out == [str(tmp_path / "site" / "weave" / "__init__.py"), str(copy)]
+    assert out == [str(tmp_path / "site" / "weave_tp" / "__init__.py"), str(copy)]
+
+
+def test_wheel_without_a_library_is_refused(tmp_path: Path) -> None:
+    """A wheel built where no libweave.so can be found fails, saying how to go on, instead of making a
+    package that cannot run; WEAVE_LIBRARY=none asks for one that looks for the library at run time."""
+    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode:
+        pytest.skip("no pip for this interpreter")
+    src = tmp_path / "src" / "python"  # no ../build/libweave.so beside this copy
+    shutil.copytree(PYTHON_DIR, src, ignore=shutil.ignore_patterns("tests", "__pycache__", "_lib"))
+    env = {k: v for k, v in os.environ.items() if k != "WEAVE_LIBRARY"}
+    env["PIP_NO_INDEX"] = "1"
+    wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "out"), str(src)]
+    out = subprocess.run(wheel, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "no libweave.so to package" in out.stdout + out.stderr, out.stdout + out.stderr
+    assert not list(tmp_path.glob("out/*.whl"))
+    out = subprocess.run(wheel, env=dict(env, WEAVE_LIBRARY="none"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    [whl] = (tmp_path / "out").glob("*.whl")
+    assert whl.name == f"weave_tp-{weave_tp.__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(whl) as z:
+        names = z.namelist()
+        assert "weave_tp/__init__.py" in names and not any(n.endswith(".so") for n in names), names
+        assert "Name: weave-tp\n" in z.read(f"weave_tp-{weave_tp.__version__}.dist-info/METADATA").decode()

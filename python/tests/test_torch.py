@@ -2,7 +2,7 @@
 fake implementations (this rank's rows), torch.compile(fullgraph=True) tracing a two-layer model with
 its backward and dynamic shapes (on meta tensors), and the backward's arithmetic over a gloo group of
 three CPU processes. A stand-in team (world, rank, device: all the checks and fake kernels read)
-takes the place of weave.init, which needs a GPU."""
+takes the place of weave_tp.init, which needs a GPU."""
 
 import os
 import subprocess
@@ -16,8 +16,8 @@ from conftest import PYTHON_DIR, needs_library
 
 torch = pytest.importorskip("torch")
 
-import weave  # noqa: E402
-from weave import _torch  # noqa: E402
+import weave_tp  # noqa: E402
+from weave_tp import _torch  # noqa: E402
 
 pytestmark = needs_library
 
@@ -35,18 +35,18 @@ def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
 
 
 def test_without_a_team() -> None:
-    with pytest.raises(RuntimeError, match=r"weave.gemm_rs: no weave team: call weave.init\(\) first"):
-        weave.gemm_rs(meta(4, 8), meta(8, 6))
-    with pytest.raises(RuntimeError, match="weave.init"):
-        weave.nn.RowParallelLinear(8, 6)
-    with pytest.raises(RuntimeError, match=r"weave.abort: no weave team"):
-        weave.abort()
-    assert not weave.is_initialized()
+    with pytest.raises(RuntimeError, match=r"weave_tp.gemm_rs: no weave team: call weave_tp.init\(\) first"):
+        weave_tp.gemm_rs(meta(4, 8), meta(8, 6))
+    with pytest.raises(RuntimeError, match="weave_tp.init"):
+        weave_tp.nn.RowParallelLinear(8, 6)
+    with pytest.raises(RuntimeError, match=r"weave_tp.abort: no weave team"):
+        weave_tp.abort()
+    assert not weave_tp.is_initialized()
 
 
 def test_init_needs_torch_distributed() -> None:
     with pytest.raises(RuntimeError, match="init_process_group"):
-        weave.init()
+        weave_tp.init()
 
 
 def test_init_tells_the_peers_when_rank_0_has_no_library(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,13 +63,13 @@ def test_init_tells_the_peers_when_rank_0_has_no_library(monkeypatch: pytest.Mon
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
     def no_library() -> bytes:
-        raise weave.LibraryNotFoundError("weave: libweave.so not found")
+        raise weave_tp.LibraryNotFoundError("weave: libweave.so not found")
 
     monkeypatch.setattr(_torch, "get_unique_id", no_library)
-    with pytest.raises(weave.LibraryNotFoundError, match="not found"):
-        weave.init()
+    with pytest.raises(weave_tp.LibraryNotFoundError, match="not found"):
+        weave_tp.init()
     assert len(sent) == 1 and sent[0][0].item() == 1
-    assert not weave.is_initialized()
+    assert not weave_tp.is_initialized()
 
 
 A, B = (10, 8), (8, 6)
@@ -90,9 +90,12 @@ A, B = (10, 8), (8, 6)
     (dict(bias=meta(6, dtype=torch.float32)), TypeError, "bias is torch.float32 but a is torch.bfloat16"),
     (dict(a=torch.zeros(A, dtype=torch.bfloat16)), ValueError, "a is on cpu; it must be on cuda:0"),
     (dict(b=torch.zeros(B, dtype=torch.bfloat16)), ValueError, "b is on cpu; it must be on cuda:0"),
-    (dict(a=meta(2, *A)), ValueError, "a must be 2-D (got shape (2, 10, 8))"),
+    (dict(a=meta(8)), ValueError, "a must be [*, K_local], at least 2-D (got shape (8,))"),
     (dict(a=meta(8, 10).t()), ValueError, "a must be contiguous"),
-    (dict(b=meta(6, 8).t(), b_layout="col"), ValueError, "b must be contiguous"),
+    (dict(a=meta(10, 2, 8).transpose(0, 1)), ValueError, "a must be contiguous"),
+    (dict(b=meta(8, 12)[:, ::2]), ValueError, "b must be contiguous"),
+    (dict(b=meta(6, 8).t(), b_layout="col"), ValueError,
+     "b has shape (8, 6); b_layout='col' wants [N, K_local] with K_local = a.shape[1] = 8"),
     (dict(b=meta(9, 6)), ValueError,
      "b has shape (9, 6); b_layout='row' wants [K_local, N] with K_local = a.shape[1] = 8"),
     (dict(b_layout="col"), ValueError, "b has shape (8, 6); b_layout='col' wants [N, K_local]"),
@@ -113,18 +116,18 @@ def test_argument_errors_name_the_argument(team: SimpleNamespace, change: dict, 
                 fp32_slots=False, alpha=1.0)
     args.update(change)
     with pytest.raises(error) as e:
-        weave.gemm_rs(args.pop("a"), args.pop("b"), args.pop("bias"), **args)
+        weave_tp.gemm_rs(args.pop("a"), args.pop("b"), args.pop("bias"), **args)
     assert words in str(e.value)
-    assert str(e.value).startswith("weave.gemm_rs: ")
+    assert str(e.value).startswith("weave_tp.gemm_rs: ")
 
 
 def test_out_does_not_take_autograd(team: SimpleNamespace) -> None:
     a = meta(*A).requires_grad_()
     with pytest.raises(RuntimeError, match="out= does not support autograd"):
-        weave.gemm_rs(a, meta(*B), out=meta(3, 6))
+        weave_tp.gemm_rs(a, meta(*B), b_layout="row", out=meta(3, 6))
     with torch.no_grad():
         out = meta(3, 6)
-        assert weave.gemm_rs(a, meta(*B), out=out) is out
+        assert weave_tp.gemm_rs(a, meta(*B), b_layout="row", out=out) is out
 
 
 def test_out_sharing_memory_with_an_input_is_refused(team: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +144,7 @@ def test_out_sharing_memory_with_an_input_is_refused(team: SimpleNamespace, monk
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
 
     def call(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
-        weave.gemm_rs(a, b, bias, out=out)
+        weave_tp.gemm_rs(a, b, bias, b_layout="row", out=out)
 
     mem = torch.zeros(80 + 48 + 6 + 18, dtype=torch.bfloat16)
     a, b, bias, out = mem[:80].view(10, 8), mem[80:128].view(8, 6), mem[128:134], mem[134:].view(3, 6)
@@ -149,7 +152,7 @@ def test_out_sharing_memory_with_an_input_is_refused(team: SimpleNamespace, monk
     assert len(calls) == 1
     for name, alias in (("a", mem[70:88].view(3, 6)), ("a", a.view(-1)[:18].view(3, 6)), ("b", mem[120:138].view(3, 6)),
                         ("bias", mem[133:151].view(3, 6))):
-        with pytest.raises(ValueError, match=f"weave.gemm_rs: out shares memory with {name}, which the call reads"):
+        with pytest.raises(ValueError, match=f"weave_tp.gemm_rs: out shares memory with {name}, which the call reads"):
             call(a, b, bias, alias)
     assert len(calls) == 1
 
@@ -159,31 +162,71 @@ def test_output_is_this_ranks_rows(monkeypatch: pytest.MonkeyPatch, world: int) 
     for rank in range(world):
         monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=rank, device=0))
         for M in (1, 3, 4, 10, 23):
-            rows = weave.row_split(M, world, rank)[1]
-            assert weave.gemm_rs(meta(M, 8), meta(8, 6)).shape == (rows, 6)
-            assert weave.gemm_rs(meta(M, 8), meta(6, 8), meta(6), b_layout="col").shape == (rows, 6)
+            rows = weave_tp.row_split(M, world, rank)[1]
+            assert weave_tp.gemm_rs(meta(M, 8), meta(8, 6), b_layout="row").shape == (rows, 6)
+            assert weave_tp.gemm_rs(meta(M, 8), meta(6, 8), meta(6)).shape == (rows, 6)
 
 
 def test_eager_backward_shapes(team: SimpleNamespace) -> None:
     """The autograd registration in eager mode: gradients of a's, b's and bias's shapes (the gather of
     the gradient rows runs its fake kernel on meta tensors)."""
     a, b, bias = (meta(*s).requires_grad_() for s in ((10, 8), (6, 8), (6,)))
-    weave.gemm_rs(a, b, bias, b_layout="col", alpha=0.5).sum().backward()
+    weave_tp.gemm_rs(a, b, bias, b_layout="col", alpha=0.5).sum().backward()
     assert (a.grad.shape, b.grad.shape, bias.grad.shape) == ((10, 8), (6, 8), (6,))
     a.grad = None
-    weave.gemm_rs(a, meta(8, 6)).sum().backward()
+    weave_tp.gemm_rs(a, meta(8, 6), b_layout="row").sum().backward()
     assert a.grad.shape == (10, 8)
+    # through a transposed view of the weight and 3-D tokens: the gradients keep the callers' shapes
+    a3, w = meta(2, 5, 8).requires_grad_(), meta(8, 6).requires_grad_()
+    weave_tp.gemm_rs(a3, w.t()).sum().backward()
+    assert (a3.grad.shape, w.grad.shape) == ((2, 5, 8), (8, 6))
+
+
+def test_default_layout_is_f_linear(team: SimpleNamespace) -> None:
+    """b is an nn.Linear weight [N, K_local] unless b_layout="row" says [K_local, N]; where N == K_local
+    both shapes fit, so the default decides: it is F.linear's."""
+    options, M, N, K = _torch._check("t", team, meta(10, 8), meta(6, 8), None, "col", "auto", "deterministic", False,
+                                     1.0, meta_ok=True)
+    assert (M, N, K, options.b_layout) == (10, 6, 8, 1)
+    assert weave_tp.gemm_rs(meta(10, 8), meta(6, 8)).shape == (3, 6)
+    with pytest.raises(ValueError, match=r"b has shape \(8, 6\); b_layout='col' wants \[N, K_local\]"):
+        weave_tp.gemm_rs(meta(10, 8), meta(8, 6))
+
+
+def test_transposed_views_are_the_other_layout(team: SimpleNamespace) -> None:
+    """A transposed view of a contiguous matrix is planned as that matrix's layout (no copy): w.t()
+    with b_layout="row" is w with "col", and the other way round."""
+    def options(b: torch.Tensor, layout: str) -> tuple:  # (the options, M, N, K)
+        o, M, N, K = _torch._check("t", team, meta(10, 8), b, None, layout, "auto", "deterministic", False, 1.0,
+                                   meta_ok=True)
+        return o, M, N, K
+
+    w = meta(6, 8)  # [N, K]
+    assert options(w.t(), "row") == options(w, "col")
+    v = meta(8, 6)  # [K, N]
+    assert options(v.t(), "col") == options(v, "row")
+    assert weave_tp.gemm_rs(meta(10, 8), w.t(), b_layout="row").shape == (3, 6)
+
+
+def test_leading_dimensions_are_tokens(team: SimpleNamespace) -> None:
+    """a [*, K_local] as nn.Linear's input: the leading dimensions are flattened into M tokens, and the
+    result is this rank's rows of them (rank 1 of 4: M = 2 * 5 = 10 gives 3 rows)."""
+    assert weave_tp.gemm_rs(meta(2, 5, 8), meta(6, 8)).shape == (3, 6)
+    assert weave_tp.gemm_rs(meta(1, 2, 5, 8), meta(6, 8), meta(6)).shape == (3, 6)
+    with torch.no_grad():
+        out = meta(3, 6)
+        assert weave_tp.gemm_rs(meta(2, 5, 8), meta(6, 8), out=out) is out
 
 
 def test_ops_are_registered() -> None:
-    assert str(torch.ops.weave.gemm_rs.default._schema) == (
-        "weave::gemm_rs(Tensor a, Tensor b, Tensor? bias, str b_layout, str strategy, str reduce, bool fp32_slots, "
+    assert str(torch.ops.weave_tp.gemm_rs.default._schema) == (
+        "weave_tp::gemm_rs(Tensor a, Tensor b, Tensor? bias, str b_layout, str strategy, str reduce, bool fp32_slots, "
         "float alpha, SymInt world, SymInt rank) -> Tensor")
-    assert "Tensor(a3!) out" in str(torch.ops.weave.gemm_rs_out.default._schema)
-    assert str(torch.ops.weave.all_gather_rows.default._schema) == (
-        "weave::all_gather_rows(Tensor rows, SymInt M) -> Tensor")
-    assert str(torch.ops.weave.gemm_rs_scaled.default._schema) == (
-        "weave::gemm_rs_scaled(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
+    assert "Tensor(a3!) out" in str(torch.ops.weave_tp.gemm_rs_out.default._schema)
+    assert str(torch.ops.weave_tp.all_gather_rows.default._schema) == (
+        "weave_tp::all_gather_rows(Tensor rows, SymInt M) -> Tensor")
+    assert str(torch.ops.weave_tp.gemm_rs_scaled.default._schema) == (
+        "weave_tp::gemm_rs_scaled(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
         "bool use_fast_accum, str strategy, str reduce, bool fp32_slots, float alpha, SymInt world, SymInt rank) -> "
         "Tensor")
 
@@ -229,10 +272,10 @@ def test_scaled_argument_errors_name_the_argument(team: SimpleNamespace, change:
                 use_fast_accum=False, strategy="auto", reduce="deterministic", fp32_slots=False, alpha=1.0)
     args.update(change)
     with pytest.raises(error) as e:
-        weave.gemm_rs_scaled(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), args.pop("bias"),
+        weave_tp.gemm_rs_scaled(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), args.pop("bias"),
                              **args)
     assert words in str(e.value)
-    assert str(e.value).startswith("weave.gemm_rs_scaled: ")
+    assert str(e.value).startswith("weave_tp.gemm_rs_scaled: ")
 
 
 @pytest.mark.parametrize("world", [1, 4, 5])
@@ -240,10 +283,10 @@ def test_scaled_output_is_this_ranks_rows(monkeypatch: pytest.MonkeyPatch, world
     for rank in range(world):
         monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=rank, device=0))
         for M in (1, 3, 23):
-            rows = weave.row_split(M, world, rank)[1]
-            y = weave.gemm_rs_scaled(f8(M, 32), f8(6, 32), f32(1), f32(1))
+            rows = weave_tp.row_split(M, world, rank)[1]
+            y = weave_tp.gemm_rs_scaled(f8(M, 32), f8(6, 32), f32(1), f32(1))
             assert (y.shape, y.dtype) == ((rows, 6), torch.bfloat16)
-            y = weave.gemm_rs_scaled(f8(M, 32), f8(6, 32), f32(M, 1), f32(1, 6), meta(6, dtype=torch.float16),
+            y = weave_tp.gemm_rs_scaled(f8(M, 32), f8(6, 32), f32(M, 1), f32(1, 6), meta(6, dtype=torch.float16),
                                      out_dtype=torch.float16, use_fast_accum=True)
             assert (y.shape, y.dtype) == ((rows, 6), torch.float16)
 
@@ -271,7 +314,7 @@ class TwoLayers(torch.nn.Module):
     def __init__(self, world: int, device: str) -> None:
         super().__init__()
         self.up = torch.nn.Linear(16, 32 // world, device=device)
-        self.down = weave.nn.RowParallelLinear(32, 12, device=device)
+        self.down = weave_tp.nn.RowParallelLinear(32, 12, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(torch.nn.functional.gelu(self.up(x)))
@@ -292,12 +335,12 @@ def test_compile_fullgraph_traces_forward_and_backward(team: SimpleNamespace) ->
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
     for tokens in (10, 23, 37):  # the second size recompiles with a symbolic token count
         y = compiled(torch.empty(tokens, 16, device="meta"))
-        assert y.shape == (weave.row_split(tokens, 4, 1)[1], 12)
+        assert y.shape == (weave_tp.row_split(tokens, 4, 1)[1], 12)
         y.sum().backward()
     assert model.down.weight.grad.shape == (12, 8) and model.down.bias.grad.shape == (12,)
     assert model.up.weight.grad.shape == (8, 16)
-    assert any("weave.gemm_rs.default" in g for g in graphs)
-    assert any("weave.all_gather_rows.default" in g for g in graphs)
+    assert any("weave_tp.gemm_rs.default" in g for g in graphs)
+    assert any("weave_tp.all_gather_rows.default" in g for g in graphs)
 
 
 def test_compiled_graph_depends_on_the_world(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -311,7 +354,7 @@ def test_compiled_graph_depends_on_the_world(monkeypatch: pytest.MonkeyPatch) ->
         return gm.forward
 
     def call(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return weave.gemm_rs(x, w, b_layout="col")
+        return weave_tp.gemm_rs(x, w, b_layout="col")
 
     rows = []
     for world in (1, 2):
@@ -325,13 +368,14 @@ def test_compiled_graph_depends_on_the_world(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_row_parallel_linear_arguments(team: SimpleNamespace) -> None:
     with pytest.raises(ValueError, match="in_features 30 must be a multiple of the team's world 4"):
-        weave.nn.RowParallelLinear(30, 6)
-    layer = weave.nn.RowParallelLinear(32, 6, device="meta")
+        weave_tp.nn.RowParallelLinear(30, 6)
+    layer = weave_tp.nn.RowParallelLinear(32, 6, device="meta")
     assert layer.weight.shape == (6, 8) and layer.bias.shape == (6,)
     assert "in_features=32, out_features=6, bias=True, strategy='auto'" in repr(layer)
-    assert weave.nn.RowParallelLinear(32, 6, bias=False, device="meta").bias is None
-    with pytest.raises(ValueError, match=r"x must be this rank's shard \[tokens, 8\]"):
+    assert weave_tp.nn.RowParallelLinear(32, 6, bias=False, device="meta").bias is None
+    with pytest.raises(ValueError, match=r"x must be this rank's shard \[\*, 8\]"):
         layer(meta(10, 32, dtype=torch.float32))
+    assert layer(meta(2, 5, 8, dtype=torch.float32)).shape == (3, 6)
     with pytest.raises(TypeError, match="x is torch.bfloat16 but the weight is torch.float32"):
         layer(meta(10, 8))
     assert layer(meta(10, 8, dtype=torch.float32)).shape == (3, 6)

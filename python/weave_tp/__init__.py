@@ -1,7 +1,7 @@
 """weave from Python: fused GEMM + ReduceScatter (tensor-parallel row-parallel linear) over libweave.
 
 Without PyTorch only the library layer is here (loading, version, errors, row split, unique ids,
-teams and plans by raw pointer); with it also init / finalize / gemm_rs and weave.nn. See
+teams and plans by raw pointer); with it also init / finalize / gemm_rs and weave_tp.nn. See
 docs/python.md.
 """
 
@@ -29,8 +29,8 @@ except ModuleNotFoundError:
 
     def __getattr__(name: str) -> object:
         if name in _NEEDS_TORCH:
-            raise ImportError(f"weave.{name} needs PyTorch, which is not installed (the library layer works without)")
-        raise AttributeError(f"module 'weave' has no attribute {name!r}")
+            raise ImportError(f"weave_tp.{name} needs PyTorch, which is not installed (the library layer works without)")
+        raise AttributeError(f"module 'weave_tp' has no attribute {name!r}")
 else:
     from . import nn
     from ._torch import abort, finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
@@ -40,5 +40,5 @@ __all__ = [
     "WeaveTimeoutError", "__version__", "abort", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
     "library_version", "nn", "plan_info", "row_split", "sync",
 ]
-if "_NEEDS_TORCH" in globals():  # without torch: `from weave import *` takes the library layer (not an ImportError)
+if "_NEEDS_TORCH" in globals():  # without torch: `from weave_tp import *` takes the library layer (not an ImportError)
     __all__ = [name for name in __all__ if name not in _NEEDS_TORCH]

@@ -1,4 +1,4 @@
-"""weave.nn: the row-parallel linear layer of tensor parallelism, on weave.gemm_rs."""
+"""weave_tp.nn: the row-parallel linear layer of tensor parallelism, on weave_tp.gemm_rs."""
 
 import math
 from typing import Optional
@@ -14,8 +14,8 @@ class RowParallelLinear(nn.Module):
     split too: rank r holds columns [r * in/world, (r+1) * in/world) of x and W, and gets its rows
     of y (weave_row_split of the tokens: the first tokens % world ranks one row more).
 
-    forward(x): x is this rank's shard [tokens, in_features / world]; returns [rows, out_features],
-    this rank's rows of the output summed over all ranks. weight is [out_features, in_features /
+    forward(x): x is this rank's shard [*, in_features / world], its leading dimensions the tokens;
+    returns [rows, out_features], this rank's rows of the tokens' output summed over all ranks. weight is [out_features, in_features /
     world], held like nn.Linear's (weave's b_layout "col"). bias is [out_features] and replicated:
     every rank must hold the same values; it starts at zero (as in Megatron) and its gradient is the
     full one on every rank, so the copies stay equal. Backward gathers the output gradient's rows
@@ -25,12 +25,12 @@ class RowParallelLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, strategy: str = "auto",
                  device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None) -> None:
         super().__init__()
-        team = get_team("weave.nn.RowParallelLinear")
+        team = get_team("weave_tp.nn.RowParallelLinear")
         if in_features < 1 or out_features < 1:
-            raise ValueError(f"weave.nn.RowParallelLinear: in_features {in_features} and out_features "
+            raise ValueError(f"weave_tp.nn.RowParallelLinear: in_features {in_features} and out_features "
                              f"{out_features} must be >= 1")
         if in_features % team.world:
-            raise ValueError(f"weave.nn.RowParallelLinear: in_features {in_features} must be a multiple of the "
+            raise ValueError(f"weave_tp.nn.RowParallelLinear: in_features {in_features} must be a multiple of the "
                              f"team's world {team.world} (each rank holds in_features / world columns)")
         self.in_features, self.out_features, self.strategy = in_features, out_features, strategy
         where = device if device is not None else torch.device("cuda", team.device)
@@ -48,13 +48,13 @@ class RowParallelLinear(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.weight.shape[1]:
+        if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.weight.shape[1]:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"weave.nn.RowParallelLinear: x must be this rank's shard [tokens, "
+            raise ValueError(f"weave_tp.nn.RowParallelLinear: x must be this rank's shard [*, "
                              f"{self.weight.shape[1]}] (in_features / world), got {got}")
         if x.dtype != self.weight.dtype:
-            raise TypeError(f"weave.nn.RowParallelLinear: x is {x.dtype} but the weight is {self.weight.dtype}")
-        return gemm_rs(x, self.weight, self.bias, b_layout="col", strategy=self.strategy)
+            raise TypeError(f"weave_tp.nn.RowParallelLinear: x is {x.dtype} but the weight is {self.weight.dtype}")
+        return gemm_rs(x, self.weight, self.bias, strategy=self.strategy)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -70,7 +70,7 @@ class WeaveTimeoutError(WeaveError, TimeoutError):
 
 
 class WeaveAbortedError(WeaveError):
-    """Result.ABORTED: a rank aborted the team (Team.abort, weave.abort); the message names it. The team
+    """Result.ABORTED: a rank aborted the team (Team.abort, weave_tp.abort); the message names it. The team
     is of no further use: finalize (destroy) it on every rank."""
 
 
@@ -302,7 +302,7 @@ class GemmRsOptions:
 
 def gemm_rs_options(dtype: str, *, b_layout: str = "row", strategy: str = "auto", reduce: str = "deterministic",
                     fp32_slots: bool = False, alpha: float = 1.0, has_bias: bool = False, out_dtype: str = "auto",
-                    scales: str = "none", fp8_accum: str = "fp32", call: str = "weave.gemm_rs") -> GemmRsOptions:
+                    scales: str = "none", fp8_accum: str = "fp32", call: str = "weave_tp.gemm_rs") -> GemmRsOptions:
     """Checks the options by name (errors name the argument) and turns them into enum values. Ranges
     and combinations that weave checks itself (alpha finite, scales and out_dtype for fp8 inputs
     only, ...) are left to it."""
@@ -435,10 +435,10 @@ class Team:
     def __init__(self, unique_id: bytes, world: int, rank: int, device: int) -> None:
         for name, v in (("world", world), ("rank", rank), ("device", device)):
             if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"weave.Team: {name} must be an int (got {type(v).__name__})")
-        _check_c_ints("weave.Team", world=world, rank=rank, device=device)
+                raise TypeError(f"weave_tp.Team: {name} must be an int (got {type(v).__name__})")
+        _check_c_ints("weave_tp.Team", world=world, rank=rank, device=device)
         if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != ctypes.sizeof(_UniqueId):
-            raise ValueError(f"weave.Team: unique_id must be the {ctypes.sizeof(_UniqueId)} bytes of get_unique_id()")
+            raise ValueError(f"weave_tp.Team: unique_id must be the {ctypes.sizeof(_UniqueId)} bytes of get_unique_id()")
         L = lib()
         uid = _UniqueId.from_buffer_copy(bytes(unique_id))
         bootstrap, team = c_void_p(), c_void_p()

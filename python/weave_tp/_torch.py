@@ -1,5 +1,5 @@
 """weave for PyTorch: a team over a torch.distributed process group, and gemm_rs as registered custom
-ops (weave::gemm_rs, weave::gemm_rs_out) with fake implementations and a backward, so torch.compile
+ops (weave_tp::gemm_rs, weave_tp::gemm_rs_out) with fake implementations and a backward, so torch.compile
 and CUDA graphs see one op. The arithmetic is libweave's; this file checks tensors, caches plans and
 hands weave the pointers and torch's current stream.
 """
@@ -36,16 +36,16 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
     unique id, the group broadcasts it (a CUDA tensor for nccl, a CPU tensor otherwise), and every
     process joins on torch.cuda.current_device() (set it first, e.g. to LOCAL_RANK % device_count)."""
     if _state.team is not None:
-        raise RuntimeError("weave.init: already initialized; call weave.finalize() first")
+        raise RuntimeError("weave_tp.init: already initialized; call weave_tp.finalize() first")
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("weave.init: torch.distributed is not initialized: call "
+        raise RuntimeError("weave_tp.init: torch.distributed is not initialized: call "
                            "torch.distributed.init_process_group() first")
     if not torch.cuda.is_available():
-        raise RuntimeError("weave.init: torch sees no CUDA device")
+        raise RuntimeError("weave_tp.init: torch sees no CUDA device")
     group = group if group is not None else dist.group.WORLD
     rank = dist.get_rank(group)
     if rank < 0:
-        raise ValueError("weave.init: this process is not a member of group")
+        raise ValueError("weave_tp.init: this process is not a member of group")
     world = dist.get_world_size(group)
     device = torch.cuda.current_device()
 
@@ -65,7 +65,7 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
     if failure is not None:
         raise failure
     if buf[0].item():
-        raise RuntimeError("weave.init: group rank 0 could not create a unique id (its error says why)")
+        raise RuntimeError("weave_tp.init: group rank 0 could not create a unique id (its error says why)")
     _state.team = Team(bytes(buf[1:].tolist()), world, rank, device)
     _state.group = group
     _state.pid = os.getpid()
@@ -96,25 +96,25 @@ def is_initialized() -> bool:
 
 
 def get_team(call: str = "weave") -> Team:
-    """This process's team (weave.init's)."""
+    """This process's team (weave_tp.init's)."""
     if _state.team is None:
-        raise RuntimeError(f"{call}: no weave team: call weave.init() first")
+        raise RuntimeError(f"{call}: no weave team: call weave_tp.init() first")
     return _state.team
 
 
 def abort() -> None:
     """This rank gives up on the team (weave_team_abort), e.g. where it fails alone while the others may
     wait for it in a weave call: their waits stop at once instead of running out WEAVE_TIMEOUT_MS, and
-    their weave.sync() raises WeaveAbortedError naming this rank. Then call weave.finalize() on every
-    rank (and weave.init() to go on)."""
-    get_team("weave.abort").abort()
+    their weave_tp.sync() raises WeaveAbortedError naming this rank. Then call weave_tp.finalize() on every
+    rank (and weave_tp.init() to go on)."""
+    get_team("weave_tp.abort").abort()
 
 
 def sync() -> None:
     """Waits for torch's current stream, then raises WeaveTimeoutError if a weave kernel's bounded wait
     expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells),
-    WeaveAbortedError once a rank has aborted the team (weave.abort)."""
-    team = get_team("weave.sync")
+    WeaveAbortedError once a rank has aborted the team (weave_tp.abort)."""
+    team = get_team("weave_tp.sync")
     team.sync(torch.cuda.current_stream(torch.device("cuda", team.device)).cuda_stream)
 
 
@@ -172,9 +172,13 @@ def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], 
     """The options and (M, N, K_local) of a call, or the error naming the bad argument."""
     device = torch.device("cuda", team.device)
     _check_tensor(call, "a", a, 2, None, device, meta_ok)
-    options = gemm_rs_options(_DTYPE_NAMES[a.dtype], b_layout=b_layout, strategy=strategy, reduce=reduce,
-                              fp32_slots=fp32_slots, alpha=alpha, has_bias=bias is not None, call=call)
-    _check_tensor(call, "b", b, 2, a.dtype, device, meta_ok)
+    gemm_rs_options(_DTYPE_NAMES[a.dtype], b_layout=b_layout, strategy=strategy, reduce=reduce,
+                    fp32_slots=fp32_slots, alpha=alpha, has_bias=bias is not None, call=call)  # names a bad option
+    # a transposed view of a contiguous matrix is that matrix in the other layout: no copy
+    view = isinstance(b, Tensor) and b.dim() == 2 and not b.is_contiguous() and b.t().is_contiguous()
+    _check_tensor(call, "b", b.t() if view else b, 2, a.dtype, device, meta_ok)
+    options = gemm_rs_options(_DTYPE_NAMES[a.dtype], b_layout=_storage_layout(b, b_layout), strategy=strategy,
+                              reduce=reduce, fp32_slots=fp32_slots, alpha=alpha, has_bias=bias is not None, call=call)
     M, K = a.shape
     N, Kb = (b.shape[1], b.shape[0]) if b_layout == "row" else (b.shape[0], b.shape[1])
     if Kb != K:
@@ -189,6 +193,24 @@ def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], 
         if bias.shape[0] != N:
             raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
     return options, M, N, K
+
+
+def _storage_layout(b: Tensor, b_layout: str) -> str:
+    """The layout of b's memory: b_layout, or the other one where b is a transposed view."""
+    if b.is_contiguous():
+        return b_layout
+    return "col" if b_layout == "row" else "row"
+
+
+def _tokens(call: str, a: Tensor) -> Tensor:
+    """a as [tokens, K_local]: nn.Linear's [*, in] with the leading dimensions flattened (a view)."""
+    if isinstance(a, Tensor) and a.dim() != 2:
+        if a.dim() < 2:
+            raise ValueError(f"{call}: a must be [*, K_local], at least 2-D (got shape {tuple(a.shape)})")
+        if not a.is_contiguous():
+            raise ValueError(f"{call}: a must be contiguous (call .contiguous())")
+        a = a.flatten(0, -2)
+    return a
 
 
 def _check_int_sizes(call: str, a: Tensor, b: Tensor, M: int, N: int, K: int) -> None:
@@ -249,7 +271,7 @@ def _plan(call: str, team: Team, M: int, N: int, K: int, options: GemmRsOptions)
 
 def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_layout: str, strategy: str,
          reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
-    call = "weave.gemm_rs"
+    call = "weave_tp.gemm_rs"
     team = get_team(call)
     _check_team(call, team, world, rank)
     options, M, N, K = _check(call, team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=False)
@@ -265,7 +287,7 @@ def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_
     return out
 
 
-@torch.library.custom_op("weave::gemm_rs", mutates_args=())
+@torch.library.custom_op("weave_tp::gemm_rs", mutates_args=())
 def _gemm_rs_op(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
                 fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
     return _run(a, b, bias, None, b_layout, strategy, reduce, fp32_slots, alpha, world, rank)
@@ -274,13 +296,13 @@ def _gemm_rs_op(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, str
 @_gemm_rs_op.register_fake
 def _gemm_rs_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
                   fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
-    team = get_team("weave.gemm_rs")
-    _check_team("weave.gemm_rs", team, world, rank)
-    _, M, N, _ = _check("weave.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
+    team = get_team("weave_tp.gemm_rs")
+    _check_team("weave_tp.gemm_rs", team, world, rank)
+    _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
     return a.new_empty((_rows(M, world, rank), N))
 
 
-@torch.library.custom_op("weave::gemm_rs_out", mutates_args=("out",))
+@torch.library.custom_op("weave_tp::gemm_rs_out", mutates_args=("out",))
 def _gemm_rs_out_op(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
                     reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> None:
     _run(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, alpha, world, rank)
@@ -289,10 +311,10 @@ def _gemm_rs_out_op(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b
 @_gemm_rs_out_op.register_fake
 def _gemm_rs_out_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
                       reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> None:
-    team = get_team("weave.gemm_rs")
-    _check_team("weave.gemm_rs", team, world, rank)
-    _, M, N, _ = _check("weave.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
-    _check_out("weave.gemm_rs", team, out, a, _rows(M, world, rank), N, meta_ok=True)
+    team = get_team("weave_tp.gemm_rs")
+    _check_team("weave_tp.gemm_rs", team, world, rank)
+    _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
+    _check_out("weave_tp.gemm_rs", team, out, a, _rows(M, world, rank), N, meta_ok=True)
 
 
 # ---- fp8: gemm_rs_scaled --------------------------------------------------------------------------
@@ -347,11 +369,11 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
     return options, M, N, K
 
 
-@torch.library.custom_op("weave::gemm_rs_scaled", mutates_args=())
+@torch.library.custom_op("weave_tp::gemm_rs_scaled", mutates_args=())
 def _gemm_rs_scaled_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
                        out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str, fp32_slots: bool,
                        alpha: float, world: int, rank: int) -> Tensor:
-    call = "weave.gemm_rs_scaled"
+    call = "weave_tp.gemm_rs_scaled"
     team = get_team(call)
     _check_team(call, team, world, rank)
     options, M, N, K = _check_scaled(call, team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy,
@@ -368,9 +390,9 @@ def _gemm_rs_scaled_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, b
 def _gemm_rs_scaled_fake(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
                          out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str, fp32_slots: bool,
                          alpha: float, world: int, rank: int) -> Tensor:
-    team = get_team("weave.gemm_rs_scaled")
-    _check_team("weave.gemm_rs_scaled", team, world, rank)
-    _, M, N, _ = _check_scaled("weave.gemm_rs_scaled", team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
+    team = get_team("weave_tp.gemm_rs_scaled")
+    _check_team("weave_tp.gemm_rs_scaled", team, world, rank)
+    _, M, N, _ = _check_scaled("weave_tp.gemm_rs_scaled", team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
                                strategy, reduce, fp32_slots, alpha, meta_ok=True)
     return a.new_empty((_rows(M, world, rank), N), dtype=out_dtype)
 
@@ -388,24 +410,24 @@ def gemm_rs_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias:
     the output, i.e. per row of b); bias: [N] of out_dtype (bf16 or fp16). use_fast_accum: the
     tensor cores' own accumulation over all of K (faster, less exact), else fp32 accumulation. Scales
     may change between calls without a new plan. No autograd. Everything else as gemm_rs."""
-    call = "weave.gemm_rs_scaled"
+    call = "weave_tp.gemm_rs_scaled"
     _check_types(call, dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b), dict(bias=bias),
                  dict(strategy=strategy, reduce=reduce), fp32_slots, alpha)
     _check_fp8_options(call, out_dtype, use_fast_accum)
     team = get_team(call)
-    return torch.ops.weave.gemm_rs_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy, reduce,
+    return torch.ops.weave_tp.gemm_rs_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy, reduce,
                                           fp32_slots, float(alpha), team.world, team.rank)
 
 
 # ---- backward -----------------------------------------------------------------------------------------
-@torch.library.custom_op("weave::all_gather_rows", mutates_args=())
+@torch.library.custom_op("weave_tp::all_gather_rows", mutates_args=())
 def _all_gather_rows_op(rows: Tensor, M: int) -> Tensor:
     """Every rank's rows of an [M, N] matrix split like weave's output, gathered in rank order over the
     team's process group (all_gather_into_tensor on chunks padded to the largest, the first rank's)."""
-    team = get_team("weave.gemm_rs backward")
+    team = get_team("weave_tp.gemm_rs backward")
     counts = [row_split(M, team.world, r)[1] for r in range(team.world)]
     if rows.shape[0] != counts[team.rank]:
-        raise ValueError(f"weave.gemm_rs backward: the gradient has {rows.shape[0]} rows; rank {team.rank} "
+        raise ValueError(f"weave_tp.gemm_rs backward: the gradient has {rows.shape[0]} rows; rank {team.rank} "
                          f"owns {counts[team.rank]} of M = {M}")
     cap = counts[0]
     send = rows.contiguous()
@@ -435,10 +457,10 @@ def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
     dbias = sum of G over all rows: the bias is one parameter replicated on the ranks, every rank's
     copy gets the whole gradient, so the copies stay equal without an all-reduce."""
     a, b = ctx.saved_tensors
-    team = get_team("weave.gemm_rs backward")
+    team = get_team("weave_tp.gemm_rs backward")
     g = grad.contiguous()
     if ctx.world > 1:
-        g = torch.ops.weave.all_gather_rows(g, ctx.M)
+        g = torch.ops.weave_tp.all_gather_rows(g, ctx.M)
     need_a, need_b, need_bias = ctx.needs_input_grad[:3]
     ga = gb = gbias = None
     if need_a:
@@ -457,41 +479,49 @@ _gemm_rs_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---- the public functions -----------------------------------------------------------------------------
-def plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "row",
+def plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "col",
               strategy: str = "auto", reduce: str = "deterministic", fp32_slots: bool = False,
               alpha: float = 1.0) -> Optional[PlanInfo]:
     """The plan a gemm_rs call with these arguments uses (its resolved strategy, this rank's rows, the
     blocks, ...), or None before the first such call has made it."""
-    team = get_team("weave.plan_info")
-    options, M, N, K = _check("weave.plan_info", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
+    call = "weave_tp.plan_info"
+    team = get_team(call)
+    _check_types(call, dict(a=a, b=b), dict(bias=bias), dict(b_layout=b_layout, strategy=strategy, reduce=reduce),
+                 fp32_slots, alpha)
+    options, M, N, K = _check(call, team, _tokens(call, a), b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
                               meta_ok=False)
     plan = team.find_plan(M, N, K, options)
     return None if plan is None else plan.info
 
 
-
-def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "row",
+def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "col",
             out: Optional[Tensor] = None, strategy: str = "auto", reduce: str = "deterministic",
             fp32_slots: bool = False, alpha: float = 1.0) -> Tensor:
-    """This rank's rows of C = alpha * sum over ranks of a_r @ b_r (+ bias), as [rows, N].
+    """This rank's rows of C = alpha * sum over ranks of a_r @ b_r^T (+ bias), as [rows, N]: F.linear
+    summed over the ranks, each keeping its rows.
 
-    a: this rank's [M, K_local]; b: [K_local, N] (b_layout "row") or [N, K_local] ("col", an nn.Linear
-    weight); bias: [N]; one dtype (bf16, fp16, fp32), CUDA on the team's device, contiguous. rows comes
-    from weave_row_split (the first M % world ranks one more; 0 when M < world and rank >= M). Runs on
+    a: this rank's [*, K_local], the leading dimensions flattened into M tokens (as nn.Linear's
+    input); b: [N, K_local], an nn.Linear weight (b_layout "col", the default), or [K_local, N] with
+    b_layout="row" (then C = sum of a_r @ b_r); a transposed view of either is taken as the other
+    layout, without a copy. bias: [N]. One dtype (bf16, fp16, fp32), CUDA on the team's device,
+    contiguous. rows comes from weave_row_split of the M tokens (the first M % world ranks one
+    more; 0 when M < world and rank >= M): the result is [rows, N] whatever a's rank. Runs on
     torch's current stream. The first call of each (shape, dtype, options) makes a plan, collectively:
     every rank makes the same calls in the same order, and not during CUDA graph capture. strategy:
     "auto" | "fused" | "bulk" | "baseline"; reduce: "deterministic" | "atomic"; fp32_slots: partials
     in fp32. With out= the result is written there (no autograd); else a new tensor (with autograd)."""
-    _check_types("weave.gemm_rs", dict(a=a, b=b), dict(bias=bias, out=out),
+    call = "weave_tp.gemm_rs"
+    _check_types(call, dict(a=a, b=b), dict(bias=bias, out=out),
                  dict(b_layout=b_layout, strategy=strategy, reduce=reduce), fp32_slots, alpha)
+    a = _tokens(call, a)
     if out is None:
-        team = get_team("weave.gemm_rs")
-        return torch.ops.weave.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
-                                       team.rank)
+        team = get_team(call)
+        return torch.ops.weave_tp.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
+                                          team.rank)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
-        raise RuntimeError("weave.gemm_rs: out= does not support autograd (as torch's out= functions); "
+        raise RuntimeError(f"{call}: out= does not support autograd (as torch's out= functions); "
                            "leave out=None, or call it under torch.no_grad()")
-    team = get_team("weave.gemm_rs")
-    torch.ops.weave.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
-                                team.rank)
+    team = get_team(call)
+    torch.ops.weave_tp.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
+                                   team.rank)
     return out
