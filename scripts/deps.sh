@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Installs what the build needs when it is missing (Debian). The CUDA toolkit is expected at
-# /usr/local/cuda; without it weave builds its host parts only.
+# What the build needs, installed with apt-get where it is missing, as root, on Debian/Ubuntu; every
+# install is announced on a line of its own before apt-get runs. WEAVE_NO_INSTALL=1 installs
+# nothing: a missing requirement then stops the script with what to install. The CUDA toolkit is
+# expected at /usr/local/cuda; without it weave builds its host parts only.
 set -euo pipefail
+can_install() { [ "${WEAVE_NO_INSTALL:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
 need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v cc >/dev/null || need+=(gcc)
 command -v c++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
 if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if can_install; then
+    echo "weave: installing ${need[*]} with apt-get (the build needs them; WEAVE_NO_INSTALL=1 to install them yourself)" >&2
     apt-get update -qq && apt-get install -y -qq "${need[@]}"
   else
     echo "weave: please install: ${need[*]}" >&2; exit 1
@@ -19,7 +23,8 @@ fi
 # script: weave builds without MPI, and a machine without network (the GPU machine, which has Open
 # MPI already) must still get through here.
 if ! command -v mpicc >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if can_install; then
+    echo "weave: installing libopenmpi-dev and openmpi-bin with apt-get (optional: for libweave_mpi; WEAVE_NO_INSTALL=1 to skip)" >&2
     if { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq \
            --no-install-recommends libopenmpi-dev openmpi-bin; } >/dev/null 2>&1 && command -v mpicc >/dev/null; then
       echo "weave: installed Open MPI: libweave_mpi and test_bootstrap_mpi will be built"

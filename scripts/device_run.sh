@@ -112,7 +112,7 @@ PY
         rm -f "$out/trace_g4.json.csv"
       fi
       ;;
-    multi) # issue 5, on a machine with several GPUs (one rank per GPU): topology, the GPU suite on
+    multi) # on a machine with several GPUs (one rank per GPU): topology, the GPU suite on
            # distinct GPUs, compute-sanitizer at world 2, the M x (N, K_total) sweep of every strategy
            # against cuBLASLt + ncclReduceScatter (bench.log; the '# ... hides' lines give the share of
            # the reduce-scatter each fused variant hides)
@@ -133,7 +133,7 @@ PY
         echo "sweep N=$1 K=$2: rc=$?"
       done
       ;;
-    fp8sweep) # issue 21's two fp8 shapes below cuBLASLt fp8: every schedule x stream-K x group size
+    fp8sweep) # the two fp8 shapes below cuBLASLt fp8: every schedule x stream-K x group size
               # (WEAVE_HGEMM_*; one process each, cuBLASLt fp8 timed in each), then the default again
       for pp in 0 2; do for sk in 0 2; do for gm in 8 16 32; do
         echo "=== fp8sweep PINGPONG=$pp STREAMK=$sk GROUP_M=$gm" >> "$out/bench_fp8.log"
