@@ -14,8 +14,7 @@ from weave_tp import _torch
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-_torch._state.team = SimpleNamespace(world=world, rank=rank, device=0)
-_torch._state.group = dist.group.WORLD
+TEAM = _torch._register(SimpleNamespace(world=world, rank=rank, device=0), dist.group.WORLD)
 
 
 def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -27,7 +26,7 @@ def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 for M in (1, 2, 3, 6, 7, 11):
     full = torch.arange(M * 2, dtype=torch.float64).reshape(M, 2)
     begin, rows = weave_tp.row_split(M, world, rank)
-    close(torch.ops.weave_tp.all_gather_rows(full[begin:begin + rows], M), full, f"all_gather_rows M={M}")
+    close(torch.ops.weave_tp.all_gather_rows(full[begin:begin + rows], M, TEAM), full, f"all_gather_rows M={M}")
 
 for M, N, K in ((7, 5, 4), (2, 3, 6)):
     g = torch.Generator().manual_seed(M)
@@ -45,15 +44,15 @@ for M, N, K in ((7, 5, 4), (2, 3, 6)):
             begin, rows = weave_tp.row_split(M, world, rank)
             b_arg = Bs[rank] if layout == "row" else Bs[rank].t().contiguous()  # "col": B stored [N, K]
             ctx = SimpleNamespace(saved_tensors=(As[rank], b_arg), b_layout=layout, alpha=alpha, M=M, world=world,
-                                  needs_input_grad=(True, True, True))
+                                  team_id=TEAM, needs_input_grad=(True, True, True))
             ga, gb, gbias, *rest = _torch._backward(ctx, G[begin:begin + rows])
             what = f"M={M} N={N} K={K} {layout} alpha={alpha}"
             close(ga, A[rank].grad, f"{what}: grad a")
             close(gb, B[rank].grad if layout == "row" else B[rank].grad.t(), f"{what}: grad b")
             close(gbias, b.grad, f"{what}: grad bias")  # the whole gradient on every rank
-            assert rest == [None] * 7  # b_layout, strategy, reduce, fp32_slots, alpha, world, rank
+            assert rest == [None] * 8  # b_layout, strategy, reduce, fp32_slots, alpha, world, rank, team_id
 print(f"rank {rank}: backward ok", flush=True)
-_torch._state.team = _torch._state.group = None  # a stand-in, not a team: nothing for weave to finalize
+_torch.finalize()  # a stand-in, not a team: nothing for weave to free
 dist.barrier()
 dist.destroy_process_group()
 # Leave without the interpreter's teardown: gloo's threads at that point aborted one CI run

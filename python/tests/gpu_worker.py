@@ -12,6 +12,7 @@ inputs from one seed (WEAVE_TEST_SEED), so each checks its own rows against an f
                 and M < world (scale_a [M, 1] on ranks without rows), a and scales changed between
                 calls of one plan, the plan cache not growing; against fp64 of the dequantized inputs
   nn            RowParallelLinear forward and backward against autograd of the whole layer
+  parallel      parallelize_module with weave_tp.parallel.RowwiseParallel on a 1-D DeviceMesh, 3-D input
   compile       a two-layer tensor-parallel MLP under torch.compile(fullgraph=True), forward and
                 backward, at two token counts (the second traced with a symbolic count); a compiled
                 gemm_rs_scaled call (per-row scales, bias, alpha) the same way, against the reference
@@ -283,6 +284,31 @@ def case_nn() -> None:
     say("  RowParallelLinear: forward and backward, bf16 and fp16, 3000 and 1 tokens")
 
 
+def case_parallel() -> None:
+    """parallelize_module(model, mesh, {"1": weave_tp.parallel.RowwiseParallel()}) on a 1-D DeviceMesh of
+    every rank: the style keeps this rank's columns; the output rows match the whole model's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    team = weave_tp.get_team()
+    world, rank = team.world, team.rank
+    d_in, d_out, tokens, dtype = 96 * world, 200, 64 * world, torch.bfloat16
+    mesh = init_device_mesh("cuda", (world,))
+    model = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Linear(d_in, d_out, device=DEVICE, dtype=dtype))
+    with torch.no_grad():
+        model[1].weight.copy_(rand((d_out, d_in), "parallel.weight", dtype=dtype))
+        model[1].bias.copy_(rand((d_out,), "parallel.bias", dtype=dtype))
+    x = rand((2, tokens // 2, d_in), "parallel.x", dtype=dtype)
+    want_all = x.reshape(-1, d_in).double() @ model[1].weight.double().t() + model[1].bias.double()
+    parallelize_module(model, mesh, {"1": weave_tp.parallel.RowwiseParallel()})
+    k = d_in // world
+    got = model(x[..., rank * k:(rank + 1) * k].contiguous())
+    begin, rows = weave_tp.row_split(tokens, world, rank)
+    check("RowwiseParallel", got, want_all[begin:begin + rows], d_in, dtype)
+    say(f"  parallelize_module with weave_tp.parallel.RowwiseParallel: {tokens} tokens as [2, {tokens // 2}, "
+        f"{d_in} / {world}]")
+
+
 # ---- torch.compile ------------------------------------------------------------------------------------
 class MLP(torch.nn.Module):
     """Column-parallel nn.Linear (input replicated, this rank's hidden units), gelu, RowParallelLinear."""
@@ -499,7 +525,7 @@ def case_lifecycle() -> None:
 
 
 CASES: Dict[str, Callable[[], None]] = {"gemm_rs": case_gemm_rs, "scaled": case_scaled, "nn": case_nn,
-                                        "compile": case_compile,
+                                        "parallel": case_parallel, "compile": case_compile,
                                         "graph": case_graph, "opcheck": case_opcheck, "abort": case_abort,
                                         "lifecycle": case_lifecycle}
 

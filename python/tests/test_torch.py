@@ -7,6 +7,7 @@ takes the place of weave_tp.init, which needs a GPU."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, List
 
@@ -19,15 +20,23 @@ torch = pytest.importorskip("torch")
 import weave_tp  # noqa: E402
 from weave_tp import _torch  # noqa: E402
 
+dist = torch.distributed
+
 pytestmark = needs_library
+
+
+def use_team(monkeypatch: pytest.MonkeyPatch, world: int, rank: int, group: object = None) -> SimpleNamespace:
+    """A stand-in team (world, rank, cuda:0), as the checks and fake kernels see one, made the default."""
+    stand_in = SimpleNamespace(world=world, rank=rank, device=0)
+    monkeypatch.setattr(_torch._state, "teams", {7: _torch._Entry(stand_in, group)})
+    monkeypatch.setattr(_torch._state, "default", 7)
+    return stand_in
 
 
 @pytest.fixture
 def team(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    """Rank 1 of 4 on cuda:0, as the checks and fake kernels see a team."""
-    stand_in = SimpleNamespace(world=4, rank=1, device=0)
-    monkeypatch.setattr(_torch._state, "team", stand_in)
-    return stand_in
+    """Rank 1 of 4 on cuda:0."""
+    return use_team(monkeypatch, 4, 1)
 
 
 def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -160,7 +169,7 @@ def test_out_sharing_memory_with_an_input_is_refused(team: SimpleNamespace, monk
 @pytest.mark.parametrize("world", [1, 2, 4, 5])
 def test_output_is_this_ranks_rows(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
     for rank in range(world):
-        monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=rank, device=0))
+        use_team(monkeypatch, world, rank)
         for M in (1, 3, 4, 10, 23):
             rows = weave_tp.row_split(M, world, rank)[1]
             assert weave_tp.gemm_rs(meta(M, 8), meta(8, 6), b_layout="row").shape == (rows, 6)
@@ -221,14 +230,45 @@ def test_leading_dimensions_are_tokens(team: SimpleNamespace) -> None:
 def test_ops_are_registered() -> None:
     assert str(torch.ops.weave_tp.gemm_rs.default._schema) == (
         "weave_tp::gemm_rs(Tensor a, Tensor b, Tensor? bias, str b_layout, str strategy, str reduce, bool fp32_slots, "
-        "float alpha, SymInt world, SymInt rank) -> Tensor")
+        "float alpha, SymInt world, SymInt rank, SymInt team_id) -> Tensor")
     assert "Tensor(a3!) out" in str(torch.ops.weave_tp.gemm_rs_out.default._schema)
     assert str(torch.ops.weave_tp.all_gather_rows.default._schema) == (
-        "weave_tp::all_gather_rows(Tensor rows, SymInt M) -> Tensor")
+        "weave_tp::all_gather_rows(Tensor rows, SymInt M, SymInt team_id) -> Tensor")
     assert str(torch.ops.weave_tp.gemm_rs_scaled.default._schema) == (
         "weave_tp::gemm_rs_scaled(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
-        "bool use_fast_accum, str strategy, str reduce, bool fp32_slots, float alpha, SymInt world, SymInt rank) -> "
-        "Tensor")
+        "bool use_fast_accum, str strategy, str reduce, bool fp32_slots, float alpha, SymInt world, SymInt rank, "
+        "SymInt team_id) -> Tensor")
+
+
+def test_several_teams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One team per group (e.g. per DeviceMesh dimension): calls take the first unless they name a group;
+    the ops carry the team's id, so a traced graph keeps to its team; finalize(group) frees one."""
+    tp, dp = object(), object()  # stand-ins for two process groups
+    first, second = SimpleNamespace(world=4, rank=1, device=0), SimpleNamespace(world=2, rank=1, device=0)
+    monkeypatch.setattr(_torch._state, "teams", {})
+    monkeypatch.setattr(_torch._state, "default", None)
+    assert (_torch._register(first, tp), _torch._register(second, dp)) == (_torch._state.next_id - 2,
+                                                                           _torch._state.next_id - 1)
+    assert weave_tp.get_team() is first and weave_tp.get_team(group=dp) is second
+    assert weave_tp.is_initialized(tp) and weave_tp.is_initialized(dp) and not weave_tp.is_initialized(object())
+    assert weave_tp.gemm_rs(meta(10, 8), meta(6, 8)).shape == (3, 6)  # rank 1 of 4
+    assert weave_tp.gemm_rs(meta(10, 8), meta(6, 8), group=dp).shape == (5, 6)  # rank 1 of 2
+    assert weave_tp.gemm_rs_scaled(f8(10, 32), f8(6, 32), f32(1), f32(1), group=dp).shape == (5, 6)
+    layer = weave_tp.nn.RowParallelLinear(16, 6, device="meta", dtype=torch.bfloat16, group=dp)
+    assert layer.weight.shape == (6, 8) and layer(meta(10, 8)).shape == (5, 6)
+    with pytest.raises(RuntimeError, match=r"weave_tp.gemm_rs: no weave team over this process group"):
+        weave_tp.gemm_rs(meta(10, 8), meta(6, 8), group=object())
+    with pytest.raises(ValueError, match="world 2 and rank 1 are not the team's"):  # another team's id
+        torch.ops.weave_tp.gemm_rs(meta(10, 8), meta(6, 8), None, "col", "auto", "deterministic", False, 1.0, 2, 1,
+                                   _torch._team_id("t", tp))
+    weave_tp.finalize(tp)
+    assert weave_tp.get_team() is second and not weave_tp.is_initialized(tp)
+    with pytest.raises(RuntimeError, match="weave team .* does not exist"):
+        layer_first_id = _torch._state.next_id - 2
+        torch.ops.weave_tp.gemm_rs(meta(10, 8), meta(6, 8), None, "col", "auto", "deterministic", False, 1.0, 4, 1,
+                                   layer_first_id)
+    weave_tp.finalize()
+    assert not weave_tp.is_initialized()
 
 
 def f8(*shape: int) -> torch.Tensor:
@@ -281,7 +321,7 @@ def test_scaled_argument_errors_name_the_argument(team: SimpleNamespace, change:
 @pytest.mark.parametrize("world", [1, 4, 5])
 def test_scaled_output_is_this_ranks_rows(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
     for rank in range(world):
-        monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=rank, device=0))
+        use_team(monkeypatch, world, rank)
         for M in (1, 3, 23):
             rows = weave_tp.row_split(M, world, rank)[1]
             y = weave_tp.gemm_rs_scaled(f8(M, 32), f8(6, 32), f32(1), f32(1))
@@ -358,7 +398,7 @@ def test_compiled_graph_depends_on_the_world(monkeypatch: pytest.MonkeyPatch) ->
 
     rows = []
     for world in (1, 2):
-        monkeypatch.setattr(_torch._state, "team", SimpleNamespace(world=world, rank=0, device=0))
+        use_team(monkeypatch, world, 0)
         torch._dynamo.reset()
         compiled = torch.compile(call, backend=keep, fullgraph=True)
         rows.append(compiled(meta(512, 16), meta(12, 16)).shape[0])
@@ -390,3 +430,40 @@ def test_backward_over_gloo() -> None:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("backward ok") == 3, out.stdout
+
+
+def test_rowwise_parallel_style(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """parallelize_module with weave_tp.parallel.RowwiseParallel on a DeviceMesh: the nn.Linear keeps
+    its rank's columns and the whole bias, its forward is gemm_rs over the mesh's group's team (here a
+    stand-in, rank 1 of 2, registered for the mesh's group: a real one needs a GPU), and tokens that
+    torch's Shard(0) would split otherwise are refused unless uneven_rows=True."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        monkeypatch.setattr(_torch._state, "teams", {})
+        monkeypatch.setattr(_torch._state, "default", None)
+        _torch._register(SimpleNamespace(world=2, rank=1, device=0), mesh.get_group())
+        model = torch.nn.Sequential(torch.nn.Linear(8, 6, dtype=torch.bfloat16), torch.nn.ReLU())
+        weight, bias = model[0].weight.detach().clone(), model[0].bias.detach().clone()
+        parallelize_module(model, mesh, {"0": weave_tp.parallel.RowwiseParallel()})
+        assert torch.equal(model[0].weight, weight[:, 4:]) and torch.equal(model[0].bias, bias)
+        assert model[0].weight.is_contiguous() and isinstance(model[0].weight, torch.nn.Parameter)
+        seen = []
+        monkeypatch.setattr(weave_tp.parallel, "gemm_rs", lambda *a, **k: seen.append((a, k)) or a[0])
+        model[0](torch.zeros(2, 3, 4, dtype=torch.bfloat16))
+        (x, w, b), options = seen[0]
+        assert w is model[0].weight and b is model[0].bias and options["group"] is mesh.get_group()
+        with pytest.raises(ValueError, match="5 tokens over 2 ranks: weave's rows"):
+            model[0](torch.zeros(5, 4, dtype=torch.bfloat16))
+        uneven = torch.nn.Linear(8, 6)
+        parallelize_module(uneven, mesh, weave_tp.parallel.RowwiseParallel(uneven_rows=True))
+        uneven(torch.zeros(5, 4))
+        with pytest.raises(ValueError, match="in_features 7 must be a multiple of the mesh's size 2"):
+            parallelize_module(torch.nn.Linear(7, 6), mesh, weave_tp.parallel.RowwiseParallel())
+        with pytest.raises(TypeError, match="applies to nn.Linear"):
+            parallelize_module(torch.nn.ReLU(), mesh, weave_tp.parallel.RowwiseParallel())
+    finally:
+        dist.destroy_process_group()

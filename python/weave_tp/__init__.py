@@ -1,7 +1,8 @@
 """weave from Python: fused GEMM + ReduceScatter (tensor-parallel row-parallel linear) over libweave.
 
 Without PyTorch only the library layer is here (loading, version, errors, row split, unique ids,
-teams and plans by raw pointer); with it also init / finalize / gemm_rs and weave_tp.nn. See
+teams and plans by raw pointer); with it also init / finalize / gemm_rs, weave_tp.nn and
+weave_tp.parallel (a style for torch's parallelize_module). See
 docs/python.md.
 """
 
@@ -25,20 +26,20 @@ try:
     import torch  # noqa: F401
 except ModuleNotFoundError:
     _NEEDS_TORCH = ("abort", "init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info",
-                    "sync", "nn")
+                    "sync", "nn", "parallel")
 
     def __getattr__(name: str) -> object:
         if name in _NEEDS_TORCH:
             raise ImportError(f"weave_tp.{name} needs PyTorch, which is not installed (the library layer works without)")
         raise AttributeError(f"module 'weave_tp' has no attribute {name!r}")
 else:
-    from . import nn
+    from . import nn, parallel
     from ._torch import abort, finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
 
 __all__ = [
     "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveAbortedError", "WeaveArgumentError", "WeaveError",
     "WeaveTimeoutError", "__version__", "abort", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
-    "library_version", "nn", "plan_info", "row_split", "sync",
+    "library_version", "nn", "parallel", "plan_info", "row_split", "sync",
 ]
 if "_NEEDS_TORCH" in globals():  # without torch: `from weave_tp import *` takes the library layer (not an ImportError)
     __all__ = [name for name in __all__ if name not in _NEEDS_TORCH]

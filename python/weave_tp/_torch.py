@@ -7,7 +7,7 @@ hands weave the pointers and torch's current stream.
 import atexit
 import os
 import sys
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -20,29 +20,73 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 _FP8_OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # what gemm_rs_scaled writes
 
 
+class _Entry:
+    """A team and the process group it was made over (the backward gathers over that group)."""
+
+    def __init__(self, team: Team, group: Optional[dist.ProcessGroup]) -> None:
+        self.team, self.group = team, group
+
+
 class _State:
-    team: Optional[Team] = None
-    group: Optional[dist.ProcessGroup] = None
-    pid: int = 0  # the process that made the team (a forked child must not finalize it)
+    teams: Dict[int, _Entry] = {}  # by id, the ops' `team` argument; in creation order
+    default: Optional[int] = None  # the first team made: the one calls without group= use
+    next_id: int = 0
+    pid: int = 0  # the process that made the teams (a forked child must not finalize them)
 
 
 _state = _State()
+_state.teams = {}
 
 
-# ---- the team --------------------------------------------------------------------------------------
+# ---- the teams -------------------------------------------------------------------------------------
+def _group_or_world(group: Optional[dist.ProcessGroup]) -> dist.ProcessGroup:
+    return group if group is not None else dist.group.WORLD
+
+
+def _same_group(a: object, b: object) -> bool:
+    """One process group: the same object, or the same name (a DeviceMesh may hand out another handle)."""
+    if a is b:
+        return True
+    name_a, name_b = getattr(a, "group_name", None), getattr(b, "group_name", None)
+    return isinstance(name_a, str) and name_a == name_b
+
+
+def _team_id(call: str, group: Optional[dist.ProcessGroup]) -> int:
+    """The id of the team made over `group` (None: the default team, the first one made)."""
+    if group is None:
+        if _state.default is None:
+            raise RuntimeError(f"{call}: no weave team: call weave_tp.init() first")
+        return _state.default
+    for team_id, entry in _state.teams.items():
+        if _same_group(entry.group, group):
+            return team_id
+    raise RuntimeError(f"{call}: no weave team over this process group: call weave_tp.init(group) first")
+
+
+def _team(call: str, team_id: int) -> Team:
+    entry = _state.teams.get(team_id)
+    if entry is None:
+        raise RuntimeError(f"{call}: weave team {team_id} does not exist (finalized?): a graph traced before "
+                           "weave_tp.finalize() cannot run after it")
+    return entry.team
+
+
 def init(group: Optional[dist.ProcessGroup] = None) -> Team:
-    """Creates this process's weave team over the ranks of `group` (default: the world group of
-    torch.distributed, which must be initialized). Collective over the group: group rank 0 makes a
-    unique id, the group broadcasts it (a CUDA tensor for nccl, a CPU tensor otherwise), and every
-    process joins on torch.cuda.current_device() (set it first, e.g. to LOCAL_RANK % device_count)."""
-    if _state.team is not None:
-        raise RuntimeError("weave_tp.init: already initialized; call weave_tp.finalize() first")
+    """Creates a weave team over the ranks of `group` (default: the world group of torch.distributed,
+    which must be initialized). Collective over the group: group rank 0 makes a unique id, the group
+    broadcasts it (a CUDA tensor for nccl, a CPU tensor otherwise), and every process joins on
+    torch.cuda.current_device() (set it first, e.g. to LOCAL_RANK % device_count). A process may make
+    one team for each of several groups (e.g. one per dimension of a DeviceMesh); calls take the
+    first one made unless they name a group."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("weave_tp.init: torch.distributed is not initialized: call "
                            "torch.distributed.init_process_group() first")
+    group = _group_or_world(group)
+    if any(_same_group(entry.group, group) for entry in _state.teams.values()):
+        raise RuntimeError("weave_tp.init: this process already has a team over this group; call "
+                           "weave_tp.finalize(group) first")
     if not torch.cuda.is_available():
         raise RuntimeError("weave_tp.init: torch sees no CUDA device")
-    group = group if group is not None else dist.group.WORLD
     rank = dist.get_rank(group)
     if rank < 0:
         raise ValueError("weave_tp.init: this process is not a member of group")
@@ -66,55 +110,74 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
         raise failure
     if buf[0].item():
         raise RuntimeError("weave_tp.init: group rank 0 could not create a unique id (its error says why)")
-    _state.team = Team(bytes(buf[1:].tolist()), world, rank, device)
-    _state.group = group
+    team = Team(bytes(buf[1:].tolist()), world, rank, device)
+    _register(team, group)
+    return team
+
+
+def _register(team: Team, group: Optional[dist.ProcessGroup]) -> int:
+    team_id = _state.next_id
+    _state.next_id += 1
+    _state.teams[team_id] = _Entry(team, group)
+    if _state.default is None:
+        _state.default = team_id
     _state.pid = os.getpid()
-    return _state.team
+    return team_id
 
 
-def finalize() -> None:
-    """Frees the plans and the team (collective: every rank of the team calls it). Also run at exit."""
-    team, _state.team, _state.group = _state.team, None, None
-    if team is not None:
-        team.destroy()
+def finalize(group: Optional[dist.ProcessGroup] = None) -> None:
+    """Frees a team and its plans (collective: every rank of that team calls it): the one over `group`,
+    or with no group every team this process made, newest first (every rank then frees the same teams
+    in the same order). Also run at exit."""
+    if group is None:
+        ids = sorted(_state.teams, reverse=True)
+    else:
+        ids = [team_id for team_id, entry in _state.teams.items() if _same_group(entry.group, _group_or_world(group))]
+    for team_id in ids:
+        entry = _state.teams.pop(team_id)
+        if _state.default == team_id:
+            _state.default = min(_state.teams) if _state.teams else None
+        if isinstance(entry.team, Team):  # (tests stand in other objects)
+            entry.team.destroy()
 
 
 def _finalize_at_exit() -> None:
-    if _state.team is not None and _state.pid not in (0, os.getpid()):
-        return  # a forked child: the team is its parent's
+    if _state.teams and _state.pid not in (0, os.getpid()):
+        return  # a forked child: the teams are its parent's
     try:
         finalize()
     except Exception as e:  # at exit there is nobody to raise to; the waits are bounded, so no hang
-        print(f"weave: finalize at exit: {e}", file=sys.stderr)
+        print(f"weave_tp: finalize at exit: {e}", file=sys.stderr)
 
 
 atexit.register(_finalize_at_exit)
 
 
-def is_initialized() -> bool:
-    return _state.team is not None
+def is_initialized(group: Optional[dist.ProcessGroup] = None) -> bool:
+    """Whether this process has a team (over `group`, when given)."""
+    if group is None:
+        return _state.default is not None
+    return any(_same_group(entry.group, group) for entry in _state.teams.values())
 
 
-def get_team(call: str = "weave") -> Team:
-    """This process's team (weave_tp.init's)."""
-    if _state.team is None:
-        raise RuntimeError(f"{call}: no weave team: call weave_tp.init() first")
-    return _state.team
+def get_team(call: str = "weave_tp", group: Optional[dist.ProcessGroup] = None) -> Team:
+    """The team over `group` (weave_tp.init(group)'s), by default the first one made."""
+    return _team(call, _team_id(call, group))
 
 
-def abort() -> None:
-    """This rank gives up on the team (weave_team_abort), e.g. where it fails alone while the others may
+def abort(group: Optional[dist.ProcessGroup] = None) -> None:
+    """This rank gives up on a team (weave_team_abort), e.g. where it fails alone while the others may
     wait for it in a weave call: their waits stop at once instead of running out WEAVE_TIMEOUT_MS, and
     their weave_tp.sync() raises WeaveAbortedError naming this rank. Then call weave_tp.finalize() on every
     rank (and weave_tp.init() to go on)."""
-    get_team("weave_tp.abort").abort()
+    get_team("weave_tp.abort", group).abort()
 
 
-def sync() -> None:
+def sync(group: Optional[dist.ProcessGroup] = None) -> None:
     """Waits for torch's current stream, then raises WeaveTimeoutError if a weave kernel's bounded wait
     expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells),
     WeaveAbortedError once a rank has aborted the team (weave_tp.abort)."""
-    team = get_team("weave_tp.sync")
+    team = get_team("weave_tp.sync", group)
     team.sync(torch.cuda.current_stream(torch.device("cuda", team.device)).cuda_stream)
 
 
@@ -270,9 +333,9 @@ def _plan(call: str, team: Team, M: int, N: int, K: int, options: GemmRsOptions)
 
 
 def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_layout: str, strategy: str,
-         reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
+         reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int, team_id: int) -> Tensor:
     call = "weave_tp.gemm_rs"
-    team = get_team(call)
+    team = _team(call, team_id)
     _check_team(call, team, world, rank)
     options, M, N, K = _check(call, team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=False)
     plan = _plan(call, team, M, N, K, options)
@@ -289,14 +352,14 @@ def _run(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Optional[Tensor], b_
 
 @torch.library.custom_op("weave_tp::gemm_rs", mutates_args=())
 def _gemm_rs_op(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
-                fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
-    return _run(a, b, bias, None, b_layout, strategy, reduce, fp32_slots, alpha, world, rank)
+                fp32_slots: bool, alpha: float, world: int, rank: int, team_id: int) -> Tensor:
+    return _run(a, b, bias, None, b_layout, strategy, reduce, fp32_slots, alpha, world, rank, team_id)
 
 
 @_gemm_rs_op.register_fake
 def _gemm_rs_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, reduce: str,
-                  fp32_slots: bool, alpha: float, world: int, rank: int) -> Tensor:
-    team = get_team("weave_tp.gemm_rs")
+                  fp32_slots: bool, alpha: float, world: int, rank: int, team_id: int) -> Tensor:
+    team = _team("weave_tp.gemm_rs", team_id)
     _check_team("weave_tp.gemm_rs", team, world, rank)
     _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
     return a.new_empty((_rows(M, world, rank), N))
@@ -304,14 +367,14 @@ def _gemm_rs_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, s
 
 @torch.library.custom_op("weave_tp::gemm_rs_out", mutates_args=("out",))
 def _gemm_rs_out_op(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
-                    reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> None:
-    _run(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, alpha, world, rank)
+                    reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int, team_id: int) -> None:
+    _run(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, alpha, world, rank, team_id)
 
 
 @_gemm_rs_out_op.register_fake
 def _gemm_rs_out_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor, b_layout: str, strategy: str,
-                      reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int) -> None:
-    team = get_team("weave_tp.gemm_rs")
+                      reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int, team_id: int) -> None:
+    team = _team("weave_tp.gemm_rs", team_id)
     _check_team("weave_tp.gemm_rs", team, world, rank)
     _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
     _check_out("weave_tp.gemm_rs", team, out, a, _rows(M, world, rank), N, meta_ok=True)
@@ -372,9 +435,9 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
 @torch.library.custom_op("weave_tp::gemm_rs_scaled", mutates_args=())
 def _gemm_rs_scaled_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
                        out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str, fp32_slots: bool,
-                       alpha: float, world: int, rank: int) -> Tensor:
+                       alpha: float, world: int, rank: int, team_id: int) -> Tensor:
     call = "weave_tp.gemm_rs_scaled"
-    team = get_team(call)
+    team = _team(call, team_id)
     _check_team(call, team, world, rank)
     options, M, N, K = _check_scaled(call, team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy,
                                      reduce, fp32_slots, alpha, meta_ok=False)
@@ -389,8 +452,8 @@ def _gemm_rs_scaled_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, b
 @_gemm_rs_scaled_op.register_fake
 def _gemm_rs_scaled_fake(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
                          out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str, fp32_slots: bool,
-                         alpha: float, world: int, rank: int) -> Tensor:
-    team = get_team("weave_tp.gemm_rs_scaled")
+                         alpha: float, world: int, rank: int, team_id: int) -> Tensor:
+    team = _team("weave_tp.gemm_rs_scaled", team_id)
     _check_team("weave_tp.gemm_rs_scaled", team, world, rank)
     _, M, N, _ = _check_scaled("weave_tp.gemm_rs_scaled", team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum,
                                strategy, reduce, fp32_slots, alpha, meta_ok=True)
@@ -399,7 +462,8 @@ def _gemm_rs_scaled_fake(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
 
 def gemm_rs_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None, *,
                    out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = False, strategy: str = "auto",
-                   reduce: str = "deterministic", fp32_slots: bool = False, alpha: float = 1.0) -> Tensor:
+                   reduce: str = "deterministic", fp32_slots: bool = False, alpha: float = 1.0,
+                   group: Optional[dist.ProcessGroup] = None) -> Tensor:
     """fp8 inputs, as torch._scaled_mm: this rank's rows of C = alpha * sum over ranks of
     (a_r @ b_r.T) * scale_a_r * scale_b_r (+ bias), as [rows, N] of out_dtype.
 
@@ -414,17 +478,18 @@ def gemm_rs_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias:
     _check_types(call, dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b), dict(bias=bias),
                  dict(strategy=strategy, reduce=reduce), fp32_slots, alpha)
     _check_fp8_options(call, out_dtype, use_fast_accum)
-    team = get_team(call)
+    team_id = _team_id(call, group)
+    team = _team(call, team_id)
     return torch.ops.weave_tp.gemm_rs_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy, reduce,
-                                          fp32_slots, float(alpha), team.world, team.rank)
+                                             fp32_slots, float(alpha), team.world, team.rank, team_id)
 
 
 # ---- backward -----------------------------------------------------------------------------------------
 @torch.library.custom_op("weave_tp::all_gather_rows", mutates_args=())
-def _all_gather_rows_op(rows: Tensor, M: int) -> Tensor:
+def _all_gather_rows_op(rows: Tensor, M: int, team_id: int) -> Tensor:
     """Every rank's rows of an [M, N] matrix split like weave's output, gathered in rank order over the
     team's process group (all_gather_into_tensor on chunks padded to the largest, the first rank's)."""
-    team = get_team("weave_tp.gemm_rs backward")
+    team = _team("weave_tp.gemm_rs backward", team_id)
     counts = [row_split(M, team.world, r)[1] for r in range(team.world)]
     if rows.shape[0] != counts[team.rank]:
         raise ValueError(f"weave_tp.gemm_rs backward: the gradient has {rows.shape[0]} rows; rank {team.rank} "
@@ -434,21 +499,21 @@ def _all_gather_rows_op(rows: Tensor, M: int) -> Tensor:
     if send.shape[0] < cap:
         send = torch.cat([send, send.new_zeros((cap - send.shape[0],) + tuple(send.shape[1:]))])
     gathered = send.new_empty((team.world * cap,) + tuple(send.shape[1:]))
-    dist.all_gather_into_tensor(gathered, send, group=_state.group)
+    dist.all_gather_into_tensor(gathered, send, group=_state.teams[team_id].group)
     if cap * team.world == M:
         return gathered
     return torch.cat([gathered[r * cap:r * cap + n] for r, n in enumerate(counts)])
 
 
 @_all_gather_rows_op.register_fake
-def _all_gather_rows_fake(rows: Tensor, M: int) -> Tensor:
+def _all_gather_rows_fake(rows: Tensor, M: int, team_id: int) -> Tensor:
     return rows.new_empty((M,) + tuple(rows.shape[1:]))
 
 
 def _setup_context(ctx, inputs, output) -> None:  # noqa: ANN001 (torch's ctx)
-    a, b, bias, b_layout, _strategy, _reduce, _fp32_slots, alpha, world, _rank = inputs
+    a, b, bias, b_layout, _strategy, _reduce, _fp32_slots, alpha, world, _rank, team_id = inputs
     ctx.save_for_backward(a, b)
-    ctx.b_layout, ctx.alpha, ctx.M, ctx.world = b_layout, alpha, a.shape[0], world
+    ctx.b_layout, ctx.alpha, ctx.M, ctx.world, ctx.team_id = b_layout, alpha, a.shape[0], world, team_id
 
 
 def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
@@ -457,10 +522,9 @@ def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
     dbias = sum of G over all rows: the bias is one parameter replicated on the ranks, every rank's
     copy gets the whole gradient, so the copies stay equal without an all-reduce."""
     a, b = ctx.saved_tensors
-    team = get_team("weave_tp.gemm_rs backward")
     g = grad.contiguous()
     if ctx.world > 1:
-        g = torch.ops.weave_tp.all_gather_rows(g, ctx.M)
+        g = torch.ops.weave_tp.all_gather_rows(g, ctx.M, ctx.team_id)
     need_a, need_b, need_bias = ctx.needs_input_grad[:3]
     ga = gb = gbias = None
     if need_a:
@@ -472,7 +536,7 @@ def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
         gb = None if gb is None else gb * ctx.alpha
     if need_bias:
         gbias = g.sum(0)
-    return ga, gb, gbias, None, None, None, None, None, None, None
+    return ga, gb, gbias, None, None, None, None, None, None, None, None
 
 
 _gemm_rs_op.register_autograd(_backward, setup_context=_setup_context)
@@ -481,11 +545,11 @@ _gemm_rs_op.register_autograd(_backward, setup_context=_setup_context)
 # ---- the public functions -----------------------------------------------------------------------------
 def plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "col",
               strategy: str = "auto", reduce: str = "deterministic", fp32_slots: bool = False,
-              alpha: float = 1.0) -> Optional[PlanInfo]:
+              alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None) -> Optional[PlanInfo]:
     """The plan a gemm_rs call with these arguments uses (its resolved strategy, this rank's rows, the
     blocks, ...), or None before the first such call has made it."""
     call = "weave_tp.plan_info"
-    team = get_team(call)
+    team = get_team(call, group)
     _check_types(call, dict(a=a, b=b), dict(bias=bias), dict(b_layout=b_layout, strategy=strategy, reduce=reduce),
                  fp32_slots, alpha)
     options, M, N, K = _check(call, team, _tokens(call, a), b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
@@ -496,7 +560,7 @@ def plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: 
 
 def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "col",
             out: Optional[Tensor] = None, strategy: str = "auto", reduce: str = "deterministic",
-            fp32_slots: bool = False, alpha: float = 1.0) -> Tensor:
+            fp32_slots: bool = False, alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None) -> Tensor:
     """This rank's rows of C = alpha * sum over ranks of a_r @ b_r^T (+ bias), as [rows, N]: F.linear
     summed over the ranks, each keeping its rows.
 
@@ -509,19 +573,20 @@ def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: st
     torch's current stream. The first call of each (shape, dtype, options) makes a plan, collectively:
     every rank makes the same calls in the same order, and not during CUDA graph capture. strategy:
     "auto" | "fused" | "bulk" | "baseline"; reduce: "deterministic" | "atomic"; fp32_slots: partials
-    in fp32. With out= the result is written there (no autograd); else a new tensor (with autograd)."""
+    in fp32. With out= the result is written there (no autograd); else a new tensor (with autograd).
+    group: the process group whose team runs it (weave_tp.init(group)); by default the first team."""
     call = "weave_tp.gemm_rs"
     _check_types(call, dict(a=a, b=b), dict(bias=bias, out=out),
                  dict(b_layout=b_layout, strategy=strategy, reduce=reduce), fp32_slots, alpha)
     a = _tokens(call, a)
+    team_id = _team_id(call, group)
+    team = _team(call, team_id)
     if out is None:
-        team = get_team(call)
         return torch.ops.weave_tp.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
-                                          team.rank)
+                                          team.rank, team_id)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
         raise RuntimeError(f"{call}: out= does not support autograd (as torch's out= functions); "
                            "leave out=None, or call it under torch.no_grad()")
-    team = get_team(call)
     torch.ops.weave_tp.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
-                                   team.rank)
+                                   team.rank, team_id)
     return out

@@ -4,6 +4,7 @@ import math
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from ._torch import gemm_rs, get_team
@@ -19,13 +20,16 @@ class RowParallelLinear(nn.Module):
     world], held like nn.Linear's (weave's b_layout "col"). bias is [out_features] and replicated:
     every rank must hold the same values; it starts at zero (as in Megatron) and its gradient is the
     full one on every rank, so the copies stay equal. Backward gathers the output gradient's rows
-    over the team's process group.
+    over the team's process group. group: whose team (weave_tp.init(group)); by default the first
+    team made.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, strategy: str = "auto",
-                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None) -> None:
+                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None,
+                 group: Optional[dist.ProcessGroup] = None) -> None:
         super().__init__()
-        team = get_team("weave_tp.nn.RowParallelLinear")
+        team = get_team("weave_tp.nn.RowParallelLinear", group)
+        self.group = group
         if in_features < 1 or out_features < 1:
             raise ValueError(f"weave_tp.nn.RowParallelLinear: in_features {in_features} and out_features "
                              f"{out_features} must be >= 1")
@@ -54,7 +58,7 @@ class RowParallelLinear(nn.Module):
                              f"{self.weight.shape[1]}] (in_features / world), got {got}")
         if x.dtype != self.weight.dtype:
             raise TypeError(f"weave_tp.nn.RowParallelLinear: x is {x.dtype} but the weight is {self.weight.dtype}")
-        return gemm_rs(x, self.weight, self.bias, strategy=self.strategy)
+        return gemm_rs(x, self.weight, self.bias, strategy=self.strategy, group=self.group)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

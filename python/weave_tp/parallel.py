@@ -1,0 +1,71 @@
+"""weave_tp.parallel: a torch.distributed.tensor.parallel style that runs a model's row-parallel
+nn.Linear layers on weave, for parallelize_module on a DeviceMesh."""
+
+import types
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ParallelStyle
+
+from ._torch import gemm_rs, get_team, init, is_initialized
+
+
+class RowwiseParallel(ParallelStyle):
+    """parallelize_module(model, tp_mesh, {"mlp.down_proj": weave_tp.parallel.RowwiseParallel()}): the
+    nn.Linear keeps this rank's columns of its weight ([out, in / world]; in_features split evenly
+    over the mesh's ranks) and its whole bias (replicated), and its forward becomes weave_tp.gemm_rs
+    over the mesh's process group, whose weave team is made on first use (collectively: every rank
+    parallelizes the same modules in the same order).
+
+    Input: this rank's shard of the features, [*, in / world] (torch's RowwiseParallel with
+    input_layouts=Shard(-1)), a plain tensor. Output: this rank's rows of the tokens, [rows, out],
+    split by weave_row_split (the first tokens % world ranks one row more): a plain tensor. It is
+    torch's Shard(0) of the tokens where the tokens are a multiple of the world; otherwise the two
+    splits differ, and the forward refuses, unless uneven_rows=True says the caller expects
+    weave's split. The backward gathers the output gradient's rows over the group.
+    """
+
+    def __init__(self, *, strategy: str = "auto", uneven_rows: bool = False) -> None:
+        super().__init__()
+        self.strategy, self.uneven_rows = strategy, uneven_rows
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        call = "weave_tp.parallel.RowwiseParallel"
+        if not isinstance(module, nn.Linear):
+            raise TypeError(f"{call}: applies to nn.Linear (got {type(module).__name__})")
+        if device_mesh.ndim != 1:
+            raise ValueError(f"{call}: needs the 1-D tensor-parallel mesh (e.g. mesh['tp']), got {device_mesh.ndim}-D")
+        if type(module.weight.data) is not torch.Tensor:  # a DTensor: parallelized already
+            raise TypeError(f"{call}: the weight is already distributed ({type(module.weight.data).__name__})")
+        group = device_mesh.get_group()
+        if not is_initialized(group):
+            init(group)
+        team = get_team(call, group)
+        world, rank = team.world, team.rank
+        if module.in_features % world:
+            raise ValueError(f"{call}: in_features {module.in_features} must be a multiple of the mesh's size {world}")
+        k = module.in_features // world
+        with torch.no_grad():
+            shard = module.weight[:, rank * k:(rank + 1) * k].contiguous()
+        module.weight = nn.Parameter(shard, requires_grad=module.weight.requires_grad)
+        module._weave_group, module._weave_world = group, world
+        module._weave_strategy, module._weave_uneven = self.strategy, self.uneven_rows
+        module.forward = types.MethodType(_rowwise_forward, module)
+        return module
+
+
+def _rowwise_forward(self: nn.Linear, x: Tensor) -> Tensor:
+    call = "weave_tp.parallel.RowwiseParallel"
+    if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.weight.shape[1]:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{call}: x must be this rank's shard [*, {self.weight.shape[1]}] (in_features / world), "
+                         f"got {got}")
+    tokens = x.numel() // x.shape[-1]
+    if tokens % self._weave_world and not self._weave_uneven:
+        raise ValueError(f"{call}: {tokens} tokens over {self._weave_world} ranks: weave's rows (the first "
+                         f"tokens % world ranks one more) are not torch's Shard(0); pad the tokens to a multiple "
+                         "of the world, or pass uneven_rows=True to take weave's split")
+    bias: Optional[Tensor] = self.bias
+    return gemm_rs(x, self.weight, bias, strategy=self._weave_strategy, group=self._weave_group)
