@@ -21,6 +21,7 @@
 #include "gemm_rs/lt.h"
 #include "gemm_rs/nccl_rt.h"
 #include "kernels/kernels.h"
+#include "runtime/arg_checks.h"
 #include "runtime/internal.h"
 #include "weave.h"
 

@@ -25,16 +25,6 @@
 #include "gemm_rs/plan.h"
 #include "gemm_rs/plan_model.h"
 
-weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *rows) {
-  if (!row_begin || !rows)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_row_split: row_begin and rows must be non-NULL");
-  if (M < 0 || world < 1 || rank < 0 || rank >= world)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_row_split: M %d, world %d, rank %d (need M >= 0, "
-                      "world >= 1, 0 <= rank < world)", M, world, rank);
-  weave_split_rows_of(M, world, rank, row_begin, rows);
-  return WEAVE_SUCCESS;
-}
-
 /* ---- checks ------------------------------------------------------------------------------------ */
 weave_result_t weave_gemm_rs_desc_read(weave_team_t team, const weave_gemm_rs_desc_t *d, weave_gemm_rs_desc_t *out) {
   const char *fn = "weave_gemm_rs_plan_create";

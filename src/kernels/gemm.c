@@ -10,6 +10,7 @@
 #include "runtime/internal.h"
 #include "kernels/kernels.h"
 #include "common/dtype.h"
+#include "runtime/arg_checks.h"
 
 /* Stream-K workspaces of the Hopper GEMM (tile_scheduler.h), one per (device, stream): calls on one
  * stream run one after the other, so they can share one; calls on two streams must not. Allocated

@@ -12,7 +12,6 @@
 #include <strings.h>
 
 #include "runtime/internal.h"
-#include "gemm/hopper/tile_scheduler.h" /* WEAVE_HGEMM_GROUP_M (no CUDA header) */
 
 /*            name               type      default   meaning */
 #define WEAVE_ENV_TABLE(X)                                                                          \
@@ -87,13 +86,18 @@ int weave_parse_bool(const char *s, int *out) {
   return -1;
 }
 
-/* Integer knobs of the Hopper GEMM (their entries in WEAVE_ENV_TABLE document them). */
+/* Integer knobs of the Hopper GEMM (their entries in WEAVE_ENV_TABLE document them), defaults
+ * included: the GEMM's launcher takes every value from here (weave_hgemm_knob). WEAVE_HGEMM_GROUP_M,
+ * the standalone kernel's tile-row group: 16 rows of 128 x ~8 columns of 256 per wave of 132 tiles, a
+ * square footprint (2048 rows of A, ~2100 columns of B per wave); measured 0.978 / 1.005 / 1.009x
+ * cuBLASLt at 8192^3 / 8192x8192x3584 / 16384x8192x3584 against 0.917 / 1.009 / 0.877x with 8
+ * (docs/hopper_gemm.md). */
 static const struct {
   const char *name;
   long lo, hi, def;
 } hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},  {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
                    {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},   {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
-                   {"WEAVE_HGEMM_GROUP_M", 2, 4096, WEAVE_HGEMM_GROUP_M}};
+                   {"WEAVE_HGEMM_GROUP_M", 2, 4096, 16}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 
 int weave_hgemm_knob(const char *name) {

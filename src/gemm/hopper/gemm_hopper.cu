@@ -9,7 +9,7 @@
  * scales go through the role's weave_hgemm_scale_fp8 policy (scales.cuh). The output is bf16, fp16
  * or fp32 (the last for the bulk strategy's fp32 partials: cooperative schedule only).
  * Grid = num_blocks persistent CTAs (<= SM count), CTA b takes tiles b, b + grid, ... in grouped
- * order (WEAVE_HGEMM_GROUP_M tile rows per group).
+ * order (WEAVE_HGEMM_GROUP_M tile rows per group, default 16: runtime/env.c).
  *
  * Tensor maps are encoded on the host for every call (no cache: a call costs about a microsecond of
  * host time for the two encodes, and callers may change pointers freely).
@@ -363,7 +363,7 @@ typedef struct {
 
 static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
   static int read = 0;
-  static weave_hgemm_knobs_t k = {1, 1, WEAVE_HGEMM_GROUP_M, 1, 1};
+  static weave_hgemm_knobs_t k; /* every field set from weave_hgemm_knob (runtime/env.c: the defaults) */
   if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) { /* benign race: every thread reads the same values */
     k.cluster = weave_hgemm_knob("WEAVE_HGEMM_CLUSTER");
     k.tma_store = weave_hgemm_knob("WEAVE_HGEMM_TMA_STORE");

@@ -68,7 +68,7 @@ extern "C" {
 /* Named barrier id of weave_hgemm_regs_restore (all 384 threads). */
 #define WEAVE_HGEMM_RESTORE_BARRIER_ID 4
 /* The ping-pong role's turn barriers use ids 5 and 6 (WEAVE_HGEMM_PP_ORDER_BARRIER_ID). */
-/* WEAVE_HGEMM_GROUP_M, the default tile-row group of the grouped tile order: tile_scheduler.h. */
+/* WEAVE_HGEMM_GROUP_M, the tile-row group of the grouped tile order: its default is runtime/env.c's. */
 
 /* K elements per smem stage for inputs of `dtype`, and the k-blocks of a K (host, device, CPU test). */
 static inline WEAVE_HOST_DEVICE int weave_hgemm_bk(int dtype) {

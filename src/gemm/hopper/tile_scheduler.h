@@ -42,12 +42,6 @@
 
 #include "common/schedule.h" /* weave_grouped_tile_coords, WEAVE_HOST_DEVICE */
 
-/* Default tile-row group of the standalone kernel's grouped tile order: 16 rows of 128 x ~8 columns
- * of 256 per wave of 132 tiles, a square footprint (2048 rows of A, ~2100 columns of B per wave).
- * Measured 0.978 / 1.005 / 1.009x cuBLASLt at 8192^3 / 8192x8192x3584 / 16384x8192x3584 against
- * 0.917 / 1.009 / 0.877x with 8 (docs/hopper_gemm.md). */
-#define WEAVE_HGEMM_GROUP_M 16
-
 /* per-call choice */
 #define WEAVE_HGEMM_SK_AUTO 0  /* cost model below; WEAVE_HGEMM_STREAMK=0|1|2 overrides (off|auto|on) */
 #define WEAVE_HGEMM_SK_OFF 1
