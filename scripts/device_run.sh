@@ -150,7 +150,7 @@ PY
         -s 4096x8192x3584 -s 16384x8192x3584 -B 132,128 -n 20 -w 5 -c 0 >> "$out/bench_fp8.log" 2>&1
       grep -E "^===|[0-9]x[0-9]+x[0-9]" "$out/bench_fp8.log"
       ;;
-    probe) # tensor-core occupancy of promoted fp8 schedules outside any GEMM (tests/bench/probe_promote.cu;
+    probe) # tensor-core occupancy of promoted fp8 schedules outside any GEMM (tools/bench/probe_promote.cu;
            # PROBE names the binary, default $b/weave-probe-promote, built with --target weave-probe-promote)
       timeout 120 ${PROBE:-$b/weave-probe-promote} > "$out/probe_promote.log" 2>&1
       echo "probe rc=$?"; cat "$out/probe_promote.log"

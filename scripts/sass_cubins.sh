@@ -23,12 +23,16 @@ flags=(-gencode arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr 
        -O3 -DNDEBUG -DWEAVE_HAVE_CUDA=1 -std=c++17 -Xptxas=--warn-on-spills,--warning-as-error)
 # shellcheck disable=SC2206
 extra=(${EXTRA_NVCC_FLAGS:-})
-units=(src/kernels/gemm_rs.cu src/gemm/hopper/gemm_hopper.cu tests/bench/bench_hopper_gemm.cu
+units=(src/kernels/gemm_rs.cu src/gemm/hopper/gemm_hopper.cu tools/bench/bench_hopper_gemm.cu
        tests/gpu_hopper_gemm_test.cu tests/gpu_rma_test.cu tests/gpu_rma_compile_test.cu)
+# trees before the tools' support left tests/ keep it there
+support=tools/support bench_dir=tools/bench
+[ -d "$tree/$support" ] || { support=tests/support bench_dir=tests/bench; }
+units[2]=$bench_dir/bench_hopper_gemm.cu
 build_one() {
   local u=$1 name
   name=$(basename "${u%.cu}")
-  "$nvcc" "${flags[@]}" "${extra[@]}" -I"$tree/cmake/guard/no_nccl" -I"$tree/tests/support" -I"$tree/include" \
+  "$nvcc" "${flags[@]}" "${extra[@]}" -I"$tree/cmake/guard/no_nccl" -I"$tree/$support" -I"$tree/include" \
     -I"$out/include" -I"$tree/src" -x cu -cubin -o "$out/$name.cubin" "$tree/$u"
 }
 pids=()

@@ -7,14 +7,14 @@
  * (M, N not multiples of 128 x 256, K a multiple of 16 but not of the 128-element k-block, K below
  * one k-block, N odd: the register-store path), several grid sizes, alpha and bias, through the
  * launcher and through the public weave_gemm_ex; against the fp64 reference of the dequantized inputs
- * (tests/support/reference.c). Large shapes against cuBLASLt fp8 (the same accumulation and scales).
+ * (tools/support/reference.c). Large shapes against cuBLASLt fp8 (the same accumulation and scales).
  * Output poisoned with NaN bytes before each call, plus a guard zone after C that must stay intact.
  *
  * Bound (per element, stated): |out - ref| <= atol + rtol |ref| + bound_fp8, where
  *   atol, rtol = weave_tolerance(out type, K) x the largest |alpha scale_a scale_b| (one rounding of
  *                the output, fp32 accumulation; inputs in [-1, 1)),
  *   bound_fp8  = |alpha sa sb| x the tensor cores' accumulation bound (weave_ref_gemm_rs_scaled in
- *                tests/support/reference.h: at each k32 step 33 terms each lose less than one ulp
+ *                tools/support/reference.h: at each k32 step 33 terms each lose less than one ulp
  *                u = 2^-13 of the largest of the running sum and the step's products; the sum runs
  *                over all of K with fast accumulation, as cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM,
  *                over each 128 of K with fp32 accumulation, plus the fp32 additions). Inputs of

@@ -1063,7 +1063,7 @@ int main(int argc, char **argv) {
   }
 
   /* CUDA_MODULE_LOADING=EAGER and, for ranks that are threads, CUDA_DEVICE_MAX_CONNECTIONS=32 are set
-   * before CUDA starts by the harness (tests/support/harness.c): a lazy module load, or a rank's
+   * before CUDA starts by the harness (tools/support/harness.c): a lazy module load, or a rank's
    * kernel queued behind another rank's spinning kernel, would deadlock. */
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);

@@ -1,5 +1,5 @@
 /*
- * The tools' command-line parser (tests/support/cli.c) and JSON writer (tests/support/json_writer.c):
+ * The tools' command-line parser (tools/support/cli.c) and JSON writer (tools/support/json_writer.c):
  * good values parse, every bad one exits 2 with a message naming the flag, --help lists every option,
  * and the JSON is escaped and valid whatever the strings hold.
  */

@@ -32,7 +32,7 @@
 #include "weave.h"
 #include "weave_trace.h"
 
-/* --op gemm: tests/bench/bench_hopper_gemm.cu */
+/* --op gemm: tools/bench/bench_hopper_gemm.cu */
 int weave_bench_gemm_main(int argc, char **argv);
 
 #define MAX_VARIANTS 72 /* the strategies, and --tune's splits */

@@ -59,7 +59,7 @@ def rand(shape: tuple, *key: object, dtype: torch.dtype = torch.bfloat16) -> tor
 
 
 def tolerance(k_total: int, dtype: torch.dtype, slack: float = 1.0) -> Tuple[float, float]:
-    """weave's test tolerance (tests/support/reference.c), (atol, rtol): output rounding plus
+    """weave's test tolerance (tools/support/reference.c), (atol, rtol): output rounding plus
     accumulation that grows like sqrt(K) for values in [-1, 1)."""
     return 4 * EPS[dtype] * math.sqrt(k_total / 3 + 1) * slack, 2 * EPS[dtype] * slack
 

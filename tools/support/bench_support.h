@@ -1,6 +1,6 @@
 /*
  * What weave-bench needs from weave's internals, behind one small interface, so that the tools
- * include only the public headers and tests/support: the plan and roofline it prints when there is
+ * include only the public headers and tools/support: the plan and roofline it prints when there is
  * no GPU, and the tuning cache it appends to with --tune.
  */
 #ifndef WEAVE_BENCH_SUPPORT_H
