@@ -302,8 +302,10 @@ static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
   if (p->strategy != WEAVE_STRATEGY_BULK) return;
   /* what execute's GEMM writes: C_out itself on one rank (execute_direct_bulk), else the partial */
   const weave_dtype_t out = p->team->world == 1 ? p->out_dtype : p->slot_dtype;
-  const size_t need = weave_gemm_workspace_need(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, out,
-                                                p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST, p->gemm_blocks);
+  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
+                               .out_dtype = out, .fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST,
+                               .num_blocks = p->gemm_blocks};
+  const size_t need = weave_gemm_workspace_need(&c);
   if (!need) return;
   if (cudaMalloc(&p->gemm_ws, need) != cudaSuccess || cudaMemset(p->gemm_ws, 0, need) != cudaSuccess) {
     cudaGetLastError();

@@ -89,15 +89,23 @@ static weave_result_t execute_lt(weave_gemm_rs_plan_t p, const char *fn, const w
   return err ? weave_fail(team, WEAVE_ERROR_CUDA, "%s: bias: %s", fn, weave_cuda_error_string(err)) : WEAVE_SUCCESS;
 }
 
+/* The bulk strategy's GEMM: its workspace, blocks and this call's scales. */
+static weave_gemm_call_t bulk_gemm(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A, const void *B,
+                                   float alpha, const void *bias, void *C, weave_dtype_t out_dtype) {
+  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
+                               .out_dtype = out_dtype, .alpha = alpha, .A = A, .B = B, .bias = bias, .C = C,
+                               .scales = fp->hg.scales, .fp8_fast_accum = fp->fp8_fast_accum,
+                               .num_blocks = p->gemm_blocks, .ws = p->gemm_ws, .ws_bytes = p->gemm_ws_bytes};
+  return c;
+}
+
 /* Bulk on one rank: weave's GEMM with alpha, scales and bias. */
 static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const char *fn, const weave_fused_params_t *fp,
                                           const void *A, const void *B, const void *bias, void *C_out,
                                           weave_stream_t stream) {
   char msg[256] = "";
-  weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, p->desc.alpha, A, B,
-                                          &fp->hg.scales, fp->fp8_fast_accum, bias, C_out, p->out_dtype, p->gemm_blocks, p->gemm_ws,
-                                          p->gemm_ws_bytes, stream, msg,
-                                          sizeof(msg));
+  const weave_gemm_call_t c = bulk_gemm(p, fp, A, B, p->desc.alpha, bias, C_out, p->out_dtype);
+  weave_result_t rc = weave_gemm_dispatch(&c, stream, msg, sizeof(msg));
   return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "%s: %s", fn, msg);
 }
 
@@ -118,10 +126,8 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, c
       if (!err) {
         char msg[256] = "";
         if (p->strategy == WEAVE_STRATEGY_BULK) {
-          weave_result_t rc = weave_gemm_dispatch(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, 1.0f, A, B,
-                                                  &fp->hg.scales, fp->fp8_fast_accum, NULL, fp->data, p->slot_dtype, p->gemm_blocks,
-                                                  p->gemm_ws, p->gemm_ws_bytes, stream,
-                                                  msg, sizeof(msg));
+          const weave_gemm_call_t c = bulk_gemm(p, fp, A, B, 1.0f, NULL, fp->data, p->slot_dtype);
+          weave_result_t rc = weave_gemm_dispatch(&c, stream, msg, sizeof(msg));
           if (rc != WEAVE_SUCCESS) return weave_fail(team, rc, "%s: %s", fn, msg);
         } else if (weave_lt_run_scaled(p->lt, 1.0f, A, B, fp->hg.scales.a, fp->hg.scales.b, fp->data, stream) !=
                    WEAVE_SUCCESS)

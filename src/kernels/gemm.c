@@ -63,36 +63,33 @@ static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t 
   return ws;
 }
 
-/* The Hopper GEMM's arguments for a shape (no pointers, alpha 1, default schedule and stream-K):
- * what dispatch launches and what workspace_need plans, alike. */
-static weave_hgemm_args_t hgemm_args(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                                     weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks) {
-  const weave_hgemm_args_t a = {M, N, K, dtype, b_layout, 1.0f, NULL, NULL, NULL, NULL, num_blocks, NULL, 0,
-                                WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, out_dtype, {WEAVE_SCALE_NONE, NULL, NULL},
-                                weave_dtype_is_fp8(dtype) && fp8_fast_accum};
+/* The Hopper GEMM's arguments for a call (default schedule and stream-K; no workspace yet): what
+ * dispatch launches and what workspace_need plans, alike. */
+static weave_hgemm_args_t hgemm_args(const weave_gemm_call_t *c) {
+  const int fp8 = weave_dtype_is_fp8(c->dtype);
+  const weave_hgemm_args_t a = {c->M, c->N, c->K, c->dtype, c->b_layout, c->alpha, c->A, c->B, c->bias, c->C,
+                                c->num_blocks, NULL, 0, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, c->out_dtype,
+                                fp8 ? c->scales : (weave_hgemm_scales_t){WEAVE_SCALE_NONE, NULL, NULL},
+                                fp8 && c->fp8_fast_accum};
   return a;
 }
 
 /* The local GEMM on the fastest role the arguments allow: TMA + wgmma for 16-bit inputs with
  * 16-byte aligned rows and an output of the input dtype, and for fp8 (its only role), else
  * mma.sync / SIMT. */
-weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
-                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, int fp8_fast_accum,
-                                   const void *bias, void *C, weave_dtype_t out_dtype, int num_blocks, void *ws,
-                                   size_t ws_bytes, weave_stream_t stream, char *msg, size_t msglen) {
-  size_t e = weave_dtype_size(dtype);
-  size_t rowb_b = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
-  int vec_ok = ((uintptr_t)A % 16 == 0) && ((uintptr_t)B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
-  const int fp8 = weave_dtype_is_fp8(dtype);
-  if (fp8 || (vec_ok && out_dtype == dtype && weave_kernel_hopper_ok(dtype, b_layout, N, K))) {
-    weave_hgemm_args_t a = hgemm_args(M, N, K, dtype, b_layout, out_dtype, fp8_fast_accum, num_blocks);
-    a.alpha = alpha;
-    a.A = A; a.B = B; a.bias = bias; a.C = C;
-    if (fp8 && scales) a.scales = *scales;
+weave_result_t weave_gemm_dispatch(const weave_gemm_call_t *c, weave_stream_t stream, char *msg, size_t msglen) {
+  const int M = c->M, N = c->N, K = c->K;
+  size_t e = weave_dtype_size(c->dtype);
+  size_t rowb_b = (c->b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
+  int vec_ok = ((uintptr_t)c->A % 16 == 0) && ((uintptr_t)c->B % 16 == 0) && ((size_t)K * e) % 16 == 0 &&
+               rowb_b % 16 == 0;
+  const int fp8 = weave_dtype_is_fp8(c->dtype);
+  if (fp8 || (vec_ok && c->out_dtype == c->dtype && weave_kernel_hopper_ok(c->dtype, c->b_layout, N, K))) {
+    weave_hgemm_args_t a = hgemm_args(c);
     const size_t need = weave_hgemm_workspace_size(&a);
-    if (need && ws) {
-      a.workspace = ws;
-      a.workspace_bytes = ws_bytes;
+    if (need && c->ws) {
+      a.workspace = c->ws;
+      a.workspace_bytes = c->ws_bytes;
     } else if (need) {
       int dev = 0;
       if (cudaGetDevice(&dev) == cudaSuccess) a.workspace = gemm_workspace(dev, stream, need, &a.workspace_bytes);
@@ -103,9 +100,11 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
   int dev = 0, sms = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  int per_sm = weave_kernel_blocks_per_sm(dtype, 0, 0, NULL);
+  int per_sm = weave_kernel_blocks_per_sm(c->dtype, 0, 0, NULL);
+  int num_blocks = c->num_blocks;
   if (num_blocks <= 0 || num_blocks > per_sm * sms) num_blocks = per_sm * sms;
-  int err = weave_launch_gemm(M, N, K, dtype, b_layout, alpha, A, B, bias, C, out_dtype, num_blocks, vec_ok, stream);
+  int err = weave_launch_gemm(M, N, K, c->dtype, c->b_layout, c->alpha, c->A, c->B, c->bias, c->C, c->out_dtype,
+                              num_blocks, vec_ok, stream);
   if (err) {
     snprintf(msg, msglen, "GEMM launch: %s", weave_cuda_error_string(err));
     return WEAVE_ERROR_CUDA;
@@ -113,11 +112,10 @@ weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, wea
   return WEAVE_SUCCESS;
 }
 
-size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                                 weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks) {
-  const int fp8 = weave_dtype_is_fp8(dtype);
-  if (!fp8 && (out_dtype != dtype || !weave_kernel_hopper_ok(dtype, b_layout, N, K))) return 0;
-  const weave_hgemm_args_t a = hgemm_args(M, N, K, dtype, b_layout, out_dtype, fp8_fast_accum, num_blocks);
+size_t weave_gemm_workspace_need(const weave_gemm_call_t *c) {
+  const int fp8 = weave_dtype_is_fp8(c->dtype);
+  if (!fp8 && (c->out_dtype != c->dtype || !weave_kernel_hopper_ok(c->dtype, c->b_layout, c->N, c->K))) return 0;
+  const weave_hgemm_args_t a = hgemm_args(c);
   return weave_hgemm_workspace_size(&a);
 }
 
@@ -179,8 +177,9 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
     WEAVE_CHECK(weave_check_device_reads(NULL, "weave_gemm", dev, ptrs, names, 4));
   }
   char msg[256] = "";
-  weave_result_t rc = weave_gemm_dispatch(M, N, K, dtype, b_layout, alpha, A, B, NULL, 0, bias, C, dtype, num_blocks,
-                                          NULL, 0, stream, msg, sizeof(msg));
+  const weave_gemm_call_t call = {.M = M, .N = N, .K = K, .dtype = dtype, .b_layout = b_layout, .out_dtype = dtype,
+                                  .alpha = alpha, .A = A, .B = B, .bias = bias, .C = C, .num_blocks = num_blocks};
+  weave_result_t rc = weave_gemm_dispatch(&call, stream, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "weave_gemm: %s", msg);
   return WEAVE_SUCCESS;
 }
@@ -227,10 +226,12 @@ weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) 
     static const char *const names[6] = {"A", "B", "bias", "C", "scale_a", "scale_b"};
     WEAVE_CHECK(weave_check_device_reads(NULL, fn, dev, ptrs, names, 6));
   }
-  const weave_hgemm_scales_t sc = {(int)a->scale_mode, a->scale_a, a->scale_b};
+  const weave_gemm_call_t call = {.M = M, .N = N, .K = K, .dtype = a->dtype, .b_layout = a->b_layout,
+                                  .out_dtype = out, .alpha = a->alpha, .A = a->A, .B = a->B, .bias = a->bias, .C = a->C,
+                                  .scales = {(int)a->scale_mode, a->scale_a, a->scale_b},
+                                  .fp8_fast_accum = a->fp8_accum == WEAVE_FP8_ACCUM_FAST, .num_blocks = a->num_blocks};
   char msg[256] = "";
-  weave_result_t rc = weave_gemm_dispatch(M, N, K, a->dtype, a->b_layout, a->alpha, a->A, a->B, fp8 ? &sc : NULL,
-                                          a->fp8_accum == WEAVE_FP8_ACCUM_FAST, a->bias, a->C, out, a->num_blocks, NULL, 0, stream, msg, sizeof(msg));
+  weave_result_t rc = weave_gemm_dispatch(&call, stream, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "%s: %s", fn, msg);
   return WEAVE_SUCCESS;
 }

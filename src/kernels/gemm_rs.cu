@@ -494,7 +494,7 @@ template <typename K> static int weave_occupancy(K kernel, int threads, size_t s
   return n;
 }
 
-extern "C" int weave_kernel_hopper_ok(int dtype, int b_layout, int N, int K) {
+extern "C" int weave_kernel_hopper_ok(weave_dtype_t dtype, weave_layout_t b_layout, int N, int K) {
   if (dtype == WEAVE_FP32) return 0;
   if (dtype == WEAVE_FP8_E4M3) return b_layout == WEAVE_LAYOUT_COL && K % 16 == 0;
   size_t b_row = (b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * 2;
@@ -506,7 +506,7 @@ extern "C" void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n) {
   *tile_n = hopper ? WEAVE_HGEMM_BN : WEAVE_MMA_BN;
 }
 
-extern "C" int weave_kernel_blocks_per_sm(int dtype, int hopper, int fused, size_t *smem_bytes) {
+extern "C" int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int fused, size_t *smem_bytes) {
   size_t smem = weave_gemm_smem(dtype, hopper && fused);
   if (smem_bytes) *smem_bytes = smem;
   /* Every instantiation of a kernel shares the role and its resources: ask one of them. */
@@ -593,9 +593,9 @@ static int weave_launch_gemm_t(const weave_mma_args_t &a, float alpha, const voi
   return (int)cudaGetLastError();
 }
 
-extern "C" int weave_launch_gemm(int M, int N, int K, int dtype, int b_layout, float alpha, const void *A,
-                                 const void *B, const void *bias, void *out, int out_dtype, int blocks, int vec_ok,
-                                 struct CUstream_st *stream) {
+extern "C" int weave_launch_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                                 const void *A, const void *B, const void *bias, void *out, weave_dtype_t out_dtype,
+                                 int blocks, int vec_ok, struct CUstream_st *stream) {
   weave_mma_args_t a = {M, N, K, A, B, b_layout == WEAVE_LAYOUT_COL, vec_ok};
   cudaStream_t s = (cudaStream_t)stream;
   switch (dtype) {
@@ -643,7 +643,8 @@ template <typename T> __global__ void weave_add_bias_kernel(T *C, size_t n, int 
     C[i] = weave_from_f<T>(weave_to_f(C[i]) + weave_to_f(bias[i % N]));
 }
 
-extern "C" int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream) {
+extern "C" int weave_launch_add_bias(void *C, int rows, int N, weave_dtype_t dtype, const void *bias,
+                                     struct CUstream_st *stream) {
   size_t n = (size_t)rows * N;
   int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
   if (blocks < 1) return 0;

@@ -34,7 +34,10 @@ typedef struct {
 
 typedef struct {
   int M, N, K;
-  int dtype, b_layout, slot_dtype, reduce; /* dtype: of C and bias (and of A, B unless in_dtype is fp8) */
+  weave_dtype_t dtype;     /* of C and bias (and of A, B unless in_dtype is fp8) */
+  weave_layout_t b_layout;
+  weave_dtype_t slot_dtype;
+  weave_reduce_t reduce;
   float alpha;
   const void *A, *B, *bias;
   void *C_out;
@@ -56,23 +59,23 @@ typedef struct {
   int tma_slots;   /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
   /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
   CUtensorMap slot_map[WEAVE_MAX_WORLD];
-  int in_dtype;    /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
+  weave_dtype_t in_dtype; /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
   int fp8_fast_accum; /* fp8: the tensor cores' accumulator over all of K instead of fp32 (weave_fp8_accum_t) */
 } weave_fused_params_t;
 
 /* The GEMM role a shape can use: the Hopper role (TMA + wgmma) needs 16-bit inputs and 16-byte
  * aligned rows of A and B, or fp8 inputs (B [N, K], K % 16 == 0; fp8 has no other role); everything
  * else runs on the mma.sync / SIMT role. */
-int weave_kernel_hopper_ok(int dtype, int b_layout, int N, int K);
+int weave_kernel_hopper_ok(weave_dtype_t dtype, weave_layout_t b_layout, int N, int K);
 /* Occupancy (blocks per SM) and dynamic shared memory of the fused (or plain GEMM) kernel. */
-int weave_kernel_blocks_per_sm(int dtype, int hopper, int fused, size_t *smem_bytes);
+int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int fused, size_t *smem_bytes);
 void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n);
 
 /* Return 0 or a cudaError_t value. */
 int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream);
 /* Plain GEMM into `out` (dtype out_dtype, ld N) with alpha and bias, on `blocks` persistent blocks. */
-int weave_launch_gemm(int M, int N, int K, int dtype, int b_layout, float alpha, const void *A, const void *B,
-                      const void *bias, void *out, int out_dtype, int blocks, int vec_ok,
+int weave_launch_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha, const void *A,
+                      const void *B, const void *bias, void *out, weave_dtype_t out_dtype, int blocks, int vec_ok,
                       struct CUstream_st *stream);
 /* Bulk pieces (one block each for the waits; epoch = ctl->epoch + 1): wait for peers' done[] >=
  * epoch-1; ready barrier
@@ -82,10 +85,10 @@ int weave_launch_wait_done(const weave_fused_params_t *p, struct CUstream_st *st
 int weave_launch_ready_barrier(const weave_fused_params_t *p, struct CUstream_st *stream);
 int weave_launch_reduce_scatter(const weave_fused_params_t *p, int blocks, struct CUstream_st *stream);
 /* C[rows, N] += bias[N] (the NCCL baseline's bias, added once by the owner). */
-int weave_launch_add_bias(void *C, int rows, int N, int dtype, const void *bias, struct CUstream_st *stream);
+int weave_launch_add_bias(void *C, int rows, int N, weave_dtype_t dtype, const void *bias, struct CUstream_st *stream);
 const char *weave_cuda_error_string(int err);
 /* tune_kernels.cu. count elements of dtype (weave_dtype_t) with random values in [-1, 1) from seed. */
-int weave_launch_fill_random(void *p, size_t count, int dtype, uint32_t seed, struct CUstream_st *stream);
+int weave_launch_fill_random(void *p, size_t count, weave_dtype_t dtype, uint32_t seed, struct CUstream_st *stream);
 int weave_launch_fill_value(float *p, size_t count, float v, struct CUstream_st *stream);
 /* One thread that returns after `us` microseconds (WEAVE_TEST_DELAY). */
 int weave_launch_delay(unsigned us, struct CUstream_st *stream);
@@ -98,18 +101,27 @@ int weave_device_reads(int device, const void *ptr);
  * WEAVE_ERROR_INVALID_ARGUMENT naming names[i]; WEAVE_SUCCESS if none. */
 weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int device, const void *const *ptrs,
                                         const char *const *names, int n);
-/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks). scales and
- * fp8_fast_accum (weave_fp8_accum_t): fp8 only (NULL: no scales); fp8 runs on the Hopper role only,
- * out_dtype bf16, fp16 or fp32. The Hopper
- * role's stream-K tail uses `ws` (zeroed once, one stream at a time) when given, else the stream's
- * own workspace, allocated on its first need. */
-weave_result_t weave_gemm_dispatch(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
-                                   const void *A, const void *B, const weave_hgemm_scales_t *scales, int fp8_fast_accum,
-                                   const void *bias, void *C, weave_dtype_t out_dtype, int num_blocks, void *ws,
-                                   size_t ws_bytes, weave_stream_t stream, char *msg, size_t msglen);
-/* The stream-K workspace a plan's GEMM of this shape needs (0: none, or not the Hopper role). */
-size_t weave_gemm_workspace_need(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                                 weave_dtype_t out_dtype, int fp8_fast_accum, int num_blocks);
+/* One local GEMM, C[M, N] = alpha * A[M, K] B (+ bias[N]), for weave_gemm_dispatch (gemm.c). */
+typedef struct {
+  int M, N, K;
+  weave_dtype_t dtype;         /* of A and B */
+  weave_layout_t b_layout;
+  weave_dtype_t out_dtype;     /* of C and bias: dtype, or for fp8 inputs bf16, fp16 or fp32 */
+  float alpha;
+  const void *A, *B, *bias;    /* bias: [N] or NULL */
+  void *C;
+  weave_hgemm_scales_t scales; /* fp8 only: this call's dequantization scales (mode NONE: none) */
+  int fp8_fast_accum;          /* fp8 only: the tensor cores' accumulator over all of K (weave_fp8_accum_t) */
+  int num_blocks;              /* persistent blocks; <= 0: as many as fit */
+  void *ws;                    /* the Hopper role's stream-K workspace (zeroed once, one stream at a time), */
+  size_t ws_bytes;             /* or NULL: the stream's own, allocated on its first need */
+} weave_gemm_call_t;
+
+/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks); fp8 runs on
+ * the Hopper role only. */
+weave_result_t weave_gemm_dispatch(const weave_gemm_call_t *c, weave_stream_t stream, char *msg, size_t msglen);
+/* The stream-K workspace such a call needs (0: none, or not the Hopper role); its pointers unused. */
+size_t weave_gemm_workspace_need(const weave_gemm_call_t *c);
 
 #ifdef __cplusplus
 }

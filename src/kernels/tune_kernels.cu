@@ -41,7 +41,8 @@ __global__ void weave_fill_value_kernel(float *p, size_t count, float v) {
     p[i] = v;
 }
 
-extern "C" int weave_launch_fill_random(void *p, size_t count, int dtype, uint32_t seed, struct CUstream_st *stream) {
+extern "C" int weave_launch_fill_random(void *p, size_t count, weave_dtype_t dtype, uint32_t seed,
+                                        struct CUstream_st *stream) {
   if (!count) return 0;
   const size_t want = (count + 255) / 256;
   weave_fill_random_kernel<<<(unsigned)(want < 8192 ? want : 8192), 256, 0, (cudaStream_t)stream>>>(p, count, dtype,
