@@ -1,5 +1,6 @@
 /*
- * C interface between the host runtime (plan.c, gemm.c) and the kernels (gemm_rs.cu): parameter
+ * C interface between the host (plan_create.c, plan_execute.c, gemm.c) and the kernels' launchers (gemm_rs.cu,
+ * tune_kernels.cu): parameter
  * blocks passed by value and the launchers. Both C and CUDA include this header.
  */
 #ifndef WEAVE_KERNELS_H
