@@ -1,7 +1,7 @@
 /*
- * C interface between the host (plan_create.c, plan_execute.c, gemm.c) and the kernels' launchers (gemm_rs.cu,
- * tune_kernels.cu): parameter
- * blocks passed by value and the launchers. Both C and CUDA include this header.
+ * C interface between the host (plan_create.c, plan_execute.c, gemm.c) and the kernels' launchers
+ * (gemm_rs.cu, tune_kernels.cu): parameter blocks passed by value and the launchers. Both C and
+ * CUDA include this header.
  */
 #ifndef WEAVE_KERNELS_H
 #define WEAVE_KERNELS_H
