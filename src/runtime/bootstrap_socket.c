@@ -20,36 +20,28 @@
  * MSG_NOSIGNAL (a dead peer is an error code, never SIGPIPE). A spoke waits for the hub's answer a
  * little longer than the timeout (spoke_grace_ms): the hub is the one that decides which rank is late,
  * and the spoke should hear its verdict rather than race it with a vaguer timeout of its own.
+ *
+ * This file: the frames, the hub collective and the bootstrap's creation. The unique id and the
+ * listeners: unique_id.c; I/O with deadlines: deadline_io.c; the host's identity: host_id.c.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ifaddrs.h>
-#include <limits.h>
-#include <net/if.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "runtime/internal.h"
+#include "runtime/socket_io.h"
 
-#define UID_MAGIC 0x57564944u   /* "WVID" */
-#define UID_VERSION 1u
 #define HELLO_MAGIC 0x5756484cu /* "WVHL" */
 #define HELLO_BYTES 32
 #define FRAME_BYTES 16
 #define MAX_ABORT_MSG 900
-#define MAX_PENDING (2 * WEAVE_MAX_WORLD) /* accepted connections whose hello has not arrived yet */
 
 enum { FRAME_ACK = 1, FRAME_DATA = 2, FRAME_ABORT = 3 };
 enum { OP_CREATE = 0, OP_ALLGATHER = 1, OP_BARRIER = 2 };
@@ -58,332 +50,16 @@ static const char *op_name(int op) {
   return op == OP_ALLGATHER ? "allgather" : op == OP_BARRIER ? "barrier" : op == OP_CREATE ? "bootstrap creation" : "?";
 }
 
-/* ---- small helpers ---------------------------------------------------------------------------- */
-int64_t weave_monotonic_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int weave_remaining_ms(int64_t deadline_ms) {
-  int64_t r = deadline_ms - weave_monotonic_ms();
-  return r < 0 ? 0 : r > INT_MAX ? INT_MAX : (int)r;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
-
-uint64_t weave_fnv1a(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = (const unsigned char *)data;
-  for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
-  return h;
-}
-
-static void put32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
-static uint32_t get32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-static void put64(unsigned char *p, uint64_t v) { put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v); }
-static uint64_t get64(const unsigned char *p) { return (uint64_t)get32(p) << 32 | get32(p + 4); }
-
-static const char *addr_str(const weave_uid_t *u, char *buf, size_t cap) {
-  char ip[INET_ADDRSTRLEN] = "?";
-  struct in_addr a = {u->addr};
-  inet_ntop(AF_INET, &a, ip, sizeof(ip));
-  snprintf(buf, cap, "%s:%u", ip, (unsigned)u->port);
-  return buf;
-}
-
-/* ---- host identity ---------------------------------------------------------------------------- */
-/* hostname + boot id + network namespace: the boot id tells two machines with one hostname apart
- * (clones, containers on different hosts); the network namespace is what scopes the abstract
- * AF_UNIX sockets fd_exchange.c passes descriptors over. */
-void weave_host_id(weave_host_id_t *id) {
-  memset(id, 0, sizeof(*id));
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
-  memcpy(id->name, host, strnlen(host, sizeof(id->name) - 1)); /* truncated: for messages only */
-  uint64_t h = weave_fnv1a(WEAVE_FNV_OFFSET, host, strlen(host));
-  char buf[128] = "";
-  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    if (n > 0) h = weave_fnv1a(h, buf, (size_t)n);
-    close(fd);
-  }
-  ssize_t n = readlink("/proc/self/ns/net", buf, sizeof(buf) - 1);
-  if (n > 0) h = weave_fnv1a(h, buf, (size_t)n);
-  id->hash = h;
-}
-
-int weave_same_host(const weave_host_id_t *a, const weave_host_id_t *b) {
-  return a->hash == b->hash && strncmp(a->name, b->name, sizeof(a->name)) == 0;
-}
-
-/* ---- the unique id ---------------------------------------------------------------------------- */
-/* Layout of weave_unique_id_t.internal, big-endian: magic, version, IPv4 address (network order as
- * is), port, 2 zero bytes, nonce; the rest zero. */
-void weave_uid_encode(const weave_uid_t *u, weave_unique_id_t *id) {
-  memset(id, 0, sizeof(*id));
-  unsigned char *p = (unsigned char *)id->internal;
-  put32(p, UID_MAGIC);
-  put32(p + 4, UID_VERSION);
-  memcpy(p + 8, &u->addr, 4);
-  p[12] = (unsigned char)(u->port >> 8);
-  p[13] = (unsigned char)u->port;
-  put64(p + 16, u->nonce);
-}
-
-/* 0, or -1 (magic), -2 (version), -3 (all zero) */
-static int uid_decode(const weave_unique_id_t *id, weave_uid_t *u) {
-  const unsigned char *p = (const unsigned char *)id->internal;
-  int zero = 1;
-  for (size_t i = 0; i < sizeof(id->internal); ++i) zero &= p[i] == 0;
-  if (zero) return -3;
-  if (get32(p) != UID_MAGIC) return -1;
-  if (get32(p + 4) != UID_VERSION) return -2;
-  memcpy(&u->addr, p + 8, 4);
-  u->port = (uint16_t)(p[12] << 8 | p[13]);
-  u->nonce = get64(p + 16);
-  return 0;
-}
-
-/* Listeners this process created with weave_get_unique_id, by nonce. A fork()ed child is not their
- * creator and can never be their hub: it closes the ones it inherits (registry_child), and the pid
- * tells it so should the list reach it anyway. */
-typedef struct listener {
-  uint64_t nonce;
-  int fd;
-  pid_t pid;
-  struct listener *next;
-} listener_t;
-
-static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
-static listener_t *registry;
-
-/* Takes the listener of `nonce` out of the registry if this very process created it: the caller's
- * bootstrap is then the hub and owns the descriptor. -1 otherwise (a spoke). */
-static int registry_take(uint64_t nonce) {
-  int fd = -1;
-  pid_t me = getpid();
-  pthread_mutex_lock(&registry_mu);
-  for (listener_t **pl = &registry; *pl; pl = &(*pl)->next) {
-    listener_t *l = *pl;
-    if (l->nonce == nonce && l->pid == me) {
-      *pl = l->next;
-      fd = l->fd;
-      free(l);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&registry_mu);
-  return fd;
-}
-
-/* fork(): kept, an inherited listener would leak a descriptor into every child and keep the port
- * listening (connections queued that nobody serves) after the parent's hub has closed it. The lock
- * is held across fork() so that the child finds the list whole and the lock free. */
-static void registry_prepare(void) { pthread_mutex_lock(&registry_mu); }
-static void registry_parent(void) { pthread_mutex_unlock(&registry_mu); }
-static void registry_child(void) {
-  while (registry) {
-    listener_t *l = registry;
-    registry = l->next;
-    close(l->fd);
-    free(l);
-  }
-  pthread_mutex_unlock(&registry_mu);
-}
-static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
-static void registry_init(void) { pthread_atfork(registry_prepare, registry_parent, registry_child); }
-
-static uint64_t random64(void) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
-    /* no entropy yet (early boot): time, pid and a counter still make collisions unlikely */
-    static uint64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t parts[4] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid(),
-                         __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED)};
-    v = weave_fnv1a(WEAVE_FNV_OFFSET, parts, sizeof(parts));
-  }
-  return v ? v : 1;
-}
-
-static int set_nodelay(int fd) {
-  int one = 1;
-  return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-int weave_resolve_ipv4(const char *host, uint32_t *addr, const char **why) {
-  struct in_addr a;
-  if (inet_pton(AF_INET, host, &a) == 1) {
-    *addr = a.s_addr;
-    return 0;
-  }
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  int rc = getaddrinfo(host, NULL, &hints, &res);
-  if (rc != 0 || !res) {
-    *why = rc ? gai_strerror(rc) : "no address";
-    return -1;
-  }
-  *addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
-  freeaddrinfo(res);
-  return 0;
-}
-
-/* The address the id advertises: WEAVE_SOCKET_ADDR, else the first non-loopback IPv4 address of an
- * interface that is up (docker/virbr bridges skipped: other hosts cannot reach them), else
- * 127.0.0.1. */
-static weave_result_t pick_address(uint32_t *addr) {
-  const char *v = getenv("WEAVE_SOCKET_ADDR");
-  if (v && *v) {
-    const char *why = NULL;
-    if (weave_resolve_ipv4(v, addr, &why) != 0)
-      return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_SOCKET_ADDR='%s': not an IPv4 address and cannot be resolved (%s)", v,
-                        why);
-    return WEAVE_SUCCESS;
-  }
-  struct ifaddrs *ifs = NULL;
-  *addr = htonl(INADDR_LOOPBACK);
-  if (getifaddrs(&ifs) == 0) {
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-      if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
-      if (!strncmp(i->ifa_name, "docker", 6) || !strncmp(i->ifa_name, "virbr", 5)) continue;
-      *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
-      break;
-    }
-    freeifaddrs(ifs);
-  }
-  return WEAVE_SUCCESS;
-}
-
-weave_result_t weave_get_unique_id(weave_unique_id_t *id) {
-  if (!id) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_get_unique_id: id is NULL");
-  pthread_once(&registry_once, registry_init);
-  weave_uid_t u;
-  memset(&u, 0, sizeof(u));
-  WEAVE_CHECK(pick_address(&u.addr));
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "weave_get_unique_id: socket: %s", strerror(errno));
-  struct sockaddr_in sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = u.addr;
-  sa.sin_port = 0; /* ephemeral */
-  socklen_t len = sizeof(sa);
-  char ip[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
-  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, MAX_PENDING) != 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-    int e = errno;
-    close(fd);
-    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "weave_get_unique_id: cannot listen on %s%s: %s", ip,
-                      getenv("WEAVE_SOCKET_ADDR") && *getenv("WEAVE_SOCKET_ADDR") ? " (WEAVE_SOCKET_ADDR)" : "", strerror(e));
-  }
-  u.port = ntohs(sa.sin_port);
-  u.nonce = random64();
-  listener_t *l = (listener_t *)calloc(1, sizeof(*l));
-  if (!l) {
-    close(fd);
-    return weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "weave_get_unique_id: host allocation failed");
-  }
-  l->nonce = u.nonce;
-  l->fd = fd;
-  l->pid = getpid();
-  pthread_mutex_lock(&registry_mu);
-  l->next = registry;
-  registry = l;
-  pthread_mutex_unlock(&registry_mu);
-  weave_uid_encode(&u, id);
-  weave_log(WEAVE_LOG_INFO, NULL, "weave_get_unique_id: listening on %s:%u", ip, (unsigned)u.port);
-  return WEAVE_SUCCESS;
-}
-
-/* ---- I/O with deadlines ----------------------------------------------------------------------- */
-typedef enum { IO_OK = 0, IO_TIMEOUT, IO_CLOSED, IO_ERROR } io_t;
-
-static int is_closed_errno(int e) { return e == EPIPE || e == ECONNRESET || e == ECONNABORTED || e == ENOTCONN; }
-
-static io_t wait_ready(int fd, short events, int64_t deadline, int *err) {
-  for (;;) {
-    struct pollfd p = {fd, events, 0};
-    int n = poll(&p, 1, weave_remaining_ms(deadline));
-    if (n > 0) return IO_OK; /* also POLLHUP/POLLERR: the next send/recv says what happened */
-    if (n == 0) return IO_TIMEOUT;
-    if (errno != EINTR) { *err = errno; return IO_ERROR; }
-  }
-}
-
-static io_t send_all(int fd, const void *buf, size_t n, int64_t deadline, int *err) {
-  const unsigned char *p = (const unsigned char *)buf;
-  *err = 0;
-  while (n > 0) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k > 0) { p += k; n -= (size_t)k; continue; }
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      io_t w = wait_ready(fd, POLLOUT, deadline, err);
-      if (w != IO_OK) return w;
-      continue;
-    }
-    *err = k < 0 ? errno : EPIPE;
-    return is_closed_errno(*err) ? IO_CLOSED : IO_ERROR;
-  }
-  return IO_OK;
-}
-
-static io_t recv_all(int fd, void *buf, size_t n, int64_t deadline, int *err) {
-  unsigned char *p = (unsigned char *)buf;
-  *err = 0;
-  while (n > 0) {
-    ssize_t k = recv(fd, p, n, 0);
-    if (k > 0) { p += k; n -= (size_t)k; continue; }
-    if (k == 0) return IO_CLOSED;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      io_t w = wait_ready(fd, POLLIN, deadline, err);
-      if (w != IO_OK) return w;
-      continue;
-    }
-    *err = errno;
-    return is_closed_errno(*err) ? IO_CLOSED : IO_ERROR;
-  }
-  return IO_OK;
-}
-
-/* Closes a connection so that what was sent last (an ABORT) still arrives: unread input at close()
- * makes Linux send a reset, which may overtake it, so the input is drained first. */
-static void close_gracefully(int fd) {
-  if (fd < 0) return;
-  shutdown(fd, SHUT_WR);
-  unsigned char scratch[4096];
-  for (int i = 0; i < 64; ++i) {
-    ssize_t k = recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
-    if (k <= 0 && !(k < 0 && errno == EINTR)) break;
-  }
-  close(fd);
-}
-
 typedef struct {
   uint32_t type, seq, bytes;
   int32_t arg;
 } frame_t;
 
 static void frame_encode(const frame_t *f, unsigned char *out) {
-  put32(out, f->type); put32(out + 4, f->seq); put32(out + 8, f->bytes); put32(out + 12, (uint32_t)f->arg);
+  weave_be_put32(out, f->type); weave_be_put32(out + 4, f->seq); weave_be_put32(out + 8, f->bytes); weave_be_put32(out + 12, (uint32_t)f->arg);
 }
 static void frame_decode(const unsigned char *in, frame_t *f) {
-  f->type = get32(in); f->seq = get32(in + 4); f->bytes = get32(in + 8); f->arg = (int32_t)get32(in + 12);
+  f->type = weave_be_get32(in); f->seq = weave_be_get32(in + 4); f->bytes = weave_be_get32(in + 8); f->arg = (int32_t)weave_be_get32(in + 12);
 }
 
 /* ---- the bootstrap object --------------------------------------------------------------------- */
@@ -412,7 +88,7 @@ static void send_abort(int fd, weave_result_t code, int culprit, const char *msg
   frame_encode(&f, frame);
   memcpy(frame + FRAME_BYTES, msg, len);
   int err;
-  send_all(fd, frame, FRAME_BYTES + len, weave_monotonic_ms() + 200, &err);
+  weave_send_all(fd, frame, FRAME_BYTES + len, weave_monotonic_ms() + 200, &err);
 }
 
 /* Records a failure that leaves the bootstrap unusable: on the hub, every spoke still connected
@@ -441,7 +117,7 @@ static weave_result_t spoke_take_abort(weave_bootstrap_t *bs, const frame_t *f, 
   char msg[MAX_ABORT_MSG + 1] = "";
   size_t len = f->bytes > MAX_ABORT_MSG ? MAX_ABORT_MSG : f->bytes;
   int err;
-  if (recv_all(s->hub_fd, msg, len, deadline, &err) != IO_OK) snprintf(msg, sizeof(msg), "(message lost)");
+  if (weave_recv_all(s->hub_fd, msg, len, deadline, &err) != WEAVE_IO_OK) snprintf(msg, sizeof(msg), "(message lost)");
   else msg[len] = '\0';
   weave_result_t code = f->arg > WEAVE_SUCCESS && f->arg < WEAVE_NUM_RESULTS ? (weave_result_t)f->arg : WEAVE_ERROR_BOOTSTRAP;
   if (s->hub_rank < 0) /* turned away before joining */
@@ -459,13 +135,13 @@ static int spoke_pending_abort(weave_bootstrap_t *bs, weave_result_t *rc) {
   frame_decode(hdr, &f);
   if (f.type != FRAME_ABORT) return 0;
   int err;
-  recv_all(s->hub_fd, hdr, sizeof(hdr), weave_monotonic_ms() + 100, &err);
+  weave_recv_all(s->hub_fd, hdr, sizeof(hdr), weave_monotonic_ms() + 100, &err);
   *rc = spoke_take_abort(bs, &f, weave_monotonic_ms() + 100);
   return 1;
 }
 
-static const char *io_why(io_t io, int err, char *buf, size_t cap) {
-  if (io == IO_CLOSED) snprintf(buf, cap, "closed its connection (process gone?)");
+static const char *io_why(weave_io_t io, int err, char *buf, size_t cap) {
+  if (io == WEAVE_IO_CLOSED) snprintf(buf, cap, "closed its connection (process gone?)");
   else snprintf(buf, cap, "connection failed: %s", strerror(err));
   return buf;
 }
@@ -475,11 +151,11 @@ static const char *io_why(io_t io, int err, char *buf, size_t cap) {
 static weave_result_t hub_recv(weave_bootstrap_t *bs, int r, void *buf, size_t n, int64_t deadline, int op, uint32_t seq) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
   int err;
-  io_t io = recv_all(s->fds[r], buf, n, deadline, &err);
-  if (io == IO_TIMEOUT)
+  weave_io_t io = weave_recv_all(s->fds[r], buf, n, deadline, &err);
+  if (io == WEAVE_IO_TIMEOUT)
     return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms",
                       r, op_name(op), seq, bs->timeout_ms);
-  if (io != IO_OK) {
+  if (io != WEAVE_IO_OK) {
     char why[160];
     close(s->fds[r]);
     s->fds[r] = -1;
@@ -555,11 +231,11 @@ static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void 
     frame_encode(&f, s->buf);
     for (int r = 0; r < bs->world; ++r) {
       if (r == bs->rank) continue;
-      io_t io = send_all(s->fds[r], s->buf, FRAME_BYTES + total, deadline, &err);
-      if (io == IO_TIMEOUT)
+      weave_io_t io = weave_send_all(s->fds[r], s->buf, FRAME_BYTES + total, deadline, &err);
+      if (io == WEAVE_IO_TIMEOUT)
         return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d did not take the result of %s #%u within %d ms",
                           r, op_name(op), seq, bs->timeout_ms);
-      if (io != IO_OK) {
+      if (io != WEAVE_IO_OK) {
         close(s->fds[r]);
         s->fds[r] = -1;
         return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d %s during %s #%u", r,
@@ -570,23 +246,23 @@ static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void 
     frame_t f = {FRAME_DATA, seq, (uint32_t)bytes, op};
     frame_encode(&f, s->buf);
     memcpy(data, in, bytes);
-    io_t io = send_all(s->hub_fd, s->buf, FRAME_BYTES + bytes, deadline, &err);
-    if (io != IO_OK) {
+    weave_io_t io = weave_send_all(s->hub_fd, s->buf, FRAME_BYTES + bytes, deadline, &err);
+    if (io != WEAVE_IO_OK) {
       weave_result_t rc;
       if (spoke_pending_abort(bs, &rc)) return rc;
-      if (io == IO_TIMEOUT)
+      if (io == WEAVE_IO_TIMEOUT)
         return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1, "bootstrap: rank %d could not send %s #%u to the hub (rank %d at %s) within %d ms",
                           bs->rank, op_name(op), seq, s->hub_rank, s->where, bs->timeout_ms);
       return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
                         io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
     }
     unsigned char hdr[FRAME_BYTES];
-    io = recv_all(s->hub_fd, hdr, sizeof(hdr), reply_deadline, &err);
-    if (io == IO_TIMEOUT)
+    io = weave_recv_all(s->hub_fd, hdr, sizeof(hdr), reply_deadline, &err);
+    if (io == WEAVE_IO_TIMEOUT)
       return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
                         "bootstrap: rank %d got no answer from the hub (rank %d at %s) in %s #%u within %d ms (the hub is stuck or gone)",
                         bs->rank, s->hub_rank, s->where, op_name(op), seq, (int)(weave_monotonic_ms() - t0));
-    if (io != IO_OK)
+    if (io != WEAVE_IO_OK)
       return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
                         io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
     frame_decode(hdr, &f);
@@ -595,11 +271,11 @@ static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void 
       return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
                         "bootstrap: rank %d expected the result of %s #%u (%zu bytes) from the hub (rank %d), got frame type %u for %s #%u (%u bytes)",
                         bs->rank, op_name(op), seq, total, s->hub_rank, f.type, op_name(f.arg), f.seq, f.bytes);
-    io = recv_all(s->hub_fd, data, total, reply_deadline, &err);
-    if (io == IO_TIMEOUT)
+    io = weave_recv_all(s->hub_fd, data, total, reply_deadline, &err);
+    if (io == WEAVE_IO_TIMEOUT)
       return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1, "bootstrap: rank %d got a partial result of %s #%u from the hub (rank %d)",
                         bs->rank, op_name(op), seq, s->hub_rank);
-    if (io != IO_OK)
+    if (io != WEAVE_IO_OK)
       return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
                         io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
   }
@@ -636,9 +312,9 @@ static weave_result_t sock_barrier(weave_bootstrap_t *bs, int rank) {
 
 static void sock_destroy(weave_bootstrap_t *bs) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
-  if (s->hub_fd >= 0) close_gracefully(s->hub_fd);
+  if (s->hub_fd >= 0) weave_close_gracefully(s->hub_fd);
   if (s->fds)
-    for (int r = 0; r < bs->world; ++r) close_gracefully(s->fds[r]);
+    for (int r = 0; r < bs->world; ++r) weave_close_gracefully(s->fds[r]);
   free(s->fds);
   free(s->buf);
   free(s);
@@ -656,12 +332,12 @@ typedef struct {
  * connection that never speaks cannot hold the others up. */
 static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, int listen_fd, int64_t deadline) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
-  pending_conn_t pend[MAX_PENDING];
+  pending_conn_t pend[WEAVE_MAX_PENDING];
   int npend = 0, connected = 0, strangers = 0, bad_claims = 0;
   char stranger_note[200] = "", claim_note[200] = "";
   weave_result_t rc = WEAVE_SUCCESS;
   while (connected < bs->world - 1 && rc == WEAVE_SUCCESS) {
-    struct pollfd p[1 + MAX_PENDING];
+    struct pollfd p[1 + WEAVE_MAX_PENDING];
     p[0] = (struct pollfd){listen_fd, POLLIN, 0};
     for (int i = 0; i < npend; ++i) p[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
     int n = poll(p, (nfds_t)(1 + npend), weave_remaining_ms(deadline));
@@ -694,9 +370,9 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
       int drop = k <= 0, keep_fd = 0;
       if (k > 0 && (c->got += (size_t)k) == HELLO_BYTES) {
         drop = 1;
-        uint64_t nonce = get64(c->hello + 8);
-        int world = (int32_t)get32(c->hello + 16), rank = (int32_t)get32(c->hello + 20);
-        if (get32(c->hello) != HELLO_MAGIC || get32(c->hello + 4) != UID_VERSION) {
+        uint64_t nonce = weave_be_get64(c->hello + 8);
+        int world = (int32_t)weave_be_get32(c->hello + 16), rank = (int32_t)weave_be_get32(c->hello + 20);
+        if (weave_be_get32(c->hello) != HELLO_MAGIC || weave_be_get32(c->hello + 4) != WEAVE_UID_VERSION) {
           weave_log(WEAVE_LOG_INFO, NULL, "bootstrap: the hub (rank %d) dropped a connection that is not a weave rank", bs->rank);
         } else if (nonce != u->nonce) {
           /* another job on this port (a fixed port of the environment bootstrap): turn it away with
@@ -743,7 +419,7 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
           frame_t f = {FRAME_ACK, (uint32_t)weave_remaining_ms(deadline), 0, bs->rank};
           frame_encode(&f, ack);
           int err;
-          if (send_all(c->fd, ack, sizeof(ack), deadline, &err) == IO_OK) {
+          if (weave_send_all(c->fd, ack, sizeof(ack), deadline, &err) == WEAVE_IO_OK) {
             s->fds[rank] = c->fd;
             connected++;
             keep_fd = 1;
@@ -754,7 +430,7 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
         }
       }
       if (drop) {
-        if (!keep_fd) close_gracefully(c->fd);
+        if (!keep_fd) weave_close_gracefully(c->fd);
         pend[i] = pend[--npend];
       }
     }
@@ -768,14 +444,14 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
                         strerror(errno));
         break;
       }
-      if (npend == MAX_PENDING) { close(fd); continue; } /* a flood of strays: ours will retry */
-      set_nodelay(fd);
+      if (npend == WEAVE_MAX_PENDING) { close(fd); continue; } /* a flood of strays: ours will retry */
+      weave_set_nodelay(fd);
       pend[npend].fd = fd;
       pend[npend].got = 0;
       npend++;
     }
   }
-  for (int i = 0; i < npend; ++i) close_gracefully(pend[i].fd);
+  for (int i = 0; i < npend; ++i) weave_close_gracefully(pend[i].fd);
   return rc;
 }
 
@@ -807,9 +483,9 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
       err = errno;
       if (err == EINPROGRESS || err == EINTR) {
-        io_t w = wait_ready(fd, POLLOUT, deadline, &err);
-        if (w == IO_TIMEOUT) err = ETIMEDOUT;
-        else if (w == IO_OK) {
+        weave_io_t w = weave_wait_ready(fd, POLLOUT, deadline, &err);
+        if (w == WEAVE_IO_TIMEOUT) err = ETIMEDOUT;
+        else if (w == WEAVE_IO_OK) {
           socklen_t len = sizeof(err);
           if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         }
@@ -835,29 +511,29 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
                         "holds the id (or rank 0 of the launch) running and reachable?",
                         bs->rank, s->where, bs->timeout_ms, strerror(last_err));
     int wait = weave_remaining_ms(deadline);
-    sleep_ms(wait < backoff ? wait : backoff);
+    weave_sleep_ms(wait < backoff ? wait : backoff);
     backoff = backoff * 2 > 200 ? 200 : backoff * 2;
   }
-  set_nodelay(fd);
+  weave_set_nodelay(fd);
   s->hub_fd = fd;
   unsigned char hello[HELLO_BYTES];
   memset(hello, 0, sizeof(hello));
-  put32(hello, HELLO_MAGIC);
-  put32(hello + 4, UID_VERSION);
-  put64(hello + 8, u->nonce);
-  put32(hello + 16, (uint32_t)bs->world);
-  put32(hello + 20, (uint32_t)bs->rank);
+  weave_be_put32(hello, HELLO_MAGIC);
+  weave_be_put32(hello + 4, WEAVE_UID_VERSION);
+  weave_be_put64(hello + 8, u->nonce);
+  weave_be_put32(hello + 16, (uint32_t)bs->world);
+  weave_be_put32(hello + 20, (uint32_t)bs->rank);
   int err;
   char why[160];
-  io_t io = send_all(fd, hello, sizeof(hello), deadline, &err);
+  weave_io_t io = weave_send_all(fd, hello, sizeof(hello), deadline, &err);
   unsigned char hdr[FRAME_BYTES];
-  if (io == IO_OK) io = recv_all(fd, hdr, sizeof(hdr), deadline, &err);
-  if (io == IO_TIMEOUT)
+  if (io == WEAVE_IO_OK) io = weave_recv_all(fd, hdr, sizeof(hdr), deadline, &err);
+  if (io == WEAVE_IO_TIMEOUT)
     return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
                       "bootstrap creation: rank %d connected to %s but no hub answered within %d ms: the process that called "
                       "weave_get_unique_id must itself create one of the ranks with this id",
                       bs->rank, s->where, bs->timeout_ms);
-  if (io != IO_OK)
+  if (io != WEAVE_IO_OK)
     return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: the hub at %s %s before accepting rank %d", s->where,
                       io_why(io, err, why, sizeof(why)), bs->rank);
   frame_t f;
@@ -901,7 +577,7 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
   s->hub = world == 1 || listen_fd >= 0;
   s->hub_rank = s->hub ? rank : -1;
   s->grace_ms = spoke_grace_ms(env.timeout_ms);
-  addr_str(u, s->where, sizeof(s->where));
+  weave_uid_addr_str(u, s->where, sizeof(s->where));
   bs->world = world;
   bs->rank = rank;
   bs->timeout_ms = env.timeout_ms;
@@ -959,7 +635,7 @@ weave_result_t weave_bootstrap_create_uid(const weave_unique_id_t *id, int world
   if (rank < 0 || rank >= world)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: rank %d outside [0, %d)", who, rank, world);
   weave_uid_t u;
-  int d = uid_decode(id, &u);
+  int d = weave_uid_decode(id, &u);
   if (d == -3)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
                       "%s: the unique id is empty (all zero): the rank that should have made it with weave_get_unique_id "
@@ -967,13 +643,12 @@ weave_result_t weave_bootstrap_create_uid(const weave_unique_id_t *id, int world
                       who);
   if (d == -2)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: the unique id has version %u, this library %u (mixed weave versions?)",
-                      who, get32((const unsigned char *)id->internal + 4), UID_VERSION);
+                      who, weave_be_get32((const unsigned char *)id->internal + 4), WEAVE_UID_VERSION);
   if (d != 0)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
                       "%s: not a weave unique id (bad magic): pass the bytes weave_get_unique_id wrote, unchanged", who);
   /* the hub is the rank in the process that created the id (the first to call in, when several
    * ranks live in that process); it owns the listener from here and closes it once every rank is in */
-  int listen_fd = registry_take(u.nonce);
+  int listen_fd = weave_listener_take(u.nonce);
   return weave_uid_bootstrap_create(&u, world, rank, listen_fd, -1, -1, 0, who, bootstrap);
 }
-
