@@ -394,7 +394,7 @@ static void test_bytes_roofline(void) {
   CHECK(strcmp(weave_strategy_name((weave_strategy_t)9), "?") == 0);
 
   int bad = 0;
-  for (int dev = 0; dev < 2; ++dev) {
+  for (int dev = 0; dev < 3; ++dev) {
     const weave_roofline_device_t *d = &weave_roofline_devices[dev];
     CHECK(d->name && d->tflops_bf16 > 0 && d->tflops_fp8 > d->tflops_bf16 && d->tflops_fp32 > 0 && d->hbm_tbps > 0 &&
           d->nvlink_gbps > 0);
@@ -429,6 +429,63 @@ static void test_bytes_roofline(void) {
   weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 8, WEAVE_BF16, 2, &r8);
   CHECK(fabs(r8.t_gemm_ms * 8 - r.t_gemm_ms) < 1e-9);
   CHECK(fabs(r8.t_rs_ms - 8192.0 * 8192 * 2 * 7 / 8 / 450e9 * 1e3) < 1e-9);
+}
+
+/* ---- the model past one node -------------------------------------------------------------------- */
+static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(a) + fabs(b)) + 1e-12; }
+
+static void test_roofline_nodes(void) {
+  int bad_one = 0, bad_order = 0, bad_chunks = 0;
+  for (int dev = 0; dev < 3; ++dev)
+    for (int M = 128; M <= 16384; M *= 4)
+      for (int g = 1; g <= 72; g = g < 8 ? g * 2 : g + 32) {
+        /* one node: weave_roofline's times, whatever the network */
+        const weave_cluster_t one = {&weave_roofline_devices[dev], 1, g, 400, 5};
+        weave_roofline_nodes_t r;
+        weave_roofline_t ref;
+        weave_roofline_nodes(&one, M, 8192, 28672, WEAVE_BF16, 2, 8, &r);
+        weave_roofline(&weave_roofline_devices[dev], M, 8192, 28672, g, WEAVE_BF16, 2, &ref);
+        if (!close_to(r.t_baseline_ms, ref.t_baseline_ms) || !close_to(r.t_weave_ms, ref.t_fused_ms) ||
+            r.t_inter_ms != 0 || !close_to(r.t_gemm_ms, ref.t_gemm_ms))
+          bad_one++;
+        for (int nodes = 2; nodes <= 16; nodes *= 2)
+          for (double gbps = 100; gbps <= 1600; gbps *= 2) {
+            const weave_cluster_t c = {&weave_roofline_devices[dev], nodes, g, gbps, gbps > 400 ? 0 : 5};
+            weave_roofline_nodes(&c, M, 8192, 28672, WEAVE_BF16, 2, 8, &r);
+            /* bound <= weave <= baseline, and the bound is the slowest stage */
+            if (!(r.t_bound_ms <= r.t_weave_ms * (1 + 1e-12) && r.t_weave_ms <= r.t_baseline_ms * (1 + 1e-12)) ||
+                r.t_bound_ms < r.t_gemm_ms || r.t_bound_ms < r.t_inter_ms || r.t_bound_ms < r.t_intra_ms)
+              bad_order++;
+            /* more chunks allowed: never slower */
+            weave_roofline_nodes_t more;
+            weave_roofline_nodes(&c, M, 8192, 28672, WEAVE_BF16, 2, 64, &more);
+            if (more.t_weave_ms > r.t_weave_ms * (1 + 1e-12) || more.chunks_used < 1 || more.chunks_used > 64) bad_chunks++;
+          }
+      }
+  CHECK_MSG(bad_one == 0, "%d one-node cases differ from weave_roofline", bad_one);
+  CHECK_MSG(bad_order == 0, "%d cases out of bound <= weave <= baseline", bad_order);
+  CHECK_MSG(bad_chunks == 0, "%d cases where allowing more chunks made weave slower", bad_chunks);
+
+  /* links without limit: every time is the GEMM's; the GEMM's K is the whole world's share */
+  weave_roofline_device_t fast = weave_roofline_devices[0];
+  fast.nvlink_gbps = 1e15;
+  const weave_cluster_t inf = {&fast, 4, 8, 1e18, 0};
+  weave_roofline_nodes_t r;
+  weave_roofline_nodes(&inf, 8192, 8192, 28672, WEAVE_BF16, 2, 8, &r);
+  const double gemm = 2.0 * 8192 * 8192 * 28672 / 32 / (989e12) * 1e3;
+  CHECK_MSG(close_to(r.t_gemm_ms, gemm), "gemm %.6f ms, want %.6f", r.t_gemm_ms, gemm);
+  CHECK_MSG(fabs(r.t_weave_ms - gemm) < 1e-6 * gemm && fabs(r.t_baseline_ms - gemm) < 1e-6 * gemm,
+            "infinite links: weave %.6f, baseline %.6f, GEMM %.6f ms", r.t_weave_ms, r.t_baseline_ms, gemm);
+  /* the network step: each GPU's node-reduced 1/g share, (n-1)/n of it, at net_gbps / 8 bytes/s */
+  const weave_cluster_t h100 = {&weave_roofline_devices[0], 4, 8, 400, 5};
+  weave_roofline_nodes(&h100, 8192, 8192, 28672, WEAVE_BF16, 2, 8, &r);
+  CHECK(close_to(r.t_inter_ms, 8192.0 * 8192 * 2 / 8 * 3 / 4 / 50e9 * 1e3));
+  CHECK(close_to(r.t_intra_ms, 8192.0 * 8192 * 2 * 7 / 8 / 450e9 * 1e3));
+  CHECK(close_to(r.t_baseline_ms, r.t_gemm_ms + r.t_intra_ms + r.t_inter_ms + 3 * 5e-3));
+  /* a small M pays the latency per piece: fewer pieces than at a large M */
+  weave_roofline_nodes_t small;
+  weave_roofline_nodes(&h100, 128, 8192, 28672, WEAVE_BF16, 2, 8, &small);
+  CHECK_MSG(small.chunks_used < r.chunks_used, "chunks: %d at M=128, %d at M=8192", small.chunks_used, r.chunks_used);
 }
 
 /* ---- AUTO's cost model ------------------------------------------------------------------------ */
@@ -544,6 +601,7 @@ int main(void) {
   test_execute_args();
   test_split();
   test_bytes_roofline();
+  test_roofline_nodes();
   test_auto_model();
   test_lt_alignment();
   return check_summary("test_plan");

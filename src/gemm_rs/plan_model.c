@@ -53,9 +53,12 @@ size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_byte
   return (size_t)(M - rows) * (size_t)N * slot_bytes;
 }
 
-const weave_roofline_device_t weave_roofline_devices[2] = {
+/* Dense datasheet rates. GB200: the B200 of an NVL72 rack at 1.2 kW, 2.5 / 5 PFLOP/s bf16 / fp8,
+ * 8 TB/s HBM3e, NVLink 5 at 900 GB/s a direction (docs/multinode.md cites the sources). */
+const weave_roofline_device_t weave_roofline_devices[3] = {
     {"H100 SXM", 989.0, 1979.0, 67.0, 3.35, 450.0},
     {"H200 SXM", 989.0, 1979.0, 67.0, 4.8, 450.0},
+    {"GB200 (NVL72)", 2500.0, 5000.0, 90.0, 8.0, 900.0},
 };
 
 void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, weave_dtype_t in,
@@ -68,6 +71,33 @@ void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total,
   out->t_rs_ms = world > 1 ? bytes / (d->nvlink_gbps * 1e9) * 1e3 : 0.0;
   out->t_baseline_ms = out->t_gemm_ms + out->t_rs_ms;
   out->t_fused_ms = out->t_gemm_ms > out->t_rs_ms ? out->t_gemm_ms : out->t_rs_ms;
+}
+
+void weave_roofline_nodes(const weave_cluster_t *c, int M, int N, int K_total, weave_dtype_t in, size_t elt_bytes,
+                          int max_chunks, weave_roofline_nodes_t *out) {
+  const int n = c->nodes > 0 ? c->nodes : 1, g = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
+  weave_roofline_t node;
+  /* the GEMM and the intra-node step are one node's roofline, its K_total the whole world's */
+  weave_roofline(c->device, M, N, K_total / n, g, in, elt_bytes, &node);
+  out->t_gemm_ms = node.t_gemm_ms;
+  out->t_intra_ms = node.t_rs_ms;
+  const double share = (double)M * N * elt_bytes / g; /* each GPU's node-reduced rows */
+  const double steps_ms = (n - 1) * c->net_latency_us * 1e-3;
+  out->t_inter_ms = n > 1 ? share * (n - 1) / n / (c->net_gbps * 1e9 / 8.0) * 1e3 : 0.0;
+  out->t_baseline_ms = node.t_baseline_ms + out->t_inter_ms + (n > 1 ? steps_ms : 0.0);
+  const double t_node = node.t_fused_ms;
+  out->t_bound_ms = t_node > out->t_inter_ms ? t_node : out->t_inter_ms;
+  out->t_weave_ms = t_node;
+  out->chunks_used = 1;
+  if (n == 1) return;
+  for (int C = 1; C <= (max_chunks > 0 ? max_chunks : 1); ++C) {
+    const double piece = out->t_inter_ms / C + steps_ms, node_piece = t_node / C;
+    const double t = node_piece + piece + (C - 1) * (node_piece > piece ? node_piece : piece);
+    if (C == 1 || t < out->t_weave_ms) {
+      out->t_weave_ms = t;
+      out->chunks_used = C;
+    }
+  }
 }
 
 weave_strategy_t weave_auto_model(const weave_auto_model_in_t *in, weave_auto_model_t *out) {

@@ -69,7 +69,7 @@ typedef struct {
   double hbm_tbps;
   double nvlink_gbps; /* per direction, per GPU */
 } weave_roofline_device_t;
-extern const weave_roofline_device_t weave_roofline_devices[2];
+extern const weave_roofline_device_t weave_roofline_devices[3]; /* H100 SXM, H200 SXM, GB200 (B200 in NVL72) */
 typedef struct {
   double t_gemm_ms, t_rs_ms, t_baseline_ms, t_fused_ms;
 } weave_roofline_t;
@@ -77,5 +77,35 @@ typedef struct {
  * moves). */
 void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, weave_dtype_t in,
                     size_t elt_bytes, weave_roofline_t *out);
+
+/* Past one node (docs/multinode.md): nodes of gpus_per_node GPUs, NVLink inside a node (one NVLink
+ * domain; NVL72: 72 GPUs and one node), one NIC per GPU between nodes. K_total is split over all
+ * nodes * gpus_per_node ranks; rank r keeps M / world rows of C.
+ *   baseline: the GEMM, then NCCL's reduce-scatter in two levels: inside the node over NVLink
+ *             ((g-1)/g of the partial), then between nodes over the NICs (each GPU's node-reduced
+ *             1/g share, (n-1)/n of it), one after the other;
+ *   weave:    inside each node the fused kernel (GEMM and intra-node reduction overlapped:
+ *             max(t_gemm, t_intra), as weave_roofline's t_fused), the node-reduced rows handed to
+ *             NCCL between nodes in C pieces, each piece's inter-node step overlapping the next
+ *             piece's fused work: a pipeline of two stages, so
+ *             (t_node + t_piece) + (C - 1) * max(t_node / C, t_piece), t_piece = t_inter / C plus
+ *             the latency of its n - 1 steps; C the best of 1..max_chunks (chunks_used);
+ *   bound:    max(t_gemm, t_intra, t_inter) (bandwidth only).
+ * Between nodes every step of the baseline's ring, and of each piece, pays net_latency_us.
+ * One node gives weave_roofline's times; links of infinite bandwidth and no latency give the
+ * GEMM's. */
+typedef struct {
+  const weave_roofline_device_t *device;
+  int nodes, gpus_per_node;
+  double net_gbps;       /* Gbit/s per GPU and direction between nodes (400, 800); unused with one node */
+  double net_latency_us; /* per message between nodes */
+} weave_cluster_t;
+typedef struct {
+  double t_gemm_ms, t_intra_ms, t_inter_ms; /* t_inter: bandwidth term of the baseline's network step */
+  double t_baseline_ms, t_weave_ms, t_bound_ms;
+  int chunks_used;
+} weave_roofline_nodes_t;
+void weave_roofline_nodes(const weave_cluster_t *c, int M, int N, int K_total, weave_dtype_t in, size_t elt_bytes,
+                          int max_chunks, weave_roofline_nodes_t *out);
 
 #endif
