@@ -1,5 +1,5 @@
 /*
- * GPU test of AUTO plans (gemm_rs/autotune.h): each case with a fresh, private tuning cache
+ * GPU test of AUTO plans (plan/autotune.h): each case with a fresh, private tuning cache
  * (XDG_CACHE_HOME in a new temporary folder, WEAVE_TUNE_FILE unset).
  *
  *   measured, then cached  the first AUTO plan of a shape times its candidates (chosen_by
@@ -26,7 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gemm_rs/autotune.h"
+#include "plan/autotune.h"
 #include "harness.h"
 #include "reference.h"
 #include "weave.h"

@@ -39,7 +39,7 @@
 #include "check.h"
 #include "harness.h"
 #include "gemm/hopper/gemm_hopper.h"
-#include "gemm_rs/lt.h"
+#include "plan/lt.h"
 #include "reference.h"
 
 #define GUARD 512 /* bytes after C that must stay poisoned */

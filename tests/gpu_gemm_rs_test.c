@@ -35,7 +35,7 @@
 
 #include "harness.h"
 #include "common/dtype.h"
-#include "gemm_rs/plan_model.h"
+#include "plan/plan_model.h"
 #include "kernels/kernels.h"
 #include "reference.h"
 #include "weave.h"

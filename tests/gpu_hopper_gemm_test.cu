@@ -23,7 +23,7 @@
 #include "check.h"
 #include "harness.h"
 #include "gemm/hopper/gemm_hopper.h"
-#include "gemm_rs/lt.h"
+#include "plan/lt.h"
 
 #define GUARD 512 /* elements after C that must stay poisoned */
 

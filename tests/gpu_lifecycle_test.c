@@ -25,7 +25,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gemm_rs/plan.h"
+#include "plan/plan.h"
 #include "harness.h"
 #include "reference.h"
 #include "weave.h"

@@ -1,5 +1,5 @@
 /* CPU test of plan logic that needs no device: the plan argument checks (weave_gemm_rs_check_args in
- * src/gemm_rs/plan_create.c: it links the library, still without a GPU), the split cost
+ * src/plan/plan_create.c: it links the library, still without a GPU), the split cost
  * model, byte counts, the roofline, and the tuning cache file. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -10,8 +10,8 @@
 
 #include "check.h"
 #include "runtime/internal.h"
-#include "gemm_rs/plan.h" /* and gemm_rs/lt.h */
-#include "gemm_rs/plan_model.h"
+#include "plan/plan.h" /* and plan/lt.h */
+#include "plan/plan_model.h"
 
 /* ---- argument checks --------------------------------------------------------------------------- */
 static void expect_bad(const char *what, int M, int N, int K, const weave_gemm_rs_desc_t *d,

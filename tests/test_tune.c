@@ -1,4 +1,4 @@
-/* CPU test of the tuning cache (src/gemm_rs/tune.c, documented in tune.h): the M bucket, one entry
+/* CPU test of the tuning cache (src/plan/tune.c, documented in tune.h): the M bucket, one entry
  * formatted and parsed back, malformed lines, the key, where the file lives, and the file itself:
  * lookups and stores, foreign, corrupt and unsafe files, writers in processes of their own, and the
  * bound on the lock's wait. Every file lives in a mkdtemp folder, removed at the end. */
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gemm_rs/tune.h"
+#include "plan/tune.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gemm_rs/plan_model.h"
+#include "plan/plan_model.h"
 
 #define CHUNKS 16     /* the most pieces between nodes; the model picks the best count */
 #define LATENCY_US 5.0 /* per message between nodes (an assumption: docs/multinode.md) */

@@ -1,5 +1,5 @@
 /*
- * C interface between the host (plan_create.c, plan_execute.c, gemm.c) and the kernels' launchers
+ * C interface between the host (plan_create.c, plan_execute.c, local_gemm.c) and the kernels' launchers
  * (gemm_rs.cu, tune_kernels.cu): parameter blocks passed by value and the launchers. Both C and
  * CUDA include this header.
  */
@@ -102,7 +102,7 @@ int weave_device_reads(int device, const void *ptr);
  * WEAVE_ERROR_INVALID_ARGUMENT naming names[i]; WEAVE_SUCCESS if none. */
 weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int device, const void *const *ptrs,
                                         const char *const *names, int n);
-/* One local GEMM, C[M, N] = alpha * A[M, K] B (+ bias[N]), for weave_gemm_dispatch (gemm.c). */
+/* One local GEMM, C[M, N] = alpha * A[M, K] B (+ bias[N]), for weave_gemm_dispatch (local_gemm.c). */
 typedef struct {
   int M, N, K;
   weave_dtype_t dtype;         /* of A and B */
@@ -118,7 +118,7 @@ typedef struct {
   size_t ws_bytes;             /* or NULL: the stream's own, allocated on its first need */
 } weave_gemm_call_t;
 
-/* gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks); fp8 runs on
+/* local_gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks); fp8 runs on
  * the Hopper role only. */
 weave_result_t weave_gemm_dispatch(const weave_gemm_call_t *c, weave_stream_t stream, char *msg, size_t msglen);
 /* The stream-K workspace such a call needs (0: none, or not the Hopper role); its pointers unused. */

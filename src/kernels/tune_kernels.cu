@@ -1,5 +1,5 @@
 /*
- * Kernels of the online tuner (gemm_rs/autotune.c) and of its test knob: random inputs for the
+ * Kernels of the online tuner (plan/autotune.c) and of its test knob: random inputs for the
  * candidates' timed calls, and a delay that makes one strategy slower on purpose (WEAVE_TEST_DELAY).
  */
 #include <stdint.h>

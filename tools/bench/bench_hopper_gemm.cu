@@ -13,7 +13,7 @@
  *
  * Options: `weave-bench --op gemm --help` lists them with their defaults (one table, gemm_options;
  * strict values: a bad one names the flag, exit 2). cuBLASLt runs through the library's own plan
- * (src/gemm_rs/lt.c).
+ * (src/plan/lt.c).
  */
 #include <algorithm>
 #include <math.h>
@@ -30,7 +30,7 @@
 
 #include "cli.h"
 #include "gemm/hopper/gemm_hopper.h"
-#include "gemm_rs/lt.h"
+#include "plan/lt.h"
 #include "json_writer.h"
 
 #define BCK(x)                                                                             \

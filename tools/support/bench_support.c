@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "common/dtype.h"
-#include "gemm_rs/plan_model.h"
-#include "gemm_rs/autotune.h"
-#include "gemm_rs/tune.h"
+#include "plan/plan_model.h"
+#include "plan/autotune.h"
+#include "plan/tune.h"
 #include "kernels/kernels.h"
 #include "runtime/internal.h"
 

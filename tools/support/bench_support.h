@@ -21,7 +21,7 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
  * them too, so a bad value never passes silently. */
 int bench_check_env(void);
 
-/* The tuning cache's key of a plan of `desc` on this rank (gemm_rs/tune.h's weave_tune_key_t, kept
+/* The tuning cache's key of a plan of `desc` on this rank (plan/tune.h's weave_tune_key_t, kept
  * opaque here: the tools reach the internals only through this header). */
 typedef struct {
   _Alignas(8) unsigned char bytes[256];

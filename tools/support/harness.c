@@ -268,8 +268,8 @@ uint64_t harness_seed(void) {
 /* ------------------------------------------------------------------------------------------------
  * Full check of a rank's rows against cuBLASLt over the gathered K
  * ---------------------------------------------------------------------------------------------- */
-#include "gemm_rs/lt.h"
-#include "gemm_rs/plan_model.h"
+#include "plan/lt.h"
+#include "plan/plan_model.h"
 #include "reference.h"
 
 /* The handle is the library's cuBLASLt plan itself. */

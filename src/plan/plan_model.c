@@ -1,5 +1,5 @@
 /* The plan's cost model and byte counts: see plan_model.h. */
-#include "gemm_rs/plan_model.h"
+#include "plan/plan_model.h"
 
 void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
                                     int blocks_per_sm, int budget, weave_split_inputs_t *in) {

@@ -18,7 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gemm_rs/plan.h"
+#include "plan/plan.h"
 
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 

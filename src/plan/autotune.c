@@ -1,5 +1,5 @@
 /* AUTO plans' choice: see autotune.h. */
-#include "gemm_rs/autotune.h"
+#include "plan/autotune.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,8 +9,8 @@
 #include <cuda_runtime_api.h>
 
 #include "common/dtype.h"
-#include "gemm_rs/plan_model.h"
-#include "gemm_rs/tune.h"
+#include "plan/plan_model.h"
+#include "plan/tune.h"
 #include "kernels/kernels.h"
 
 #define TUNE_MAX_CANDIDATES 5

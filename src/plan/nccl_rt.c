@@ -1,5 +1,5 @@
 /* NCCL through dlopen: see nccl_rt.h. */
-#include "gemm_rs/nccl_rt.h"
+#include "plan/nccl_rt.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>

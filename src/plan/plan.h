@@ -18,8 +18,8 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
-#include "gemm_rs/lt.h"
-#include "gemm_rs/nccl_rt.h"
+#include "plan/lt.h"
+#include "plan/nccl_rt.h"
 #include "kernels/kernels.h"
 #include "runtime/arg_checks.h"
 #include "runtime/internal.h"
@@ -51,7 +51,7 @@ struct weave_gemm_rs_plan {
   int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
   const void *reachable[6]; /* A, B, bias, C_out, scale_a, scale_b last found device-readable
                              * (execute_check_args) */
-  weave_choice_t chosen_by; /* how the strategy was chosen (AUTO: gemm_rs/autotune.h) */
+  weave_choice_t chosen_by; /* how the strategy was chosen (AUTO: plan/autotune.h) */
   double choose_ms;
   char why[320];
   int delay_us; /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */

@@ -1,7 +1,7 @@
 /*
  * AUTO plans: which strategy runs, and how that was decided (weave_choice_t in weave.h). In order:
  *
- *   cache        rank 0's entry in the tuning cache (gemm_rs/tune.h), used by every rank
+ *   cache        rank 0's entry in the tuning cache (plan/tune.h), used by every rank
  *   measurement  no entry, WEAVE_AUTOTUNE on, no stream being captured: the candidates timed on
  *                scratch inputs of the plan's shape (the baseline, fused with the planner's split,
  *                bulk, then fused with one communication block less and more unless the cost model
@@ -17,7 +17,7 @@
 #ifndef WEAVE_GEMM_RS_AUTOTUNE_H
 #define WEAVE_GEMM_RS_AUTOTUNE_H
 
-#include "gemm_rs/tune.h"
+#include "plan/tune.h"
 #include "runtime/internal.h"
 #include "weave.h"
 
@@ -40,7 +40,7 @@ typedef weave_result_t (*weave_plan_split_fn)(weave_team_t team, int M, int N, i
 weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                                      const weave_env_t *env, weave_plan_split_fn split, weave_auto_choice_t *out);
 
-/* The tuning cache's key of a plan on this rank (gemm_rs/tune.h). */
+/* The tuning cache's key of a plan on this rank (plan/tune.h). */
 void weave_tune_key_for(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                         weave_tune_key_t *key);
 

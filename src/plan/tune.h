@@ -1,6 +1,6 @@
 /*
  * The tuning cache: what AUTO plans chose for a GPU, a team and a problem, kept on disk so the
- * candidates are timed once per shape (gemm_rs/autotune.c) and never again. weave-bench --tune writes
+ * candidates are timed once per shape (plan/autotune.c) and never again. weave-bench --tune writes
  * the same file.
  *
  * Where: WEAVE_TUNE_FILE when set (read and written as it is), else $XDG_CACHE_HOME/weave/tune.tsv,

@@ -1,6 +1,6 @@
 /* The tuning cache: see tune.h. */
 #define _GNU_SOURCE
-#include "gemm_rs/tune.h"
+#include "plan/tune.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* cuBLASLt wrapper (see lt.h). Row-major C = A.B is computed as column-major C^T = B^T . A^T. */
-#include "gemm_rs/lt.h"
+#include "plan/lt.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

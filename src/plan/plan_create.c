@@ -3,7 +3,7 @@
  * weave_gemm_rs_plan_create runs the steps:
  *
  *   checks     the arguments, the same on every rank
- *   strategy   explicit, else AUTO's choice (cached, measured or modelled: gemm_rs/autotune.h); the
+ *   strategy   explicit, else AUTO's choice (cached, measured or modelled: plan/autotune.h); the
  *              slot dtype and the GEMM role follow
  *   tiling     tile shape and the per-owner capacities
  *   blocks     the co-resident budget and its GEMM / communication split
@@ -21,9 +21,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gemm_rs/autotune.h"
-#include "gemm_rs/plan.h"
-#include "gemm_rs/plan_model.h"
+#include "plan/autotune.h"
+#include "plan/plan.h"
+#include "plan/plan_model.h"
 
 /* ---- checks ------------------------------------------------------------------------------------ */
 weave_result_t weave_gemm_rs_desc_read(weave_team_t team, const weave_gemm_rs_desc_t *d, weave_gemm_rs_desc_t *out) {
