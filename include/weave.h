@@ -153,7 +153,14 @@ WEAVE_API weave_result_t weave_team_sync(weave_team_t team, weave_stream_t strea
  * this rank's own. Destroy the plans and the team on every rank, and create a new team to go on.
  * Not stopped: waits in host code (the bootstrap's agreements: plan creation, weave_barrier,
  * weave_malloc / weave_free), which end by their own timeout, and NCCL's reduce-scatter in plans that
- * use it (the baseline strategy where every rank has a GPU of its own, M % world == 0 and libnccl.so.2 loads at run time), whose kernels do not read weave's record. The notice is written into every rank's heap by the copy engine (no kernel),
+ * use it (the baseline strategy where every rank has a GPU of its own, M % world == 0 and
+ * libnccl.so.2 loads at run time), whose kernels do not read weave's record. NCCL's waits have no
+ * bound of their own: where a rank dies during such a call the others' NCCL kernel spins until
+ * their process ends. weave runs no watchdog that calls ncclCommAbort (it would need a thread per
+ * plan polling ncclCommGetAsyncError and an abort racing the caller's stream, and no run with a GPU
+ * per rank has been possible to test one): bound it with WEAVE_STRATEGY_FUSED or _BULK, whose waits
+ * are weave's, or with the launcher's own timeout. The notice is written into every rank's heap by
+ * the copy engine (no kernel),
  * on a stream of its own; the call returns once it is written (WEAVE_ERROR_TIMEOUT if that took
  * longer than the team's timeout). Not collective. A second call does nothing once every rank was
  * told, else tries again. Call it from the rank's own thread, not during another call on the team. */
