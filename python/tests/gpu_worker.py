@@ -121,12 +121,15 @@ def scales(per_row: bool, M: int, N: int, *key: object) -> Tuple[List[torch.Tens
 # ---- gemm_rs --------------------------------------------------------------------------------------
 def gemm_case(name: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, layout: str = "row",
               bias: bool = False, calls: int = 1, use_out: bool = False, views: bool = False,
-              **options: object) -> None:
+              row_split: str = "weave", **options: object) -> None:
     """views: a passed as [2, M / 2, K] (nn.Linear's leading dimensions) and b as the transposed view
     of a copy in the other layout (the same values, which weave plans as that layout, uncopied)."""
     team = weave_tp.get_team()
     world, rank = team.world, team.rank
     begin, rows = weave_tp.row_split(M, world, rank)
+    if row_split == "torch":  # torch.chunk's rows
+        chunk = -(-M // world)
+        begin, rows = min(rank * chunk, M), max(0, min(chunk, M - rank * chunk))
     a_in = torch.empty((M, K), dtype=dtype, device=DEVICE)  # one buffer, new values before every call
     for call in range(calls):
         A = [rand((M, K), name, call, "A", r, dtype=dtype) for r in range(world)]
@@ -140,10 +143,10 @@ def gemm_case(name: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bflo
             assert not b_arg.is_contiguous()
         if use_out:
             out = torch.full((rows, N), float("nan"), dtype=dtype, device=DEVICE)
-            got = weave_tp.gemm_rs(a_arg, b_arg, b, b_layout=layout, out=out, **options)
+            got = weave_tp.gemm_rs(a_arg, b_arg, b, b_layout=layout, out=out, row_split=row_split, **options)
             assert got is out
         else:
-            got = weave_tp.gemm_rs(a_arg, b_arg, b, b_layout=layout, **options)
+            got = weave_tp.gemm_rs(a_arg, b_arg, b, b_layout=layout, row_split=row_split, **options)
         check(f"{name} call {call}", got, want, K * world, dtype)
 
 
@@ -174,7 +177,10 @@ def case_gemm_rs() -> None:
     gemm_case("fused bf16 col, 3-D a, transposed view of b", *odd, layout="col", bias=True, strategy="fused",
               views=True)
     gemm_case("auto bf16 row, 3-D a, transposed view of b", *odd, layout="row", views=True)
-    n += 9
+    gemm_case("fused bf16 col, torch's row split", 3001, 1000, 777, layout="col", bias=True, strategy="fused",
+              row_split="torch")
+    gemm_case("out= auto, torch's row split", 3001, 1000, 777, layout="col", use_out=True, row_split="torch")
+    n += 11
     for strategy in ("auto", "fused", "bulk"):  # one token: only rank 0 owns a row
         gemm_case(f"1 token {strategy}", 1, 1000, 777, layout="col", bias=True, strategy=strategy)
         n += 1

@@ -191,6 +191,34 @@ def test_eager_backward_shapes(team: SimpleNamespace) -> None:
     assert (a3.grad.shape, w.grad.shape) == ((2, 5, 8), (8, 6))
 
 
+@pytest.mark.parametrize("world", [1, 2, 4, 5])
+def test_torch_row_split(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
+    """row_split="torch": rows as torch.chunk / Shard(0) give them (ceil(M / world) each, the last
+    ranks fewer or none), the tokens padded to a multiple of the world where M % world != 0 (the
+    plan is then of the padded M); "weave" keeps weave_row_split; out= takes torch's rows too."""
+    for rank in range(world):
+        use_team(monkeypatch, world, rank)
+        for M in (1, 3, 4, 10, 23):
+            chunks = torch.arange(M).chunk(world)
+            want = chunks[rank].numel() if rank < len(chunks) else 0
+            assert weave_tp.gemm_rs(meta(M, 8), meta(6, 8), row_split="torch").shape == (want, 6)
+            assert weave_tp.gemm_rs(meta(M, 8), meta(6, 8), row_split="weave").shape == \
+                (weave_tp.row_split(M, world, rank)[1], 6)
+            with torch.no_grad():
+                out = meta(want, 6)
+                assert weave_tp.gemm_rs(meta(M, 8), meta(6, 8), row_split="torch", out=out) is out
+    use_team(monkeypatch, 4, 3)
+    with pytest.raises(ValueError, match="row_split must be one of 'weave', 'torch'"):
+        weave_tp.gemm_rs(meta(10, 8), meta(6, 8), row_split="chunk")
+    with pytest.raises(TypeError, match="row_split must be a str"):
+        weave_tp.gemm_rs(meta(10, 8), meta(6, 8), row_split=None)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"out has shape \(3, 6\); this rank's rows are \[1, 6\]"):
+        weave_tp.gemm_rs(meta(10, 8), meta(6, 8), row_split="torch", out=meta(3, 6))
+    a = meta(10, 8).requires_grad_()
+    weave_tp.gemm_rs(a, meta(6, 8), row_split="torch").sum().backward()  # through the padding
+    assert a.grad.shape == (10, 8)
+
+
 def test_default_layout_is_f_linear(team: SimpleNamespace) -> None:
     """b is an nn.Linear weight [N, K_local] unless b_layout="row" says [K_local, N]; where N == K_local
     both shapes fit, so the default decides: it is F.linear's."""
@@ -406,12 +434,22 @@ def test_compiled_graph_depends_on_the_world(monkeypatch: pytest.MonkeyPatch) ->
     assert len(graphs) == 2 and graphs[0] != graphs[1]
 
 
+def test_compile_torch_row_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """row_split="torch" under torch.compile(fullgraph=True): the padding and the cut trace, an even
+    and an uneven token count alike (rank 3 of 4: 128 rows of 512; 1 of 301)."""
+    use_team(monkeypatch, 4, 3)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w: weave_tp.gemm_rs(x, w, row_split="torch"), backend="eager", fullgraph=True)
+    assert compiled(meta(512, 16), meta(12, 16)).shape == (128, 12)
+    assert compiled(meta(301, 16), meta(12, 16)).shape == (301 - 3 * 76, 12)
+
+
 def test_row_parallel_linear_arguments(team: SimpleNamespace) -> None:
     with pytest.raises(ValueError, match="in_features 30 must be a multiple of the team's world 4"):
         weave_tp.nn.RowParallelLinear(30, 6)
     layer = weave_tp.nn.RowParallelLinear(32, 6, device="meta")
     assert layer.weight.shape == (6, 8) and layer.bias.shape == (6,)
-    assert "in_features=32, out_features=6, bias=True, strategy='auto'" in repr(layer)
+    assert "in_features=32, out_features=6, bias=True, strategy='auto', row_split='weave'" in repr(layer)
     assert weave_tp.nn.RowParallelLinear(32, 6, bias=False, device="meta").bias is None
     with pytest.raises(ValueError, match=r"x must be this rank's shard \[\*, 8\]"):
         layer(meta(10, 32, dtype=torch.float32))
@@ -456,11 +494,13 @@ def test_rowwise_parallel_style(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
         model[0](torch.zeros(2, 3, 4, dtype=torch.bfloat16))
         (x, w, b), options = seen[0]
         assert w is model[0].weight and b is model[0].bias and options["group"] is mesh.get_group()
-        with pytest.raises(ValueError, match="5 tokens over 2 ranks: weave's rows"):
-            model[0](torch.zeros(5, 4, dtype=torch.bfloat16))
-        uneven = torch.nn.Linear(8, 6)
-        parallelize_module(uneven, mesh, weave_tp.parallel.RowwiseParallel(uneven_rows=True))
-        uneven(torch.zeros(5, 4))
+        assert options["row_split"] == "torch"  # torch's Shard(0), the default
+        weave_split = torch.nn.Linear(8, 6)
+        parallelize_module(weave_split, mesh, weave_tp.parallel.RowwiseParallel(row_split="weave"))
+        weave_split(torch.zeros(5, 4))
+        assert seen[-1][1]["row_split"] == "weave"
+        with pytest.raises(ValueError, match="row_split must be one of 'weave', 'torch'"):
+            weave_tp.parallel.RowwiseParallel(row_split="even")
         with pytest.raises(ValueError, match="in_features 7 must be a multiple of the mesh's size 2"):
             parallelize_module(torch.nn.Linear(7, 6), mesh, weave_tp.parallel.RowwiseParallel())
         with pytest.raises(TypeError, match="applies to nn.Linear"):

@@ -545,22 +545,24 @@ _gemm_rs_op.register_autograd(_backward, setup_context=_setup_context)
 # ---- the public functions -----------------------------------------------------------------------------
 def plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "col",
               strategy: str = "auto", reduce: str = "deterministic", fp32_slots: bool = False,
-              alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None) -> Optional[PlanInfo]:
+              alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None,
+              row_split: str = "weave") -> Optional[PlanInfo]:
     """The plan a gemm_rs call with these arguments uses (its resolved strategy, this rank's rows, the
     blocks, ...), or None before the first such call has made it."""
     call = "weave_tp.plan_info"
     team = get_team(call, group)
-    _check_types(call, dict(a=a, b=b), dict(bias=bias), dict(b_layout=b_layout, strategy=strategy, reduce=reduce),
-                 fp32_slots, alpha)
-    options, M, N, K = _check(call, team, _tokens(call, a), b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
-                              meta_ok=False)
+    _check_types(call, dict(a=a, b=b), dict(bias=bias),
+                 dict(b_layout=b_layout, strategy=strategy, reduce=reduce, row_split=row_split), fp32_slots, alpha)
+    a, _ = _torch_split(call, _tokens(call, a), row_split, team.world, team.rank)
+    options, M, N, K = _check(call, team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=False)
     plan = team.find_plan(M, N, K, options)
     return None if plan is None else plan.info
 
 
 def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: str = "col",
             out: Optional[Tensor] = None, strategy: str = "auto", reduce: str = "deterministic",
-            fp32_slots: bool = False, alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+            fp32_slots: bool = False, alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None,
+            row_split: str = "weave") -> Tensor:
     """This rank's rows of C = alpha * sum over ranks of a_r @ b_r^T (+ bias), as [rows, N]: F.linear
     summed over the ranks, each keeping its rows.
 
@@ -568,25 +570,50 @@ def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: st
     input); b: [N, K_local], an nn.Linear weight (b_layout "col", the default), or [K_local, N] with
     b_layout="row" (then C = sum of a_r @ b_r); a transposed view of either is taken as the other
     layout, without a copy. bias: [N]. One dtype (bf16, fp16, fp32), CUDA on the team's device,
-    contiguous. rows comes from weave_row_split of the M tokens (the first M % world ranks one
-    more; 0 when M < world and rank >= M): the result is [rows, N] whatever a's rank. Runs on
-    torch's current stream. The first call of each (shape, dtype, options) makes a plan, collectively:
-    every rank makes the same calls in the same order, and not during CUDA graph capture. strategy:
-    "auto" | "fused" | "bulk" | "baseline"; reduce: "deterministic" | "atomic"; fp32_slots: partials
-    in fp32. With out= the result is written there (no autograd); else a new tensor (with autograd).
-    group: the process group whose team runs it (weave_tp.init(group)); by default the first team."""
+    contiguous. The result is [rows, N] whatever a's rank; rows by row_split: "weave"
+    (weave_row_split: the first M % world ranks one more, 0 when M < world and rank >= M) or
+    "torch" (torch.chunk and DTensor's Shard(0): ceil(M / world) each, the last ranks fewer or none;
+    where M % world != 0 the tokens are padded to a multiple of the world first, a copy of a). Runs
+    on torch's current stream. The first call of each (shape, dtype, options) makes a plan,
+    collectively: every rank makes the same calls in the same order, and not during CUDA graph
+    capture. strategy: "auto" | "fused" | "bulk" | "baseline"; reduce: "deterministic" | "atomic";
+    fp32_slots: partials in fp32. With out= the result is written there (no autograd); else a new
+    tensor (with autograd). group: the process group whose team runs it (weave_tp.init(group)); by
+    default the first team."""
     call = "weave_tp.gemm_rs"
     _check_types(call, dict(a=a, b=b), dict(bias=bias, out=out),
-                 dict(b_layout=b_layout, strategy=strategy, reduce=reduce), fp32_slots, alpha)
+                 dict(b_layout=b_layout, strategy=strategy, reduce=reduce, row_split=row_split), fp32_slots, alpha)
     a = _tokens(call, a)
     team_id = _team_id(call, group)
     team = _team(call, team_id)
-    if out is None:
-        return torch.ops.weave_tp.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
-                                          team.rank, team_id)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
+    a, keep = _torch_split(call, a, row_split, team.world, team.rank)
+    if out is not None and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
         raise RuntimeError(f"{call}: out= does not support autograd (as torch's out= functions); "
                            "leave out=None, or call it under torch.no_grad()")
+    if out is None or keep is not None:
+        y = torch.ops.weave_tp.gemm_rs(a, b, bias, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
+                                       team.rank, team_id)
+        if keep is not None:
+            y = y[:keep]
+        if out is None:
+            return y
+        _check_out(call, team, out, y, keep, y.shape[1], meta_ok=y.device.type == "meta")
+        return out.copy_(y)
     torch.ops.weave_tp.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
                                    team.rank, team_id)
     return out
+
+
+def _torch_split(call: str, a: Tensor, row_split: str, world: int, rank: int) -> Tuple[Tensor, Optional[int]]:
+    """row_split="torch" where it differs from weave's (M % world != 0): a padded with zero rows to a
+    multiple of the world, where weave's split is torch's, and this rank's row count under torch's
+    split (ceil(M / world) each, the last ranks fewer), to cut the result to. Else a and None."""
+    if row_split not in ("weave", "torch"):
+        raise ValueError(f"{call}: row_split must be one of 'weave', 'torch' (got {row_split!r})")
+    M = a.shape[0]
+    pad = (world - M % world) % world
+    if row_split == "weave" or pad == 0:
+        return a, None
+    chunk = (M + pad) // world
+    keep = max(0, min(chunk, M - rank * chunk))
+    return torch.nn.functional.pad(a, (0, 0, 0, pad)), keep

@@ -21,15 +21,18 @@ class RowParallelLinear(nn.Module):
     every rank must hold the same values; it starts at zero (as in Megatron) and its gradient is the
     full one on every rank, so the copies stay equal. Backward gathers the output gradient's rows
     over the team's process group. group: whose team (weave_tp.init(group)); by default the first
-    team made.
+    team made. row_split: whose split of the tokens the output follows, "weave" or "torch"
+    (torch.chunk / DTensor Shard(0); weave_tp.gemm_rs says how).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, strategy: str = "auto",
                  device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None,
-                 group: Optional[dist.ProcessGroup] = None) -> None:
+                 group: Optional[dist.ProcessGroup] = None, row_split: str = "weave") -> None:
         super().__init__()
         team = get_team("weave_tp.nn.RowParallelLinear", group)
-        self.group = group
+        if row_split not in ("weave", "torch"):
+            raise ValueError(f"weave_tp.nn.RowParallelLinear: row_split must be one of 'weave', 'torch' (got {row_split!r})")
+        self.group, self.row_split = group, row_split
         if in_features < 1 or out_features < 1:
             raise ValueError(f"weave_tp.nn.RowParallelLinear: in_features {in_features} and out_features "
                              f"{out_features} must be >= 1")
@@ -58,8 +61,8 @@ class RowParallelLinear(nn.Module):
                              f"{self.weight.shape[1]}] (in_features / world), got {got}")
         if x.dtype != self.weight.dtype:
             raise TypeError(f"weave_tp.nn.RowParallelLinear: x is {x.dtype} but the weight is {self.weight.dtype}")
-        return gemm_rs(x, self.weight, self.bias, strategy=self.strategy, group=self.group)
+        return gemm_rs(x, self.weight, self.bias, strategy=self.strategy, group=self.group, row_split=self.row_split)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, strategy={self.strategy!r}")
+                f"bias={self.bias is not None}, strategy={self.strategy!r}, row_split={self.row_split!r}")

@@ -21,15 +21,19 @@ class RowwiseParallel(ParallelStyle):
 
     Input: this rank's shard of the features, [*, in / world] (torch's RowwiseParallel with
     input_layouts=Shard(-1)), a plain tensor. Output: this rank's rows of the tokens, [rows, out],
-    split by weave_row_split (the first tokens % world ranks one row more): a plain tensor. It is
-    torch's Shard(0) of the tokens where the tokens are a multiple of the world; otherwise the two
-    splits differ, and the forward refuses, unless uneven_rows=True says the caller expects
-    weave's split. The backward gathers the output gradient's rows over the group.
+    a plain tensor, split as torch's Shard(0) and torch.chunk split (row_split="torch", the
+    default: ceil(tokens / world) each, the last ranks fewer; uneven token counts are padded to a
+    multiple of the world, a copy of the input) or as weave_row_split (row_split="weave": the
+    first tokens % world ranks one more, no copy). The backward gathers the output gradient's rows
+    over the group.
     """
 
-    def __init__(self, *, strategy: str = "auto", uneven_rows: bool = False) -> None:
+    def __init__(self, *, strategy: str = "auto", row_split: str = "torch") -> None:
         super().__init__()
-        self.strategy, self.uneven_rows = strategy, uneven_rows
+        if row_split not in ("weave", "torch"):
+            raise ValueError(f"weave_tp.parallel.RowwiseParallel: row_split must be one of 'weave', 'torch' "
+                             f"(got {row_split!r})")
+        self.strategy, self.row_split = strategy, row_split
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         call = "weave_tp.parallel.RowwiseParallel"
@@ -50,8 +54,7 @@ class RowwiseParallel(ParallelStyle):
         with torch.no_grad():
             shard = module.weight[:, rank * k:(rank + 1) * k].contiguous()
         module.weight = nn.Parameter(shard, requires_grad=module.weight.requires_grad)
-        module._weave_group, module._weave_world = group, world
-        module._weave_strategy, module._weave_uneven = self.strategy, self.uneven_rows
+        module._weave_group, module._weave_strategy, module._weave_row_split = group, self.strategy, self.row_split
         module.forward = types.MethodType(_rowwise_forward, module)
         return module
 
@@ -62,10 +65,6 @@ def _rowwise_forward(self: nn.Linear, x: Tensor) -> Tensor:
         got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"{call}: x must be this rank's shard [*, {self.weight.shape[1]}] (in_features / world), "
                          f"got {got}")
-    tokens = x.numel() // x.shape[-1]
-    if tokens % self._weave_world and not self._weave_uneven:
-        raise ValueError(f"{call}: {tokens} tokens over {self._weave_world} ranks: weave's rows (the first "
-                         f"tokens % world ranks one more) are not torch's Shard(0); pad the tokens to a multiple "
-                         "of the world, or pass uneven_rows=True to take weave's split")
     bias: Optional[Tensor] = self.bias
-    return gemm_rs(x, self.weight, bias, strategy=self._weave_strategy, group=self._weave_group)
+    return gemm_rs(x, self.weight, bias, strategy=self._weave_strategy, group=self._weave_group,
+                   row_split=self._weave_row_split)
