@@ -473,8 +473,8 @@ def test_backward_over_gloo() -> None:
 def test_rowwise_parallel_style(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """parallelize_module with weave_tp.parallel.RowwiseParallel on a DeviceMesh: the nn.Linear keeps
     its rank's columns and the whole bias, its forward is gemm_rs over the mesh's group's team (here a
-    stand-in, rank 1 of 2, registered for the mesh's group: a real one needs a GPU), and tokens that
-    torch's Shard(0) would split otherwise are refused unless uneven_rows=True."""
+    stand-in, rank 1 of 2, registered for the mesh's group: a real one needs a GPU), with torch's row
+    split unless the style says row_split="weave"."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
