@@ -69,7 +69,7 @@ for mode in "$@"; do
           for range in "-b 128 -e 8192 -f 4" "-M 16384"; do
             echo "=== autosweep $d g=$g $range" >> "$out/autosweep.log"
             XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout ${BENCH_TIMEOUT:-200} $b/weave-bench $range -N 8192 \
-              -K 28672 -g $g -d $d --strategy all --reduce det -n ${BENCH_N:-10} -w 3 -c 0 >> "$out/autosweep.log" 2>&1
+              -K 28672 -g $g -d $d --strategy all --reduce det -n ${BENCH_N:-30} -w 3 -c 0 >> "$out/autosweep.log" 2>&1
             echo "autosweep $d g=$g $range rc=$?"; grep -E "^# auto ->" "$out/autosweep.log" | tail -1 | cut -c1-160
           done
         done
