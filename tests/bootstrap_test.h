@@ -176,4 +176,19 @@ static inline void clear_launcher_env(void) {
   for (size_t i = 0; i < sizeof(launcher_vars) / sizeof(launcher_vars[0]); ++i) unsetenv(launcher_vars[i]);
 }
 
+/* Every bootstrap test's start: quiet logs, the good cases' bound, no launcher variables, SIGPIPE
+ * fatal (the bootstrap must never raise one). The start time, for bootstrap_test_end. */
+static inline double bootstrap_test_begin(void) {
+  setenv("WEAVE_DEBUG", "NONE", 1); /* the failure cases fail on purpose: keep the log quiet */
+  setenv("WEAVE_TIMEOUT_MS", GOOD_TIMEOUT, 1);
+  clear_launcher_env();
+  signal(SIGPIPE, SIG_DFL);
+  return now_ms();
+}
+
+static inline int bootstrap_test_end(const char *name, double t0) {
+  printf("%s: %.1f s\n", name, (now_ms() - t0) / 1e3);
+  return check_summary(name);
+}
+
 #endif

@@ -338,13 +338,8 @@ static void test_env_port_order(void) {
   for (int r = 0; r < 2; ++r) CHECK_MSG(codes[r] == 0, "env port %d: rank %d exited with %d", port, r, codes[r]);
 }
 
-
 int main(void) {
-  setenv("WEAVE_DEBUG", "NONE", 1); /* the failure cases fail on purpose: keep the log quiet */
-  setenv("WEAVE_TIMEOUT_MS", GOOD_TIMEOUT, 1);
-  clear_launcher_env();
-  signal(SIGPIPE, SIG_DFL); /* a SIGPIPE would kill the test: the bootstrap must never raise one */
-  double t0 = now_ms();
+  double t0 = bootstrap_test_begin();
   test_env_errors();
   test_env_info();
   test_env_world(STYLE_TORCHRUN, 4);
@@ -354,6 +349,5 @@ int main(void) {
   test_env_world_mismatch();
   test_env_self_connect();
   test_env_port_order();
-  printf("test_bootstrap_env: %.1f s\n", (now_ms() - t0) / 1e3);
-  return check_summary("test_bootstrap_env");
+  return bootstrap_test_end("test_bootstrap_env", t0);
 }

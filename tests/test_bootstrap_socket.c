@@ -851,11 +851,7 @@ static void test_short_io(void) {
 }
 
 int main(void) {
-  setenv("WEAVE_DEBUG", "NONE", 1); /* the failure tests fail on purpose: keep the log quiet */
-  setenv("WEAVE_TIMEOUT_MS", GOOD_TIMEOUT, 1);
-  clear_launcher_env();
-  signal(SIGPIPE, SIG_DFL); /* a SIGPIPE would kill the test: the bootstrap must never raise one */
-  double t0 = now_ms();
+  double t0 = bootstrap_test_begin();
 
   test_bad_args();
   test_fork_world(2, 0);
@@ -885,7 +881,6 @@ int main(void) {
   isolated("a stalled hub", test_stalled_hub, 20000);
   test_missing_rank(4, 3);
   isolated("a silent rank", test_silent_peer, 20000);
-  printf("test_bootstrap_socket: %.1f s\n", (now_ms() - t0) / 1e3);
-  return check_summary("test_bootstrap_socket");
+  return bootstrap_test_end("test_bootstrap_socket", t0);
 }
 

@@ -258,19 +258,13 @@ static void test_fd_exchange_threads(int world) {
   weave_bootstrap_destroy(bs);
 }
 
-
 int main(void) {
-  setenv("WEAVE_DEBUG", "NONE", 1); /* the failure cases fail on purpose: keep the log quiet */
-  setenv("WEAVE_TIMEOUT_MS", GOOD_TIMEOUT, 1);
-  clear_launcher_env();
-  signal(SIGPIPE, SIG_DFL); /* a SIGPIPE would kill the test: the bootstrap must never raise one */
-  double t0 = now_ms();
+  double t0 = bootstrap_test_begin();
   test_fd_exchange(2, 1, -1);
   test_fd_exchange(4, 1, -1);
   test_fd_exchange(4, 2, 1); /* 2 processes x 2 threads; rank 1 passes no fd */
   test_fd_exchange(6, 3, 4);
   test_fd_exchange_threads(4);
   test_fd_exchange_stranger();
-  printf("test_fd_exchange: %.1f s\n", (now_ms() - t0) / 1e3);
-  return check_summary("test_fd_exchange");
+  return bootstrap_test_end("test_fd_exchange", t0);
 }

@@ -14,7 +14,7 @@ from weave_tp import _torch
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-TEAM = _torch._register(SimpleNamespace(world=world, rank=rank, device=0), dist.group.WORLD)
+TEAM = _torch._register(SimpleNamespace(world=world, rank=rank, device=0, destroy=lambda: None), dist.group.WORLD)
 
 
 def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

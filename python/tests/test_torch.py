@@ -272,7 +272,7 @@ def test_several_teams(monkeypatch: pytest.MonkeyPatch) -> None:
     """One team per group (e.g. per DeviceMesh dimension): calls take the first unless they name a group;
     the ops carry the team's id, so a traced graph keeps to its team; finalize(group) frees one."""
     tp, dp = object(), object()  # stand-ins for two process groups
-    first, second = SimpleNamespace(world=4, rank=1, device=0), SimpleNamespace(world=2, rank=1, device=0)
+    first, second = (SimpleNamespace(world=w, rank=1, device=0, destroy=lambda: None) for w in (4, 2))
     monkeypatch.setattr(_torch._state, "teams", {})
     monkeypatch.setattr(_torch._state, "default", None)
     assert (_torch._register(first, tp), _torch._register(second, dp)) == (_torch._state.next_id - 2,

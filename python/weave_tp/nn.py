@@ -10,6 +10,13 @@ from torch import Tensor, nn
 from ._torch import gemm_rs, get_team
 
 
+def _check_shard(call: str, x: object, k: int) -> None:
+    """x is a rank's shard of a row-parallel layer's input: [*, k], k = in_features / world."""
+    if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != k:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{call}: x must be this rank's shard [*, {k}] (in_features / world), got {got}")
+
+
 class RowParallelLinear(nn.Module):
     """y = x W^T + b with x's and W's in_features split over the ranks of the weave team and y's rows
     split too: rank r holds columns [r * in/world, (r+1) * in/world) of x and W, and gets its rows
@@ -55,10 +62,7 @@ class RowParallelLinear(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.weight.shape[1]:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"weave_tp.nn.RowParallelLinear: x must be this rank's shard [*, "
-                             f"{self.weight.shape[1]}] (in_features / world), got {got}")
+        _check_shard("weave_tp.nn.RowParallelLinear", x, self.weight.shape[1])
         if x.dtype != self.weight.dtype:
             raise TypeError(f"weave_tp.nn.RowParallelLinear: x is {x.dtype} but the weight is {self.weight.dtype}")
         return gemm_rs(x, self.weight, self.bias, strategy=self.strategy, group=self.group, row_split=self.row_split)

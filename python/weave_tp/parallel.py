@@ -2,7 +2,6 @@
 nn.Linear layers on weave, for parallelize_module on a DeviceMesh."""
 
 import types
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -10,6 +9,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from ._torch import gemm_rs, get_team, init, is_initialized
+from .nn import _check_shard
 
 
 class RowwiseParallel(ParallelStyle):
@@ -60,11 +60,6 @@ class RowwiseParallel(ParallelStyle):
 
 
 def _rowwise_forward(self: nn.Linear, x: Tensor) -> Tensor:
-    call = "weave_tp.parallel.RowwiseParallel"
-    if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.weight.shape[1]:
-        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{call}: x must be this rank's shard [*, {self.weight.shape[1]}] (in_features / world), "
-                         f"got {got}")
-    bias: Optional[Tensor] = self.bias
-    return gemm_rs(x, self.weight, bias, strategy=self._weave_strategy, group=self._weave_group,
+    _check_shard("weave_tp.parallel.RowwiseParallel", x, self.weight.shape[1])
+    return gemm_rs(x, self.weight, self.bias, strategy=self._weave_strategy, group=self._weave_group,
                    row_split=self._weave_row_split)
