@@ -5,7 +5,8 @@
 # concurrently only under CUDA MPS: --mps starts a private MPS daemon when none is running and stops
 # it afterwards; when MPS cannot start, the ranks are told (WEAVE_LAUNCH_TIME_SLICED=1: the tests then
 # run their small cases only) and waits get a longer bound (WEAVE_TIMEOUT_MS=120000 unless set).
-# When a rank fails the others get WEAVE_TIMEOUT_MS to notice, then are killed.
+# When a rank fails the others get WEAVE_TIMEOUT_MS to notice, then are killed. With
+# WEAVE_LAUNCH_PIDFILE set, each rank's "RANK PID" goes there as it starts (tests/kill_rank.sh).
 # Usage: scripts/launch.sh -n N [--mps] [--] command [args...]   Exit: the first non-zero rank status.
 set -uo pipefail
 n=1 mps=0
@@ -54,6 +55,7 @@ pids=()
 for ((r = 0; r < n; r++)); do
   RANK=$r LOCAL_RANK=$r "$@" &
   pids+=($!)
+  [ -z "${WEAVE_LAUNCH_PIDFILE:-}" ] || echo "$r $!" >> "$WEAVE_LAUNCH_PIDFILE"
 done
 status=0 grace=$(( (${WEAVE_TIMEOUT_MS:-10000} + 999) / 1000 + 5 ))
 live=("${pids[@]}")

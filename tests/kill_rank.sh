@@ -10,27 +10,22 @@ cd "$(dirname "$0")/.."
 prog=$1 n=${2:-4} victim=${3:-2}
 if ! nvidia-smi -L >/dev/null 2>&1; then echo "kill_rank: no GPU: skipped"; exit 77; fi
 export WEAVE_TIMEOUT_MS=3000
-marker=weave-kill-$$-$RANDOM
 log=$(mktemp /tmp/weave-kill.XXXXXX)
 shm_before=$(ls /dev/shm 2>/dev/null | grep -ci weave || true)
 unix_before=$(grep -c weave /proc/net/unix 2>/dev/null || true)
-fail() { echo "kill_rank: FAILED: $*"; echo "--- the job's output:"; cat "$log"; rm -f "$log"; exit 1; }
-# the job's processes carry the marker in their environment
+fail() { echo "kill_rank: FAILED: $*"; echo "--- the job's output:"; cat "$log"; rm -f "$log" "$pidfile"; exit 1; }
+# the job's ranks, from launch.sh's pid file (reading /proc/PID/environ is not allowed everywhere)
+pidfile=$(mktemp /tmp/weave-kill-pids.XXXXXX)
 job_pids() {
-  for p in $(pgrep -f "$(basename "$prog")" 2>/dev/null); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "WEAVE_KILL_MARKER=$marker" && echo "$p"
-  done
+  while read -r _ p; do kill -0 "$p" 2>/dev/null && echo "$p"; done <"$pidfile"
 }
 
-WEAVE_KILL_MARKER=$marker scripts/launch.sh -n "$n" --mps "$prog" >"$log" 2>&1 &
+WEAVE_LAUNCH_PIDFILE=$pidfile scripts/launch.sh -n "$n" --mps "$prog" >"$log" 2>&1 &
 launcher=$!
 # every rank is past its team (a case has finished) before the kill
 for _ in $(seq 600); do grep -q "checked calls" "$log" && break; kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
 grep -q "checked calls" "$log" || fail "no case finished within 60 s before the kill"
-victim_pid=
-for p in $(job_pids); do
-  tr '\0' '\n' <"/proc/$p/environ" | grep -qx "RANK=$victim" && victim_pid=$p
-done
+victim_pid=$(awk -v r="$victim" '$1 == r {print $2}' "$pidfile")
 [ -n "$victim_pid" ] || fail "rank $victim's process not found"
 t0=$(date +%s%N)
 kill -9 "$victim_pid"
@@ -53,4 +48,4 @@ shm_after=$(ls /dev/shm 2>/dev/null | grep -ci weave || true)
 unix_after=$(grep -c weave /proc/net/unix 2>/dev/null || true)
 [ "$unix_after" -le "$unix_before" ] || fail "sockets of weave's left: $(grep weave /proc/net/unix)"
 echo "kill_rank: PASSED: rank $victim of $n killed; the job was down $secs ms later (exit $rc), $named error lines name it, nothing left"
-rm -f "$log"
+rm -f "$log" "$pidfile"

@@ -493,9 +493,11 @@ weave_result_t weave_team_abort(weave_team_t team) {
   }
   const int64_t start = weave_monotonic_ms(), deadline = start + team->timeout_ms;
   const char *step = e == cudaSuccess ? "waiting for the copies" : "queueing the copies";
-  while (e == cudaSuccess && (e = cudaStreamQuery(s)) == cudaErrorNotReady && weave_monotonic_ms() < deadline) {
-    const struct timespec pause = {0, 100000}; /* 0.1 ms */
-    nanosleep(&pause, NULL);
+  if (e == cudaSuccess) {
+    while ((e = cudaStreamQuery(s)) == cudaErrorNotReady && weave_monotonic_ms() < deadline) {
+      const struct timespec pause = {0, 100000}; /* 0.1 ms */
+      nanosleep(&pause, NULL);
+    }
   }
   const long long waited = (long long)(weave_monotonic_ms() - start);
   if (s) cudaStreamDestroy(s); /* returns at once; the copies, if still queued, complete before its release */
