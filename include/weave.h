@@ -342,6 +342,63 @@ WEAVE_API weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t plan); 
 WEAVE_API weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, weave_stream_t stream, void *events,
                                          size_t capacity, size_t *count);
 
+/* ---------------------------------------------------------------------------------------------
+ * AllGather + GEMM (the column-parallel half of a tensor-parallel layer)
+ *   C[M, N] = alpha * A[M, K] . B + bias[N], where rank r holds rows [row_begin(r), row_begin(r) +
+ *   rows(r)) of A (weave_row_split, as gemm_rs's output) and its own B of N columns (a shard of the
+ *   layer's output features), and every rank gets all M rows of its C. Deterministic: each element of
+ *   C is one GEMM's sum.
+ * ------------------------------------------------------------------------------------------- */
+/* strategy:
+ *   FUSED     one persistent kernel: communication blocks push this rank's rows into every rank's
+ *             copy of A on the symmetric heap (own rows first, then rank r+1, r+2, ...), GEMM blocks
+ *             wait for the rows of each tile as they arrive (this rank's own tiles first). Needs the
+ *             Hopper GEMM role: bf16 or fp16, rows of A and B of 16-byte multiples.
+ *   BULK      weave's gather (the same pushes), then weave's GEMM over the gathered A.
+ *   BASELINE  ncclAllGather where every rank has a GPU of its own, M % world == 0 and libnccl.so.2
+ *             loads, else weave's gather; then cuBLASLt.
+ *   AUTO      the cost model (weave_ag_gemm_info_t.why): FUSED where it runs and every rank has a GPU
+ *             of its own, else BULK (on one GPU shared by the ranks bulk was measured faster). */
+typedef struct {
+  size_t struct_size;         /* sizeof(weave_ag_gemm_desc_t) */
+  weave_dtype_t dtype;        /* A, B, C and bias: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP32 */
+  weave_layout_t b_layout;    /* B [K, N] (ROW) or [N, K] (COL: an nn.Linear weight shard) */
+  weave_strategy_t strategy;
+  float alpha;
+  int has_bias;
+  int gemm_blocks, comm_blocks; /* fused: both 0 (the default split) or both given */
+} weave_ag_gemm_desc_t;
+
+#define WEAVE_AG_GEMM_DESC_INIT \
+  {sizeof(weave_ag_gemm_desc_t), WEAVE_BF16, WEAVE_LAYOUT_COL, WEAVE_STRATEGY_AUTO, 1.0f, 0, 0, 0}
+
+typedef struct weave_ag_gemm_plan *weave_ag_gemm_plan_t;
+
+typedef struct {
+  weave_strategy_t strategy;  /* resolved (never AUTO) */
+  int row_begin, rows;        /* this rank's rows of A */
+  int gemm_blocks, comm_blocks; /* fused: the kernel's split; bulk: the push's and the GEMM's blocks */
+  size_t heap_bytes;          /* symmetric memory this plan holds per rank (the gathered A and flags) */
+  size_t bytes_sent;          /* bytes of A this rank sends to peers per call */
+  weave_choice_t chosen_by;   /* WEAVE_CHOSEN_BY_CALLER or _MODEL */
+  char why[160];
+} weave_ag_gemm_info_t;
+
+/* Collective. Same (M, N, K, desc) on every rank; any M >= 1 (ranks past the last row hold none). */
+WEAVE_API weave_result_t weave_ag_gemm_plan_create(weave_team_t team, int M, int N, int K,
+                                                   const weave_ag_gemm_desc_t *desc, weave_ag_gemm_plan_t *plan);
+/* Enqueue one call on `stream`. A: this rank's rows [rows, K] (NULL when it holds none), B: see
+ * b_layout, bias: [N] or NULL, C: [M, N] row-major, A_gathered: NULL, or [M, K] to receive every
+ * rank's rows (what a backward pass needs). Device pointers of this rank, aligned to their element;
+ * A and B 16-byte aligned where the Hopper role reads them (fused, bulk with 16-bit inputs: the
+ * refusal says so). The same rules as weave_gemm_rs_execute: never allocates, may be captured in a
+ * CUDA graph after the first call, calls in the same order on every rank, ranks sharing a GPU return
+ * once the call has finished. */
+WEAVE_API weave_result_t weave_ag_gemm_execute(weave_ag_gemm_plan_t plan, const void *A, const void *B,
+                                               const void *bias, void *C, void *A_gathered, weave_stream_t stream);
+WEAVE_API weave_result_t weave_ag_gemm_plan_info(weave_ag_gemm_plan_t plan, weave_ag_gemm_info_t *info);
+WEAVE_API weave_result_t weave_ag_gemm_plan_destroy(weave_ag_gemm_plan_t plan); /* collective (aborted team: local) */
+
 /* Row split used by every strategy: contiguous chunks of whole rows, the first M % world ranks one
  * row more. */
 WEAVE_API weave_result_t weave_row_split(int M, int world, int rank, int *row_begin, int *rows);

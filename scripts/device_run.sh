@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +75,28 @@ for mode in "$@"; do
         done
       done
       python3 scripts/auto_sweep_table.py "$out/autosweep.log" | tee "$out/autosweep.md" | tail -40
+      ;;
+    ag) # AllGather + GEMM: gpu_ag_gemm in threads (worlds 1, 2, 4, 8) and 4 processes under MPS, the
+        # strategies' table at 1 and 4 ranks sharing the GPU (ag_bench.log), memcheck and racecheck at
+        # world 1 (the sanitizers serialize kernels, so ranks that wait for each other time out there)
+      for w in 1 2 4 8; do
+        WEAVE_TIMEOUT_MS=5000 timeout 200 $b/tests/gpu_ag_gemm --world $w > "$out/ag_w$w.log" 2>&1
+        echo "gpu_ag_gemm world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_w$w.log" | head -6
+      done
+      timeout 200 scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm > "$out/ag_procs4.log" 2>&1
+      echo "gpu_ag_gemm, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_procs4.log" | tail -2
+      for g in ${BENCH_G:-1 4 8}; do
+        n=$((28672 / g)); [ $g = 1 ] && n=8192
+        timeout ${BENCH_TIMEOUT:-200} $b/weave-bench --op ag_gemm -M 512 -M 2048 -M 8192 -M 16384 -N $n -K 8192 -g $g \
+          -n ${BENCH_N:-20} -w 3 >> "$out/ag_bench.log" 2>&1
+        echo "ag bench g=$g: rc=$?"
+      done
+      grep -v "WARN" "$out/ag_bench.log" | tail -20
+      for tool in memcheck racecheck synccheck; do
+        WEAVE_TIMEOUT_MS=20000 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_ag_gemm \
+          --world 1 --quick >> "$out/ag_san.log" 2>&1
+        echo "sanitizer $tool (ag_gemm, world 1): rc=$?"
+      done
       ;;
     tune) # sweep strategies and the fused split per world; the winners go to $out/weave.tune, which
           # later modes of this batch read (AUTO and the fused split come from it)

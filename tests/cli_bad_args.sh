@@ -41,6 +41,17 @@ expect_bad "-M" -M
 expect_bad "-d" -d fp64
 expect_bad "--fp8-accum" -d fp8 --fp8-accum fp16
 expect_bad "--fp8-accum" --op gemm -d fp8 --fp8-accum slow
+# --op ag_gemm (AllGather + GEMM): its own flags, each value checked
+expect_bad "-M" --op ag_gemm -M abc
+expect_bad "-M" --op ag_gemm -M 0
+expect_bad "-n" --op ag_gemm -n 0
+expect_bad "-g" --op ag_gemm -g -1
+expect_bad "-w" --op ag_gemm -w -1
+expect_bad "--comm-blocks" --op ag_gemm --comm-blocks 0
+expect_bad "-d" --op ag_gemm -d fp8
+expect_bad "-l" --op ag_gemm -l diag
+expect_bad "--bogus" --op ag_gemm --bogus 1
+expect_bad "-e" --op ag_gemm -b 1024 -e 512
 expect_bad "--fp8-accum" -d bf16 --fp8-accum fast
 expect_bad "--fp8-accum" --op gemm -d bf16 --fp8-accum fast
 expect_bad "--scales" -d bf16 --scales row

@@ -20,7 +20,7 @@ job_pids() {
   while read -r _ p; do kill -0 "$p" 2>/dev/null && echo "$p"; done <"$pidfile"
 }
 
-WEAVE_LAUNCH_PIDFILE=$pidfile scripts/launch.sh -n "$n" --mps "$prog" >"$log" 2>&1 &
+WEAVE_LAUNCH_PIDFILE=$pidfile stdbuf -oL -eL scripts/launch.sh -n "$n" --mps "$prog" >"$log" 2>&1 &
 launcher=$!
 # every rank is past its team (a case has finished) before the kill
 for _ in $(seq 600); do grep -q "checked calls" "$log" && break; kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
@@ -28,7 +28,7 @@ grep -q "checked calls" "$log" || fail "no case finished within 60 s before the 
 victim_pid=$(awk -v r="$victim" '$1 == r {print $2}' "$pidfile")
 [ -n "$victim_pid" ] || fail "rank $victim's process not found"
 t0=$(date +%s%N)
-kill -9 "$victim_pid"
+kill -9 "$victim_pid" 2>/dev/null || fail "rank $victim (pid $victim_pid) had exited before the kill"
 deadline=$(( 3 + 5 + 10 ))
 for _ in $(seq $((deadline * 10))); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
 if kill -0 $launcher 2>/dev/null; then

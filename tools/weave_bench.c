@@ -34,6 +34,7 @@
 
 /* --op gemm: tools/bench/bench_hopper_gemm.cu */
 int weave_bench_gemm_main(int argc, char **argv);
+int weave_bench_ag_main(int argc, char **argv); /* bench/bench_ag_gemm.c */
 
 #define MAX_VARIANTS 72 /* the strategies, and --tune's splits */
 #define MAX_ITERS 256
@@ -874,6 +875,7 @@ static void print_dry(const bench_t *b, const variant_options_t *vo, const char 
 int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (!strcmp(argv[i], "--op") && !strcmp(argv[i + 1], "gemm")) return weave_bench_gemm_main(argc, argv);
+    else if (!strcmp(argv[i], "--op") && !strcmp(argv[i + 1], "ag_gemm")) return weave_bench_ag_main(argc, argv);
   static bench_t b;
   variant_options_t vo;
   parse_options(argc, argv, &b, &vo);

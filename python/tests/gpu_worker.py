@@ -461,15 +461,16 @@ def case_opcheck() -> None:
     b = rand((160, 96), "opcheck b", weave_tp.get_team().rank).requires_grad_()
     bias = rand((160,), "opcheck bias").requires_grad_()
     team = weave_tp.get_team()
+    team_id = weave_tp._torch._team_id("opcheck", None)  # the default team's id: the ops' last argument
     torch.library.opcheck(torch.ops.weave_tp.gemm_rs.default,
-                          (a, b, bias, "col", "fused", "deterministic", False, 1.0, team.world, team.rank))
+                          (a, b, bias, "col", "fused", "deterministic", False, 1.0, team.world, team.rank, team_id))
     say("  torch.library.opcheck(weave_tp::gemm_rs): schema, fake, autograd registration, aot dispatch")
 
     # fp8 (no autograd: nothing requires grad), this rank's own a, b and per-row scales
     SA, SB = scales(True, 300, 160, "opcheck")
     args = (rand((300, 96), "opcheck a8", team.rank, dtype=F8), rand((160, 96), "opcheck b8", team.rank, dtype=F8),
             SA[team.rank], SB[team.rank], rand((160,), "opcheck bias8"), torch.bfloat16, False, "fused",
-            "deterministic", False, 1.0, team.world, team.rank)
+            "deterministic", False, 1.0, team.world, team.rank, team_id)
     torch.library.opcheck(torch.ops.weave_tp.gemm_rs_scaled.default, args,
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
     # test_schema: torch's SchemaCheckMode compares each input before and after with torch.allclose, which

@@ -1,6 +1,6 @@
 /*
  * C interface between the host (plan_create.c, plan_execute.c, local_gemm.c) and the kernels' launchers
- * (gemm_rs.cu, tune_kernels.cu): parameter blocks passed by value and the launchers. Both C and
+ * (gemm_rs.cu, ag_gemm.cu, tune_kernels.cu): parameter blocks passed by value and the launchers. Both C and
  * CUDA include this header.
  */
 #ifndef WEAVE_KERNELS_H
@@ -63,6 +63,41 @@ typedef struct {
   weave_dtype_t in_dtype; /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
   int fp8_fast_accum; /* fp8: the tensor cores' accumulator over all of K instead of fp32 (weave_fp8_accum_t) */
 } weave_fused_params_t;
+
+/* AllGather + GEMM (ag_gemm.cu has the protocol). Rows of A move in blocks of WEAVE_AG_BLOCK_ROWS
+ * rows of the gathered A (the Hopper GEMM's tile rows): row_flags[b] of a rank's heap counts the
+ * pushes into block b that have arrived there, one per contributing rank per call, so after call e
+ * it holds e x (ranks whose rows meet block b) and nothing is reset. */
+#define WEAVE_AG_BLOCK_ROWS 128
+typedef struct {
+  int M, N, K;                 /* N: this rank's columns of C */
+  weave_dtype_t dtype;         /* A, B, C and bias */
+  weave_device_team_t team;
+  const void *A;               /* this rank's rows of A, [rows, K] (the call's) */
+  int row_begin, rows;         /* weave_row_split of this rank */
+  void *gathered;              /* heap [M, K]: this rank's copy of every rank's rows */
+  uint32_t *row_flags;         /* heap [blocks_m] */
+  const uint32_t *row_info;    /* [blocks_m]: pushes block b receives per call (the ranks whose rows meet
+                                * it) | the first of them << 16; fixed per plan */
+  weave_plan_ctl_t *ctl;       /* epoch, done[src] (src finished reading its gathered A), arrive[0] */
+  int blocks_m;                /* ceil(M / WEAVE_AG_BLOCK_ROWS) */
+  int gemm_blocks, comm_blocks;
+  int signal_done;             /* fused: the kernel's last block publishes done[] and the epoch (else
+                                * weave_launch_ag_finish does, after what the call still reads) */
+} weave_ag_params_t;
+
+/* The fused kernel: comm_blocks push this rank's rows into every rank's gathered A while
+ * gemm_blocks compute C[M, N] = alpha * gathered . B (+ bias) on the Hopper role, each tile's loads
+ * waiting for its rows. hg: tensor maps of the gathered A and the call's B. 16-bit inputs only. */
+int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, float alpha, const void *bias,
+                          void *C, struct CUstream_st *stream);
+/* Blocks per SM of the fused kernel (0: it cannot run here) and its dynamic shared memory. */
+int weave_ag_fused_blocks_per_sm(size_t *smem_bytes);
+/* The gather in pieces (bulk and baseline): push this rank's rows on `blocks` blocks; one block
+ * waiting for every row of this call to have arrived; one block publishing done[] and the epoch. */
+int weave_launch_ag_push(const weave_ag_params_t *p, int blocks, struct CUstream_st *stream);
+int weave_launch_ag_wait(const weave_ag_params_t *p, struct CUstream_st *stream);
+int weave_launch_ag_finish(const weave_ag_params_t *p, struct CUstream_st *stream);
 
 /* The GEMM role a shape can use: the Hopper role (TMA + wgmma) needs 16-bit inputs and 16-byte
  * aligned rows of A and B, or fp8 inputs (B [N, K], K % 16 == 0; fp8 has no other role); everything

@@ -22,6 +22,7 @@ struct weave_nccl {
   nccl_result_t (*get_unique_id)(nccl_unique_id_t *);
   nccl_result_t (*comm_init_rank)(nccl_comm_t *, int, nccl_unique_id_t, int);
   nccl_result_t (*reduce_scatter)(const void *, void *, size_t, int, int, nccl_comm_t, weave_stream_t);
+  nccl_result_t (*all_gather)(const void *, void *, size_t, int, nccl_comm_t, weave_stream_t);
   nccl_result_t (*comm_destroy)(nccl_comm_t);
   const char *(*error_string)(nccl_result_t);
 };
@@ -32,9 +33,10 @@ static weave_result_t load(weave_team_t team, weave_nccl_t *n) {
   *(void **)&n->get_unique_id = dlsym(n->lib, "ncclGetUniqueId");
   *(void **)&n->comm_init_rank = dlsym(n->lib, "ncclCommInitRank");
   *(void **)&n->reduce_scatter = dlsym(n->lib, "ncclReduceScatter");
+  *(void **)&n->all_gather = dlsym(n->lib, "ncclAllGather");
   *(void **)&n->comm_destroy = dlsym(n->lib, "ncclCommDestroy");
   *(void **)&n->error_string = dlsym(n->lib, "ncclGetErrorString");
-  if (!n->get_unique_id || !n->comm_init_rank || !n->reduce_scatter || !n->comm_destroy || !n->error_string)
+  if (!n->get_unique_id || !n->comm_init_rank || !n->reduce_scatter || !n->all_gather || !n->comm_destroy || !n->error_string)
     return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: libnccl.so.2 lacks a needed symbol");
   return WEAVE_SUCCESS;
 }
@@ -73,9 +75,19 @@ weave_result_t weave_nccl_create(weave_team_t team, weave_nccl_t **out) {
   return WEAVE_SUCCESS;
 }
 
+static int nccl_type(weave_dtype_t dtype) {
+  return dtype == WEAVE_BF16 ? NCCL_BFLOAT16 : dtype == WEAVE_FP16 ? NCCL_FLOAT16 : NCCL_FLOAT32;
+}
+
+weave_result_t weave_nccl_all_gather(weave_nccl_t *n, const void *send, void *recv, size_t sendcount,
+                                     weave_dtype_t dtype, weave_stream_t stream) {
+  nccl_result_t r = n->all_gather(send, recv, sendcount, nccl_type(dtype), n->comm, stream);
+  return r == NCCL_SUCCESS ? WEAVE_SUCCESS : WEAVE_ERROR_CUDA;
+}
+
 weave_result_t weave_nccl_reduce_scatter(weave_nccl_t *n, const void *send, void *recv, size_t recvcount,
                                          weave_dtype_t dtype, weave_stream_t stream) {
-  int t = dtype == WEAVE_BF16 ? NCCL_BFLOAT16 : dtype == WEAVE_FP16 ? NCCL_FLOAT16 : NCCL_FLOAT32;
+  int t = nccl_type(dtype);
   nccl_result_t r = n->reduce_scatter(send, recv, recvcount, t, NCCL_SUM, n->comm, stream);
   return r == NCCL_SUCCESS ? WEAVE_SUCCESS : WEAVE_ERROR_CUDA;
 }

@@ -44,6 +44,19 @@ template <class S>
 struct weave_hgemm_sink_no_end<S, std::void_t<decltype(S::kWeaveNoEnd)>>
     : std::integral_constant<bool, S::kWeaveNoEnd> {};
 
+/* Optional: a sink that declares
+ *   static constexpr bool kWeaveWaitInputs = true;
+ *   __device__ void wait_inputs(int row0);                   // the producer thread, before its first
+ *                                                            // TMA load of a tile whose rows start at row0
+ * gates the tile's loads on its inputs having arrived (the AllGather + GEMM kernel waits there for the
+ * rows of A its peers push). The sink makes the arrived data visible to the TMA unit (a proxy fence
+ * after its acquire). Cooperative role only. */
+template <class S, class = void>
+struct weave_hgemm_sink_waits : std::false_type {};
+template <class S>
+struct weave_hgemm_sink_waits<S, std::void_t<decltype(S::kWeaveWaitInputs)>>
+    : std::integral_constant<bool, S::kWeaveWaitInputs> {};
+
 template <class S, class = void>
 struct weave_hgemm_sink_tma : std::false_type {};
 template <class S>

@@ -89,6 +89,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
         int m0, n0;
         sink.coords(seq, &m0, &n0);
+        if constexpr (weave_hgemm_sink_waits<Sink>::value) sink.wait_inputs(m0);
 #if WEAVE_HGEMM_PROFILE /* as a block: the default build's producer SASS stays the verified one */
         long long *prof = weave_hgemm_prof_slot(2, ptile++);
 #endif

@@ -1,0 +1,521 @@
+/*
+ * The AllGather + GEMM plan: creation (checks, strategy, blocks, the symmetric memory, cuBLASLt and
+ * NCCL for the baseline), execution (the protocol of kernels/ag_gemm.cu, or the baselines), info and
+ * destroy.
+ *
+ * Memory per rank (one weave_malloc): control words (weave_plan_ctl_t), one u32 arrival counter per
+ * block of 128 gathered rows, one u32 row_info per block (kernels.h), then the gathered A [M, K]
+ * (256-byte aligned). One rank: no gathered A
+ * unless the plan is fused (the other strategies run their GEMM on A itself).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common/dtype.h"
+#include "kernels/kernels.h"
+#include "plan/lt.h"
+#include "plan/nccl_rt.h"
+#include "plan/plan.h" /* weave_plan_cuda_fail */
+#include "runtime/arg_checks.h"
+#include "runtime/internal.h"
+
+struct weave_ag_gemm_plan {
+  weave_team_t team;
+  int M, N, K;
+  weave_ag_gemm_desc_t desc;
+  weave_strategy_t strategy;
+  weave_choice_t chosen_by;
+  char why[160];
+  int row_begin, rows;
+  int gemm_blocks, comm_blocks, budget;
+  void *mem;
+  size_t mem_bytes, head_bytes;
+  weave_ag_params_t params; /* all but the call's A */
+  weave_lt_t *lt;           /* baseline */
+  weave_nccl_t *nccl;       /* baseline's all-gather where NCCL runs */
+  void *gemm_ws;            /* bulk: its GEMM's stream-K workspace (NULL: none) */
+  size_t gemm_ws_bytes;
+  void *lockstep_ev;        /* ranks sharing a GPU: each call waits for itself (as gemm_rs) */
+  int pageable_access;
+};
+
+static const char *const fn_create = "weave_ag_gemm_plan_create";
+
+/* ---- checks ------------------------------------------------------------------------------------ */
+static weave_result_t ag_check_args(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *d) {
+  const char *fn = fn_create;
+  if (!d) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
+  if (d->struct_size != sizeof(weave_ag_gemm_desc_t))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc.struct_size %zu is not %zu (use WEAVE_AG_GEMM_DESC_INIT)",
+                      fn, d->struct_size, sizeof(weave_ag_gemm_desc_t));
+  WEAVE_CHECK(weave_check_gemm_shape(team, fn, M, N, K, "K"));
+  if (d->dtype == WEAVE_FP8_E4M3)
+    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "%s: fp8 inputs are not supported by AllGather + GEMM yet", fn);
+  if ((unsigned)d->dtype > WEAVE_FP32)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32", fn, (int)d->dtype);
+  if ((unsigned)d->b_layout > WEAVE_LAYOUT_COL)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: b_layout %d is not ROW/COL", fn, (int)d->b_layout);
+  if ((unsigned)d->strategy > WEAVE_STRATEGY_BASELINE)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
+  if (!isfinite(d->alpha)) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
+  if (d->has_bias != 0 && d->has_bias != 1)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: has_bias %d must be 0 or 1", fn, d->has_bias);
+  if (d->gemm_blocks < 0 || d->comm_blocks < 0 || (d->gemm_blocks == 0) != (d->comm_blocks == 0))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: give both gemm_blocks and comm_blocks (> 0), or neither (got %d and %d)", fn,
+                      d->gemm_blocks, d->comm_blocks);
+  if (d->strategy == WEAVE_STRATEGY_FUSED && !weave_kernel_hopper_ok(d->dtype, d->b_layout, N, K))
+    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
+                      "%s: the fused strategy runs on the Hopper GEMM role: bf16/fp16 with rows of A and B of "
+                      "16-byte multiples (K%s a multiple of 8); use bulk or baseline",
+                      fn, d->b_layout == WEAVE_LAYOUT_ROW ? " and N" : "");
+  return WEAVE_SUCCESS;
+}
+
+/* Collective: valid and the same on every rank. */
+static weave_result_t ag_check_team_args(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *d) {
+  WEAVE_CHECK(weave_team_agree(team, ag_check_args(team, M, N, K, d)));
+  uint32_t alpha_bits;
+  memcpy(&alpha_bits, &d->alpha, sizeof(alpha_bits));
+  const uint32_t same[] = {(uint32_t)M, (uint32_t)N, (uint32_t)K, (uint32_t)d->dtype, (uint32_t)d->b_layout,
+                           (uint32_t)d->strategy, alpha_bits, (uint32_t)d->has_bias, (uint32_t)d->gemm_blocks,
+                           (uint32_t)d->comm_blocks};
+  return weave_team_check_same(team, same, sizeof(same), "AllGather + GEMM plan arguments (M, N, K, desc)");
+}
+
+/* ---- strategy and blocks ----------------------------------------------------------------------- */
+/* AUTO, by the measurements of docs/performance.md ("AllGather + GEMM"): where ranks share a GPU the
+ * fused kernel's communication blocks take SMs from its GEMM and bulk was faster on every shape
+ * measured (1.04-1.13x the baseline, fused 0.82-1.01x), so bulk; where every rank has a GPU of its
+ * own the gather crosses NVLink and the fused kernel hides it behind the GEMM (not yet measured on
+ * several GPUs: the machines were not lent), so fused where it runs; one rank: bulk (weave's GEMM
+ * alone). Collective: ranks_on_device is agreed (any rank sharing counts). */
+static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
+  weave_team_t team = p->team;
+  const int hopper = weave_kernel_hopper_ok(p->desc.dtype, p->desc.b_layout, p->N, p->K);
+  p->strategy = p->desc.strategy;
+  if (p->strategy != WEAVE_STRATEGY_AUTO) {
+    p->chosen_by = WEAVE_CHOSEN_BY_CALLER;
+    snprintf(p->why, sizeof(p->why), "given by the caller");
+    return WEAVE_SUCCESS;
+  }
+  int shared[WEAVE_MAX_WORLD], any_shared = 0;
+  WEAVE_CHECK(weave_team_allgather_int(team, team->info.ranks_on_device > 1, shared));
+  for (int r = 0; r < team->world; ++r) any_shared |= shared[r];
+  p->chosen_by = WEAVE_CHOSEN_BY_MODEL;
+  p->strategy = WEAVE_STRATEGY_BULK;
+  if (team->world == 1)
+    snprintf(p->why, sizeof(p->why), "model: one rank, nothing to gather: weave's GEMM alone");
+  else if (!hopper)
+    snprintf(p->why, sizeof(p->why), "model: no Hopper GEMM role for this dtype/shape: gather, then weave's GEMM");
+  else if (any_shared)
+    snprintf(p->why, sizeof(p->why), "model: ranks share a GPU: gather, then weave's GEMM (measured faster there)");
+  else {
+    p->strategy = WEAVE_STRATEGY_FUSED;
+    snprintf(p->why, sizeof(p->why), "model: a GPU per rank: the fused kernel hides the gather behind the GEMM");
+  }
+  return WEAVE_SUCCESS;
+}
+
+/* The fused kernel's co-resident budget (its GEMM blocks wait for communication blocks, its own and
+ * its peers'); ranks sharing a GPU leave one SM each free, as gemm_rs's plans do. Communication blocks:
+ * the caller's, else one in eight of the budget (at most 16: enough to keep NVLink busy with 16-byte
+ * copies), at least one. */
+static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
+  const weave_device_info_t *info = &p->team->info;
+  const int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
+  if (p->strategy != WEAVE_STRATEGY_FUSED) {
+    p->budget = (info->sm_count - spare) / info->ranks_on_device;
+    if (p->budget < 1) p->budget = 1;
+    p->comm_blocks = p->budget;
+    p->gemm_blocks = p->budget;
+    return WEAVE_SUCCESS;
+  }
+  const int per_sm = weave_ag_fused_blocks_per_sm(NULL);
+  p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
+  if (per_sm < 1 || p->budget < 2)
+    return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
+                      "%s: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; the "
+                      "fused kernel needs at least 2 (one GEMM, one communication)",
+                      fn_create, per_sm, info->sm_count, info->ranks_on_device, p->budget);
+  if (p->desc.gemm_blocks > 0) {
+    p->gemm_blocks = p->desc.gemm_blocks;
+    p->comm_blocks = p->desc.comm_blocks;
+  } else {
+    p->comm_blocks = p->budget / 8 < 1 ? 1 : p->budget / 8 > 16 ? 16 : p->budget / 8;
+    p->gemm_blocks = p->budget - p->comm_blocks;
+  }
+  if (p->gemm_blocks + p->comm_blocks > p->budget)
+    return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
+                      "%s: %d GEMM + %d communication blocks could deadlock: only %d blocks of the fused kernel are "
+                      "co-resident per rank (%d SMs, %d ranks sharing the GPU)",
+                      fn_create, p->gemm_blocks, p->comm_blocks, p->budget, info->sm_count, info->ranks_on_device);
+  /* no more GEMM blocks than tiles (a block without a tile only arrives) */
+  const int tiles = weave_cdiv(p->M, WEAVE_HGEMM_BM) * weave_cdiv(p->N, WEAVE_HGEMM_BN);
+  if (p->gemm_blocks > tiles) p->gemm_blocks = tiles;
+  return WEAVE_SUCCESS;
+}
+
+/* ---- memory and baselines ---------------------------------------------------------------------- */
+static int ag_needs_gathered(const weave_ag_gemm_plan_t p) {
+  return p->team->world > 1 || p->strategy == WEAVE_STRATEGY_FUSED;
+}
+
+static void ag_size_memory(weave_ag_gemm_plan_t p) {
+  const int blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
+  p->head_bytes = (sizeof(weave_plan_ctl_t) + (size_t)blocks_m * 8 + 255) / 256 * 256; /* + flags, row_info */
+  p->mem_bytes = p->head_bytes +
+                 (ag_needs_gathered(p) ? (size_t)p->M * p->K * weave_dtype_size(p->desc.dtype) : 0);
+}
+
+static void ag_gemm_workspace(weave_ag_gemm_plan_t p) {
+  if (p->strategy != WEAVE_STRATEGY_BULK) return;
+  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
+                               .out_dtype = p->desc.dtype, .num_blocks = p->gemm_blocks};
+  const size_t need = weave_gemm_workspace_need(&c);
+  if (!need) return;
+  if (cudaMalloc(&p->gemm_ws, need) != cudaSuccess || cudaMemset(p->gemm_ws, 0, need) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(p->gemm_ws);
+    p->gemm_ws = NULL;
+    weave_log(WEAVE_LOG_WARN, p->team, "AllGather + GEMM plan: no memory for the GEMM's stream-K workspace: whole tiles only");
+    return;
+  }
+  p->gemm_ws_bytes = need;
+}
+
+/* row_info (kernels.h): for each block of gathered rows, the ranks whose rows meet it | the first of
+ * them << 16, written after the zeroed flags. */
+static int ag_write_row_info(weave_ag_gemm_plan_t p) {
+  const int blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS), world = p->team->world;
+  uint32_t *info = (uint32_t *)malloc((size_t)blocks_m * 4);
+  if (!info) return (int)cudaErrorMemoryAllocation;
+  for (int b = 0, owner = 0; b < blocks_m; ++b) {
+    const int r0 = b * WEAVE_AG_BLOCK_ROWS, r1 = (r0 + WEAVE_AG_BLOCK_ROWS < p->M ? r0 + WEAVE_AG_BLOCK_ROWS : p->M);
+    int rb, rows, first = -1, n = 0;
+    for (int r = owner; r < world; ++r) {
+      weave_split_rows_of(p->M, world, r, &rb, &rows);
+      if (rows == 0 || rb >= r1) break;
+      if (rb + rows <= r0) continue;
+      if (first < 0) first = r;
+      ++n;
+    }
+    info[b] = (uint32_t)n | (uint32_t)first << 16;
+    owner = first; /* the next block starts at this one's first owner or later */
+  }
+  const int e = (int)cudaMemcpy((char *)p->mem + sizeof(weave_plan_ctl_t) + (size_t)blocks_m * 4, info,
+                                (size_t)blocks_m * 4, cudaMemcpyHostToDevice);
+  free(info);
+  return e;
+}
+
+/* One baseline GEMM on scratch memory of the plan's shape, so that cuBLASLt's kernel is loaded before
+ * any call: loading a module waits for the whole device, and in a call, after the kernel that waits
+ * for the peers' rows, ranks that are threads sharing a GPU were seen to stall each other there until
+ * the timeout (the peers' waits need this rank's pushes, whose launch waited for the load). Best
+ * effort: a failure only leaves the load to the first call. */
+static void ag_lt_warm(weave_ag_gemm_plan_t p) {
+  if (!ag_needs_gathered(p)) return;
+  const size_t e = weave_dtype_size(p->desc.dtype);
+  const void *A = (char *)p->mem + p->head_bytes;
+  void *B = NULL, *C = NULL;
+  if (cudaMalloc(&B, (size_t)p->K * p->N * e) == cudaSuccess && cudaMalloc(&C, (size_t)p->M * p->N * e) == cudaSuccess &&
+      weave_lt_select(p->lt, A, B, C) == WEAVE_SUCCESS)
+    weave_lt_run(p->lt, 1.0f, A, B, C, NULL);
+  cudaGetLastError();
+  cudaFree(B);
+  cudaFree(C);
+}
+
+/* Collective: everything that may wait for the whole device comes before the agreement (see
+ * plan_create.c's plan_acquire for why). */
+static weave_result_t ag_acquire(weave_ag_gemm_plan_t p) {
+  weave_team_t team = p->team;
+  WEAVE_CHECK(weave_malloc(team, p->mem_bytes, &p->mem));
+  weave_result_t local = WEAVE_SUCCESS;
+  int e = (int)cudaMemset(p->mem, 0, p->head_bytes);
+  if (!e) e = ag_write_row_info(p);
+  if (e) local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags");
+  if (local == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE) {
+    char msg[256] = "";
+    local = weave_lt_create(p->M, p->N, p->K, p->desc.dtype, p->desc.dtype, p->desc.b_layout, 0, &p->lt, msg,
+                            sizeof(msg));
+    if (local != WEAVE_SUCCESS) weave_fail(team, local, "AllGather + GEMM plan: cuBLASLt: %s", msg);
+    else ag_lt_warm(p);
+  }
+  if (local == WEAVE_SUCCESS) ag_gemm_workspace(p);
+  if (local == WEAVE_SUCCESS && team->world > 1 && team->info.ranks_on_device > 1) {
+    cudaEvent_t ev;
+    e = (int)cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e) local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: creating the lockstep event");
+    else p->lockstep_ev = ev;
+  }
+  if (local == WEAVE_SUCCESS && (e = (int)cudaDeviceSynchronize()) != 0)
+    local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags and workspace");
+  weave_result_t rc = weave_team_agree(team, local);
+  if (rc == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE && team->world > 1 && p->M % team->world == 0) {
+    /* NCCL refuses two ranks on one GPU: only where no rank shares its GPU; never fails the plan */
+    int shared[WEAVE_MAX_WORLD], any = 0;
+    if (weave_team_allgather_int(team, team->info.ranks_on_device > 1, shared) == WEAVE_SUCCESS) {
+      for (int r = 0; r < team->world; ++r) any |= shared[r];
+      if (!any && weave_nccl_create(team, &p->nccl) != WEAVE_SUCCESS)
+        weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan: baseline without NCCL (%s): weave's gather instead",
+                  weave_get_last_error(team));
+    }
+  }
+  if (rc != WEAVE_SUCCESS) {
+    weave_free(team, p->mem);
+    p->mem = NULL;
+    cudaFree(p->gemm_ws);
+    p->gemm_ws = NULL;
+    if (p->lockstep_ev) cudaEventDestroy((cudaEvent_t)p->lockstep_ev);
+    p->lockstep_ev = NULL;
+  }
+  return rc;
+}
+
+static void ag_fill_params(weave_ag_gemm_plan_t p) {
+  weave_ag_params_t *ap = &p->params;
+  memset(ap, 0, sizeof(*ap));
+  ap->M = p->M;
+  ap->N = p->N;
+  ap->K = p->K;
+  ap->dtype = p->desc.dtype;
+  weave_team_device_view(p->team, &ap->team);
+  ap->row_begin = p->row_begin;
+  ap->rows = p->rows;
+  ap->ctl = (weave_plan_ctl_t *)p->mem;
+  ap->row_flags = (uint32_t *)((char *)p->mem + sizeof(weave_plan_ctl_t));
+  ap->row_info = ap->row_flags + weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
+  ap->gathered = ag_needs_gathered(p) ? (char *)p->mem + p->head_bytes : NULL;
+  ap->blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
+  ap->gemm_blocks = p->gemm_blocks;
+  ap->comm_blocks = p->comm_blocks;
+  ap->signal_done = 1;
+}
+
+static void ag_free_host(weave_ag_gemm_plan_t p) {
+  weave_lt_destroy(p->lt);
+  weave_nccl_destroy(p->nccl);
+  free(p);
+}
+
+static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+                                weave_ag_gemm_plan_t *out) {
+  WEAVE_CHECK(ag_check_team_args(team, M, N, K, desc));
+  weave_ag_gemm_plan_t p = (weave_ag_gemm_plan_t)calloc(1, sizeof(*p));
+  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", fn_create);
+  p->team = team;
+  p->M = M;
+  p->N = N;
+  p->K = K;
+  p->desc = *desc;
+  weave_split_rows_of(M, team->world, team->rank, &p->row_begin, &p->rows);
+  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
+    cudaGetLastError();
+    p->pageable_access = 0;
+  }
+  weave_result_t rc = ag_choose_strategy(p);
+  if (rc != WEAVE_SUCCESS) {
+    ag_free_host(p);
+    return rc;
+  }
+  rc = ag_choose_blocks(p);
+  /* every rank takes part in the agreement; a rank that failed returns its own code */
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
+  else weave_team_agree(team, rc);
+  ag_size_memory(p);
+  if (rc == WEAVE_SUCCESS) rc = ag_acquire(p);
+  if (rc != WEAVE_SUCCESS) {
+    ag_free_host(p);
+    return rc;
+  }
+  ag_fill_params(p);
+  weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d %s: strategy %s (%s), %d GEMM + %d comm blocks, %zu heap bytes",
+            M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->why, p->gemm_blocks,
+            p->comm_blocks, p->mem_bytes);
+  *out = p;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_ag_gemm_plan_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+                                         weave_ag_gemm_plan_t *plan) {
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: team is NULL", fn_create);
+  if (!plan) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn_create);
+  WEAVE_CHECK(weave_team_check_live(team, fn_create));
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
+  weave_result_t rc = ag_create(team, M, N, K, desc, plan);
+  weave_device_leave(caller);
+  return rc;
+}
+
+/* ---- execute ----------------------------------------------------------------------------------- */
+static const char *const fn_exec = "weave_ag_gemm_execute";
+
+static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias,
+                                    const void *C, const void *A_out) {
+  weave_team_t team = p->team;
+  if ((!A && p->rows > 0) || !B || !C)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A %p (this rank holds %d rows), B %p and C %p must be non-NULL",
+                      fn_exec, A, p->rows, B, C);
+  if (p->desc.has_bias != (bias != NULL))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, p->desc.has_bias ? "%s: the plan has a bias but bias is NULL"
+                                                                           : "%s: bias given to a plan without bias",
+                      fn_exec);
+  const void *ptrs[5] = {A, B, bias, C, A_out};
+  static const char *const names[5] = {"A", "B", "bias", "C", "A_gathered"};
+  if (!p->pageable_access) WEAVE_CHECK(weave_check_device_reads(team, fn_exec, team->info.device, ptrs, names, 5));
+  const size_t e = weave_dtype_size(p->desc.dtype);
+  for (int i = 0; i < 5; ++i)
+    if ((uintptr_t)ptrs[i] % e)
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %s %p is not %zu-byte aligned", fn_exec, names[i],
+                        ptrs[i], e);
+  if (p->strategy == WEAVE_STRATEGY_FUSED && ((uintptr_t)B & 15))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: the fused plan reads B %p with TMA: it must be 16-byte aligned",
+                      fn_exec, B);
+  return WEAVE_SUCCESS;
+}
+
+/* One rank's GEMM (bulk's, or any strategy's on one rank): weave's, with alpha and bias. */
+static weave_result_t ag_weave_gemm(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
+                                    weave_stream_t stream) {
+  char msg[256] = "";
+  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
+                               .out_dtype = p->desc.dtype, .alpha = p->desc.alpha, .A = A, .B = B, .bias = bias, .C = C,
+                               .num_blocks = p->gemm_blocks, .ws = p->gemm_ws, .ws_bytes = p->gemm_ws_bytes};
+  weave_result_t rc = weave_gemm_dispatch(&c, stream, msg, sizeof(msg));
+  return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "%s: %s", fn_exec, msg);
+}
+
+static weave_result_t ag_lt_gemm(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
+                                 weave_stream_t stream) {
+  if (weave_lt_run(p->lt, p->desc.alpha, A, B, C, stream) != WEAVE_SUCCESS)
+    return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: cublasLtMatmul failed", fn_exec);
+  const int err = bias ? weave_launch_add_bias(C, p->M, p->N, p->desc.dtype, bias, stream) : 0;
+  return err ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: bias: %s", fn_exec, weave_cuda_error_string(err)) : WEAVE_SUCCESS;
+}
+
+static weave_result_t ag_copy_out(weave_ag_gemm_plan_t p, void *A_out, const void *src, weave_stream_t stream) {
+  if (!A_out || A_out == src) return WEAVE_SUCCESS;
+  const size_t bytes = (size_t)p->M * p->K * weave_dtype_size(p->desc.dtype);
+  const int e = (int)cudaMemcpyAsync(A_out, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+  return e ? weave_plan_cuda_fail(p->team, e, "weave_ag_gemm_execute: copying the gathered A out") : WEAVE_SUCCESS;
+}
+
+static weave_result_t ag_launch_fail(weave_ag_gemm_plan_t p, int err) {
+  return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: kernel launch: %s", fn_exec, weave_cuda_error_string(err));
+}
+
+static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
+                                 void *A_out, weave_stream_t stream) {
+  WEAVE_CHECK(ag_check_call(p, A, B, bias, C, A_out));
+  weave_ag_params_t ap = p->params;
+  ap.A = A;
+  const weave_strategy_t s = p->strategy;
+  const void *gathered = ap.gathered;
+
+  /* one rank, not fused: the gather is the identity */
+  if (!gathered) {
+    if (s == WEAVE_STRATEGY_BASELINE) {
+      if (weave_lt_select(p->lt, A, B, C) != WEAVE_SUCCESS)
+        return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p, C %p", fn_exec,
+                          A, B, C);
+      WEAVE_CHECK(ag_lt_gemm(p, A, B, bias, C, stream));
+    } else {
+      WEAVE_CHECK(ag_weave_gemm(p, A, B, bias, C, stream));
+    }
+    return ag_copy_out(p, A_out, A, stream);
+  }
+  if (s == WEAVE_STRATEGY_BASELINE && weave_lt_select(p->lt, gathered, B, C) != WEAVE_SUCCESS)
+    return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p, C %p", fn_exec,
+                      gathered, B, C);
+  if (s == WEAVE_STRATEGY_FUSED) {
+    weave_hgemm_params_t hg;
+    char msg[256];
+    int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, gathered, B, &hg, msg,
+                                     sizeof(msg));
+    if (rc != WEAVE_SUCCESS) return weave_fail(p->team, (weave_result_t)rc, "%s: %s", fn_exec, msg);
+    ap.signal_done = A_out == NULL;
+    int err = weave_launch_ag_fused(&ap, &hg, p->desc.alpha, bias, C, stream);
+    if (err) return ag_launch_fail(p, err);
+    if (A_out) {
+      WEAVE_CHECK(ag_copy_out(p, A_out, gathered, stream));
+      if ((err = weave_launch_ag_finish(&ap, stream)) != 0) return ag_launch_fail(p, err);
+    }
+    return WEAVE_SUCCESS;
+  }
+  if (p->nccl) { /* baseline, a GPU per rank: NCCL's all-gather into the heap copy, then cuBLASLt */
+    if (weave_nccl_all_gather(p->nccl, A, (void *)gathered, (size_t)p->rows * p->K, p->desc.dtype, stream) !=
+        WEAVE_SUCCESS)
+      return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: ncclAllGather failed", fn_exec);
+    WEAVE_CHECK(ag_lt_gemm(p, gathered, B, bias, C, stream));
+    return ag_copy_out(p, A_out, gathered, stream);
+  }
+  /* bulk, or baseline without NCCL: weave's gather, then the GEMM */
+  int err = weave_launch_ag_push(&ap, p->comm_blocks, stream);
+  if (!err) err = weave_launch_ag_wait(&ap, stream);
+  if (err) return ag_launch_fail(p, err);
+  if (s == WEAVE_STRATEGY_BULK) WEAVE_CHECK(ag_weave_gemm(p, gathered, B, bias, C, stream));
+  else WEAVE_CHECK(ag_lt_gemm(p, gathered, B, bias, C, stream));
+  WEAVE_CHECK(ag_copy_out(p, A_out, gathered, stream));
+  if ((err = weave_launch_ag_finish(&ap, stream)) != 0) return ag_launch_fail(p, err);
+  return WEAVE_SUCCESS;
+}
+
+/* Ranks sharing a GPU: the call returns once it has finished (plan_execute.c says why). */
+static weave_result_t ag_lockstep(weave_ag_gemm_plan_t p, weave_stream_t stream) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (!p->lockstep_ev) return WEAVE_SUCCESS;
+  int e = (int)cudaStreamIsCapturing((cudaStream_t)stream, &cap);
+  if (!e && cap != cudaStreamCaptureStatusNone) return WEAVE_SUCCESS;
+  if (!e) e = (int)cudaEventRecord((cudaEvent_t)p->lockstep_ev, (cudaStream_t)stream);
+  if (!e) e = (int)cudaEventSynchronize((cudaEvent_t)p->lockstep_ev);
+  return e ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: waiting for the call (ranks sharing a GPU): %s", fn_exec,
+                        weave_cuda_error_string(e))
+           : WEAVE_SUCCESS;
+}
+
+weave_result_t weave_ag_gemm_execute(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
+                                     void *A_gathered, weave_stream_t stream) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn_exec);
+  WEAVE_CHECK(weave_team_check_live(p->team, fn_exec));
+  const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
+  weave_result_t rc = ag_enqueue(p, A, B, bias, C, A_gathered, stream);
+  if (rc == WEAVE_SUCCESS) rc = ag_lockstep(p, stream);
+  weave_device_leave(caller);
+  return rc;
+}
+
+/* ---- info, destroy ----------------------------------------------------------------------------- */
+weave_result_t weave_ag_gemm_plan_info(weave_ag_gemm_plan_t p, weave_ag_gemm_info_t *info) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ag_gemm_plan_info: plan is NULL");
+  if (!info) return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ag_gemm_plan_info: info is NULL");
+  memset(info, 0, sizeof(*info));
+  info->strategy = p->strategy;
+  info->row_begin = p->row_begin;
+  info->rows = p->rows;
+  info->gemm_blocks = p->gemm_blocks;
+  info->comm_blocks = p->comm_blocks;
+  info->heap_bytes = p->mem_bytes;
+  info->bytes_sent = (size_t)p->rows * p->K * weave_dtype_size(p->desc.dtype) * (size_t)(p->team->world - 1);
+  info->chosen_by = p->chosen_by;
+  snprintf(info->why, sizeof(info->why), "%s", p->why);
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_ag_gemm_plan_destroy(weave_ag_gemm_plan_t p) {
+  if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ag_gemm_plan_destroy: plan is NULL");
+  const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
+  cudaFree(p->gemm_ws);
+  if (p->lockstep_ev) cudaEventDestroy((cudaEvent_t)p->lockstep_ev);
+  weave_team_refresh_abort(p->team);
+  weave_result_t rc = p->team->aborted_by ? WEAVE_SUCCESS : weave_free(p->team, p->mem);
+  ag_free_host(p);
+  weave_device_leave(caller);
+  return rc;
+}

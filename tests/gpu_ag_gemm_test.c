@@ -1,0 +1,312 @@
+/*
+ * GPU tests of AllGather + GEMM, with 1, 2, 4 and 8 ranks sharing the visible GPU(s) (or one process
+ * per rank under a launcher): every strategy (fused, bulk, baseline, auto) x dtype x B layout on
+ * shapes with tails, M < world (ranks holding no row), N and K off the 16-byte rows (the non-TMA
+ * paths), a large shape, the gathered A written out, and 40 calls on one plan bitwise identical.
+ * Each rank has its own B and bias; C of every rank is compared with an fp64 reference of
+ * alpha * A . B_r + bias_r. Every call flips the sign of A (exactly), so a call that reads a
+ * previous call's rows fails. Outputs are poisoned (NaN) before every call; inputs are fresh random
+ * numbers per case. Refusals: fused on fp32 (UNSUPPORTED), a bad desc, NULL B.
+ * Usage: gpu_ag_gemm [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "reference.h"
+#include "weave.h"
+
+typedef struct {
+  const char *name;
+  int M, N, K;
+  weave_dtype_t dtype;
+  weave_layout_t layout;
+  int has_bias;
+  float alpha;
+  weave_strategy_t strategy;
+  int calls;
+  int gather_out;  /* also ask for the gathered A (on odd calls) */
+  int bitwise;     /* every call with the same sign bitwise equal */
+  int sample;      /* check sampled rows only (large shapes) */
+  uint64_t seed;
+  /* host data, shared by the ranks (threads) or rebuilt by each process from the seed */
+  void *A;                          /* [M, K] */
+  void *B[WEAVE_MAX_WORLD], *bias[WEAVE_MAX_WORLD];
+  int failed;
+} ag_case_t;
+
+static size_t esz(weave_dtype_t t) { return weave_dtype_size(t); }
+
+/* A with its sign flipped, exactly: the sign bit of every element. */
+static void flip_sign(weave_dtype_t t, void *p, size_t n) {
+  if (t == WEAVE_FP32) {
+    uint32_t *u = (uint32_t *)p;
+    for (size_t i = 0; i < n; ++i) u[i] ^= 0x80000000u;
+  } else {
+    uint16_t *u = (uint16_t *)p;
+    for (size_t i = 0; i < n; ++i) u[i] ^= 0x8000u;
+  }
+}
+
+/* The rows the case checks: every row, or for large shapes the first two rows of every rank's block
+ * and the last row. */
+static int check_ranges(const ag_case_t *c, int world, int *begin, int *count) {
+  if (!c->sample) {
+    begin[0] = 0;
+    count[0] = c->M;
+    return 1;
+  }
+  int n = 0;
+  for (int s = 0; s < world; ++s) {
+    int rb, rows;
+    weave_row_split(c->M, world, s, &rb, &rows);
+    if (rows) { begin[n] = rb; count[n] = rows < 2 ? rows : 2; ++n; }
+  }
+  begin[n] = c->M - 1;
+  count[n] = 1;
+  return n + 1;
+}
+
+static int rank_fn(harness_rank_t *r) {
+  ag_case_t *c = (ag_case_t *)r->user;
+  const int M = c->M, N = c->N, K = c->K, world = r->world;
+  const weave_dtype_t t = c->dtype;
+  int rb, rows;
+  weave_row_split(M, world, r->rank, &rb, &rows);
+  /* device memory before the plan: a rank whose thread allocates while its peers' calls are in flight
+   * could stall them (ranks that are threads sharing a GPU) */
+  const size_t a_bytes = (size_t)rows * K * esz(t), c_bytes = (size_t)M * N * esz(t);
+  const size_t full_a = (size_t)M * K * esz(t);
+  void *A = rows ? harness_dev_alloc(a_bytes) : NULL;
+  void *B = harness_dev_alloc((size_t)K * N * esz(t));
+  void *bias = c->has_bias ? harness_dev_alloc((size_t)N * esz(t)) : NULL;
+  void *C = harness_dev_alloc(c_bytes), *A_out = c->gather_out ? harness_dev_alloc(full_a) : NULL;
+  harness_upload(B, c->B[r->rank], (size_t)K * N * esz(t));
+  if (bias) harness_upload(bias, c->bias[r->rank], (size_t)N * esz(t));
+  weave_ag_gemm_desc_t desc = WEAVE_AG_GEMM_DESC_INIT;
+  desc.dtype = t;
+  desc.b_layout = c->layout;
+  desc.strategy = c->strategy;
+  desc.alpha = c->alpha;
+  desc.has_bias = c->has_bias;
+  weave_ag_gemm_plan_t plan;
+  weave_result_t rc = weave_ag_gemm_plan_create(r->team, M, N, K, &desc, &plan);
+  if (rc != WEAVE_SUCCESS) {
+    printf("FAIL [%s] rank %d: plan: %s\n", c->name, r->rank, weave_get_last_error(r->team));
+    harness_dev_free(A); harness_dev_free(B); harness_dev_free(bias); harness_dev_free(C); harness_dev_free(A_out);
+    return 1;
+  }
+  weave_ag_gemm_info_t info;
+  weave_ag_gemm_plan_info(plan, &info);
+  if (info.row_begin != rb || info.rows != rows || info.strategy == WEAVE_STRATEGY_AUTO) {
+    printf("FAIL [%s] rank %d: plan_info rows %d+%d strategy %d\n", c->name, r->rank, info.row_begin, info.rows,
+           (int)info.strategy);
+    weave_ag_gemm_plan_destroy(plan);
+    harness_dev_free(A); harness_dev_free(B); harness_dev_free(bias); harness_dev_free(C); harness_dev_free(A_out);
+    return 1;
+  }
+  /* reference of alpha * A . B_r (no bias) on the checked rows */
+  int rbeg[WEAVE_MAX_WORLD + 1], rcnt[WEAVE_MAX_WORLD + 1];
+  const int nr = check_ranges(c, world, rbeg, rcnt);
+  size_t nref = 0;
+  for (int i = 0; i < nr; ++i) nref += (size_t)rcnt[i] * N;
+  double *ref = (double *)malloc(nref * sizeof(double));
+  const void *Av[1] = {c->A}, *Bv[1] = {c->B[r->rank]};
+  for (int i = 0, off = 0; i < nr; off += rcnt[i] * N, ++i)
+    weave_ref_gemm_rs(M, N, K, 1, t, c->layout, c->alpha, Av, Bv, NULL, rbeg[i], rcnt[i], ref + off);
+  double *bias_h = (double *)calloc((size_t)N, sizeof(double));
+  if (c->has_bias)
+    for (int j = 0; j < N; ++j) bias_h[j] = weave_host_get(t, c->bias[r->rank], (size_t)j);
+
+  void *a_host = malloc(full_a ? full_a : 1), *got = malloc(c_bytes), *first[2] = {NULL, NULL};
+  void *gath = A_out ? malloc(full_a) : NULL;
+  memcpy(a_host, c->A, full_a);
+  double *expect = (double *)malloc(nref * sizeof(double));
+  double atol, rtol;
+  weave_tolerance(t, K, &atol, &rtol);
+  int bad = 0;
+  for (int call = 0; call < c->calls && !bad; ++call) {
+    const int neg = call & 1;
+    if (call > 0) flip_sign(t, a_host, (size_t)M * K);
+    if (rows) harness_upload(A, (char *)a_host + (size_t)rb * K * esz(t), a_bytes);
+    harness_poison(C, c_bytes, r->stream);
+    const int out_now = A_out && (call & 1);
+    if (out_now) harness_poison(A_out, full_a, r->stream);
+    rc = weave_ag_gemm_execute(plan, A, B, bias, C, out_now ? A_out : NULL, r->stream);
+    if (rc == WEAVE_SUCCESS) rc = weave_team_sync(r->team, r->stream);
+    if (rc != WEAVE_SUCCESS) {
+      printf("FAIL [%s] rank %d call %d: %s\n", c->name, r->rank, call, weave_get_last_error(r->team));
+      bad = 1;
+      break;
+    }
+    harness_download(got, C, c_bytes);
+    for (int i = 0, off = 0; i < nr; off += rcnt[i] * N, ++i) {
+      for (size_t e = 0; e < (size_t)rcnt[i] * N; ++e)
+        expect[off + e] = (neg ? -ref[off + e] : ref[off + e]) + bias_h[e % N];
+      weave_check_t chk;
+      weave_check_result(t, (char *)got + (size_t)rbeg[i] * N * esz(t), expect + off, (size_t)rcnt[i] * N, atol, rtol,
+                         &chk);
+      if (chk.wrong) {
+        const size_t f = chk.first_bad;
+        printf("FAIL [%s] rank %d call %d: %zu wrong (%zu non-finite) of rows %d..%d, first C[%zu][%zu] = %g, want "
+               "%g\n",
+               c->name, r->rank, call, chk.wrong, chk.nonfinite, rbeg[i], rbeg[i] + rcnt[i] - 1, rbeg[i] + f / N, f % N,
+               weave_host_get(t, (char *)got + (size_t)rbeg[i] * N * esz(t), f), expect[off + f]);
+        bad = 1;
+      }
+    }
+    if (out_now) {
+      harness_download(gath, A_out, full_a);
+      if (memcmp(gath, a_host, full_a)) {
+        printf("FAIL [%s] rank %d call %d: the gathered A differs from every rank's rows\n", c->name, r->rank, call);
+        bad = 1;
+      }
+    }
+    if (c->bitwise) {
+      if (!first[neg]) {
+        first[neg] = malloc(c_bytes);
+        memcpy(first[neg], got, c_bytes);
+      } else if (memcmp(first[neg], got, c_bytes)) {
+        printf("FAIL [%s] rank %d call %d: not bitwise equal to call %d\n", c->name, r->rank, call, neg);
+        bad = 1;
+      }
+    }
+  }
+  weave_ag_gemm_plan_destroy(plan);
+  harness_dev_free(A);
+  harness_dev_free(B);
+  harness_dev_free(bias);
+  harness_dev_free(C);
+  harness_dev_free(A_out);
+  free(a_host); free(got); free(gath); free(first[0]); free(first[1]); free(ref); free(expect); free(bias_h);
+  if (r->rank == 0 || bad)
+    printf("%-34s world %d %s %s %s: rank %d %s (%s)\n", c->name, world, weave_dtype_name(t),
+           c->layout == WEAVE_LAYOUT_COL ? "B[N,K]" : "B[K,N]", weave_strategy_name(info.strategy), r->rank,
+           bad ? "FAILED" : "passed", info.why);
+  return bad;
+}
+
+static int run_case(ag_case_t *c, int world) {
+  const int M = c->M, N = c->N, K = c->K;
+  const weave_dtype_t t = c->dtype;
+  c->A = malloc((size_t)M * K * esz(t));
+  weave_fill_random(t, c->A, (size_t)M * K, c->seed);
+  for (int s = 0; s < world; ++s) {
+    c->B[s] = malloc((size_t)K * N * esz(t));
+    weave_fill_random(t, c->B[s], (size_t)K * N, c->seed + 7919u * (uint64_t)(s + 1));
+    c->bias[s] = malloc((size_t)N * esz(t));
+    weave_fill_random(t, c->bias[s], (size_t)N, c->seed + 104729u * (uint64_t)(s + 1));
+  }
+  int devices[WEAVE_MAX_WORLD] = {0};
+  const int ndev = harness_device_count();
+  for (int s = 0; s < world; ++s) devices[s] = ndev > 0 ? s % ndev : 0;
+  const int rc = harness_run(world, devices, NULL, rank_fn, c);
+  free(c->A);
+  for (int s = 0; s < world; ++s) { free(c->B[s]); free(c->bias[s]); }
+  return rc;
+}
+
+/* Refusals that write nothing: a bad desc, fused without the Hopper role, NULL B. */
+static int refusal_fn(harness_rank_t *r) {
+  int bad = 0;
+  weave_ag_gemm_plan_t plan = NULL;
+  weave_ag_gemm_desc_t d = WEAVE_AG_GEMM_DESC_INIT;
+  d.struct_size = 8;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_ERROR_INVALID_ARGUMENT || plan) bad = 1;
+  d = (weave_ag_gemm_desc_t)WEAVE_AG_GEMM_DESC_INIT;
+  d.dtype = WEAVE_FP32;
+  d.strategy = WEAVE_STRATEGY_FUSED;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_ERROR_UNSUPPORTED || plan) bad = 1;
+  d = (weave_ag_gemm_desc_t)WEAVE_AG_GEMM_DESC_INIT;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_SUCCESS) bad = 1;
+  else {
+    void *buf = harness_dev_alloc(64 * 64 * 2);
+    if (weave_ag_gemm_execute(plan, buf, NULL, NULL, buf, NULL, r->stream) != WEAVE_ERROR_INVALID_ARGUMENT) bad = 1;
+    weave_ag_gemm_plan_destroy(plan);
+    harness_dev_free(buf);
+  }
+  if (bad) printf("FAIL [refusals] rank %d: %s\n", r->rank, weave_get_last_error(r->team));
+  return bad;
+}
+
+int main(int argc, char **argv) {
+  int only_world = 0, quick = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--world") && i + 1 < argc) only_world = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick")) quick = 1;
+  }
+  if (harness_device_count() == 0) {
+    printf("gpu_ag_gemm: no CUDA device: skipped\n");
+    return HARNESS_SKIP;
+  }
+  const int launched = harness_launched_world();
+  if (launched < 0) return 1;
+  if (launched) only_world = launched;
+  if (harness_time_sliced()) quick = 1;
+  const uint64_t seed = harness_seed();
+  printf("gpu_ag_gemm: seed %llu (set WEAVE_TEST_SEED to repeat)\n", (unsigned long long)seed);
+  const weave_strategy_t all[4] = {WEAVE_STRATEGY_FUSED, WEAVE_STRATEGY_BULK, WEAVE_STRATEGY_BASELINE,
+                                   WEAVE_STRATEGY_AUTO};
+  const int worlds[4] = {1, 2, 4, 8};
+  int failed = 0, total = 0;
+  for (int wi = 0; wi < 4; ++wi) {
+    const int world = worlds[wi];
+    if (only_world && world != only_world) continue;
+    int rc = harness_run(world, NULL, NULL, refusal_fn, NULL);
+    if (rc == HARNESS_SKIP) return rc;
+    failed += rc != 0; total++;
+    typedef struct { const char *name; int M, N, K; weave_dtype_t t; weave_layout_t lay; int fused; } shape_t;
+    const shape_t shapes[] = {
+        {"tails 1003x1000x304", 1003, 1000, 304, WEAVE_BF16, WEAVE_LAYOUT_COL, 1},
+        {"tails 1003x1000x304", 1003, 1000, 304, WEAVE_FP16, WEAVE_LAYOUT_ROW, 1},
+        {"tails 1003x1001x300 (no TMA)", 1003, 1001, 300, WEAVE_BF16, WEAVE_LAYOUT_COL, 0},
+        {"fp32 517x301x200", 517, 301, 200, WEAVE_FP32, WEAVE_LAYOUT_ROW, 0},
+        {"M = 1", 1, 264, 72, WEAVE_BF16, WEAVE_LAYOUT_COL, 1},
+        {"M = world - 1", world > 1 ? world - 1 : 1, 264, 72, WEAVE_FP16, WEAVE_LAYOUT_COL, 1},
+        {"large 4096x2048x1024", 4096, 2048, 1024, WEAVE_BF16, WEAVE_LAYOUT_COL, 1},
+    };
+    const int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    for (int si = 0; si < nshapes; ++si) {
+      if (quick && si >= 5) break;
+      for (int st = 0; st < 4; ++st) {
+        if (all[st] == WEAVE_STRATEGY_FUSED && !shapes[si].fused) continue;
+        ag_case_t c;
+        memset(&c, 0, sizeof(c));
+        c.name = shapes[si].name;
+        c.M = shapes[si].M; c.N = shapes[si].N; c.K = shapes[si].K;
+        c.dtype = shapes[si].t;
+        c.layout = shapes[si].lay;
+        c.has_bias = si % 2 == 0;
+        c.alpha = si % 3 == 0 ? 0.75f : 1.0f;
+        c.strategy = all[st];
+        c.calls = quick ? 2 : 4;
+        c.gather_out = st != 3;
+        c.sample = c.M >= 4096;
+        c.seed = seed + (uint64_t)(1000 * world + 10 * si + st) * 1000003ull;
+        rc = run_case(&c, world);
+        if (rc == HARNESS_SKIP) return rc;
+        failed += rc != 0; total++;
+      }
+    }
+    /* 40 calls on one fused plan: no reset between calls, the same bits for the same inputs */
+    ag_case_t c;
+    memset(&c, 0, sizeof(c));
+    c.name = "40 calls, bitwise";
+    c.M = 777; c.N = 512; c.K = 256;
+    c.dtype = WEAVE_BF16;
+    c.layout = WEAVE_LAYOUT_COL;
+    c.alpha = 1.0f;
+    c.strategy = WEAVE_STRATEGY_FUSED;
+    c.calls = quick ? 6 : 40;
+    c.bitwise = 1;
+    c.seed = seed + 99u * (uint64_t)world;
+    rc = run_case(&c, world);
+    if (rc == HARNESS_SKIP) return rc;
+    failed += rc != 0; total++;
+  }
+  printf("gpu_ag_gemm: %d of %d cases passed\n", total - failed, total);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,240 @@
+/*
+ * weave-bench --op ag_gemm: AllGather + GEMM, every strategy against the baseline (cuBLASLt after an
+ * all-gather: NCCL's where every rank has a GPU of its own, weave's otherwise) in the same run.
+ * Per M: one plan per strategy on every rank, warm-up calls, then n rounds in which each strategy runs
+ * once per round (interleaved), timed with CUDA events on each rank's stream; the time of a strategy
+ * is the slowest rank's median. Every strategy's C is compared with the baseline's (#wrong: elements
+ * off by more than the dtype's tolerance for K; NaN counts). A is random, B and bias too, different
+ * per rank.
+ * Usage: weave-bench --op ag_gemm [-M m]... [-b first -e last -f factor] [-N n_local] [-K k] [-g ranks]
+ *        [-d bf16|fp16] [-l col|row] [-n rounds] [-w warmup] [--comm-blocks c]   (one GPU per rank
+ *        where there are enough, else ranks share GPU 0.. round robin)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "reference.h"
+#include "weave.h"
+
+int weave_bench_ag_main(int argc, char **argv);
+
+#define AG_MAX_M 16
+#define AG_NSTRAT 4
+#define AG_MAX_ROUNDS 200
+
+static const weave_strategy_t ag_strats[AG_NSTRAT] = {WEAVE_STRATEGY_BASELINE, WEAVE_STRATEGY_FUSED,
+                                                      WEAVE_STRATEGY_BULK, WEAVE_STRATEGY_AUTO};
+
+typedef struct {
+  int Ms[AG_MAX_M], nM, N, K, world, rounds, warmup, comm_blocks;
+  weave_dtype_t dtype;
+  weave_layout_t layout;
+  int M; /* the one being run */
+  double ms[WEAVE_MAX_WORLD][AG_NSTRAT];  /* each rank's median */
+  long wrong[WEAVE_MAX_WORLD][AG_NSTRAT];
+  int ok[WEAVE_MAX_WORLD][AG_NSTRAT];
+  char why[AG_NSTRAT][160];
+  weave_strategy_t resolved[AG_NSTRAT];
+} ag_bench_t;
+
+static int ag_usage(const char *msg) {
+  fprintf(stderr, "weave-bench --op ag_gemm: %s\n", msg);
+  return 2;
+}
+
+/* An integer flag's value in [lo, hi], else a message naming the flag and the value. */
+static int ag_int(const char *flag, const char *v, long lo, long hi, int *out) {
+  char *end = NULL;
+  const long n = v ? strtol(v, &end, 10) : 0;
+  if (!v || !*v || *end || n < lo || n > hi) {
+    fprintf(stderr, "weave-bench --op ag_gemm: %s %s: expected an integer in [%ld, %ld]\n", flag, v ? v : "(missing)",
+            lo, hi);
+    return 0;
+  }
+  *out = (int)n;
+  return 1;
+}
+
+static int ag_rank(harness_rank_t *r) {
+  ag_bench_t *b = (ag_bench_t *)r->user;
+  const int M = b->M, N = b->N, K = b->K;
+  const size_t e = weave_dtype_size(b->dtype);
+  int rb, rows;
+  weave_row_split(M, r->world, r->rank, &rb, &rows);
+  void *A = harness_dev_alloc(rows ? (size_t)rows * K * e : 16), *B = harness_dev_alloc((size_t)N * K * e);
+  void *bias = harness_dev_alloc((size_t)N * e), *C[AG_NSTRAT];
+  void *h = malloc((size_t)(rows ? rows : 1) * K * e + (size_t)N * K * e);
+  weave_fill_random(b->dtype, h, (size_t)rows * K, 1000u + (uint64_t)r->rank);
+  harness_upload(A, h, (size_t)rows * K * e);
+  weave_fill_random(b->dtype, h, (size_t)N * K, 2000u + (uint64_t)r->rank);
+  harness_upload(B, h, (size_t)N * K * e);
+  weave_fill_random(b->dtype, h, (size_t)N, 3000u + (uint64_t)r->rank);
+  harness_upload(bias, h, (size_t)N * e);
+  free(h);
+  weave_ag_gemm_plan_t plan[AG_NSTRAT];
+  int rc = 0;
+  for (int s = 0; s < AG_NSTRAT; ++s) {
+    weave_ag_gemm_desc_t d = WEAVE_AG_GEMM_DESC_INIT;
+    d.dtype = b->dtype;
+    d.b_layout = b->layout;
+    d.strategy = ag_strats[s];
+    d.has_bias = 1;
+    if (b->comm_blocks > 0 && ag_strats[s] == WEAVE_STRATEGY_FUSED) {
+      weave_device_info_t info;
+      weave_team_device_info(r->team, &info);
+      d.comm_blocks = b->comm_blocks;
+      d.gemm_blocks = (info.sm_count - (info.ranks_on_device > 1 ? info.ranks_on_device : 0)) / info.ranks_on_device -
+                      b->comm_blocks;
+    }
+    C[s] = harness_dev_alloc((size_t)M * N * e);
+    b->ok[r->rank][s] = weave_ag_gemm_plan_create(r->team, M, N, K, &d, &plan[s]) == WEAVE_SUCCESS;
+    if (!b->ok[r->rank][s]) {
+      if (r->rank == 0) fprintf(stderr, "# %s: %s\n", weave_strategy_name(ag_strats[s]), weave_get_last_error(r->team));
+      plan[s] = NULL;
+      continue;
+    }
+    weave_ag_gemm_info_t info;
+    weave_ag_gemm_plan_info(plan[s], &info);
+    if (r->rank == 0) {
+      b->resolved[s] = info.strategy;
+      snprintf(b->why[s], sizeof(b->why[s]), "%s", info.why);
+    }
+  }
+  harness_timer_t *tm = harness_timer_create();
+  double *t[AG_NSTRAT];
+  for (int s = 0; s < AG_NSTRAT; ++s) t[s] = (double *)calloc((size_t)b->rounds, sizeof(double));
+  for (int round = -b->warmup; round < b->rounds && !rc; ++round)
+    for (int s = 0; s < AG_NSTRAT && !rc; ++s) {
+      if (!plan[s]) continue;
+      harness_timer_start(tm, r->stream);
+      if (weave_ag_gemm_execute(plan[s], rows ? A : NULL, B, bias, C[s], NULL, r->stream) != WEAVE_SUCCESS) {
+        fprintf(stderr, "# rank %d %s: %s\n", r->rank, weave_strategy_name(ag_strats[s]), weave_get_last_error(r->team));
+        rc = 1;
+        break;
+      }
+      harness_timer_stop(tm, r->stream);
+      const double ms = harness_timer_ms(tm);
+      if (round >= 0) t[s][round] = ms;
+    }
+  if (weave_team_sync(r->team, r->stream) != WEAVE_SUCCESS) {
+    fprintf(stderr, "# rank %d: %s\n", r->rank, weave_get_last_error(r->team));
+    rc = 1;
+  }
+  /* every strategy's C against the baseline's */
+  void *ref = malloc((size_t)M * N * e), *got = malloc((size_t)M * N * e);
+  double *refd = (double *)malloc((size_t)M * N * sizeof(double)), atol, rtol;
+  weave_tolerance(b->dtype, K, &atol, &rtol);
+  if (plan[0]) {
+    harness_download(ref, C[0], (size_t)M * N * e);
+    for (size_t i = 0; i < (size_t)M * N; ++i) refd[i] = weave_host_get(b->dtype, ref, i);
+  }
+  for (int s = 0; s < AG_NSTRAT; ++s) {
+    b->ms[r->rank][s] = plan[s] && !rc ? harness_median(t[s], b->rounds) : -1;
+    b->wrong[r->rank][s] = -1;
+    if (plan[s] && plan[0] && !rc) {
+      weave_check_t chk;
+      harness_download(got, C[s], (size_t)M * N * e);
+      weave_check_result(b->dtype, got, refd, (size_t)M * N, 2 * atol, 2 * rtol, &chk);
+      b->wrong[r->rank][s] = (long)chk.wrong;
+    }
+    if (plan[s]) weave_ag_gemm_plan_destroy(plan[s]);
+    harness_dev_free(C[s]);
+    free(t[s]);
+  }
+  free(ref); free(got); free(refd);
+  harness_timer_destroy(tm);
+  harness_dev_free(A); harness_dev_free(B); harness_dev_free(bias);
+  return rc;
+}
+
+int weave_bench_ag_main(int argc, char **argv) {
+  static ag_bench_t b;
+  b.N = 8192; b.K = 8192; b.world = 0; b.rounds = 20; b.warmup = 5;
+  b.dtype = WEAVE_BF16; b.layout = WEAVE_LAYOUT_COL;
+  int first = 0, last = 0, factor = 2;
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--op")) { ++i; continue; }
+    int ok = 1, m;
+    if (!strcmp(a, "-M")) {
+      if ((ok = ag_int(a, v, 1, 1 << 24, &m)) && b.nM >= AG_MAX_M) return ag_usage("-M: at most 16 values");
+      if (ok) b.Ms[b.nM++] = m;
+    } else if (!strcmp(a, "-b")) ok = ag_int(a, v, 1, 1 << 24, &first);
+    else if (!strcmp(a, "-e")) ok = ag_int(a, v, 1, 1 << 24, &last);
+    else if (!strcmp(a, "-f")) ok = ag_int(a, v, 2, 1024, &factor);
+    else if (!strcmp(a, "-N")) ok = ag_int(a, v, 1, 1 << 24, &b.N);
+    else if (!strcmp(a, "-K")) ok = ag_int(a, v, 1, 1 << 24, &b.K);
+    else if (!strcmp(a, "-g")) ok = ag_int(a, v, 1, WEAVE_MAX_WORLD, &b.world);
+    else if (!strcmp(a, "-n")) ok = ag_int(a, v, 1, AG_MAX_ROUNDS, &b.rounds);
+    else if (!strcmp(a, "-w")) ok = ag_int(a, v, 0, 1000, &b.warmup);
+    else if (!strcmp(a, "--comm-blocks")) ok = ag_int(a, v, 1, 1024, &b.comm_blocks);
+    else if (!strcmp(a, "-d")) {
+      if (v && !strcmp(v, "bf16")) b.dtype = WEAVE_BF16;
+      else if (v && !strcmp(v, "fp16")) b.dtype = WEAVE_FP16;
+      else return ag_usage("-d: bf16 or fp16");
+    } else if (!strcmp(a, "-l")) {
+      if (v && !strcmp(v, "col")) b.layout = WEAVE_LAYOUT_COL;
+      else if (v && !strcmp(v, "row")) b.layout = WEAVE_LAYOUT_ROW;
+      else return ag_usage("-l: col or row");
+    } else {
+      fprintf(stderr, "weave-bench --op ag_gemm: unknown option %s (-M -b -e -f -N -K -g -n -w -d -l --comm-blocks)\n", a);
+      return 2;
+    }
+    if (!ok) return 2;
+    ++i;
+  }
+  if (first > 0) {
+    if (last < first) return ag_usage("-b/-e: -e (last M) must be >= -b (first M)");
+    for (long m = first; m <= last && b.nM < AG_MAX_M; m *= factor) b.Ms[b.nM++] = (int)m;
+  }
+  if (!b.nM) b.Ms[b.nM++] = 8192;
+  const int ndev = harness_device_count();
+  if (ndev == 0) {
+    printf("weave-bench --op ag_gemm: no CUDA device: nothing to time\n");
+    return 0;
+  }
+  const int launched = harness_launched_world();
+  if (launched < 0) return 1;
+  if (launched) b.world = launched;
+  if (!b.world) b.world = ndev;
+  int devices[WEAVE_MAX_WORLD];
+  for (int r = 0; r < b.world; ++r) devices[r] = r % ndev;
+  const int printer = harness_launched_rank() == 0;
+  if (printer)
+    printf("# weave-bench --op ag_gemm: %d rank(s) on %d GPU(s), N %d per rank, K %d, %s, B %s, %d rounds (+%d "
+           "warm-up), strategies interleaved; ms = slowest rank's median\n"
+           "#      M   baseline_ms   fused_ms   bulk_ms   auto_ms  base/fused  base/auto  auto->  #wrong(f,b,a)\n",
+           b.world, ndev < b.world ? ndev : b.world, b.N, b.K, weave_dtype_name(b.dtype),
+           b.layout == WEAVE_LAYOUT_COL ? "[N,K]" : "[K,N]", b.rounds, b.warmup);
+  int fail = 0;
+  for (int mi = 0; mi < b.nM; ++mi) {
+    b.M = b.Ms[mi];
+    memset(b.ms, 0, sizeof(b.ms));
+    /* room for every strategy's plan at once (each holds the gathered A) */
+    weave_config_t cfg = WEAVE_CONFIG_INIT;
+    cfg.heap_size = (size_t)AG_NSTRAT * ((size_t)b.M * b.K * weave_dtype_size(b.dtype) + (1u << 20)) + (64u << 20);
+    const int rc = harness_run(b.world, devices, &cfg, ag_rank, &b);
+    if (rc) { fail = 1; if (printer) printf("# M %d: a rank failed\n", b.M); continue; }
+    if (!printer) continue;
+    double ms[AG_NSTRAT];
+    long wrong[AG_NSTRAT];
+    const int r0 = launched ? harness_launched_rank() : 0, r1 = launched ? r0 + 1 : b.world;
+    for (int s = 0; s < AG_NSTRAT; ++s) {
+      ms[s] = 0;
+      wrong[s] = 0;
+      for (int r = r0; r < r1; ++r) {
+        if (b.ms[r][s] < 0) ms[s] = -1;
+        else if (ms[s] >= 0 && b.ms[r][s] > ms[s]) ms[s] = b.ms[r][s];
+        wrong[s] += b.wrong[r][s] < 0 ? 0 : b.wrong[r][s];
+      }
+    }
+    printf("%8d %12.3f %10.3f %9.3f %9.3f %10.3f %10.3f  %-7s %ld,%ld,%ld\n", b.M, ms[0], ms[1], ms[2], ms[3],
+           ms[0] > 0 && ms[1] > 0 ? ms[0] / ms[1] : 0, ms[0] > 0 && ms[3] > 0 ? ms[0] / ms[3] : 0,
+           weave_strategy_name(b.resolved[3]), wrong[1], wrong[2], wrong[3]);
+    if (wrong[1] || wrong[2] || wrong[3]) fail = 1;
+  }
+  return fail;
+}
