@@ -1,6 +1,6 @@
 /* CPU test of the tile schedule (src/schedule.h), the very functions the kernels run: row split,
- * row owner, per-owner tiling in grouped order, each rank's rotated walk over all tiles, and the
- * wrap-safe epoch comparison. */
+ * row owner, per-owner tiling in grouped order, each rank's rotated walk over all tiles, the
+ * wrap-safe epoch comparison, and AllGather + GEMM's row blocks and tile order. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,8 +255,67 @@ static void test_epochs(void) {
   CHECK_MSG(bad == 0, "%d wrong epoch comparisons", bad);
 }
 
+/* AllGather + GEMM: each block's pushes per call and first owner against counting rank by rank; each
+ * rank's tile order visits every tile once, its own blocks first, then the blocks in the order their
+ * rows arrive (owners r-1, r-2, ..., wrapping: the distance back from r never decreases). */
+static void test_ag_schedule(void) {
+  long cases = 0;
+  const int block_rows[3] = {128, 4, 1};
+  for (int bi = 0; bi < 3; ++bi)
+    for (int world = 1; world <= 9; ++world)
+      for (int M = 1; M <= 400; M += (M < 40 ? 1 : 37)) {
+        const int br = block_rows[bi], blocks_m = weave_cdiv(M, br);
+        for (int b = 0; b < blocks_m; ++b) {
+          int n = 0, first = -1;
+          for (int r = 0; r < world; ++r) {
+            int rb, rows;
+            weave_split_rows_of(M, world, r, &rb, &rows);
+            if (rows && rb < (b + 1) * br && rb + rows > b * br) {
+              if (first < 0) first = r;
+              ++n;
+            }
+          }
+          const uint32_t info = weave_ag_row_info(M, world, br, b);
+          CHECK((int)(info & 0xffffu) == n && (int)(info >> 16) == first && n >= 1);
+          ++cases;
+        }
+        for (int rank = 0; rank < world; ++rank) {
+          int rb, rows, first, n_own;
+          weave_split_rows_of(M, world, rank, &rb, &rows);
+          weave_ag_own_blocks(rb, rows, blocks_m, br, &first, &n_own);
+          for (int tiles_n = 1; tiles_n <= 3; ++tiles_n)
+            for (int group_m = 1; group_m <= 16; group_m *= 4) {
+              const int total = blocks_m * tiles_n;
+              char *seen = (char *)calloc((size_t)total, 1);
+              int *order = (int *)malloc(sizeof(int) * (size_t)blocks_m), norder = 0, ok = 1;
+              char *row_seen = (char *)calloc((size_t)blocks_m, 1);
+              for (int seq = 0; seq < total; ++seq) {
+                int tm, tn;
+                weave_ag_tile_coords(seq, blocks_m, tiles_n, group_m, first, n_own, &tm, &tn);
+                if (tm < 0 || tm >= blocks_m || tn < 0 || tn >= tiles_n || seen[tm * tiles_n + tn]) { ok = 0; break; }
+                seen[tm * tiles_n + tn] = 1;
+                if (!row_seen[tm]) { row_seen[tm] = 1; order[norder++] = tm; }
+              }
+              CHECK(ok && norder == blocks_m);
+              for (int i = 0; ok && i < n_own; ++i) CHECK(order[i] == first + i);
+              int last_d = 0;
+              for (int i = n_own; ok && i < norder; ++i) {
+                const int b = order[i], last_row = ((b + 1) * br < M ? (b + 1) * br : M) - 1;
+                const int d = (rank - weave_row_owner(M, world, last_row) + world) % world;
+                if (rows) CHECK(d >= last_d && d >= 1); /* not the rank's own rows, in arrival order */
+                last_d = d;
+              }
+              free(seen); free(order); free(row_seen);
+              ++cases;
+            }
+        }
+      }
+  CHECK(cases > 20000);
+}
+
 int main(void) {
   test_row_split();
+  test_ag_schedule();
   test_tilings();
   test_epochs();
   return check_summary("test_schedule");

@@ -82,6 +82,34 @@ static inline WEAVE_HOST_DEVICE void weave_grouped_tile_coords(int seq, int tile
   *tn = in / gm;
 }
 
+/* AllGather + GEMM (kernels/ag_gemm.cu), over blocks of `block_rows` gathered rows of A.
+ * The pushes block b receives per call, i.e. the ranks whose rows meet it (owners are contiguous), |
+ * the first of them << 16. */
+static inline WEAVE_HOST_DEVICE uint32_t weave_ag_row_info(int M, int world, int block_rows, int b) {
+  const int r0 = b * block_rows, r1 = (r0 + block_rows < M ? r0 + block_rows : M) - 1;
+  const int first = weave_row_owner(M, world, r0), last = weave_row_owner(M, world, r1);
+  return (uint32_t)(last - first + 1) | (uint32_t)first << 16;
+}
+
+/* A rank's own blocks (rows [row_begin, row_begin + rows) of blocks_m blocks): the first one (the last
+ * block for a rank without rows) and how many. */
+static inline WEAVE_HOST_DEVICE void weave_ag_own_blocks(int row_begin, int rows, int blocks_m, int block_rows,
+                                                         int *first, int *n_own) {
+  const int f = row_begin / block_rows;
+  *first = f < blocks_m - 1 ? f : blocks_m - 1;
+  *n_own = rows ? (row_begin + rows - 1) / block_rows - *first + 1 : 0;
+}
+
+/* A rank's GEMM tile `seq` -> (tile row, tile column): tile rows in the order the rank's rows arrive
+ * (its n_own own blocks from `first`, then backwards from first - 1, wrapping: rank-1's, rank-2's,
+ * ...), grouped group_m tile rows at a time as weave_grouped_tile_coords. */
+static inline WEAVE_HOST_DEVICE void weave_ag_tile_coords(int seq, int blocks_m, int tiles_n, int group_m, int first,
+                                                          int n_own, int *tm, int *tn) {
+  int mi;
+  weave_grouped_tile_coords(seq, blocks_m, tiles_n, group_m, &mi, tn);
+  *tm = mi < n_own ? first + mi : ((first - 1 - (mi - n_own)) % blocks_m + blocks_m) % blocks_m;
+}
+
 /* Owner's local tile j -> tile-row (within the owner's chunk) and tile-column, grouped order. */
 static inline WEAVE_HOST_DEVICE void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm, int *tn) {
   weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, tm, tn);

@@ -139,10 +139,8 @@ struct weave_ag_sink : weave_hgemm_standalone_sink_t<DT, 1> {
   int first, n_own; /* this rank's first block of rows and how many it has rows in */
   bool dead;        /* a wait failed: the remaining tiles load whatever is there (the call has failed) */
   __device__ __forceinline__ void coords(int seq, int *row0, int *col0) {
-    const int blocks_m = ap->blocks_m;
-    int mi, tn; /* grouped order (group_m tile rows at a time share B in L2) over the arrival order */
-    weave_grouped_tile_coords(seq, blocks_m, this->a.tiles_n, this->a.group_m, &mi, &tn);
-    const int tm = mi < n_own ? first + mi : ((first - 1 - (mi - n_own)) % blocks_m + blocks_m) % blocks_m;
+    int tm, tn;
+    weave_ag_tile_coords(seq, ap->blocks_m, this->a.tiles_n, this->a.group_m, first, n_own, &tm, &tn);
     *row0 = tm * WEAVE_HGEMM_BM;
     *col0 = tn * WEAVE_HGEMM_BN;
   }
@@ -169,8 +167,7 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     sink.ap = &p;
     sink.epoch = epoch;
     sink.dead = false;
-    sink.first = min(p.row_begin / WEAVE_AG_BLOCK_ROWS, p.blocks_m - 1);
-    sink.n_own = p.rows ? (p.row_begin + p.rows - 1) / WEAVE_AG_BLOCK_ROWS - sink.first + 1 : 0;
+    weave_ag_own_blocks(p.row_begin, p.rows, p.blocks_m, WEAVE_AG_BLOCK_ROWS, &sink.first, &sink.n_own);
     weave_hgemm_role_coop<weave_ag_sink<DT>, DT, BCOL, 1>(hg, smem, blockIdx.x, p.gemm_blocks,
                                                           hg.tiles_m * hg.tiles_n, sink);
   } else if (weave_hgemm_regs_split()) {

@@ -195,19 +195,7 @@ static int ag_write_row_info(weave_ag_gemm_plan_t p) {
   const int blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS), world = p->team->world;
   uint32_t *info = (uint32_t *)malloc((size_t)blocks_m * 4);
   if (!info) return (int)cudaErrorMemoryAllocation;
-  for (int b = 0, owner = 0; b < blocks_m; ++b) {
-    const int r0 = b * WEAVE_AG_BLOCK_ROWS, r1 = (r0 + WEAVE_AG_BLOCK_ROWS < p->M ? r0 + WEAVE_AG_BLOCK_ROWS : p->M);
-    int rb, rows, first = -1, n = 0;
-    for (int r = owner; r < world; ++r) {
-      weave_split_rows_of(p->M, world, r, &rb, &rows);
-      if (rows == 0 || rb >= r1) break;
-      if (rb + rows <= r0) continue;
-      if (first < 0) first = r;
-      ++n;
-    }
-    info[b] = (uint32_t)n | (uint32_t)first << 16;
-    owner = first; /* the next block starts at this one's first owner or later */
-  }
+  for (int b = 0; b < blocks_m; ++b) info[b] = weave_ag_row_info(p->M, world, WEAVE_AG_BLOCK_ROWS, b);
   const int e = (int)cudaMemcpy((char *)p->mem + sizeof(weave_plan_ctl_t) + (size_t)blocks_m * 4, info,
                                 (size_t)blocks_m * 4, cudaMemcpyHostToDevice);
   free(info);
