@@ -315,6 +315,51 @@ def case_parallel() -> None:
         f"{d_in} / {world}]")
 
 
+def case_ag() -> None:
+    """weave_tp.ag_gemm (every strategy, both layouts, bias, alpha, even and uneven rows) against F.linear of
+    the whole input; ColumnParallelLinear forward and backward against autograd over the whole layer
+    (every rank builds every rank's weight and output gradient from the same seeds)."""
+    team = weave_tp.get_team()
+    world, rank = team.world, team.rank
+    for M, N, K, dtype, layout in ((1000 * world, 384, 512, torch.bfloat16, "col"), (1003, 264, 200, torch.float16,
+                                                                                      "row")):
+        A = rand((M, K), "ag.a", M, dtype=dtype)
+        W = rand((N, K) if layout == "col" else (K, N), "ag.w", M, rank, dtype=dtype)
+        bias = rand((N,), "ag.bias", M, rank, dtype=dtype)
+        begin, rows = weave_tp.row_split(M, world, rank)
+        Wd = W.double() if layout == "col" else W.double().t()
+        want = 0.75 * (A.double() @ Wd.t()) + bias.double()
+        for strategy in ("fused", "bulk", "baseline", "auto"):
+            if strategy == "fused" and (K % 8 or (layout == "row" and N % 8)):
+                continue
+            c, g = weave_tp.ag_gemm(A[begin:begin + rows], W, bias, M=M, b_layout=layout, strategy=strategy,
+                                    alpha=0.75, return_gathered=True)
+            check(f"ag_gemm {strategy} {layout} M={M}", c, want, K, dtype)
+            assert torch.equal(g, A), f"ag_gemm {strategy}: the gathered a differs from every rank's rows"
+    # ColumnParallelLinear: forward and backward
+    tokens, d_in, d_out, dtype = 512 * world, 256, 192 * world, torch.bfloat16
+    X = rand((tokens, d_in), "col.x", dtype=dtype)
+    Ws = [rand((d_out // world, d_in), "col.w", r, dtype=dtype) for r in range(world)]
+    Bs = [rand((d_out // world,), "col.b", r, dtype=dtype) for r in range(world)]
+    Gs = [rand((tokens, d_out // world), "col.g", r, dtype=dtype) for r in range(world)]
+    layer = weave_tp.nn.ColumnParallelLinear(d_in, d_out, dtype=dtype)
+    with torch.no_grad():
+        layer.weight.copy_(Ws[rank])
+        layer.bias.copy_(Bs[rank])
+    begin, rows = weave_tp.row_split(tokens, world, rank)
+    x = X[begin:begin + rows].clone().requires_grad_()
+    y = layer(x)
+    y.backward(Gs[rank])
+    Xd = X.double()
+    check("ColumnParallelLinear forward", y, Xd @ Ws[rank].double().t() + Bs[rank].double(), d_in, dtype)
+    dX = sum(Gs[r].double() @ Ws[r].double() for r in range(world))
+    check("ColumnParallelLinear dx", x.grad, dX[begin:begin + rows], d_out, dtype)
+    check("ColumnParallelLinear dW", layer.weight.grad, Gs[rank].double().t() @ Xd, tokens, dtype)
+    check("ColumnParallelLinear db", layer.bias.grad, Gs[rank].double().sum(0), tokens, dtype)
+    say(f"  ag_gemm: every strategy, both layouts, M {1000 * world} and 1003; ColumnParallelLinear forward and "
+        f"backward, {tokens} tokens")
+
+
 # ---- torch.compile ------------------------------------------------------------------------------------
 class MLP(torch.nn.Module):
     """Column-parallel nn.Linear (input replicated, this rank's hidden units), gelu, RowParallelLinear."""
@@ -532,7 +577,7 @@ def case_lifecycle() -> None:
 
 
 CASES: Dict[str, Callable[[], None]] = {"gemm_rs": case_gemm_rs, "scaled": case_scaled, "nn": case_nn,
-                                        "parallel": case_parallel, "compile": case_compile,
+                                        "parallel": case_parallel, "ag": case_ag, "compile": case_compile,
                                         "graph": case_graph, "opcheck": case_opcheck, "abort": case_abort,
                                         "lifecycle": case_lifecycle}
 

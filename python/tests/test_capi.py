@@ -145,6 +145,7 @@ def test_structs_match_the_header(tmp_path: Path) -> None:
     if cc is None or not (lib_dir / "include" / "weave_version.h").is_file():
         pytest.skip("needs cc and the build tree of the loaded libweave (for weave_version.h)")
     structs = {"weave_gemm_rs_desc_t": _capi._Desc, "weave_gemm_rs_info_t": _capi._Info,
+               "weave_ag_gemm_desc_t": _capi._AgDesc, "weave_ag_gemm_info_t": _capi._AgInfo,
                "weave_device_info_t": _capi._DeviceInfo, "weave_unique_id_t": _capi._UniqueId}
     lines = []
     for c_name, py in structs.items():
@@ -180,6 +181,7 @@ def _header_fields(c_name: str) -> list:
 def test_struct_fields_are_the_headers() -> None:
     """The ctypes mirrors list every field of weave.h, in order (no compiler needed)."""
     for c_name, py in (("weave_gemm_rs_desc_t", _capi._Desc), ("weave_gemm_rs_info_t", _capi._Info),
+                       ("weave_ag_gemm_desc_t", _capi._AgDesc), ("weave_ag_gemm_info_t", _capi._AgInfo),
                        ("weave_device_info_t", _capi._DeviceInfo), ("weave_unique_id_t", _capi._UniqueId)):
         assert [field for field, _ in py._fields_] == _header_fields(c_name), c_name
 
@@ -311,3 +313,18 @@ def test_wheel_without_a_library_is_refused(tmp_path: Path) -> None:
         names = z.namelist()
         assert "weave_tp/__init__.py" in names and not any(n.endswith(".so") for n in names), names
         assert "Name: weave-tp\n" in z.read(f"weave_tp-{weave_tp.__version__}.dist-info/METADATA").decode()
+
+
+def test_ag_gemm_options() -> None:
+    """AllGather + GEMM's options by name: enum values, errors naming the argument, hashable keys."""
+    o = _capi.ag_gemm_options("bf16", b_layout="row", strategy="fused", alpha=0.5, has_bias=True)
+    assert (o.dtype, o.b_layout, o.strategy, o.alpha, o.has_bias) == (0, 0, 1, 0.5, True)
+    d = o.desc()
+    assert d.struct_size == ctypes.sizeof(_capi._AgDesc) and (d.gemm_blocks, d.comm_blocks) == (0, 0)
+    assert hash(o) == hash(_capi.ag_gemm_options("bf16", b_layout="row", strategy="fused", alpha=0.5, has_bias=True))
+    with pytest.raises(ValueError, match="b_layout"):
+        _capi.ag_gemm_options("bf16", b_layout="diag")
+    with pytest.raises(ValueError, match="strategy"):
+        _capi.ag_gemm_options("fp16", strategy="fastest")
+    with pytest.raises(TypeError, match="alpha"):
+        _capi.ag_gemm_options("fp32", alpha="1")

@@ -507,3 +507,61 @@ def test_rowwise_parallel_style(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
             parallelize_module(torch.nn.ReLU(), mesh, weave_tp.parallel.RowwiseParallel())
     finally:
         dist.destroy_process_group()
+
+
+# ---- AllGather + GEMM -------------------------------------------------------------------------------
+def test_ag_gemm_op_is_registered() -> None:
+    assert str(torch.ops.weave_tp.ag_gemm.default._schema) == (
+        "weave_tp::ag_gemm(Tensor a, Tensor b, Tensor? bias, str b_layout, str strategy, float alpha, SymInt M, "
+        "bool gather, SymInt world, SymInt rank, SymInt team_id) -> (Tensor, Tensor)")
+
+
+def test_ag_gemm_shapes(team: SimpleNamespace) -> None:
+    """Rank 1 of 4 holds its rows of A (weave's split of M); C has all M rows, this rank's N columns."""
+    assert weave_tp.ag_gemm(meta(3, 8), meta(6, 8)).shape == (12, 6)  # M = 3 x 4 by default
+    assert weave_tp.ag_gemm(meta(3, 8), meta(6, 8), M=10).shape == (10, 6)  # 3, 3, 2, 2
+    assert weave_tp.ag_gemm(meta(1, 3, 8), meta(8, 6), meta(6), b_layout="row").shape == (12, 6)
+    assert weave_tp.ag_gemm(meta(3, 8), meta(8, 6).t()).shape == (12, 6)  # [N, K] as a view of a [K, N] matrix
+    c, g = weave_tp.ag_gemm(meta(3, 8), meta(6, 8), M=10, return_gathered=True)
+    assert c.shape == (10, 6) and g.shape == (10, 8)
+
+
+def test_ag_gemm_argument_errors(team: SimpleNamespace) -> None:
+    with pytest.raises(ValueError, match=r"a has 3 rows but rank 1 of 4 holds 2 of M = 9"):
+        weave_tp.ag_gemm(meta(3, 8), meta(6, 8), M=9)
+    with pytest.raises(ValueError, match=r"b has shape \(6, 7\); b_layout='col' wants \[N, K\] with K = a.shape\[1\] = 8"):
+        weave_tp.ag_gemm(meta(3, 8), meta(6, 7))
+    with pytest.raises(ValueError, match=r"bias has shape \(5,\); it must be \[N\] = \[6\]"):
+        weave_tp.ag_gemm(meta(3, 8), meta(6, 8), meta(5))
+    with pytest.raises(ValueError, match="b_layout must be one of"):
+        weave_tp.ag_gemm(meta(3, 8), meta(6, 8), b_layout="diag")
+    with pytest.raises(TypeError, match="M must be an int or None"):
+        weave_tp.ag_gemm(meta(3, 8), meta(6, 8), M=12.0)
+    with pytest.raises(TypeError, match="but a is torch.bfloat16"):
+        weave_tp.ag_gemm(meta(3, 8), meta(6, 8, dtype=torch.float16))
+    with pytest.raises(ValueError, match="M = 0"):
+        torch.ops.weave_tp.ag_gemm(meta(0, 8), meta(6, 8), None, "col", "auto", 1.0, 0, False, 4, 1, 7)
+
+
+def test_ag_gemm_backward_shapes(team: SimpleNamespace) -> None:
+    """The backward on meta tensors: the input's gradient through gemm_rs (this rank's rows), the weight's
+    from the gathered input, the bias's its column sums."""
+    a, b, bias = meta(3, 8).requires_grad_(), meta(6, 8).requires_grad_(), meta(6).requires_grad_()
+    weave_tp.ag_gemm(a, b, bias, M=10).sum().backward()
+    assert a.grad.shape == (3, 8) and b.grad.shape == (6, 8) and bias.grad.shape == (6,)
+    a2, b2 = meta(3, 8).requires_grad_(), meta(8, 6).requires_grad_()
+    weave_tp.ag_gemm(a2, b2, b_layout="row", alpha=0.5).sum().backward()
+    assert a2.grad.shape == (3, 8) and b2.grad.shape == (8, 6)
+
+
+def test_column_parallel_linear(team: SimpleNamespace) -> None:
+    layer = weave_tp.nn.ColumnParallelLinear(8, 24, device="meta", dtype=torch.bfloat16)
+    assert layer.weight.shape == (6, 8) and layer.bias.shape == (6,)  # 24 / 4 out_features each
+    assert layer(meta(3, 8)).shape == (12, 6) and layer(meta(3, 8), tokens=10).shape == (10, 6)
+    with pytest.raises(ValueError, match="out_features 22 must be a multiple of the team's world 4"):
+        weave_tp.nn.ColumnParallelLinear(8, 22, device="meta")
+    with pytest.raises(ValueError, match=r"x must be this rank's tokens \[\*, 8\]"):
+        layer(meta(3, 7))
+    # the sequence-parallel MLP: column-parallel up, row-parallel down, this rank's tokens in and out
+    down = weave_tp.nn.RowParallelLinear(24, 8, device="meta", dtype=torch.bfloat16)
+    assert down(layer(meta(3, 8))).shape == (3, 8)

@@ -1,7 +1,8 @@
-"""weave from Python: fused GEMM + ReduceScatter (tensor-parallel row-parallel linear) over libweave.
+"""weave from Python: fused GEMM + ReduceScatter (tensor-parallel row-parallel linear) and AllGather +
+GEMM (column-parallel) over libweave.
 
 Without PyTorch only the library layer is here (loading, version, errors, row split, unique ids,
-teams and plans by raw pointer); with it also init / finalize / gemm_rs, weave_tp.nn and
+teams and plans by raw pointer); with it also init / finalize / gemm_rs / ag_gemm, weave_tp.nn and
 weave_tp.parallel (a style for torch's parallelize_module). See
 docs/python.md.
 """
@@ -25,7 +26,7 @@ from ._version import __version__
 try:
     import torch  # noqa: F401
 except ModuleNotFoundError:
-    _NEEDS_TORCH = ("abort", "init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info",
+    _NEEDS_TORCH = ("abort", "ag_gemm", "init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info",
                     "sync", "nn", "parallel")
 
     def __getattr__(name: str) -> object:
@@ -34,11 +35,11 @@ except ModuleNotFoundError:
         raise AttributeError(f"module 'weave_tp' has no attribute {name!r}")
 else:
     from . import nn, parallel
-    from ._torch import abort, finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
+    from ._torch import abort, ag_gemm, finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
 
 __all__ = [
     "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveAbortedError", "WeaveArgumentError", "WeaveError",
-    "WeaveTimeoutError", "__version__", "abort", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
+    "WeaveTimeoutError", "__version__", "abort", "ag_gemm", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
     "library_version", "nn", "parallel", "plan_info", "row_split", "sync",
 ]
 if "_NEEDS_TORCH" in globals():  # without torch: `from weave_tp import *` takes the library layer (not an ImportError)

@@ -116,6 +116,17 @@ class _Info(ctypes.Structure):  # weave_gemm_rs_info_t
                 ("chosen_by", c_int), ("choose_ms", c_double), ("why", c_char * 320)]  # since 0.4
 
 
+class _AgDesc(ctypes.Structure):  # weave_ag_gemm_desc_t
+    _fields_ = [("struct_size", c_size_t), ("dtype", c_int), ("b_layout", c_int), ("strategy", c_int),
+                ("alpha", c_float), ("has_bias", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int)]
+
+
+class _AgInfo(ctypes.Structure):  # weave_ag_gemm_info_t
+    _fields_ = [("strategy", c_int), ("row_begin", c_int), ("rows", c_int), ("gemm_blocks", c_int),
+                ("comm_blocks", c_int), ("heap_bytes", c_size_t), ("bytes_sent", c_size_t), ("chosen_by", c_int),
+                ("why", c_char * 160)]
+
+
 # weave_choice_t (weave_gemm_rs_info_t.chosen_by) by value: how an AUTO plan came to its strategy
 CHOSEN_BY_NAMES: Tuple[str, ...] = ("caller", "cache", "measurement", "model")
 
@@ -148,6 +159,10 @@ _PROTOTYPES = {
     "weave_gemm_rs_execute_scaled": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                                              c_void_p]),
     "weave_gemm_rs_plan_destroy": (c_int, [c_void_p]),
+    "weave_ag_gemm_plan_create": (c_int, [c_void_p, c_int, c_int, c_int, _P(_AgDesc), _P(c_void_p)]),
+    "weave_ag_gemm_plan_info": (c_int, [c_void_p, _P(_AgInfo)]),
+    "weave_ag_gemm_execute": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
+    "weave_ag_gemm_plan_destroy": (c_int, [c_void_p]),
 }
 
 
@@ -317,6 +332,30 @@ def gemm_rs_options(dtype: str, *, b_layout: str = "row", strategy: str = "auto"
                          _pick(call, "fp8_accum", fp8_accum, FP8_ACCUMS))
 
 
+@dataclass(frozen=True)
+class AgGemmOptions:
+    """An AllGather + GEMM plan's desc, by enum value (hashable: the plan cache's key with the shape)."""
+
+    dtype: int
+    b_layout: int
+    strategy: int
+    alpha: float
+    has_bias: bool
+
+    def desc(self) -> _AgDesc:
+        return _AgDesc(ctypes.sizeof(_AgDesc), self.dtype, self.b_layout, self.strategy, self.alpha,
+                       int(self.has_bias), 0, 0)
+
+
+def ag_gemm_options(dtype: str, *, b_layout: str = "col", strategy: str = "auto", alpha: float = 1.0,
+                    has_bias: bool = False, call: str = "weave_tp.ag_gemm") -> AgGemmOptions:
+    """The options by name (errors name the argument) as enum values; weave checks the rest."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"{call}: alpha must be a float (got {type(alpha).__name__})")
+    return AgGemmOptions(_pick(call, "dtype", dtype, dtype_names()), _pick(call, "b_layout", b_layout, B_LAYOUTS),
+                         _pick(call, "strategy", strategy, strategy_names()), float(alpha), bool(has_bias))
+
+
 # ---- functions without a team --------------------------------------------------------------------
 def row_split(M: int, world: int, rank: int) -> Tuple[int, int]:
     """(row_begin, rows) of `rank`: weave_row_split (whole rows, the first M % world ranks one more)."""
@@ -422,7 +461,61 @@ class Plan:
                 _raise(rc, "weave_gemm_rs_plan_destroy", self.team.handle)
 
 
-PlanKey = Tuple[int, int, int, GemmRsOptions]
+@dataclass(frozen=True)
+class AgPlanInfo:
+    """weave_ag_gemm_info_t, with the strategy and chosen_by by name ("caller" or "model")."""
+
+    strategy: str
+    row_begin: int
+    rows: int
+    gemm_blocks: int
+    comm_blocks: int
+    heap_bytes: int
+    bytes_sent: int
+    chosen_by: str
+    why: str
+
+
+class AgPlan:
+    """One weave_ag_gemm_plan_t: made by Team.create_ag_plan, freed by Team.destroy."""
+
+    def __init__(self, team: "Team", M: int, N: int, K: int, options: AgGemmOptions) -> None:
+        _check_c_ints("weave_ag_gemm_plan_create", M=M, N=N, K=K)
+        handle = c_void_p()
+        desc = options.desc()
+        rc = lib().weave_ag_gemm_plan_create(team.handle, M, N, K, byref(desc), byref(handle))
+        if rc:
+            _raise(rc, "weave_ag_gemm_plan_create", team.handle)
+        self.handle: Optional[int] = handle.value
+        self.team, self.shape, self.options = team, (M, N, K), options
+        info = _AgInfo()
+        rc = lib().weave_ag_gemm_plan_info(self.handle, byref(info))
+        if rc:
+            _raise(rc, "weave_ag_gemm_plan_info", team.handle)
+        strategies = {v: k for k, v in strategy_names().items()}
+        chosen = CHOSEN_BY_NAMES[info.chosen_by] if 0 <= info.chosen_by < len(CHOSEN_BY_NAMES) else str(info.chosen_by)
+        self.info = AgPlanInfo(strategies.get(info.strategy, str(info.strategy)), info.row_begin, info.rows,
+                               info.gemm_blocks, info.comm_blocks, info.heap_bytes, info.bytes_sent, chosen,
+                               info.why.decode(errors="replace"))
+        self._execute = lib().weave_ag_gemm_execute
+        self.called = False
+
+    def execute(self, a: int, b: int, bias: int, c: int, a_gathered: int, stream: int) -> None:
+        """Enqueues one call on `stream` (device pointers as ints; 0 for no rows / no bias / no gathered A)."""
+        rc = self._execute(self.handle, a or None, b, bias or None, c, a_gathered or None, stream or None)
+        if rc:
+            _raise(rc, "weave_ag_gemm_execute", self.team.handle)
+        self.called = True
+
+    def _destroy(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle:
+            rc = lib().weave_ag_gemm_plan_destroy(handle)
+            if rc:
+                _raise(rc, "weave_ag_gemm_plan_destroy", self.team.handle)
+
+
+PlanKey = Tuple[int, int, int, object]  # the shape and GemmRsOptions or AgGemmOptions
 
 
 class Team:
@@ -453,7 +546,7 @@ class Team:
         self.handle: Optional[int] = team.value
         self._bootstrap: Optional[int] = bootstrap.value
         self.world, self.rank, self.device = world, rank, device
-        self._plans: Dict[PlanKey, Plan] = {}
+        self._plans: Dict[PlanKey, object] = {}  # Plan and AgPlan
 
     def device_info(self) -> Dict[str, object]:
         info = _DeviceInfo()
@@ -471,6 +564,16 @@ class Team:
         self._check_alive()
         plan = Plan(self, M, N, K_local, options)
         self._plans[(M, N, K_local, options)] = plan
+        return plan
+
+    def find_ag_plan(self, M: int, N: int, K: int, options: AgGemmOptions) -> Optional[AgPlan]:
+        return self._plans.get((M, N, K, options))  # type: ignore[return-value]
+
+    def create_ag_plan(self, M: int, N: int, K: int, options: AgGemmOptions) -> AgPlan:
+        """Collective, as create_plan: an AllGather + GEMM plan, kept until destroy()."""
+        self._check_alive()
+        plan = AgPlan(self, M, N, K, options)
+        self._plans[(M, N, K, options)] = plan
         return plan
 
     @property

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._capi import (INT_MAX, GemmRsOptions, LibraryNotFoundError, Plan, PlanInfo, Team, WeaveError, gemm_rs_options,
+from ._capi import (INT_MAX, AgGemmOptions, GemmRsOptions, LibraryNotFoundError, Plan, PlanInfo, Team, WeaveError, ag_gemm_options, gemm_rs_options,
                     get_unique_id, row_split, rows_of)
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -318,7 +318,7 @@ def _check_team(call: str, team: Team, world: int, rank: int) -> None:
 
 
 # ---- the call ----------------------------------------------------------------------------------------
-def _plan(call: str, team: Team, M: int, N: int, K: int, options: GemmRsOptions) -> Plan:
+def _plan(call: str, team: Team, M: int, N: int, K: int, options: object) -> Plan:
     plan = team.find_plan(M, N, K, options)
     capturing = torch.cuda.is_current_stream_capturing()
     if plan is not None and (plan.called or not capturing):
@@ -328,6 +328,8 @@ def _plan(call: str, team: Team, M: int, N: int, K: int, options: GemmRsOptions)
             f"{call}: no plan for M={M}, N={N}, K_local={K} with these dtype and options has made a call yet "
             "(making a plan synchronizes the device, which CUDA graph capture forbids, and a plan is captured after "
             "its first call): run one call with the same shapes, dtype and options (on every rank) before capturing")
+    if isinstance(options, AgGemmOptions):
+        return team.create_ag_plan(M, N, K, options)  # collective
     return team.create_plan(M, N, K, options)  # collective
 
 
@@ -601,6 +603,133 @@ def gemm_rs(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, b_layout: st
     torch.ops.weave_tp.gemm_rs_out(a, b, bias, out, b_layout, strategy, reduce, fp32_slots, float(alpha), team.world,
                                    team.rank, team_id)
     return out
+
+
+# ---- AllGather + GEMM ---------------------------------------------------------------------------------
+def _check_ag(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str,
+              alpha: float, M: int, meta_ok: bool) -> Tuple[AgGemmOptions, int, int]:
+    """The options and (N, K) of an ag_gemm call, or the error naming the bad argument: a is this rank's
+    rows [rows(M), K], b [N, K] ("col") or [K, N] ("row") or a transposed view of either, bias [N]."""
+    device = torch.device("cuda", team.device)
+    _check_tensor(call, "a", a, 2, None, device, meta_ok)
+    ag_gemm_options(_DTYPE_NAMES[a.dtype], b_layout=b_layout, strategy=strategy, alpha=alpha,
+                    has_bias=bias is not None, call=call)  # names a bad option
+    view = isinstance(b, Tensor) and b.dim() == 2 and not b.is_contiguous() and b.t().is_contiguous()
+    _check_tensor(call, "b", b.t() if view else b, 2, a.dtype, device, meta_ok)
+    options = ag_gemm_options(_DTYPE_NAMES[a.dtype], b_layout=_storage_layout(b, b_layout), strategy=strategy,
+                              alpha=alpha, has_bias=bias is not None, call=call)
+    rows, K = a.shape
+    N, Kb = (b.shape[1], b.shape[0]) if b_layout == "row" else (b.shape[0], b.shape[1])
+    if Kb != K:
+        want = "[K, N]" if b_layout == "row" else "[N, K]"
+        raise ValueError(f"{call}: b has shape {tuple(b.shape)}; b_layout={b_layout!r} wants {want} with K = "
+                         f"a.shape[1] = {K}")
+    if isinstance(M, int) and M < 1:
+        raise ValueError(f"{call}: M = {M}: the rows of all ranks together must be >= 1")
+    if N < 1 or K < 1:
+        raise ValueError(f"{call}: a {tuple(a.shape)} and b {tuple(b.shape)} must not be empty (N, K >= 1)")
+    if isinstance(M, int) and isinstance(rows, int) and rows != _rows(M, team.world, team.rank):
+        raise ValueError(f"{call}: a has {rows} rows but rank {team.rank} of {team.world} holds "
+                         f"{_rows(M, team.world, team.rank)} of M = {M} (weave_row_split: the first M % world ranks "
+                         "one more): pass M, the rows of all ranks together")
+    _check_int_sizes(call, a, b, M if isinstance(M, int) else 0, N, K)
+    if bias is not None:
+        _check_tensor(call, "bias", bias, 1, a.dtype, device, meta_ok)
+        if bias.shape[0] != N:
+            raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
+    return options, N, K
+
+
+@torch.library.custom_op("weave_tp::ag_gemm", mutates_args=())
+def _ag_gemm_op(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, alpha: float, M: int,
+                gather: bool, world: int, rank: int, team_id: int) -> Tuple[Tensor, Tensor]:
+    call = "weave_tp.ag_gemm"
+    team = _team(call, team_id)
+    _check_team(call, team, world, rank)
+    options, N, K = _check_ag(call, team, a, b, bias, b_layout, strategy, alpha, M, meta_ok=False)
+    plan = _plan(call, team, M, N, K, options)
+    c = a.new_empty((M, N))
+    g = a.new_empty((M if gather else 0, K))
+    plan.execute(a.data_ptr() if a.shape[0] else 0, b.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                 c.data_ptr(), g.data_ptr() if gather else 0, torch.cuda.current_stream(a.device).cuda_stream)
+    return c, g
+
+
+@_ag_gemm_op.register_fake
+def _ag_gemm_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str, alpha: float, M: int,
+                  gather: bool, world: int, rank: int, team_id: int) -> Tuple[Tensor, Tensor]:
+    call = "weave_tp.ag_gemm"
+    team = _team(call, team_id)
+    _check_team(call, team, world, rank)
+    _, N, K = _check_ag(call, team, a, b, bias, b_layout, strategy, alpha, M, meta_ok=True)
+    return a.new_empty((M, N)), a.new_empty((M if gather else 0, K))
+
+
+def _ag_setup_context(ctx, inputs, output) -> None:  # noqa: ANN001 (torch's ctx)
+    a, b, bias, b_layout, _strategy, alpha, M, _gather, world, rank, team_id = inputs
+    ctx.save_for_backward(b, output[1])
+    ctx.b_layout, ctx.alpha, ctx.M, ctx.world, ctx.rank, ctx.team_id = b_layout, alpha, M, world, rank, team_id
+
+
+def _ag_backward(ctx, grad_c: Tensor, grad_g: Optional[Tensor]):  # noqa: ANN001, ANN201
+    """C = alpha * A_all . B_r (B [K, N]; for B [N, K] its transpose) + bias_r on every rank r. dA of this
+    rank's rows = alpha * (sum over ranks of G_r . B_r^T)[its rows]: GEMM + ReduceScatter of the output
+    gradients, weave_tp's gemm_rs; dB = alpha A_all^T G (the gathered A the forward kept; for B [N, K]
+    its transpose) and dbias = the column sums of G, this rank's own. A gradient of the gathered A
+    output adds its rows of this rank."""
+    b, gathered = ctx.saved_tensors
+    g = grad_c.contiguous()
+    need_a, need_b, need_bias = ctx.needs_input_grad[:3]
+    ga = gb = gbias = None
+    if need_a:
+        other = "row" if ctx.b_layout == "col" else "col"  # B_r^T as gemm_rs's b: the same memory
+        ga = torch.ops.weave_tp.gemm_rs(g, b, None, other, "auto", "deterministic", False, float(ctx.alpha), ctx.world,
+                                        ctx.rank, ctx.team_id)
+        if grad_g is not None and grad_g.shape[0]:
+            begin = ctx.M - sum(_rows(ctx.M, ctx.world, r) for r in range(ctx.rank, ctx.world))
+            ga = ga + grad_g[begin:begin + ga.shape[0]]
+    if need_b:
+        if gathered.shape[0] == 0:
+            raise RuntimeError("weave_tp.ag_gemm backward: b needs a gradient but the forward kept no gathered a "
+                               "(call weave_tp.ag_gemm with autograd enabled)")
+        gb = g.t() @ gathered if ctx.b_layout == "col" else gathered.t() @ g
+        if ctx.alpha != 1.0:
+            gb = gb * ctx.alpha
+    if need_bias:
+        gbias = g.sum(0)
+    return ga, gb, gbias, None, None, None, None, None, None, None, None
+
+
+_ag_gemm_op.register_autograd(_ag_backward, setup_context=_ag_setup_context)
+
+
+def ag_gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, M: Optional[int] = None, b_layout: str = "col",
+            strategy: str = "auto", alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None,
+            return_gathered: bool = False):  # noqa: ANN201 (Tensor, or (Tensor, Tensor))
+    """AllGather + GEMM: C = alpha * A @ b^T (+ bias) over all M rows of A, where this rank holds its rows
+    of A (weave_row_split: the first M % world ranks one more; a RowParallelLinear's output rows) and its
+    own b: F.linear of the gathered input with this rank's weight shard, the column-parallel linear of
+    sequence parallelism. a: [*, K], the leading dimensions this rank's tokens; b: [N, K] (b_layout "col",
+    an nn.Linear weight) or [K, N] ("row"), or a transposed view of either; bias: [N]. Returns C [M, N]
+    (and with return_gathered the gathered A [M, K] too). M: the tokens of all ranks together; by
+    default rows x world (even splits; give M when the ranks hold different counts). Differentiable:
+    the input's gradient is gemm_rs of the output's, the weight's uses the gathered A. Runs on torch's
+    current stream; plans as gemm_rs (collective on first use of a shape and options)."""
+    call = "weave_tp.ag_gemm"
+    _check_types(call, dict(a=a, b=b), dict(bias=bias), dict(b_layout=b_layout, strategy=strategy), False, alpha)
+    if M is not None and (isinstance(M, bool) or not isinstance(M, int)):
+        raise TypeError(f"{call}: M must be an int or None (got {type(M).__name__})")
+    if not isinstance(return_gathered, bool):
+        raise TypeError(f"{call}: return_gathered must be a bool (got {type(return_gathered).__name__})")
+    a = _tokens(call, a)
+    team_id = _team_id(call, group)
+    team = _team(call, team_id)
+    if M is None:
+        M = a.shape[0] * team.world
+    gather = return_gathered or (torch.is_grad_enabled() and b.requires_grad)
+    c, g = torch.ops.weave_tp.ag_gemm(a, b, bias, b_layout, strategy, float(alpha), M, gather, team.world, team.rank,
+                                      team_id)
+    return (c, g) if return_gathered else c
 
 
 def _torch_split(call: str, a: Tensor, row_split: str, world: int, rank: int) -> Tuple[Tensor, Optional[int]]:

@@ -1,4 +1,5 @@
-"""weave_tp.nn: the row-parallel linear layer of tensor parallelism, on weave_tp.gemm_rs."""
+"""weave_tp.nn: the two linear layers of tensor parallelism: RowParallelLinear on weave_tp.gemm_rs, and
+ColumnParallelLinear (sequence parallel: its input rows split over the ranks) on weave_tp.ag_gemm."""
 
 import math
 from typing import Optional
@@ -7,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ._torch import gemm_rs, get_team
+from ._torch import ag_gemm, gemm_rs, get_team
 
 
 def _check_shard(call: str, x: object, k: int) -> None:
@@ -70,3 +71,56 @@ class RowParallelLinear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, strategy={self.strategy!r}, row_split={self.row_split!r}")
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x W^T + b with x's tokens split over the ranks of the weave team (sequence parallelism) and W's
+    and y's out_features split: rank r holds its rows of x (weave_row_split of the tokens, as
+    RowParallelLinear's output) with all in_features, and rows [r * out/world, (r+1) * out/world) of W
+    and b; it gets y for all tokens, its out_features / world columns.
+
+    forward(x, tokens=None): x is this rank's tokens [*, in_features]; returns [tokens, out_features /
+    world]. tokens: of all ranks together, by default x's tokens x world (give it when the ranks hold
+    different counts). weight [out_features / world, in_features] as nn.Linear's; bias [out_features /
+    world], this rank's own. Backward: the input's gradient by gemm_rs (GEMM + ReduceScatter of the output
+    gradient), the weight's from the gathered input. group: whose team; by default the first made.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, strategy: str = "auto",
+                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None,
+                 group: Optional[dist.ProcessGroup] = None) -> None:
+        super().__init__()
+        call = "weave_tp.nn.ColumnParallelLinear"
+        team = get_team(call, group)
+        if in_features < 1 or out_features < 1:
+            raise ValueError(f"{call}: in_features {in_features} and out_features {out_features} must be >= 1")
+        if out_features % team.world:
+            raise ValueError(f"{call}: out_features {out_features} must be a multiple of the team's world "
+                             f"{team.world} (each rank holds out_features / world of them)")
+        self.group, self.in_features, self.out_features, self.strategy = group, in_features, out_features, strategy
+        where = device if device is not None else torch.device("cuda", team.device)
+        local = out_features // team.world
+        self.weight = nn.Parameter(torch.empty((local, in_features), device=where, dtype=dtype))
+        self.bias: Optional[nn.Parameter] = (nn.Parameter(torch.empty(local, device=where, dtype=dtype))
+                                             if bias else None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """nn.Linear's initialisation (bound 1/sqrt(in_features)) for this shard of the weight and bias."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: Tensor, tokens: Optional[int] = None) -> Tensor:
+        call = "weave_tp.nn.ColumnParallelLinear"
+        if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.in_features:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{call}: x must be this rank's tokens [*, {self.in_features}], got {got}")
+        if x.dtype != self.weight.dtype:
+            raise TypeError(f"{call}: x is {x.dtype} but the weight is {self.weight.dtype}")
+        return ag_gemm(x, self.weight, self.bias, M=tokens, strategy=self.strategy, group=self.group)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, strategy={self.strategy!r}")
