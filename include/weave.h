@@ -34,18 +34,18 @@ typedef struct CUstream_st *weave_stream_t;
 
 typedef enum {
   WEAVE_SUCCESS = 0,
-  WEAVE_ERROR_INVALID_ARGUMENT = 1, /* a NULL, out-of-range or inconsistent argument */
-  WEAVE_ERROR_NO_DEVICE = 2,        /* no usable CUDA device (or no CUDA driver) */
+  WEAVE_ERROR_INVALID_ARGUMENT = 1,   /* a NULL, out-of-range or inconsistent argument */
+  WEAVE_ERROR_NO_DEVICE = 2,          /* no usable CUDA device (or no CUDA driver) */
   WEAVE_ERROR_UNSUPPORTED_DEVICE = 3, /* a device that is not sm_90 */
-  WEAVE_ERROR_CUDA = 4,             /* a CUDA runtime / library call failed */
-  WEAVE_ERROR_OUT_OF_MEMORY = 5,    /* symmetric heap or device memory exhausted */
-  WEAVE_ERROR_TIMEOUT = 6,          /* a bounded wait expired (host or device) */
-  WEAVE_ERROR_MISMATCH = 7,         /* ranks passed different arguments to a collective call */
-  WEAVE_ERROR_UNSUPPORTED = 8,      /* a valid request weave cannot run (e.g. could deadlock) */
-  WEAVE_ERROR_BOOTSTRAP = 9,        /* the bootstrap (rank exchange) failed */
-  WEAVE_ERROR_ENV = 10,             /* a WEAVE_* environment variable has a bad value */
+  WEAVE_ERROR_CUDA = 4,               /* a CUDA runtime / library call failed */
+  WEAVE_ERROR_OUT_OF_MEMORY = 5,      /* symmetric heap or device memory exhausted */
+  WEAVE_ERROR_TIMEOUT = 6,            /* a bounded wait expired (host or device) */
+  WEAVE_ERROR_MISMATCH = 7,           /* ranks passed different arguments to a collective call */
+  WEAVE_ERROR_UNSUPPORTED = 8,        /* a valid request weave cannot run (e.g. could deadlock) */
+  WEAVE_ERROR_BOOTSTRAP = 9,          /* the bootstrap (rank exchange) failed */
+  WEAVE_ERROR_ENV = 10,               /* a WEAVE_* environment variable has a bad value */
   WEAVE_ERROR_INTERNAL = 11,
-  WEAVE_ERROR_ABORTED = 12,         /* a rank aborted the team (weave_team_abort): destroy it */
+  WEAVE_ERROR_ABORTED = 12, /* a rank aborted the team (weave_team_abort): destroy it */
   WEAVE_NUM_RESULTS
 } weave_result_t;
 
@@ -104,22 +104,23 @@ WEAVE_API weave_result_t weave_bootstrap_destroy(weave_bootstrap_t *bootstrap);
  * Team
  * ------------------------------------------------------------------------------------------- */
 typedef struct {
-  size_t struct_size;   /* sizeof(weave_config_t): lets the struct grow */
-  unsigned version;     /* WEAVE_VERSION */
-  size_t heap_size;     /* bytes of symmetric heap per rank; 0: WEAVE_HEAP_SIZE or its default */
-  int timeout_ms;       /* bound of every wait; 0: WEAVE_TIMEOUT_MS or its default */
+  size_t struct_size; /* sizeof(weave_config_t): lets the struct grow */
+  unsigned version;   /* WEAVE_VERSION */
+  size_t heap_size;   /* bytes of symmetric heap per rank; 0: WEAVE_HEAP_SIZE or its default */
+  int timeout_ms;     /* bound of every wait; 0: WEAVE_TIMEOUT_MS or its default */
 } weave_config_t;
 
-#define WEAVE_CONFIG_INIT {sizeof(weave_config_t), WEAVE_VERSION, 0, 0}
+#define WEAVE_CONFIG_INIT \
+  { sizeof(weave_config_t), WEAVE_VERSION, 0, 0 }
 
 typedef struct {
   char name[256];
-  int device;                 /* CUDA ordinal */
+  int device; /* CUDA ordinal */
   int sm_count;
   int cc_major, cc_minor;
   size_t smem_per_block_optin; /* largest dynamic shared memory a block may ask for */
   size_t l2_bytes;
-  int ranks_on_device;        /* ranks of this team that share this GPU (co-residency) */
+  int ranks_on_device; /* ranks of this team that share this GPU (co-residency) */
 } weave_device_info_t;
 
 /* Collective. `device` is this rank's CUDA ordinal; several ranks may name the same one. Every call
@@ -127,7 +128,7 @@ typedef struct {
  * current (on another device) gets it back before the call returns, a thread that had none keeps
  * `device` current (so allocate the inputs after weave_team_create, or cudaSetDevice first). */
 WEAVE_API weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device,
-                                 const weave_config_t *config, weave_team_t *team);
+                                           const weave_config_t *config, weave_team_t *team);
 WEAVE_API weave_result_t weave_team_destroy(weave_team_t team); /* collective */
 WEAVE_API weave_result_t weave_team_rank(weave_team_t team, int *rank);
 WEAVE_API weave_result_t weave_team_world(weave_team_t team, int *world);
@@ -191,18 +192,18 @@ typedef enum {
   WEAVE_BF16 = 0,
   WEAVE_FP16 = 1,
   WEAVE_FP32 = 2,
-  WEAVE_FP8_E4M3 = 3     /* inputs only (A and B), with scales; C and bias bf16 or fp16 (out_dtype) */
+  WEAVE_FP8_E4M3 = 3 /* inputs only (A and B), with scales; C and bias bf16 or fp16 (out_dtype) */
 } weave_dtype_t;
 typedef enum {
   WEAVE_LAYOUT_ROW = 0, /* B stored [K_local, N] row-major */
   WEAVE_LAYOUT_COL = 1  /* B stored [N, K_local] row-major (nn.Linear weight) */
 } weave_layout_t;
 typedef enum {
-  WEAVE_STRATEGY_AUTO = 0,     /* rank 0's tuning-cache entry, else the candidates timed once at plan
+  WEAVE_STRATEGY_AUTO = 0,    /* rank 0's tuning-cache entry, else the candidates timed once at plan
                                 * creation (then cached), else the cost model: weave_choice_t */
-  WEAVE_STRATEGY_FUSED = 1,    /* one persistent kernel, GEMM blocks + communication blocks */
-  WEAVE_STRATEGY_BULK = 2,     /* GEMM kernel, then a reduce-scatter kernel over the heap */
-  WEAVE_STRATEGY_BASELINE = 3  /* cuBLASLt + ncclReduceScatter where every rank has a GPU of its own,
+  WEAVE_STRATEGY_FUSED = 1,   /* one persistent kernel, GEMM blocks + communication blocks */
+  WEAVE_STRATEGY_BULK = 2,    /* GEMM kernel, then a reduce-scatter kernel over the heap */
+  WEAVE_STRATEGY_BASELINE = 3 /* cuBLASLt + ncclReduceScatter where every rank has a GPU of its own,
                                 * M % world == 0 and libnccl.so.2 loads; else cuBLASLt + weave's RS;
                                 * one rank: cuBLASLt alone */
 } weave_strategy_t;
@@ -221,8 +222,8 @@ typedef enum {
 
 /* How fp8 products are summed (desc.fp8_accum, args.fp8_accum; fp8 inputs only). At each step of 32
  * in K the tensor cores align the products to their running sum and keep 13 fraction bits of it, so
- * small products added to a large sum lose most of their bits (on the H200, a sum of 16384 products
- * >= 0 came out at 3100 for 4120 without fp32 accumulation). */
+ * small products added to a large sum lose most of their bits (README, Limitations, gives a measured
+ * example). */
 typedef enum {
   WEAVE_FP8_ACCUM_FP32 = 0, /* default: each 128 of K summed by the tensor cores, then added to fp32
                              * accumulators (cuBLASLt's default; torch._scaled_mm use_fast_accum=False) */
@@ -240,38 +241,40 @@ typedef enum {
   WEAVE_REDUCE_ATOMIC = 1         /* fp32 remote atomic adds into the owner's accumulator */
 } weave_reduce_t;
 typedef enum {
-  WEAVE_ORDER_OWN_LAST = 0,  /* rank r computes the tiles of r+1, r+2, ..., then its own */
-  WEAVE_ORDER_OWN_FIRST = 1  /* rank r computes its own tiles, then r+1, ... */
+  WEAVE_ORDER_OWN_LAST = 0, /* rank r computes the tiles of r+1, r+2, ..., then its own */
+  WEAVE_ORDER_OWN_FIRST = 1 /* rank r computes its own tiles, then r+1, ... */
 } weave_tile_order_t;
 
 /* Versioned by struct_size: a desc of the 0.2 layout (up to and including `trace`, struct_size =
  * WEAVE_GEMM_RS_DESC_SIZE_0_2) is accepted and its later fields take their defaults. */
 typedef struct {
   size_t struct_size;
-  weave_dtype_t dtype;       /* A and B; C and bias too, unless fp8 (see out_dtype) */
+  weave_dtype_t dtype; /* A and B; C and bias too, unless fp8 (see out_dtype) */
   weave_layout_t b_layout;
   weave_strategy_t strategy;
   weave_reduce_t reduce;
-  int fp32_slots;            /* deterministic / bulk partials in fp32 (exact, twice the bytes) instead of dtype */
+  int fp32_slots; /* deterministic / bulk partials in fp32 (exact, twice the bytes) instead of dtype */
   weave_tile_order_t tile_order;
   float alpha;
   int has_bias;
-  int gemm_blocks;           /* 0: from the cost model / tune file */
-  int comm_blocks;           /* 0: from the cost model / tune file */
-  int trace;                 /* record per-tile events of each fused call (also on with WEAVE_TRACE) */
+  int gemm_blocks; /* 0: from the cost model / tune file */
+  int comm_blocks; /* 0: from the cost model / tune file */
+  int trace;       /* record per-tile events of each fused call (also on with WEAVE_TRACE) */
   /* since 0.3 */
-  weave_dtype_t out_dtype;   /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8 inputs
+  weave_dtype_t out_dtype;       /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8 inputs
                               * WEAVE_BF16 / WEAVE_FP16; 16/32-bit inputs: AUTO or dtype itself */
   weave_scale_mode_t scale_mode; /* fp8 only: scales passed to weave_gemm_rs_execute_scaled */
   weave_fp8_accum_t fp8_accum;   /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST, the baseline's too */
 } weave_gemm_rs_desc_t;
 
-#define WEAVE_GEMM_RS_DESC_INIT                                                                 \
-  {sizeof(weave_gemm_rs_desc_t), WEAVE_BF16, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_AUTO,             \
-   WEAVE_REDUCE_DETERMINISTIC, 0, WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0, 0, WEAVE_DTYPE_AUTO,     \
-   WEAVE_SCALE_NONE, WEAVE_FP8_ACCUM_FP32}
+#define WEAVE_GEMM_RS_DESC_INIT                                                                                     \
+  {                                                                                                                 \
+    sizeof(weave_gemm_rs_desc_t), WEAVE_BF16, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, 0, \
+        WEAVE_ORDER_OWN_LAST, 1.0f, 0, 0, 0, 0, WEAVE_DTYPE_AUTO, WEAVE_SCALE_NONE, WEAVE_FP8_ACCUM_FP32            \
+  }
 /* struct_size of a desc of weave 0.2 (fields up to `trace`). */
-#define WEAVE_GEMM_RS_DESC_SIZE_0_2 ((sizeof(size_t) + 11 * sizeof(int) + sizeof(size_t) - 1) / sizeof(size_t) * sizeof(size_t))
+#define WEAVE_GEMM_RS_DESC_SIZE_0_2 \
+  ((sizeof(size_t) + 11 * sizeof(int) + sizeof(size_t) - 1) / sizeof(size_t) * sizeof(size_t))
 
 typedef struct weave_gemm_rs_plan *weave_gemm_rs_plan_t;
 
@@ -293,25 +296,24 @@ typedef enum {
 } weave_choice_t;
 
 typedef struct {
-  weave_strategy_t strategy;  /* resolved (never AUTO) */
-  int row_begin, rows;        /* this rank's rows of C */
-  int tile_m, tile_n;         /* tile shape */
-  int tiles_total;            /* tiles of C (all owners) */
-  int tiles_owned;            /* tiles of this rank's rows */
+  weave_strategy_t strategy; /* resolved (never AUTO) */
+  int row_begin, rows;       /* this rank's rows of C */
+  int tile_m, tile_n;        /* tile shape */
+  int tiles_total;           /* tiles of C (all owners) */
+  int tiles_owned;           /* tiles of this rank's rows */
   int gemm_blocks, comm_blocks;
-  size_t heap_bytes;          /* symmetric memory this plan holds per rank */
-  size_t bytes_sent;          /* bytes this rank pushes to peers per call */
+  size_t heap_bytes; /* symmetric memory this plan holds per rank */
+  size_t bytes_sent; /* bytes this rank pushes to peers per call */
   /* since 0.4 */
-  weave_choice_t chosen_by;   /* how the strategy was chosen */
-  double choose_ms;           /* host time plan creation spent choosing (cache I/O, timing) */
-  char why[320];              /* the choice in words: the cache entry, the times measured, or the model's */
+  weave_choice_t chosen_by; /* how the strategy was chosen */
+  double choose_ms;         /* host time plan creation spent choosing (cache I/O, timing) */
+  char why[320];            /* the choice in words: the cache entry, the times measured, or the model's */
 } weave_gemm_rs_info_t;
 
 /* Collective. Same (M, N, K_local, desc) on every rank. Any M >= 1: when M < world the ranks past
  * the last row own none; they still compute and push their partials, and their C_out may be NULL. */
 WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K_local,
-                                         const weave_gemm_rs_desc_t *desc,
-                                         weave_gemm_rs_plan_t *plan);
+                                                   const weave_gemm_rs_desc_t *desc, weave_gemm_rs_plan_t *plan);
 /* Enqueue one call on `stream`. A: [M, K_local], B: see b_layout, bias: [N] or NULL,
  * C_out: [rows, N] row-major. Device pointers of this rank (any memory, not only the heap).
  * Never allocates, and the plan counts its calls on the device: a call can be captured into a CUDA
@@ -324,23 +326,24 @@ WEAVE_API weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int
  * 16-bit inputs when the fused or bulk plan runs the TMA role: the refusal says so). The baseline's
  * cuBLASLt takes the algorithm for the call's pointers (views into larger buffers included). */
 WEAVE_API weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t plan, const void *A, const void *B,
-                                     const void *bias, void *C_out, weave_stream_t stream);
+                                               const void *bias, void *C_out, weave_stream_t stream);
 /* The same for a plan with scales (desc.scale_mode, fp8): device pointers to this rank's scales,
  * WEAVE_SCALE_TENSOR: one float each; WEAVE_SCALE_ROW: scale_a [M] (rows of this rank's A) and
  * scale_b [N]. A plan with scale_mode WEAVE_SCALE_NONE takes NULL for both (it is then
  * weave_gemm_rs_execute). They are read by the call's kernels: keep them unchanged until it ends. */
 WEAVE_API weave_result_t weave_gemm_rs_execute_scaled(weave_gemm_rs_plan_t plan, const void *A, const void *B,
-                                            const float *scale_a, const float *scale_b, const void *bias,
-                                            void *C_out, weave_stream_t stream);
+                                                      const float *scale_a, const float *scale_b, const void *bias,
+                                                      void *C_out, weave_stream_t stream);
 WEAVE_API weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t plan, weave_gemm_rs_info_t *info);
-WEAVE_API weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t plan); /* collective (on an aborted team: local; its heap memory goes with the team) */
+WEAVE_API weave_result_t weave_gemm_rs_plan_destroy(
+    weave_gemm_rs_plan_t plan); /* collective (on an aborted team: local; its heap memory goes with the team) */
 
 /* Tracing (desc.trace or WEAVE_TRACE=path): waits for `stream`, then copies the events of the last
  * fused call (weave_trace_event_t of weave_trace.h, at most `capacity`) to host memory `events`.
  * *count gets the number of events recorded (it may exceed capacity). With WEAVE_TRACE=path each
  * rank also writes path.rank<r>.json when the plan is destroyed. */
 WEAVE_API weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, weave_stream_t stream, void *events,
-                                         size_t capacity, size_t *count);
+                                                   size_t capacity, size_t *count);
 
 /* ---------------------------------------------------------------------------------------------
  * AllGather + GEMM (the column-parallel half of a tensor-parallel layer)
@@ -360,9 +363,9 @@ WEAVE_API weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, we
  *   AUTO      the cost model (weave_ag_gemm_info_t.why): FUSED where it runs and every rank has a GPU
  *             of its own, else BULK (on one GPU shared by the ranks bulk was measured faster). */
 typedef struct {
-  size_t struct_size;         /* sizeof(weave_ag_gemm_desc_t) */
-  weave_dtype_t dtype;        /* A, B, C and bias: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP32 */
-  weave_layout_t b_layout;    /* B [K, N] (ROW) or [N, K] (COL: an nn.Linear weight shard) */
+  size_t struct_size;      /* sizeof(weave_ag_gemm_desc_t) */
+  weave_dtype_t dtype;     /* A, B, C and bias: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP32 */
+  weave_layout_t b_layout; /* B [K, N] (ROW) or [N, K] (COL: an nn.Linear weight shard) */
   weave_strategy_t strategy;
   float alpha;
   int has_bias;
@@ -370,17 +373,17 @@ typedef struct {
 } weave_ag_gemm_desc_t;
 
 #define WEAVE_AG_GEMM_DESC_INIT \
-  {sizeof(weave_ag_gemm_desc_t), WEAVE_BF16, WEAVE_LAYOUT_COL, WEAVE_STRATEGY_AUTO, 1.0f, 0, 0, 0}
+  { sizeof(weave_ag_gemm_desc_t), WEAVE_BF16, WEAVE_LAYOUT_COL, WEAVE_STRATEGY_AUTO, 1.0f, 0, 0, 0 }
 
 typedef struct weave_ag_gemm_plan *weave_ag_gemm_plan_t;
 
 typedef struct {
-  weave_strategy_t strategy;  /* resolved (never AUTO) */
-  int row_begin, rows;        /* this rank's rows of A */
+  weave_strategy_t strategy;    /* resolved (never AUTO) */
+  int row_begin, rows;          /* this rank's rows of A */
   int gemm_blocks, comm_blocks; /* fused: the kernel's split; bulk: the push's and the GEMM's blocks */
-  size_t heap_bytes;          /* symmetric memory this plan holds per rank (the gathered A and flags) */
-  size_t bytes_sent;          /* bytes of A this rank sends to peers per call */
-  weave_choice_t chosen_by;   /* WEAVE_CHOSEN_BY_CALLER or _MODEL */
+  size_t heap_bytes;            /* symmetric memory this plan holds per rank (the gathered A and flags) */
+  size_t bytes_sent;            /* bytes of A this rank sends to peers per call */
+  weave_choice_t chosen_by;     /* WEAVE_CHOSEN_BY_CALLER or _MODEL */
   char why[160];
 } weave_ag_gemm_info_t;
 
@@ -412,32 +415,34 @@ WEAVE_API weave_result_t weave_row_split(int M, int world, int rank, int *row_be
  * need (~33 MiB on 132 SMs, kept until exit; WEAVE_HGEMM_STREAMK=0 turns it off). Repeated calls
  * with the same shape and num_blocks give bitwise the same C.
  * ------------------------------------------------------------------------------------------- */
-WEAVE_API weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                          float alpha, const void *A, const void *B, const void *bias, void *C,
-                          int num_blocks, weave_stream_t stream);
+WEAVE_API weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
+                                    const void *A, const void *B, const void *bias, void *C, int num_blocks,
+                                    weave_stream_t stream);
 
 /* The same with every option (fp8 inputs, their scales, the output type), as one versioned struct:
  * C[M, N] = alpha * (scale_a . scale_b) * A . B + bias. fp8: A [M, K] and B [N, K] (b_layout
  * WEAVE_LAYOUT_COL), K a multiple of 16, 16-byte aligned A and B, on the Hopper GEMM (sm_90). */
 typedef struct {
-  size_t struct_size;            /* sizeof(weave_gemm_args_t) */
+  size_t struct_size; /* sizeof(weave_gemm_args_t) */
   int M, N, K;
-  weave_dtype_t dtype;           /* A and B */
-  weave_dtype_t out_dtype;       /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8
+  weave_dtype_t dtype;     /* A and B */
+  weave_dtype_t out_dtype; /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8
                                   * WEAVE_BF16 / WEAVE_FP16 */
   weave_layout_t b_layout;
   float alpha;
-  weave_scale_mode_t scale_mode; /* fp8 only */
+  weave_scale_mode_t scale_mode;  /* fp8 only */
   const float *scale_a, *scale_b; /* device; TENSOR: one float each; ROW: [M] and [N] */
-  const void *A, *B, *bias;      /* bias [N] of out_dtype, or NULL */
+  const void *A, *B, *bias;       /* bias [N] of out_dtype, or NULL */
   void *C;
-  int num_blocks;                /* 0: all SMs */
-  weave_fp8_accum_t fp8_accum;   /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST */
+  int num_blocks;              /* 0: all SMs */
+  weave_fp8_accum_t fp8_accum; /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST */
 } weave_gemm_args_t;
 
-#define WEAVE_GEMM_ARGS_INIT                                                                     \
-  {sizeof(weave_gemm_args_t), 0, 0, 0, WEAVE_BF16, WEAVE_DTYPE_AUTO, WEAVE_LAYOUT_ROW, 1.0f,      \
-   WEAVE_SCALE_NONE, NULL, NULL, NULL, NULL, NULL, NULL, 0, WEAVE_FP8_ACCUM_FP32}
+#define WEAVE_GEMM_ARGS_INIT                                                                                          \
+  {                                                                                                                   \
+    sizeof(weave_gemm_args_t), 0, 0, 0, WEAVE_BF16, WEAVE_DTYPE_AUTO, WEAVE_LAYOUT_ROW, 1.0f, WEAVE_SCALE_NONE, NULL, \
+        NULL, NULL, NULL, NULL, NULL, 0, WEAVE_FP8_ACCUM_FP32                                                         \
+  }
 
 WEAVE_API weave_result_t weave_gemm_ex(const weave_gemm_args_t *args, weave_stream_t stream);
 

@@ -50,12 +50,7 @@
  * from weave_device_types.h (included above). */
 
 /* Memory-order of an operation (PTX .relaxed / .acquire / .release / .acq_rel). */
-typedef enum {
-  WEAVE_SEM_RELAXED = 0,
-  WEAVE_SEM_ACQUIRE = 1,
-  WEAVE_SEM_RELEASE = 2,
-  WEAVE_SEM_ACQ_REL = 3
-} weave_sem_t;
+typedef enum { WEAVE_SEM_RELAXED = 0, WEAVE_SEM_ACQUIRE = 1, WEAVE_SEM_RELEASE = 2, WEAVE_SEM_ACQ_REL = 3 } weave_sem_t;
 
 /* Set of threads an operation is ordered with (PTX .cta / .gpu / .sys). */
 typedef enum { WEAVE_SCOPE_CTA = 0, WEAVE_SCOPE_GPU = 1, WEAVE_SCOPE_SYS = 2 } weave_scope_t;
@@ -73,7 +68,8 @@ typedef enum { WEAVE_SCOPE_CTA = 0, WEAVE_SCOPE_GPU = 1, WEAVE_SCOPE_SYS = 2 } w
 #include <type_traits>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#error "weave_device.cuh needs sm_90 (atom.add.noftz.bf16x2, ld.acquire.sys): build with -gencode arch=compute_90a,code=sm_90a"
+#error \
+    "weave_device.cuh needs sm_90 (atom.add.noftz.bf16x2, ld.acquire.sys): build with -gencode arch=compute_90a,code=sm_90a"
 #endif
 
 /* Wait tuning: polls spun without sleeping, then __nanosleep backoff doubling up to the cap; the
@@ -91,7 +87,9 @@ typedef enum { WEAVE_SCOPE_CTA = 0, WEAVE_SCOPE_GPU = 1, WEAVE_SCOPE_SYS = 2 } w
 namespace weave_detail {
 
 template <typename T>
-struct type_identity { typedef T type; };
+struct type_identity {
+  typedef T type;
+};
 template <typename T>
 using nodeduce_t = typename type_identity<T>::type; /* keeps a value argument out of deduction */
 template <typename T>
@@ -110,202 +108,128 @@ __device__ __forceinline__ A bits(B v) {
   return a;
 }
 
-/* One specialisation per (sem, scope) pair; each function is one inline-asm PTX instruction whose
- * qualifiers are string literals pasted by WEAVE_DETAIL_ATOM_OPS. */
+/* One specialisation per (sem, scope) pair, made by one macro line each below; every function is
+ * one inline-asm PTX instruction whose qualifiers SQ (".relaxed", ...) and CQ (".cta", ...) are
+ * pasted string literals. red: PTX allows .relaxed and .release only; ld: .relaxed / .acquire; st:
+ * .relaxed / .release. The primary templates stay undefined, so a forbidden pair fails to compile. */
 template <weave_sem_t S, weave_scope_t C>
 struct atom;
-
-#define WEAVE_DETAIL_A2(NAME, PTXOP, T, CT)                                                        \
-  static __device__ __forceinline__ T NAME(T *p, T v) {                                            \
-    T r;                                                                                           \
-    asm volatile("atom" WEAVE_DETAIL_SEMQ WEAVE_DETAIL_SCOPEQ ".global." PTXOP " %0, [%1], %2;"                              \
-                 : "=" CT(r)                                                                       \
-                 : "l"(gaddr(p)), CT(v)                                                            \
-                 : "memory");                                                                      \
-    return r;                                                                                      \
-  }
-#define WEAVE_DETAIL_A3(NAME, PTXOP, T, CT)                                                        \
-  static __device__ __forceinline__ T NAME(T *p, T cmp, T v) {                                     \
-    T r;                                                                                           \
-    asm volatile("atom" WEAVE_DETAIL_SEMQ WEAVE_DETAIL_SCOPEQ ".global." PTXOP " %0, [%1], %2, %3;"                          \
-                 : "=" CT(r)                                                                       \
-                 : "l"(gaddr(p)), CT(cmp), CT(v)                                                   \
-                 : "memory");                                                                      \
-    return r;                                                                                      \
-  }
-
-#define WEAVE_DETAIL_ATOM_BODY                                                                     \
-  WEAVE_DETAIL_A2(add_u32, "add.u32", uint32_t, "r")                                               \
-  WEAVE_DETAIL_A2(add_s32, "add.s32", int32_t, "r")                                                \
-  WEAVE_DETAIL_A2(add_u64, "add.u64", uint64_t, "l")                                               \
-  WEAVE_DETAIL_A2(add_f32, "add.f32", float, "f")                                                  \
-  WEAVE_DETAIL_A2(add_f64, "add.f64", double, "d")                                                 \
-  WEAVE_DETAIL_A2(add_f16x2, "add.noftz.f16x2", uint32_t, "r")                                     \
-  WEAVE_DETAIL_A2(add_bf16x2, "add.noftz.bf16x2", uint32_t, "r")                                   \
-  WEAVE_DETAIL_A3(cas_b32, "cas.b32", uint32_t, "r")                                               \
-  WEAVE_DETAIL_A3(cas_b64, "cas.b64", uint64_t, "l")                                               \
-  WEAVE_DETAIL_A2(exch_b32, "exch.b32", uint32_t, "r")                                             \
-  WEAVE_DETAIL_A2(exch_b64, "exch.b64", uint64_t, "l")                                             \
-  WEAVE_DETAIL_A2(min_u32, "min.u32", uint32_t, "r")                                               \
-  WEAVE_DETAIL_A2(min_s32, "min.s32", int32_t, "r")                                                \
-  WEAVE_DETAIL_A2(min_u64, "min.u64", uint64_t, "l")                                               \
-  WEAVE_DETAIL_A2(min_s64, "min.s64", int64_t, "l")                                                \
-  WEAVE_DETAIL_A2(max_u32, "max.u32", uint32_t, "r")                                               \
-  WEAVE_DETAIL_A2(max_s32, "max.s32", int32_t, "r")                                                \
-  WEAVE_DETAIL_A2(max_u64, "max.u64", uint64_t, "l")                                               \
-  WEAVE_DETAIL_A2(max_s64, "max.s64", int64_t, "l")                                                \
-  WEAVE_DETAIL_A2(and_b32, "and.b32", uint32_t, "r")                                               \
-  WEAVE_DETAIL_A2(and_b64, "and.b64", uint64_t, "l")                                               \
-  WEAVE_DETAIL_A2(or_b32, "or.b32", uint32_t, "r")                                                 \
-  WEAVE_DETAIL_A2(or_b64, "or.b64", uint64_t, "l")                                                 \
-  WEAVE_DETAIL_A2(xor_b32, "xor.b32", uint32_t, "r")                                               \
-  WEAVE_DETAIL_A2(xor_b64, "xor.b64", uint64_t, "l")
-
-/* WEAVE_DETAIL_SEMQ / WEAVE_DETAIL_SCOPEQ are the qualifier strings the bodies paste; they are redefined per instance. */
-#define WEAVE_DETAIL_SEMQ ".relaxed"
-#define WEAVE_DETAIL_SCOPEQ ".cta"
-template <> struct atom<WEAVE_SEM_RELAXED, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".gpu"
-template <> struct atom<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".sys"
-template <> struct atom<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#undef WEAVE_DETAIL_SEMQ
-#define WEAVE_DETAIL_SEMQ ".acquire"
-#define WEAVE_DETAIL_SCOPEQ ".cta"
-template <> struct atom<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".gpu"
-template <> struct atom<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".sys"
-template <> struct atom<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#undef WEAVE_DETAIL_SEMQ
-#define WEAVE_DETAIL_SEMQ ".release"
-#define WEAVE_DETAIL_SCOPEQ ".cta"
-template <> struct atom<WEAVE_SEM_RELEASE, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".gpu"
-template <> struct atom<WEAVE_SEM_RELEASE, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".sys"
-template <> struct atom<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#undef WEAVE_DETAIL_SEMQ
-#define WEAVE_DETAIL_SEMQ ".acq_rel"
-#define WEAVE_DETAIL_SCOPEQ ".cta"
-template <> struct atom<WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".gpu"
-template <> struct atom<WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".sys"
-template <> struct atom<WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_ATOM_BODY };
-#undef WEAVE_DETAIL_SCOPEQ
-#undef WEAVE_DETAIL_SEMQ
-
-/* red (no return): PTX allows .relaxed and .release only. ld: .relaxed / .acquire. st: .relaxed /
- * .release. The primary templates stay undefined so a forbidden pair fails to compile. */
 template <weave_sem_t S, weave_scope_t C>
 struct red;
 template <weave_sem_t S, weave_scope_t C>
 struct ldst;
 
-#define WEAVE_DETAIL_R(NAME, PTXOP, T, CT)                                                         \
-  static __device__ __forceinline__ void NAME(T *p, T v) {                                         \
-    asm volatile("red" WEAVE_DETAIL_SEMQ WEAVE_DETAIL_SCOPEQ ".global." PTXOP " [%0], %1;" ::"l"(gaddr(p)), CT(v) : "memory"); \
+// clang-format off
+#define WEAVE_DETAIL_A2(SQ, CQ, NAME, PTXOP, T, CT)                                                             \
+  static __device__ __forceinline__ T NAME(T *p, T v) {                                                         \
+    T r;                                                                                                        \
+    asm volatile("atom" SQ CQ ".global." PTXOP " %0, [%1], %2;" : "=" CT(r) : "l"(gaddr(p)), CT(v) : "memory"); \
+    return r;                                                                                                   \
   }
-#define WEAVE_DETAIL_RED_BODY                                                                      \
-  WEAVE_DETAIL_R(add_u32, "add.u32", uint32_t, "r")                                                \
-  WEAVE_DETAIL_R(add_s32, "add.s32", int32_t, "r")                                                 \
-  WEAVE_DETAIL_R(add_u64, "add.u64", uint64_t, "l")                                                \
-  WEAVE_DETAIL_R(add_f32, "add.f32", float, "f")                                                   \
-  WEAVE_DETAIL_R(add_f64, "add.f64", double, "d")                                                  \
-  WEAVE_DETAIL_R(add_f16x2, "add.noftz.f16x2", uint32_t, "r")                                      \
-  WEAVE_DETAIL_R(add_bf16x2, "add.noftz.bf16x2", uint32_t, "r")
+#define WEAVE_DETAIL_A3(SQ, CQ, NAME, PTXOP, T, CT)                                                             \
+  static __device__ __forceinline__ T NAME(T *p, T cmp, T v) {                                                  \
+    T r;                                                                                                        \
+    asm volatile("atom" SQ CQ ".global." PTXOP " %0, [%1], %2, %3;" : "=" CT(r) : "l"(gaddr(p)), CT(cmp), CT(v) \
+                 : "memory");                                                                                   \
+    return r;                                                                                                   \
+  }
+#define WEAVE_DETAIL_ATOM(SEM, SCOPE, SQ, CQ)                              \
+  template <> struct atom<SEM, SCOPE> {                                    \
+    WEAVE_DETAIL_A2(SQ, CQ, add_u32, "add.u32", uint32_t, "r")             \
+    WEAVE_DETAIL_A2(SQ, CQ, add_s32, "add.s32", int32_t, "r")              \
+    WEAVE_DETAIL_A2(SQ, CQ, add_u64, "add.u64", uint64_t, "l")             \
+    WEAVE_DETAIL_A2(SQ, CQ, add_f32, "add.f32", float, "f")                \
+    WEAVE_DETAIL_A2(SQ, CQ, add_f64, "add.f64", double, "d")               \
+    WEAVE_DETAIL_A2(SQ, CQ, add_f16x2, "add.noftz.f16x2", uint32_t, "r")   \
+    WEAVE_DETAIL_A2(SQ, CQ, add_bf16x2, "add.noftz.bf16x2", uint32_t, "r") \
+    WEAVE_DETAIL_A3(SQ, CQ, cas_b32, "cas.b32", uint32_t, "r")             \
+    WEAVE_DETAIL_A3(SQ, CQ, cas_b64, "cas.b64", uint64_t, "l")             \
+    WEAVE_DETAIL_A2(SQ, CQ, exch_b32, "exch.b32", uint32_t, "r")           \
+    WEAVE_DETAIL_A2(SQ, CQ, exch_b64, "exch.b64", uint64_t, "l")           \
+    WEAVE_DETAIL_A2(SQ, CQ, min_u32, "min.u32", uint32_t, "r")             \
+    WEAVE_DETAIL_A2(SQ, CQ, min_s32, "min.s32", int32_t, "r")              \
+    WEAVE_DETAIL_A2(SQ, CQ, min_u64, "min.u64", uint64_t, "l")             \
+    WEAVE_DETAIL_A2(SQ, CQ, min_s64, "min.s64", int64_t, "l")              \
+    WEAVE_DETAIL_A2(SQ, CQ, max_u32, "max.u32", uint32_t, "r")             \
+    WEAVE_DETAIL_A2(SQ, CQ, max_s32, "max.s32", int32_t, "r")              \
+    WEAVE_DETAIL_A2(SQ, CQ, max_u64, "max.u64", uint64_t, "l")             \
+    WEAVE_DETAIL_A2(SQ, CQ, max_s64, "max.s64", int64_t, "l")              \
+    WEAVE_DETAIL_A2(SQ, CQ, and_b32, "and.b32", uint32_t, "r")             \
+    WEAVE_DETAIL_A2(SQ, CQ, and_b64, "and.b64", uint64_t, "l")             \
+    WEAVE_DETAIL_A2(SQ, CQ, or_b32, "or.b32", uint32_t, "r")               \
+    WEAVE_DETAIL_A2(SQ, CQ, or_b64, "or.b64", uint64_t, "l")               \
+    WEAVE_DETAIL_A2(SQ, CQ, xor_b32, "xor.b32", uint32_t, "r")             \
+    WEAVE_DETAIL_A2(SQ, CQ, xor_b64, "xor.b64", uint64_t, "l")             \
+  };
+WEAVE_DETAIL_ATOM(WEAVE_SEM_RELAXED, WEAVE_SCOPE_CTA, ".relaxed", ".cta")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU, ".relaxed", ".gpu")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS, ".relaxed", ".sys")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_CTA, ".acquire", ".cta")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU, ".acquire", ".gpu")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS, ".acquire", ".sys")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_RELEASE, WEAVE_SCOPE_CTA, ".release", ".cta")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_RELEASE, WEAVE_SCOPE_GPU, ".release", ".gpu")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS, ".release", ".sys")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_CTA, ".acq_rel", ".cta")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_GPU, ".acq_rel", ".gpu")
+WEAVE_DETAIL_ATOM(WEAVE_SEM_ACQ_REL, WEAVE_SCOPE_SYS, ".acq_rel", ".sys")
 
-#define WEAVE_DETAIL_LD(NAME, PTXT, T, CT)                                                         \
-  static __device__ __forceinline__ T NAME(const T *p) {                                           \
-    T r;                                                                                           \
-    asm volatile("ld" WEAVE_DETAIL_SEMQ WEAVE_DETAIL_SCOPEQ ".global." PTXT " %0, [%1];" : "=" CT(r) : "l"(gaddr(p)) : "memory"); \
-    return r;                                                                                      \
+#define WEAVE_DETAIL_R(SQ, CQ, NAME, PTXOP, T, CT)                                             \
+  static __device__ __forceinline__ void NAME(T *p, T v) {                                     \
+    asm volatile("red" SQ CQ ".global." PTXOP " [%0], %1;" ::"l"(gaddr(p)), CT(v) : "memory"); \
   }
-#define WEAVE_DETAIL_ST(NAME, PTXT, T, CT)                                                         \
-  static __device__ __forceinline__ void NAME(T *p, T v) {                                         \
-    asm volatile("st" WEAVE_DETAIL_SEMQ WEAVE_DETAIL_SCOPEQ ".global." PTXT " [%0], %1;" ::"l"(gaddr(p)), CT(v) : "memory");  \
+#define WEAVE_DETAIL_RED(SEM, SCOPE, SQ, CQ)                              \
+  template <> struct red<SEM, SCOPE> {                                    \
+    WEAVE_DETAIL_R(SQ, CQ, add_u32, "add.u32", uint32_t, "r")             \
+    WEAVE_DETAIL_R(SQ, CQ, add_s32, "add.s32", int32_t, "r")              \
+    WEAVE_DETAIL_R(SQ, CQ, add_u64, "add.u64", uint64_t, "l")             \
+    WEAVE_DETAIL_R(SQ, CQ, add_f32, "add.f32", float, "f")                \
+    WEAVE_DETAIL_R(SQ, CQ, add_f64, "add.f64", double, "d")               \
+    WEAVE_DETAIL_R(SQ, CQ, add_f16x2, "add.noftz.f16x2", uint32_t, "r")   \
+    WEAVE_DETAIL_R(SQ, CQ, add_bf16x2, "add.noftz.bf16x2", uint32_t, "r") \
+  };
+#define WEAVE_DETAIL_LD(SQ, CQ, NAME, PTXT, T, CT)                                                \
+  static __device__ __forceinline__ T NAME(const T *p) {                                          \
+    T r;                                                                                          \
+    asm volatile("ld" SQ CQ ".global." PTXT " %0, [%1];" : "=" CT(r) : "l"(gaddr(p)) : "memory"); \
+    return r;                                                                                     \
   }
-
-#define WEAVE_DETAIL_SEMQ ".relaxed"
-#define WEAVE_DETAIL_SCOPEQ ".cta"
-template <> struct red<WEAVE_SEM_RELAXED, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_RED_BODY };
-template <> struct ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_CTA> {
-  WEAVE_DETAIL_LD(ld_u32, "u32", uint32_t, "r") WEAVE_DETAIL_LD(ld_u64, "u64", uint64_t, "l")
-  WEAVE_DETAIL_ST(st_u32, "u32", uint32_t, "r") WEAVE_DETAIL_ST(st_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".gpu"
-template <> struct red<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_RED_BODY };
-template <> struct ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU> {
-  WEAVE_DETAIL_LD(ld_u32, "u32", uint32_t, "r") WEAVE_DETAIL_LD(ld_u64, "u64", uint64_t, "l")
-  WEAVE_DETAIL_ST(st_u32, "u32", uint32_t, "r") WEAVE_DETAIL_ST(st_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".sys"
-template <> struct red<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_RED_BODY };
-template <> struct ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS> {
-  WEAVE_DETAIL_LD(ld_u32, "u32", uint32_t, "r") WEAVE_DETAIL_LD(ld_u64, "u64", uint64_t, "l")
-  WEAVE_DETAIL_ST(st_u32, "u32", uint32_t, "r") WEAVE_DETAIL_ST(st_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#undef WEAVE_DETAIL_SEMQ
-#define WEAVE_DETAIL_SEMQ ".release"
-#define WEAVE_DETAIL_SCOPEQ ".cta"
-template <> struct red<WEAVE_SEM_RELEASE, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_RED_BODY };
-template <> struct ldst<WEAVE_SEM_RELEASE, WEAVE_SCOPE_CTA> {
-  WEAVE_DETAIL_ST(st_u32, "u32", uint32_t, "r") WEAVE_DETAIL_ST(st_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".gpu"
-template <> struct red<WEAVE_SEM_RELEASE, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_RED_BODY };
-template <> struct ldst<WEAVE_SEM_RELEASE, WEAVE_SCOPE_GPU> {
-  WEAVE_DETAIL_ST(st_u32, "u32", uint32_t, "r") WEAVE_DETAIL_ST(st_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".sys"
-template <> struct red<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_RED_BODY };
-template <> struct ldst<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS> {
-  WEAVE_DETAIL_ST(st_u32, "u32", uint32_t, "r") WEAVE_DETAIL_ST(st_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#undef WEAVE_DETAIL_SEMQ
-#define WEAVE_DETAIL_SEMQ ".acquire"
-#define WEAVE_DETAIL_SCOPEQ ".cta"
-template <> struct ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_CTA> {
-  WEAVE_DETAIL_LD(ld_u32, "u32", uint32_t, "r") WEAVE_DETAIL_LD(ld_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".gpu"
-template <> struct ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU> {
-  WEAVE_DETAIL_LD(ld_u32, "u32", uint32_t, "r") WEAVE_DETAIL_LD(ld_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#define WEAVE_DETAIL_SCOPEQ ".sys"
-template <> struct ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS> {
-  WEAVE_DETAIL_LD(ld_u32, "u32", uint32_t, "r") WEAVE_DETAIL_LD(ld_u64, "u64", uint64_t, "l")
-};
-#undef WEAVE_DETAIL_SCOPEQ
-#undef WEAVE_DETAIL_SEMQ
+#define WEAVE_DETAIL_ST(SQ, CQ, NAME, PTXT, T, CT)                                           \
+  static __device__ __forceinline__ void NAME(T *p, T v) {                                   \
+    asm volatile("st" SQ CQ ".global." PTXT " [%0], %1;" ::"l"(gaddr(p)), CT(v) : "memory"); \
+  }
+#define WEAVE_DETAIL_LOADS(SQ, CQ)                      \
+  WEAVE_DETAIL_LD(SQ, CQ, ld_u32, "u32", uint32_t, "r") \
+  WEAVE_DETAIL_LD(SQ, CQ, ld_u64, "u64", uint64_t, "l")
+#define WEAVE_DETAIL_STORES(SQ, CQ)                     \
+  WEAVE_DETAIL_ST(SQ, CQ, st_u32, "u32", uint32_t, "r") \
+  WEAVE_DETAIL_ST(SQ, CQ, st_u64, "u64", uint64_t, "l")
+WEAVE_DETAIL_RED(WEAVE_SEM_RELAXED, WEAVE_SCOPE_CTA, ".relaxed", ".cta")
+template <> struct ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_LOADS(".relaxed", ".cta") WEAVE_DETAIL_STORES(".relaxed", ".cta") };
+WEAVE_DETAIL_RED(WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU, ".relaxed", ".gpu")
+template <> struct ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_LOADS(".relaxed", ".gpu") WEAVE_DETAIL_STORES(".relaxed", ".gpu") };
+WEAVE_DETAIL_RED(WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS, ".relaxed", ".sys")
+template <> struct ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_LOADS(".relaxed", ".sys") WEAVE_DETAIL_STORES(".relaxed", ".sys") };
+WEAVE_DETAIL_RED(WEAVE_SEM_RELEASE, WEAVE_SCOPE_CTA, ".release", ".cta")
+template <> struct ldst<WEAVE_SEM_RELEASE, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_STORES(".release", ".cta") };
+WEAVE_DETAIL_RED(WEAVE_SEM_RELEASE, WEAVE_SCOPE_GPU, ".release", ".gpu")
+template <> struct ldst<WEAVE_SEM_RELEASE, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_STORES(".release", ".gpu") };
+WEAVE_DETAIL_RED(WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS, ".release", ".sys")
+template <> struct ldst<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_STORES(".release", ".sys") };
+template <> struct ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_CTA> { WEAVE_DETAIL_LOADS(".acquire", ".cta") };
+template <> struct ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU> { WEAVE_DETAIL_LOADS(".acquire", ".gpu") };
+template <> struct ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS> { WEAVE_DETAIL_LOADS(".acquire", ".sys") };
+// clang-format on
 
 #undef WEAVE_DETAIL_A2
 #undef WEAVE_DETAIL_A3
-#undef WEAVE_DETAIL_ATOM_BODY
+#undef WEAVE_DETAIL_ATOM
 #undef WEAVE_DETAIL_R
-#undef WEAVE_DETAIL_RED_BODY
+#undef WEAVE_DETAIL_RED
 #undef WEAVE_DETAIL_LD
 #undef WEAVE_DETAIL_ST
+#undef WEAVE_DETAIL_LOADS
+#undef WEAVE_DETAIL_STORES
 
 /* Type classes the front ends dispatch on. */
 template <typename T>
@@ -353,14 +277,22 @@ template <WEAVE_DEFAULT_SEM_SCOPE, typename T>
 __device__ __forceinline__ T weave_atomic_add(T *p, weave_detail::nodeduce_t<T> v) {
   using A = weave_detail::atom<S, C>;
   using namespace weave_detail;
-  if constexpr (is_i32<T> && std::is_signed<T>::value) return (T)A::add_s32((int32_t *)p, (int32_t)v);
-  else if constexpr (is_i32<T>) return (T)A::add_u32((uint32_t *)p, (uint32_t)v);
-  else if constexpr (is_i64<T>) return (T)A::add_u64((uint64_t *)p, (uint64_t)v);
-  else if constexpr (std::is_same<T, float>::value) return A::add_f32(p, v);
-  else if constexpr (std::is_same<T, double>::value) return A::add_f64(p, v);
-  else if constexpr (is_f16x2<T>) return bits<T>(A::add_f16x2((uint32_t *)p, bits<uint32_t>(v)));
-  else if constexpr (is_bf16x2<T>) return bits<T>(A::add_bf16x2((uint32_t *)p, bits<uint32_t>(v)));
-  else static_assert(always_false<T>::value, "weave_atomic_add: unsupported type");
+  if constexpr (is_i32<T> && std::is_signed<T>::value)
+    return (T)A::add_s32((int32_t *)p, (int32_t)v);
+  else if constexpr (is_i32<T>)
+    return (T)A::add_u32((uint32_t *)p, (uint32_t)v);
+  else if constexpr (is_i64<T>)
+    return (T)A::add_u64((uint64_t *)p, (uint64_t)v);
+  else if constexpr (std::is_same<T, float>::value)
+    return A::add_f32(p, v);
+  else if constexpr (std::is_same<T, double>::value)
+    return A::add_f64(p, v);
+  else if constexpr (is_f16x2<T>)
+    return bits<T>(A::add_f16x2((uint32_t *)p, bits<uint32_t>(v)));
+  else if constexpr (is_bf16x2<T>)
+    return bits<T>(A::add_bf16x2((uint32_t *)p, bits<uint32_t>(v)));
+  else
+    static_assert(always_false<T>::value, "weave_atomic_add: unsupported type");
 }
 
 /* *p -= v, returns the old *p: the add of -v (two's complement for integers). Same PTX as add. */
@@ -368,9 +300,12 @@ template <WEAVE_DEFAULT_SEM_SCOPE, typename T>
 __device__ __forceinline__ T weave_atomic_sub(T *p, weave_detail::nodeduce_t<T> v) {
   if constexpr (std::is_integral<T>::value)
     return weave_atomic_add<S, C, T>(p, (T)(0 - (typename std::make_unsigned<T>::type)v));
-  else if constexpr (weave_detail::is_f16x2<T>) return weave_atomic_add<S, C, T>(p, __hneg2(v));
-  else if constexpr (weave_detail::is_bf16x2<T>) return weave_atomic_add<S, C, T>(p, __hneg2(v));
-  else return weave_atomic_add<S, C, T>(p, -v);
+  else if constexpr (weave_detail::is_f16x2<T>)
+    return weave_atomic_add<S, C, T>(p, __hneg2(v));
+  else if constexpr (weave_detail::is_bf16x2<T>)
+    return weave_atomic_add<S, C, T>(p, __hneg2(v));
+  else
+    return weave_atomic_add<S, C, T>(p, -v);
 }
 
 /* if (*p == cmp) *p = v; returns the old *p (success iff it equals cmp). PTX: cas.b32 / cas.b64. */
@@ -379,9 +314,11 @@ __device__ __forceinline__ T weave_atomic_cas(T *p, weave_detail::nodeduce_t<T> 
   using A = weave_detail::atom<S, C>;
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "weave_atomic_cas: 4- or 8-byte types");
   if constexpr (sizeof(T) == 4)
-    return weave_detail::bits<T>(A::cas_b32((uint32_t *)p, weave_detail::bits<uint32_t>(cmp), weave_detail::bits<uint32_t>(v)));
+    return weave_detail::bits<T>(
+        A::cas_b32((uint32_t *)p, weave_detail::bits<uint32_t>(cmp), weave_detail::bits<uint32_t>(v)));
   else
-    return weave_detail::bits<T>(A::cas_b64((uint64_t *)p, weave_detail::bits<uint64_t>(cmp), weave_detail::bits<uint64_t>(v)));
+    return weave_detail::bits<T>(
+        A::cas_b64((uint64_t *)p, weave_detail::bits<uint64_t>(cmp), weave_detail::bits<uint64_t>(v)));
 }
 
 /* *p = v; returns the old *p. PTX: exch.b32 / exch.b64. */
@@ -389,8 +326,10 @@ template <WEAVE_DEFAULT_SEM_SCOPE, typename T>
 __device__ __forceinline__ T weave_atomic_xchg(T *p, weave_detail::nodeduce_t<T> v) {
   using A = weave_detail::atom<S, C>;
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "weave_atomic_xchg: 4- or 8-byte types");
-  if constexpr (sizeof(T) == 4) return weave_detail::bits<T>(A::exch_b32((uint32_t *)p, weave_detail::bits<uint32_t>(v)));
-  else return weave_detail::bits<T>(A::exch_b64((uint64_t *)p, weave_detail::bits<uint64_t>(v)));
+  if constexpr (sizeof(T) == 4)
+    return weave_detail::bits<T>(A::exch_b32((uint32_t *)p, weave_detail::bits<uint32_t>(v)));
+  else
+    return weave_detail::bits<T>(A::exch_b64((uint64_t *)p, weave_detail::bits<uint64_t>(v)));
 }
 
 /* *p = min(*p, v) / max(*p, v), signed or unsigned after T; returns the old *p.
@@ -399,32 +338,43 @@ template <WEAVE_DEFAULT_SEM_SCOPE, typename T>
 __device__ __forceinline__ T weave_atomic_min(T *p, weave_detail::nodeduce_t<T> v) {
   using A = weave_detail::atom<S, C>;
   using namespace weave_detail;
-  if constexpr (is_i32<T> && std::is_signed<T>::value) return (T)A::min_s32((int32_t *)p, (int32_t)v);
-  else if constexpr (is_i32<T>) return (T)A::min_u32((uint32_t *)p, (uint32_t)v);
-  else if constexpr (is_i64<T> && std::is_signed<T>::value) return (T)A::min_s64((int64_t *)p, (int64_t)v);
-  else if constexpr (is_i64<T>) return (T)A::min_u64((uint64_t *)p, (uint64_t)v);
-  else static_assert(always_false<T>::value, "weave_atomic_min: 32/64-bit integers only");
+  if constexpr (is_i32<T> && std::is_signed<T>::value)
+    return (T)A::min_s32((int32_t *)p, (int32_t)v);
+  else if constexpr (is_i32<T>)
+    return (T)A::min_u32((uint32_t *)p, (uint32_t)v);
+  else if constexpr (is_i64<T> && std::is_signed<T>::value)
+    return (T)A::min_s64((int64_t *)p, (int64_t)v);
+  else if constexpr (is_i64<T>)
+    return (T)A::min_u64((uint64_t *)p, (uint64_t)v);
+  else
+    static_assert(always_false<T>::value, "weave_atomic_min: 32/64-bit integers only");
 }
 template <WEAVE_DEFAULT_SEM_SCOPE, typename T>
 __device__ __forceinline__ T weave_atomic_max(T *p, weave_detail::nodeduce_t<T> v) {
   using A = weave_detail::atom<S, C>;
   using namespace weave_detail;
-  if constexpr (is_i32<T> && std::is_signed<T>::value) return (T)A::max_s32((int32_t *)p, (int32_t)v);
-  else if constexpr (is_i32<T>) return (T)A::max_u32((uint32_t *)p, (uint32_t)v);
-  else if constexpr (is_i64<T> && std::is_signed<T>::value) return (T)A::max_s64((int64_t *)p, (int64_t)v);
-  else if constexpr (is_i64<T>) return (T)A::max_u64((uint64_t *)p, (uint64_t)v);
-  else static_assert(always_false<T>::value, "weave_atomic_max: 32/64-bit integers only");
+  if constexpr (is_i32<T> && std::is_signed<T>::value)
+    return (T)A::max_s32((int32_t *)p, (int32_t)v);
+  else if constexpr (is_i32<T>)
+    return (T)A::max_u32((uint32_t *)p, (uint32_t)v);
+  else if constexpr (is_i64<T> && std::is_signed<T>::value)
+    return (T)A::max_s64((int64_t *)p, (int64_t)v);
+  else if constexpr (is_i64<T>)
+    return (T)A::max_u64((uint64_t *)p, (uint64_t)v);
+  else
+    static_assert(always_false<T>::value, "weave_atomic_max: 32/64-bit integers only");
 }
 
 /* Bitwise *p &= v, |= v, ^= v; returns the old *p. PTX: and|or|xor.b32 / .b64. */
-#define WEAVE_DETAIL_BITOP(FN, OP)                                                                 \
-  template <WEAVE_DEFAULT_SEM_SCOPE, typename T>                                                   \
-  __device__ __forceinline__ T FN(T *p, weave_detail::nodeduce_t<T> v) {                           \
-    using A = weave_detail::atom<S, C>;                                                            \
-    static_assert(std::is_integral<T>::value && (sizeof(T) == 4 || sizeof(T) == 8),               \
-                  #FN ": 32/64-bit integers only");                                                \
-    if constexpr (sizeof(T) == 4) return (T)A::OP##_b32((uint32_t *)p, (uint32_t)v);               \
-    else return (T)A::OP##_b64((uint64_t *)p, (uint64_t)v);                                        \
+#define WEAVE_DETAIL_BITOP(FN, OP)                                                                                    \
+  template <WEAVE_DEFAULT_SEM_SCOPE, typename T>                                                                      \
+  __device__ __forceinline__ T FN(T *p, weave_detail::nodeduce_t<T> v) {                                              \
+    using A = weave_detail::atom<S, C>;                                                                               \
+    static_assert(std::is_integral<T>::value && (sizeof(T) == 4 || sizeof(T) == 8), #FN ": 32/64-bit integers only"); \
+    if constexpr (sizeof(T) == 4)                                                                                     \
+      return (T)A::OP##_b32((uint32_t *)p, (uint32_t)v);                                                              \
+    else                                                                                                              \
+      return (T)A::OP##_b64((uint64_t *)p, (uint64_t)v);                                                              \
   }
 WEAVE_DETAIL_BITOP(weave_atomic_and, and)
 WEAVE_DETAIL_BITOP(weave_atomic_or, or)
@@ -432,10 +382,10 @@ WEAVE_DETAIL_BITOP(weave_atomic_xor, xor)
 #undef WEAVE_DETAIL_BITOP
 
 /* Team forms: the same operation on `p` translated to `peer` (weave_peer_ptr). */
-#define WEAVE_DETAIL_TEAM2(FN)                                                                     \
-  template <WEAVE_DEFAULT_SEM_SCOPE, typename T>                                                   \
+#define WEAVE_DETAIL_TEAM2(FN)                                                                                   \
+  template <WEAVE_DEFAULT_SEM_SCOPE, typename T>                                                                 \
   __device__ __forceinline__ T FN(const weave_device_team_t *t, T *p, weave_detail::nodeduce_t<T> v, int peer) { \
-    return FN<S, C, T>(weave_peer_ptr(t, p, peer), v);                                             \
+    return FN<S, C, T>(weave_peer_ptr(t, p, peer), v);                                                           \
   }
 WEAVE_DETAIL_TEAM2(weave_atomic_add)
 WEAVE_DETAIL_TEAM2(weave_atomic_sub)
@@ -462,17 +412,26 @@ __device__ __forceinline__ void weave_red_add(T *p, weave_detail::nodeduce_t<T> 
   static_assert(S == WEAVE_SEM_RELAXED || S == WEAVE_SEM_RELEASE, "weave_red_add: sem is relaxed or release");
   using R = weave_detail::red<S, C>;
   using namespace weave_detail;
-  if constexpr (is_i32<T> && std::is_signed<T>::value) R::add_s32((int32_t *)p, (int32_t)v);
-  else if constexpr (is_i32<T>) R::add_u32((uint32_t *)p, (uint32_t)v);
-  else if constexpr (is_i64<T>) R::add_u64((uint64_t *)p, (uint64_t)v);
-  else if constexpr (std::is_same<T, float>::value) R::add_f32(p, v);
-  else if constexpr (std::is_same<T, double>::value) R::add_f64(p, v);
-  else if constexpr (is_f16x2<T>) R::add_f16x2((uint32_t *)p, bits<uint32_t>(v));
-  else if constexpr (is_bf16x2<T>) R::add_bf16x2((uint32_t *)p, bits<uint32_t>(v));
-  else static_assert(always_false<T>::value, "weave_red_add: unsupported type");
+  if constexpr (is_i32<T> && std::is_signed<T>::value)
+    R::add_s32((int32_t *)p, (int32_t)v);
+  else if constexpr (is_i32<T>)
+    R::add_u32((uint32_t *)p, (uint32_t)v);
+  else if constexpr (is_i64<T>)
+    R::add_u64((uint64_t *)p, (uint64_t)v);
+  else if constexpr (std::is_same<T, float>::value)
+    R::add_f32(p, v);
+  else if constexpr (std::is_same<T, double>::value)
+    R::add_f64(p, v);
+  else if constexpr (is_f16x2<T>)
+    R::add_f16x2((uint32_t *)p, bits<uint32_t>(v));
+  else if constexpr (is_bf16x2<T>)
+    R::add_bf16x2((uint32_t *)p, bits<uint32_t>(v));
+  else
+    static_assert(always_false<T>::value, "weave_red_add: unsupported type");
 }
 template <weave_sem_t S = WEAVE_SEM_RELAXED, weave_scope_t C = WEAVE_SCOPE_SYS, typename T>
-__device__ __forceinline__ void weave_red_add(const weave_device_team_t *t, T *p, weave_detail::nodeduce_t<T> v, int peer) {
+__device__ __forceinline__ void weave_red_add(const weave_device_team_t *t, T *p, weave_detail::nodeduce_t<T> v,
+                                              int peer) {
   weave_red_add<S, C, T>(weave_peer_ptr(t, p, peer), v);
 }
 
@@ -488,16 +447,20 @@ __device__ __forceinline__ T weave_ld(const T *p) {
   static_assert(S == WEAVE_SEM_ACQUIRE || S == WEAVE_SEM_RELAXED, "weave_ld: sem is acquire or relaxed");
   static_assert(std::is_integral<T>::value && (sizeof(T) == 4 || sizeof(T) == 8), "weave_ld: 32/64-bit integers");
   using L = weave_detail::ldst<S, C>;
-  if constexpr (sizeof(T) == 4) return (T)L::ld_u32((const uint32_t *)p);
-  else return (T)L::ld_u64((const uint64_t *)p);
+  if constexpr (sizeof(T) == 4)
+    return (T)L::ld_u32((const uint32_t *)p);
+  else
+    return (T)L::ld_u64((const uint64_t *)p);
 }
 template <weave_sem_t S = WEAVE_SEM_RELEASE, weave_scope_t C = WEAVE_SCOPE_SYS, typename T>
 __device__ __forceinline__ void weave_st(T *p, weave_detail::nodeduce_t<T> v) {
   static_assert(S == WEAVE_SEM_RELEASE || S == WEAVE_SEM_RELAXED, "weave_st: sem is release or relaxed");
   static_assert(std::is_integral<T>::value && (sizeof(T) == 4 || sizeof(T) == 8), "weave_st: 32/64-bit integers");
   using L = weave_detail::ldst<S, C>;
-  if constexpr (sizeof(T) == 4) L::st_u32((uint32_t *)p, (uint32_t)v);
-  else L::st_u64((uint64_t *)p, (uint64_t)v);
+  if constexpr (sizeof(T) == 4)
+    L::st_u32((uint32_t *)p, (uint32_t)v);
+  else
+    L::st_u64((uint64_t *)p, (uint64_t)v);
 }
 template <weave_sem_t S = WEAVE_SEM_ACQUIRE, weave_scope_t C = WEAVE_SCOPE_SYS, typename T>
 __device__ __forceinline__ T weave_ld(const weave_device_team_t *t, const T *p, int peer) {
@@ -510,7 +473,9 @@ __device__ __forceinline__ void weave_st(const weave_device_team_t *t, T *p, wea
 
 /* Shorthands for the two operations of every protocol. */
 template <typename T>
-__device__ __forceinline__ T weave_ld_acquire_sys(const T *p) { return weave_ld<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS>(p); }
+__device__ __forceinline__ T weave_ld_acquire_sys(const T *p) {
+  return weave_ld<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS>(p);
+}
 template <typename T>
 __device__ __forceinline__ void weave_st_release_sys(T *p, weave_detail::nodeduce_t<T> v) {
   weave_st<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS, T>(p, v);
@@ -530,7 +495,8 @@ __device__ __forceinline__ T weave_load(const weave_device_team_t *t, const T *p
 }
 /* Writes v into peer's copy of *p. */
 template <typename T>
-__device__ __forceinline__ void weave_store(const weave_device_team_t *t, T *p, weave_detail::nodeduce_t<T> v, int peer) {
+__device__ __forceinline__ void weave_store(const weave_device_team_t *t, T *p, weave_detail::nodeduce_t<T> v,
+                                            int peer) {
   *weave_peer_ptr(t, p, peer) = v;
 }
 /* *dst (any local memory) = peer's copy of *src (heap). */
@@ -545,7 +511,8 @@ __device__ __forceinline__ void weave_put(const weave_device_team_t *t, T *dst, 
 }
 /* to_peer's copy of *dst = from_peer's copy of *src (both heap; third-party copy). */
 template <typename T>
-__device__ __forceinline__ void weave_copy(const weave_device_team_t *t, T *dst, const T *src, int from_peer, int to_peer) {
+__device__ __forceinline__ void weave_copy(const weave_device_team_t *t, T *dst, const T *src, int from_peer,
+                                           int to_peer) {
   *weave_peer_ptr(t, dst, to_peer) = *weave_peer_ptr(t, src, from_peer);
 }
 
@@ -567,15 +534,21 @@ __device__ __forceinline__ void copy_units(char *d, const char *s, size_t bytes,
 }
 } /* namespace weave_detail */
 
-__device__ __forceinline__ void weave_copy_bytes(void *dst, const void *src, size_t bytes, unsigned tid, unsigned nthreads) {
+__device__ __forceinline__ void weave_copy_bytes(void *dst, const void *src, size_t bytes, unsigned tid,
+                                                 unsigned nthreads) {
   char *d = (char *)dst;
   const char *s = (const char *)src;
   uintptr_t mis = (uintptr_t)d ^ (uintptr_t)s;
-  if ((mis & 15) == 0) weave_detail::copy_units<uint4>(d, s, bytes, tid, nthreads);
-  else if ((mis & 7) == 0) weave_detail::copy_units<uint2>(d, s, bytes, tid, nthreads);
-  else if ((mis & 3) == 0) weave_detail::copy_units<uint32_t>(d, s, bytes, tid, nthreads);
-  else if ((mis & 1) == 0) weave_detail::copy_units<uint16_t>(d, s, bytes, tid, nthreads);
-  else weave_detail::copy_units<uint8_t>(d, s, bytes, tid, nthreads);
+  if ((mis & 15) == 0)
+    weave_detail::copy_units<uint4>(d, s, bytes, tid, nthreads);
+  else if ((mis & 7) == 0)
+    weave_detail::copy_units<uint2>(d, s, bytes, tid, nthreads);
+  else if ((mis & 3) == 0)
+    weave_detail::copy_units<uint32_t>(d, s, bytes, tid, nthreads);
+  else if ((mis & 1) == 0)
+    weave_detail::copy_units<uint16_t>(d, s, bytes, tid, nthreads);
+  else
+    weave_detail::copy_units<uint8_t>(d, s, bytes, tid, nthreads);
 }
 
 /* Cooperative n-element forms (call from `nthreads` threads, e.g. tid = threadIdx.x,
@@ -594,8 +567,8 @@ __device__ __forceinline__ void weave_put_n(const weave_device_team_t *t, T *dst
 }
 /* to_peer's dst[0..n) = from_peer's src[0..n) (both heap). */
 template <typename T>
-__device__ __forceinline__ void weave_copy_n(const weave_device_team_t *t, T *dst, const T *src, size_t n, int from_peer,
-                                             int to_peer, unsigned tid, unsigned nthreads) {
+__device__ __forceinline__ void weave_copy_n(const weave_device_team_t *t, T *dst, const T *src, size_t n,
+                                             int from_peer, int to_peer, unsigned tid, unsigned nthreads) {
   weave_copy_bytes(weave_peer_ptr(t, dst, to_peer), weave_peer_ptr(t, src, from_peer), n * sizeof(T), tid, nthreads);
 }
 
@@ -632,7 +605,8 @@ namespace weave_detail {
 __device__ __noinline__ inline void record_timeout(const weave_device_team_t *t, const void *flag, uint64_t expected,
                                                    uint64_t observed, int cmp, int peer, int item) {
   weave_device_error_t *e = &weave_heap_header(t)->error;
-  if (atom<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::cas_b32(&e->code, WEAVE_DEVICE_OK, WEAVE_DEVICE_TIMEOUT) != WEAVE_DEVICE_OK)
+  if (atom<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::cas_b32(&e->code, WEAVE_DEVICE_OK, WEAVE_DEVICE_TIMEOUT) !=
+      WEAVE_DEVICE_OK)
     return;
   e->rank = t->rank;
   e->peer = peer;
@@ -646,12 +620,15 @@ __device__ __noinline__ inline void record_timeout(const weave_device_team_t *t,
 
 template <typename U>
 __device__ __forceinline__ U ld_acquire_sys(const U *p) {
-  if constexpr (sizeof(U) == 4) return (U)ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS>::ld_u32((const uint32_t *)p);
-  else return (U)ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS>::ld_u64((const uint64_t *)p);
+  if constexpr (sizeof(U) == 4)
+    return (U)ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS>::ld_u32((const uint32_t *)p);
+  else
+    return (U)ldst<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_SYS>::ld_u64((const uint64_t *)p);
 }
 
 template <typename U>
-__device__ __noinline__ int wait_slow(const weave_device_team_t *t, const U *flag, int cmp, U value, int peer, int item) {
+__device__ __noinline__ int wait_slow(const weave_device_team_t *t, const U *flag, int cmp, U value, int peer,
+                                      int item) {
   const uint32_t *code = &weave_heap_header(t)->error.code;
   const uint64_t bound = t->timeout_ns ? t->timeout_ns : WEAVE_DEVICE_DEFAULT_TIMEOUT_NS;
   const uint64_t start = weave_globaltimer();
@@ -692,14 +669,14 @@ __device__ __noinline__ int wait_slow(const weave_device_team_t *t, const U *fla
  * ends within one timeout. weave_team_abort sets the record of every rank (code
  * WEAVE_DEVICE_ABORTED), so that the same rule stops their waits at once. weave_team_sync reports
  * and clears the record (an abort's stays). */
-__device__ __forceinline__ int weave_wait_until(const weave_device_team_t *t, const uint32_t *flag, int cmp, uint32_t value,
-                                                int peer, int item) {
+__device__ __forceinline__ int weave_wait_until(const weave_device_team_t *t, const uint32_t *flag, int cmp,
+                                                uint32_t value, int peer, int item) {
   uint32_t v = weave_detail::ld_acquire_sys(flag);
   if (weave_cmp_holds<uint32_t>(v, cmp, value)) return 0;
   return weave_detail::wait_slow<uint32_t>(t, flag, cmp, value, peer, item);
 }
-__device__ __forceinline__ int weave_wait_until(const weave_device_team_t *t, const uint64_t *flag, int cmp, uint64_t value,
-                                                int peer, int item) {
+__device__ __forceinline__ int weave_wait_until(const weave_device_team_t *t, const uint64_t *flag, int cmp,
+                                                uint64_t value, int peer, int item) {
   uint64_t v = weave_detail::ld_acquire_sys(flag);
   if (weave_cmp_holds<uint64_t>(v, cmp, value)) return 0;
   return weave_detail::wait_slow<uint64_t>(t, flag, cmp, value, peer, item);
@@ -707,7 +684,8 @@ __device__ __forceinline__ int weave_wait_until(const weave_device_team_t *t, co
 
 /* Non-zero once a wait of this rank has failed (the error record is set): lets a kernel stop early. */
 __device__ __forceinline__ int weave_device_failed(const weave_device_team_t *t) {
-  return weave_detail::ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::ld_u32(&weave_heap_header(t)->error.code) != WEAVE_DEVICE_OK;
+  return weave_detail::ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::ld_u32(&weave_heap_header(t)->error.code) !=
+         WEAVE_DEVICE_OK;
 }
 
 /* ============================================================================================

@@ -46,21 +46,21 @@ static inline WEAVE_HOST_DEVICE int weave_epoch_gt64(uint64_t a, uint64_t b) { r
  * header's aborted_by, so that the same rule stops every rank's waits at once. */
 typedef struct {
   uint32_t code;
-  int32_t rank;      /* rank that waited */
-  int32_t peer;      /* rank whose write was awaited (-1: not known) */
-  int32_t item;      /* tile or other item the wait was for (-1: not known) */
-  uint64_t flag_addr;/* address polled */
-  uint64_t expected; /* value compared against */
-  uint64_t observed; /* last value read */
-  uint32_t cmp;      /* WEAVE_CMP_* */
+  int32_t rank;       /* rank that waited */
+  int32_t peer;       /* rank whose write was awaited (-1: not known) */
+  int32_t item;       /* tile or other item the wait was for (-1: not known) */
+  uint64_t flag_addr; /* address polled */
+  uint64_t expected;  /* value compared against */
+  uint64_t observed;  /* last value read */
+  uint32_t cmp;       /* WEAVE_CMP_* */
   uint32_t pad_;
 } weave_device_error_t;
 
 /* Layout of the start of every rank's symmetric heap (allocations start after it). */
 typedef struct {
-  weave_device_error_t error;            /* 48 bytes */
-  uint32_t barrier_epoch;                /* device barriers this rank has entered */
-  uint32_t aborted_by;                   /* 0, or 1 + the rank that aborted the team (weave_team_abort) */
+  weave_device_error_t error; /* 48 bytes */
+  uint32_t barrier_epoch;     /* device barriers this rank has entered */
+  uint32_t aborted_by;        /* 0, or 1 + the rank that aborted the team (weave_team_abort) */
   uint32_t pad_[2];
   uint32_t barrier_flags[WEAVE_MAX_WORLD]; /* [src]: last barrier epoch src reached */
 } weave_heap_header_t;
@@ -69,11 +69,11 @@ typedef struct {
 
 /* A rank's view of its team, passed to kernels by value (weave_team_device_view). */
 typedef struct {
-  void *const *heap_bases;  /* device table: heap_bases[p] is peer p's heap as seen from this rank */
-  void *heap_base;          /* this rank's heap (== heap_bases[rank]) */
+  void *const *heap_bases; /* device table: heap_bases[p] is peer p's heap as seen from this rank */
+  void *heap_base;         /* this rank's heap (== heap_bases[rank]) */
   int rank;
   int world;
-  uint64_t timeout_ns;      /* bound of every wait */
+  uint64_t timeout_ns; /* bound of every wait */
 } weave_device_team_t;
 
 #endif /* WEAVE_DEVICE_TYPES_H */

@@ -35,3 +35,15 @@ if ! command -v mpicc >/dev/null; then
     echo "weave: note: no mpicc: libweave_mpi is not built (install libopenmpi-dev and openmpi-bin for it)" >&2
   fi
 fi
+
+# Optional: clang-format 14, for scripts/lint.sh's formatting check (it says so and skips without).
+if ! command -v clang-format-14 >/dev/null && ! command -v clang-format >/dev/null; then
+  if can_install; then
+    echo "weave: installing clang-format with apt-get (optional: scripts/lint.sh checks the C/CUDA layout; WEAVE_NO_INSTALL=1 to skip)" >&2
+    { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq \
+        --no-install-recommends clang-format; } >/dev/null 2>&1 ||
+      echo "weave: note: could not install clang-format (no network?): formatting is not checked" >&2
+  else
+    echo "weave: note: no clang-format: formatting is not checked (install clang-format 14 for it)" >&2
+  fi
+fi

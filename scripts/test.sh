@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds weave and runs every test: the CPU suite and the GPU suite (which reports "skipped" without a
-# GPU), the installed package with the example built against it (with CUDA), the Python package's
+# Builds weave and runs every test: the format and lint checks, the CPU suite and the GPU suite (which
+# reports "skipped" without a GPU), the installed package with the example built against it (with CUDA), the Python package's
 # tests, then the CPU suite again under ASan+UBSan. Usage: scripts/test.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
+
+# Formatting and lint (scripts/lint.sh: clang-format for C/CUDA, ruff for Python), before the build.
+./scripts/lint.sh
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"

@@ -29,7 +29,6 @@
 #include "check.h"
 #include "runtime/internal.h"
 
-
 #define TIMEOUT_MS 2000 /* WEAVE_TIMEOUT_MS of the failure tests */
 #define SLACK_MS 2500   /* spokes' grace (250 + timeout / 4) plus scheduling under sanitizers */
 /* WEAVE_TIMEOUT_MS of the good cases: a collective of a few KiB over loopback takes milliseconds,
@@ -54,7 +53,9 @@ static inline int count_fds(void) {
   return n - 1; /* the directory's own descriptor */
 }
 
-static unsigned char pattern(int rank, int iter, size_t i) { return (unsigned char)(rank * 31 + iter * 7 + (int)i * 13 + 1); }
+static unsigned char pattern(int rank, int iter, size_t i) {
+  return (unsigned char)(rank * 31 + iter * 7 + (int)i * 13 + 1);
+}
 
 /* The size of exercise()'s allgather #it: 1, the most, then varied. */
 static inline size_t exercise_bytes(int it) {
@@ -116,8 +117,10 @@ static inline void reap(const pid_t *pids, int n, double limit_ms, int *codes) {
       if (codes[i] != -2) continue;
       int st;
       pid_t w = waitpid(pids[i], &st, WNOHANG);
-      if (w == pids[i]) codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-      else left++;
+      if (w == pids[i])
+        codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      else
+        left++;
     }
     if (left && now_ms() - t0 > limit_ms) {
       for (int i = 0; i < n; ++i)
@@ -159,17 +162,31 @@ static inline void isolated(const char *name, void (*test)(void), double limit_m
   CHECK_MSG(code == 0, "%s: %s", name, code == -1 ? "did not finish in time (an unbounded wait?)" : "failed (above)");
 }
 
-
 static inline void nap_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }
 
 /* ---- the launcher's environment ---------------------------------------------------------------- */
-static const char *launcher_vars[] = {"WEAVE_SOCKET_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                      "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid", "SLURM_PROCID", "SLURM_NTASKS",
-                                      "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_ID", "WEAVE_BOOTSTRAP_PORT",
+static const char *launcher_vars[] = {"WEAVE_SOCKET_ADDR",
+                                      "RANK",
+                                      "WORLD_SIZE",
+                                      "LOCAL_RANK",
+                                      "LOCAL_WORLD_SIZE",
+                                      "MASTER_ADDR",
+                                      "MASTER_PORT",
+                                      "OMPI_COMM_WORLD_RANK",
+                                      "OMPI_COMM_WORLD_SIZE",
+                                      "OMPI_COMM_WORLD_LOCAL_RANK",
+                                      "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                      "OMPI_MCA_ess_base_jobid",
+                                      "SLURM_PROCID",
+                                      "SLURM_NTASKS",
+                                      "SLURM_LOCALID",
+                                      "SLURM_JOB_ID",
+                                      "SLURM_STEP_ID",
+                                      "WEAVE_BOOTSTRAP_PORT",
                                       "TORCHELASTIC_RUN_ID"};
 
 static inline void clear_launcher_env(void) {

@@ -28,12 +28,12 @@ typedef struct {
   float alpha;
   weave_strategy_t strategy;
   int calls;
-  int gather_out;  /* also ask for the gathered A (on odd calls) */
-  int bitwise;     /* every call with the same sign bitwise equal */
-  int sample;      /* check sampled rows only (large shapes) */
+  int gather_out; /* also ask for the gathered A (on odd calls) */
+  int bitwise;    /* every call with the same sign bitwise equal */
+  int sample;     /* check sampled rows only (large shapes) */
   uint64_t seed;
   /* host data, shared by the ranks (threads) or rebuilt by each process from the seed */
-  void *A;                          /* [M, K] */
+  void *A; /* [M, K] */
   void *B[WEAVE_MAX_WORLD], *bias[WEAVE_MAX_WORLD];
   int failed;
 } ag_case_t;
@@ -63,7 +63,11 @@ static int check_ranges(const ag_case_t *c, int world, int *begin, int *count) {
   for (int s = 0; s < world; ++s) {
     int rb, rows;
     weave_row_split(c->M, world, s, &rb, &rows);
-    if (rows) { begin[n] = rb; count[n] = rows < 2 ? rows : 2; ++n; }
+    if (rows) {
+      begin[n] = rb;
+      count[n] = rows < 2 ? rows : 2;
+      ++n;
+    }
   }
   begin[n] = c->M - 1;
   count[n] = 1;
@@ -96,7 +100,11 @@ static int rank_fn(harness_rank_t *r) {
   weave_result_t rc = weave_ag_gemm_plan_create(r->team, M, N, K, &desc, &plan);
   if (rc != WEAVE_SUCCESS) {
     printf("FAIL [%s] rank %d: plan: %s\n", c->name, r->rank, weave_get_last_error(r->team));
-    harness_dev_free(A); harness_dev_free(B); harness_dev_free(bias); harness_dev_free(C); harness_dev_free(A_out);
+    harness_dev_free(A);
+    harness_dev_free(B);
+    harness_dev_free(bias);
+    harness_dev_free(C);
+    harness_dev_free(A_out);
     return 1;
   }
   weave_ag_gemm_info_t info;
@@ -105,7 +113,11 @@ static int rank_fn(harness_rank_t *r) {
     printf("FAIL [%s] rank %d: plan_info rows %d+%d strategy %d\n", c->name, r->rank, info.row_begin, info.rows,
            (int)info.strategy);
     weave_ag_gemm_plan_destroy(plan);
-    harness_dev_free(A); harness_dev_free(B); harness_dev_free(bias); harness_dev_free(C); harness_dev_free(A_out);
+    harness_dev_free(A);
+    harness_dev_free(B);
+    harness_dev_free(bias);
+    harness_dev_free(C);
+    harness_dev_free(A_out);
     return 1;
   }
   /* reference of alpha * A . B_r (no bias) on the checked rows */
@@ -151,10 +163,11 @@ static int rank_fn(harness_rank_t *r) {
                          &chk);
       if (chk.wrong) {
         const size_t f = chk.first_bad;
-        printf("FAIL [%s] rank %d call %d: %zu wrong (%zu non-finite) of rows %d..%d, first C[%zu][%zu] = %g, want "
-               "%g\n",
-               c->name, r->rank, call, chk.wrong, chk.nonfinite, rbeg[i], rbeg[i] + rcnt[i] - 1, rbeg[i] + f / N, f % N,
-               weave_host_get(t, (char *)got + (size_t)rbeg[i] * N * esz(t), f), expect[off + f]);
+        printf(
+            "FAIL [%s] rank %d call %d: %zu wrong (%zu non-finite) of rows %d..%d, first C[%zu][%zu] = %g, want "
+            "%g\n",
+            c->name, r->rank, call, chk.wrong, chk.nonfinite, rbeg[i], rbeg[i] + rcnt[i] - 1, rbeg[i] + f / N, f % N,
+            weave_host_get(t, (char *)got + (size_t)rbeg[i] * N * esz(t), f), expect[off + f]);
         bad = 1;
       }
     }
@@ -181,7 +194,14 @@ static int rank_fn(harness_rank_t *r) {
   harness_dev_free(bias);
   harness_dev_free(C);
   harness_dev_free(A_out);
-  free(a_host); free(got); free(gath); free(first[0]); free(first[1]); free(ref); free(expect); free(bias_h);
+  free(a_host);
+  free(got);
+  free(gath);
+  free(first[0]);
+  free(first[1]);
+  free(ref);
+  free(expect);
+  free(bias_h);
   if (r->rank == 0 || bad)
     printf("%-34s world %d %s %s %s: rank %d %s (%s)\n", c->name, world, weave_dtype_name(t),
            c->layout == WEAVE_LAYOUT_COL ? "B[N,K]" : "B[K,N]", weave_strategy_name(info.strategy), r->rank,
@@ -205,7 +225,10 @@ static int run_case(ag_case_t *c, int world) {
   for (int s = 0; s < world; ++s) devices[s] = ndev > 0 ? s % ndev : 0;
   const int rc = harness_run(world, devices, NULL, rank_fn, c);
   free(c->A);
-  for (int s = 0; s < world; ++s) { free(c->B[s]); free(c->bias[s]); }
+  for (int s = 0; s < world; ++s) {
+    free(c->B[s]);
+    free(c->bias[s]);
+  }
   return rc;
 }
 
@@ -221,7 +244,8 @@ static int refusal_fn(harness_rank_t *r) {
   d.strategy = WEAVE_STRATEGY_FUSED;
   if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_ERROR_UNSUPPORTED || plan) bad = 1;
   d = (weave_ag_gemm_desc_t)WEAVE_AG_GEMM_DESC_INIT;
-  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_SUCCESS) bad = 1;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_SUCCESS)
+    bad = 1;
   else {
     void *buf = harness_dev_alloc(64 * 64 * 2);
     if (weave_ag_gemm_execute(plan, buf, NULL, NULL, buf, NULL, r->stream) != WEAVE_ERROR_INVALID_ARGUMENT) bad = 1;
@@ -235,8 +259,10 @@ static int refusal_fn(harness_rank_t *r) {
 int main(int argc, char **argv) {
   int only_world = 0, quick = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--world") && i + 1 < argc) only_world = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--quick")) quick = 1;
+    if (!strcmp(argv[i], "--world") && i + 1 < argc)
+      only_world = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick"))
+      quick = 1;
   }
   if (harness_device_count() == 0) {
     printf("gpu_ag_gemm: no CUDA device: skipped\n");
@@ -257,8 +283,15 @@ int main(int argc, char **argv) {
     if (only_world && world != only_world) continue;
     int rc = harness_run(world, NULL, NULL, refusal_fn, NULL);
     if (rc == HARNESS_SKIP) return rc;
-    failed += rc != 0; total++;
-    typedef struct { const char *name; int M, N, K; weave_dtype_t t; weave_layout_t lay; int fused; } shape_t;
+    failed += rc != 0;
+    total++;
+    typedef struct {
+      const char *name;
+      int M, N, K;
+      weave_dtype_t t;
+      weave_layout_t lay;
+      int fused;
+    } shape_t;
     const shape_t shapes[] = {
         {"tails 1003x1000x304", 1003, 1000, 304, WEAVE_BF16, WEAVE_LAYOUT_COL, 1},
         {"tails 1003x1000x304", 1003, 1000, 304, WEAVE_FP16, WEAVE_LAYOUT_ROW, 1},
@@ -276,7 +309,9 @@ int main(int argc, char **argv) {
         ag_case_t c;
         memset(&c, 0, sizeof(c));
         c.name = shapes[si].name;
-        c.M = shapes[si].M; c.N = shapes[si].N; c.K = shapes[si].K;
+        c.M = shapes[si].M;
+        c.N = shapes[si].N;
+        c.K = shapes[si].K;
         c.dtype = shapes[si].t;
         c.layout = shapes[si].lay;
         c.has_bias = si % 2 == 0;
@@ -288,14 +323,17 @@ int main(int argc, char **argv) {
         c.seed = seed + (uint64_t)(1000 * world + 10 * si + st) * 1000003ull;
         rc = run_case(&c, world);
         if (rc == HARNESS_SKIP) return rc;
-        failed += rc != 0; total++;
+        failed += rc != 0;
+        total++;
       }
     }
     /* 40 calls on one fused plan: no reset between calls, the same bits for the same inputs */
     ag_case_t c;
     memset(&c, 0, sizeof(c));
     c.name = "40 calls, bitwise";
-    c.M = 777; c.N = 512; c.K = 256;
+    c.M = 777;
+    c.N = 512;
+    c.K = 256;
     c.dtype = WEAVE_BF16;
     c.layout = WEAVE_LAYOUT_COL;
     c.alpha = 1.0f;
@@ -305,7 +343,8 @@ int main(int argc, char **argv) {
     c.seed = seed + 99u * (uint64_t)world;
     rc = run_case(&c, world);
     if (rc == HARNESS_SKIP) return rc;
-    failed += rc != 0; total++;
+    failed += rc != 0;
+    total++;
   }
   printf("gpu_ag_gemm: %d of %d cases passed\n", total - failed, total);
   return failed ? 1 : 0;

@@ -45,10 +45,14 @@ static int fail(harness_rank_t *r, const char *what) {
 static void make_inputs(uint64_t seed, int s, int M, int N, int K, uint16_t *A, uint16_t *B) {
   uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(s + 1));
   for (size_t i = 0; i < (size_t)M * K + (size_t)K * N; ++i) {
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
     const float v = (float)((x >> 40) & 0xffff) / 32768.0f - 1.0f;
-    if (i < (size_t)M * K) A[i] = weave_float_to_bf16(v);
-    else B[i - (size_t)M * K] = weave_float_to_bf16(v);
+    if (i < (size_t)M * K)
+      A[i] = weave_float_to_bf16(v);
+    else
+      B[i - (size_t)M * K] = weave_float_to_bf16(v);
   }
 }
 
@@ -85,8 +89,8 @@ static int check_call(harness_rank_t *r, weave_gemm_rs_plan_t plan, int M, int N
     harness_download(backB, dB, (size_t)K * N * 2);
     if (memcmp(backA, hA[r->rank], (size_t)M * K * 2) || memcmp(backB, hB[r->rank], (size_t)K * N * 2))
       rc = fail(r, "the call changed its inputs");
-    weave_ref_gemm_rs(M, N, K, W, WEAVE_BF16, WEAVE_LAYOUT_ROW, 1.0, (const void *const *)hA,
-                      (const void *const *)hB, NULL, rb, rows, ref);
+    weave_ref_gemm_rs(M, N, K, W, WEAVE_BF16, WEAVE_LAYOUT_ROW, 1.0, (const void *const *)hA, (const void *const *)hB,
+                      NULL, rb, rows, ref);
     double atol, rtol;
     weave_tolerance(WEAVE_BF16, K * W, &atol, &rtol);
     weave_check_t chk;
@@ -105,7 +109,12 @@ static int check_call(harness_rank_t *r, weave_gemm_rs_plan_t plan, int M, int N
     free(hA[s]);
     free(hB[s]);
   }
-  free(hA); free(hB); free(got); free(backA); free(backB); free(ref);
+  free(hA);
+  free(hB);
+  free(got);
+  free(backA);
+  free(backB);
+  free(ref);
   return rc;
 }
 
@@ -126,8 +135,9 @@ static int case_measured_then_cached(harness_rank_t *r) {
   if (in.chosen_by != WEAVE_CHOSEN_BY_MEASUREMENT || !strstr(in.why, "measured") || !strstr(in.why, "baseline") ||
       in.strategy == WEAVE_STRATEGY_AUTO || !(in.choose_ms > 0))
     rc = fail(r, "the first plan of a shape was not measured");
-  if (r->rank == 0) printf("# world %d, %dx%dx%d: auto chose %s in %.1f ms: %s\n", r->world, s->M, s->N, s->K,
-                           weave_strategy_name(in.strategy), in.choose_ms, in.why);
+  if (r->rank == 0)
+    printf("# world %d, %dx%dx%d: auto chose %s in %.1f ms: %s\n", r->world, s->M, s->N, s->K,
+           weave_strategy_name(in.strategy), in.choose_ms, in.why);
   const weave_strategy_t first = in.strategy;
   rc |= check_call(r, plan, s->M, s->N, s->K);
   if (weave_gemm_rs_plan_destroy(plan) != WEAVE_SUCCESS) rc |= fail(r, "destroy");
@@ -192,7 +202,11 @@ static int case_slow(harness_rank_t *r) {
 /* The split of the capture case's model: any plausible one (the model's inputs, not the planner's). */
 static weave_result_t fixed_split(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc, int *g,
                                   int *c) {
-  (void)team; (void)M; (void)N; (void)K; (void)desc;
+  (void)team;
+  (void)M;
+  (void)N;
+  (void)K;
+  (void)desc;
   *g = 10;
   *c = 2;
   return WEAVE_SUCCESS;

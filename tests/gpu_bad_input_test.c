@@ -36,7 +36,7 @@
 #define GOOD_N 264
 #define GOOD_K 136
 #define SKIP_ROW ((weave_result_t)-1) /* a row's function on a rank that takes no part */
-#define C_SLACK 64                     /* bytes past the end of C, poisoned and checked too */
+#define C_SLACK 64                    /* bytes past the end of C, poisoned and checked too */
 
 typedef struct {
   pthread_mutex_t mu;
@@ -52,9 +52,9 @@ typedef struct {
   weave_gemm_rs_plan_t plan_bias; /* bulk, bf16, with bias */
   void *dA, *dB, *dbias, *dC;     /* device inputs of this rank, C with C_SLACK poisoned bytes after it */
   size_t c_bytes;
-  void *hA, *hB, *hbias;          /* host copies (malloc): the host-pointer rows pass these */
-  void *heap_block;               /* a live weave_malloc block */
-  void *dev_block;                /* a cudaMalloc block (not in the heap) */
+  void *hA, *hB, *hbias; /* host copies (malloc): the host-pointer rows pass these */
+  void *heap_block;      /* a live weave_malloc block */
+  void *dev_block;       /* a cudaMalloc block (not in the heap) */
   int row_begin, rows;
 } ctx_t;
 
@@ -110,9 +110,18 @@ static weave_result_t create_struct_size(ctx_t *c) {
   d.struct_size = sizeof(d) - 4;
   return create(c, 64, 64, 64, &d);
 }
-static weave_result_t create_m0(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); return create(c, 0, 64, 64, &d); }
-static weave_result_t create_n_neg(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); return create(c, 64, -8, 64, &d); }
-static weave_result_t create_k0(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); return create(c, 64, 64, 0, &d); }
+static weave_result_t create_m0(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  return create(c, 0, 64, 64, &d);
+}
+static weave_result_t create_n_neg(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  return create(c, 64, -8, 64, &d);
+}
+static weave_result_t create_k0(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  return create(c, 64, 64, 0, &d);
+}
 static weave_result_t create_huge(ctx_t *c) { /* M*N*K = 2^60, M*N = 2^40 */
   weave_gemm_rs_desc_t d = good_desc();
   return create(c, 1 << 20, 1 << 20, 1 << 20, &d);
@@ -125,15 +134,51 @@ static weave_result_t create_mn_2p32(ctx_t *c) { /* M*N = 2^32 overflows int; le
   weave_gemm_rs_desc_t d = good_desc();
   return create(c, 65536, 65536, 65536, &d);
 }
-static weave_result_t create_bad_dtype(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.dtype = (weave_dtype_t)4; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_bad_layout(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.b_layout = (weave_layout_t)7; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_bad_strategy(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.strategy = (weave_strategy_t)-1; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_bad_reduce(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.reduce = (weave_reduce_t)2; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_bad_order(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.tile_order = (weave_tile_order_t)2; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_bad_slots(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.fp32_slots = 2; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_bad_has_bias(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.has_bias = -1; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_nan_alpha(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.alpha = NAN; return create(c, 64, 64, 64, &d); }
-static weave_result_t create_inf_alpha(ctx_t *c) { weave_gemm_rs_desc_t d = good_desc(); d.alpha = INFINITY; return create(c, 64, 64, 64, &d); }
+static weave_result_t create_bad_dtype(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.dtype = (weave_dtype_t)4;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_bad_layout(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.b_layout = (weave_layout_t)7;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_bad_strategy(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.strategy = (weave_strategy_t)-1;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_bad_reduce(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.reduce = (weave_reduce_t)2;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_bad_order(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.tile_order = (weave_tile_order_t)2;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_bad_slots(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.fp32_slots = 2;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_bad_has_bias(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.has_bias = -1;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_nan_alpha(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.alpha = NAN;
+  return create(c, 64, 64, 64, &d);
+}
+static weave_result_t create_inf_alpha(ctx_t *c) {
+  weave_gemm_rs_desc_t d = good_desc();
+  d.alpha = INFINITY;
+  return create(c, 64, 64, 64, &d);
+}
 static weave_result_t create_gemm_blocks_only(ctx_t *c) {
   weave_gemm_rs_desc_t d = good_desc();
   d.strategy = WEAVE_STRATEGY_FUSED;
@@ -197,11 +242,21 @@ static weave_result_t create_fast_accum_bf16(ctx_t *c) { /* fast accumulation is
  * execute rows (local: nothing may be enqueued)
  * ---------------------------------------------------------------------------------------------- */
 #define PLUS1(p) ((void *)((char *)(p) + 1))
-static weave_result_t exec_null_plan(ctx_t *c) { return weave_gemm_rs_execute(NULL, c->dA, c->dB, NULL, c->dC, c->hr->stream); }
-static weave_result_t exec_null_a(ctx_t *c) { return weave_gemm_rs_execute(c->plan, NULL, c->dB, NULL, c->dC, c->hr->stream); }
-static weave_result_t exec_null_b(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, NULL, NULL, c->dC, c->hr->stream); }
-static weave_result_t exec_null_c(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, c->dB, NULL, NULL, c->hr->stream); }
-static weave_result_t exec_odd_a(ctx_t *c) { return weave_gemm_rs_execute(c->plan, PLUS1(c->dA), c->dB, NULL, c->dC, c->hr->stream); }
+static weave_result_t exec_null_plan(ctx_t *c) {
+  return weave_gemm_rs_execute(NULL, c->dA, c->dB, NULL, c->dC, c->hr->stream);
+}
+static weave_result_t exec_null_a(ctx_t *c) {
+  return weave_gemm_rs_execute(c->plan, NULL, c->dB, NULL, c->dC, c->hr->stream);
+}
+static weave_result_t exec_null_b(ctx_t *c) {
+  return weave_gemm_rs_execute(c->plan, c->dA, NULL, NULL, c->dC, c->hr->stream);
+}
+static weave_result_t exec_null_c(ctx_t *c) {
+  return weave_gemm_rs_execute(c->plan, c->dA, c->dB, NULL, NULL, c->hr->stream);
+}
+static weave_result_t exec_odd_a(ctx_t *c) {
+  return weave_gemm_rs_execute(c->plan, PLUS1(c->dA), c->dB, NULL, c->dC, c->hr->stream);
+}
 /* fp8 runs on TMA GEMMs only: a 1-byte-aligned A (fine for the element) must be refused by every
  * strategy before anything is enqueued (a bulk rank that failed at its GEMM would strand its peers
  * in the ready barrier). Collective: the plan is made and destroyed by every rank. */
@@ -217,8 +272,12 @@ static weave_result_t exec_fp8_bulk_odd_a(ctx_t *c) {
   weave_gemm_rs_plan_destroy(p);
   return rc;
 }
-static weave_result_t exec_odd_b(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, PLUS1(c->dB), NULL, c->dC, c->hr->stream); }
-static weave_result_t exec_odd_c(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->dA, c->dB, NULL, PLUS1(c->dC), c->hr->stream); }
+static weave_result_t exec_odd_b(ctx_t *c) {
+  return weave_gemm_rs_execute(c->plan, c->dA, PLUS1(c->dB), NULL, c->dC, c->hr->stream);
+}
+static weave_result_t exec_odd_c(ctx_t *c) {
+  return weave_gemm_rs_execute(c->plan, c->dA, c->dB, NULL, PLUS1(c->dC), c->hr->stream);
+}
 static weave_result_t exec_odd_bias(ctx_t *c) {
   return weave_gemm_rs_execute(c->plan_bias, c->dA, c->dB, PLUS1(c->dbias), c->dC, c->hr->stream);
 }
@@ -228,7 +287,9 @@ static weave_result_t exec_bias_not_wanted(ctx_t *c) {
 static weave_result_t exec_bias_missing(ctx_t *c) {
   return weave_gemm_rs_execute(c->plan_bias, c->dA, c->dB, NULL, c->dC, c->hr->stream);
 }
-static weave_result_t exec_host_ab(ctx_t *c) { return weave_gemm_rs_execute(c->plan, c->hA, c->hB, NULL, c->dC, c->hr->stream); }
+static weave_result_t exec_host_ab(ctx_t *c) {
+  return weave_gemm_rs_execute(c->plan, c->hA, c->hB, NULL, c->dC, c->hr->stream);
+}
 static weave_result_t exec_host_c(ctx_t *c) {
   void *hC = malloc(c->c_bytes);
   weave_result_t rc = weave_gemm_rs_execute(c->plan, c->dA, c->dB, NULL, hC, c->hr->stream);
@@ -246,10 +307,13 @@ static weave_result_t gemm_host_a(ctx_t *c) {
 }
 static weave_result_t gemm_ex_host_c(ctx_t *c) {
   weave_gemm_args_t a = WEAVE_GEMM_ARGS_INIT;
-  a.M = c->rows; a.N = GOOD_N; a.K = GOOD_K;
+  a.M = c->rows;
+  a.N = GOOD_N;
+  a.K = GOOD_K;
   a.dtype = WEAVE_BF16;
   a.b_layout = WEAVE_LAYOUT_ROW;
-  a.A = c->dA; a.B = c->dB;
+  a.A = c->dA;
+  a.B = c->dB;
   a.C = c->hA; /* host memory of the C's size and more */
   weave_result_t rc = weave_gemm_ex(&a, c->hr->stream);
   cudaStreamSynchronize((cudaStream_t)c->hr->stream); /* should anything run */
@@ -258,14 +322,18 @@ static weave_result_t gemm_ex_host_c(ctx_t *c) {
 static weave_result_t gemm_ex_fp8_host_scale(ctx_t *c) {
   static float host_scale = 1.0f;
   weave_gemm_args_t a = WEAVE_GEMM_ARGS_INIT;
-  a.M = c->rows; a.N = GOOD_N; a.K = 128; /* fp8: K % 16; A and B hold more than these bytes */
+  a.M = c->rows;
+  a.N = GOOD_N;
+  a.K = 128; /* fp8: K % 16; A and B hold more than these bytes */
   a.dtype = WEAVE_FP8_E4M3;
   a.out_dtype = WEAVE_BF16;
   a.b_layout = WEAVE_LAYOUT_COL;
   a.scale_mode = WEAVE_SCALE_TENSOR;
   a.scale_a = &host_scale;
   a.scale_b = (const float *)c->dev_block;
-  a.A = c->dA; a.B = c->dB; a.C = c->dC;
+  a.A = c->dA;
+  a.B = c->dB;
+  a.C = c->dC;
   return weave_gemm_ex(&a, c->hr->stream);
 }
 
@@ -284,28 +352,53 @@ static weave_result_t malloc_size_max(ctx_t *c) {
   if (rc == WEAVE_SUCCESS) weave_free(c->hr->team, p);
   return rc;
 }
-static weave_result_t malloc_zero(ctx_t *c) { void *p = NULL; return weave_malloc(c->hr->team, 0, &p); }
+static weave_result_t malloc_zero(ctx_t *c) {
+  void *p = NULL;
+  return weave_malloc(c->hr->team, 0, &p);
+}
 static weave_result_t malloc_null_out(ctx_t *c) { return weave_malloc(c->hr->team, 256, NULL); }
-static weave_result_t malloc_null_team(ctx_t *c) { void *p = NULL; (void)c; return weave_malloc(NULL, 256, &p); }
+static weave_result_t malloc_null_team(ctx_t *c) {
+  void *p = NULL;
+  (void)c;
+  return weave_malloc(NULL, 256, &p);
+}
 static weave_result_t malloc_sizes_differ(ctx_t *c) {
   void *p = NULL;
   weave_result_t rc = weave_malloc(c->hr->team, c->hr->rank == 0 ? 4096 : 8192, &p);
   if (rc == WEAVE_SUCCESS) weave_free(c->hr->team, p);
   return rc;
 }
-static weave_result_t ptr_peer_world(ctx_t *c) { void *q; return weave_ptr(c->hr->team, c->heap_block, WORLD, &q); }
-static weave_result_t ptr_peer_neg(ctx_t *c) { void *q; return weave_ptr(c->hr->team, c->heap_block, -1, &q); }
-static weave_result_t ptr_host(ctx_t *c) { void *q; return weave_ptr(c->hr->team, c->hA, 0, &q); }
-static weave_result_t ptr_cuda_malloc(ctx_t *c) { void *q; return weave_ptr(c->hr->team, c->dev_block, 0, &q); }
+static weave_result_t ptr_peer_world(ctx_t *c) {
+  void *q;
+  return weave_ptr(c->hr->team, c->heap_block, WORLD, &q);
+}
+static weave_result_t ptr_peer_neg(ctx_t *c) {
+  void *q;
+  return weave_ptr(c->hr->team, c->heap_block, -1, &q);
+}
+static weave_result_t ptr_host(ctx_t *c) {
+  void *q;
+  return weave_ptr(c->hr->team, c->hA, 0, &q);
+}
+static weave_result_t ptr_cuda_malloc(ctx_t *c) {
+  void *q;
+  return weave_ptr(c->hr->team, c->dev_block, 0, &q);
+}
 static weave_result_t ptr_null_out(ctx_t *c) { return weave_ptr(c->hr->team, c->heap_block, 0, NULL); }
 static weave_result_t free_host(ctx_t *c) { return weave_free(c->hr->team, c->hA); }
 static weave_result_t free_cuda_malloc(ctx_t *c) { return weave_free(c->hr->team, c->dev_block); }
 static weave_result_t free_inside_block(ctx_t *c) { /* in the heap, but not the start of a block */
   return weave_free(c->hr->team, (char *)c->heap_block + WEAVE_HEAP_ALIGNMENT);
 }
-static weave_result_t destroy_null(ctx_t *c) { (void)c; return weave_gemm_rs_plan_destroy(NULL); }
+static weave_result_t destroy_null(ctx_t *c) {
+  (void)c;
+  return weave_gemm_rs_plan_destroy(NULL);
+}
 static weave_result_t sync_null(ctx_t *c) { return weave_team_sync(NULL, c->hr->stream); }
-static weave_result_t barrier_null(ctx_t *c) { (void)c; return weave_barrier(NULL); }
+static weave_result_t barrier_null(ctx_t *c) {
+  (void)c;
+  return weave_barrier(NULL);
+}
 static weave_result_t row_split_bad(ctx_t *c) {
   int rb, rows;
   (void)c;
@@ -330,15 +423,19 @@ static weave_result_t solo_team(ctx_t *c, const weave_config_t *cfg, int device,
   weave_team_t t = NULL;
   weave_result_t rc = weave_team_create(bs, 0, device, cfg, &t);
   if (env) {
-    if (old) setenv(env, old, 1);
-    else unsetenv(env);
+    if (old)
+      setenv(env, old, 1);
+    else
+      unsetenv(env);
   }
   free(old);
   if (rc == WEAVE_SUCCESS) weave_team_destroy(t);
   weave_bootstrap_destroy(bs);
   return rc;
 }
-static weave_result_t team_env_timeout(ctx_t *c) { return solo_team(c, NULL, c->hr->device, "WEAVE_TIMEOUT_MS", "abc"); }
+static weave_result_t team_env_timeout(ctx_t *c) {
+  return solo_team(c, NULL, c->hr->device, "WEAVE_TIMEOUT_MS", "abc");
+}
 static weave_result_t team_env_heap(ctx_t *c) { return solo_team(c, NULL, c->hr->device, "WEAVE_HEAP_SIZE", "12Q"); }
 static weave_result_t team_env_debug(ctx_t *c) { return solo_team(c, NULL, c->hr->device, "WEAVE_DEBUG", "LOUD"); }
 static weave_result_t team_bad_device(ctx_t *c) { return solo_team(c, NULL, 1000, NULL, NULL); }
@@ -427,8 +524,8 @@ static const row_t host_table[] = {
  * the runner
  * ---------------------------------------------------------------------------------------------- */
 static const char *code_name(weave_result_t rc) {
-  static const char *n[] = {"SUCCESS", "INVALID_ARGUMENT", "NO_DEVICE", "UNSUPPORTED_DEVICE", "CUDA", "OUT_OF_MEMORY",
-                            "TIMEOUT", "MISMATCH", "UNSUPPORTED", "BOOTSTRAP", "ENV", "INTERNAL"};
+  static const char *n[] = {"SUCCESS", "INVALID_ARGUMENT", "NO_DEVICE",   "UNSUPPORTED_DEVICE", "CUDA", "OUT_OF_MEMORY",
+                            "TIMEOUT", "MISMATCH",         "UNSUPPORTED", "BOOTSTRAP",          "ENV",  "INTERNAL"};
   return (unsigned)rc < sizeof(n) / sizeof(n[0]) ? n[rc] : "?";
 }
 
@@ -466,7 +563,8 @@ static int run_row(ctx_t *c, const row_t *row) {
   }
   weave_result_t src = weave_team_sync(hr->team, hr->stream);
   if (src != WEAVE_SUCCESS) {
-    fail(c->sh, hr->rank, row->name, "weave_team_sync afterwards: %s: %s", code_name(src), weave_get_last_error(hr->team));
+    fail(c->sh, hr->rank, row->name, "weave_team_sync afterwards: %s: %s", code_name(src),
+         weave_get_last_error(hr->team));
     bad = 1;
   }
   unsigned char *h = (unsigned char *)malloc(c->c_bytes + C_SLACK);
@@ -531,7 +629,8 @@ static void good_calls(ctx_t *c, const char *when) {
     weave_check_t chk;
     weave_check_result(WEAVE_BF16, got, ref, (size_t)c->rows * GOOD_N, atol, rtol, &chk);
     if (chk.wrong) {
-      fail(c->sh, hr->rank, name, "%zu of %zu wrong (first at %zu)", chk.wrong, (size_t)c->rows * GOOD_N, chk.first_bad);
+      fail(c->sh, hr->rank, name, "%zu of %zu wrong (first at %zu)", chk.wrong, (size_t)c->rows * GOOD_N,
+           chk.first_bad);
     } else if (hr->rank == 0) {
       printf("  ok   %-52s %d x %d rows checked\n", name, c->rows, GOOD_N);
     }

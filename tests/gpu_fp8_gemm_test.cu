@@ -48,7 +48,9 @@ static int g_fail = 0;
 static void *g_sk_ws = NULL;
 static size_t g_sk_bytes = 0;
 
-static const char *mode_name(int m) { return m == WEAVE_SCALE_ROW ? "row" : m == WEAVE_SCALE_TENSOR ? "tensor" : "none"; }
+static const char *mode_name(int m) {
+  return m == WEAVE_SCALE_ROW ? "row" : m == WEAVE_SCALE_TENSOR ? "tensor" : "none";
+}
 static const char *sched_name(int s) {
   return s == WEAVE_HGEMM_SCHED_PINGPONG ? "pp" : s == WEAVE_HGEMM_SCHED_COOP ? "coop" : "auto";
 }
@@ -56,16 +58,16 @@ static const char *sched_name(int s) {
 struct Case {
   int M, N, K;
   weave_dtype_t out;
-  int mode;      /* weave_scale_mode_t */
+  int mode; /* weave_scale_mode_t */
   float alpha;
   int bias;
   int blocks;
-  int schedule;  /* WEAVE_HGEMM_SCHED_* */
-  int streamk;   /* WEAVE_HGEMM_SK_* */
-  int pub;       /* through weave_gemm_ex */
-  int vs_lt;     /* against cuBLASLt fp8 instead of fp64 */
-  int fast;      /* WEAVE_FP8_ACCUM_FAST (else fp32 accumulation) */
-  int positive;  /* the accuracy case: inputs >= 0, fp32 tolerance, fp32-accumulation bound */
+  int schedule; /* WEAVE_HGEMM_SCHED_* */
+  int streamk;  /* WEAVE_HGEMM_SK_* */
+  int pub;      /* through weave_gemm_ex */
+  int vs_lt;    /* against cuBLASLt fp8 instead of fp64 */
+  int fast;     /* WEAVE_FP8_ACCUM_FAST (else fp32 accumulation) */
+  int positive; /* the accuracy case: inputs >= 0, fp32 tolerance, fp32-accumulation bound */
 };
 
 /* host scales of a case: TENSOR one each; ROW [M] and [N] (values in [0.25, 2)) */
@@ -122,20 +124,46 @@ static void run_case(const Case &c, uint64_t seed) {
   int r;
   if (c.pub) {
     weave_gemm_args_t g = WEAVE_GEMM_ARGS_INIT;
-    g.M = M; g.N = N; g.K = K; g.dtype = WEAVE_FP8_E4M3; g.out_dtype = c.out; g.b_layout = WEAVE_LAYOUT_COL;
-    g.alpha = c.alpha; g.scale_mode = (weave_scale_mode_t)c.mode; g.scale_a = psa; g.scale_b = psb;
-    g.A = dA; g.B = dB; g.bias = c.bias ? dbias : NULL; g.C = dC; g.num_blocks = c.blocks;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.dtype = WEAVE_FP8_E4M3;
+    g.out_dtype = c.out;
+    g.b_layout = WEAVE_LAYOUT_COL;
+    g.alpha = c.alpha;
+    g.scale_mode = (weave_scale_mode_t)c.mode;
+    g.scale_a = psa;
+    g.scale_b = psb;
+    g.A = dA;
+    g.B = dB;
+    g.bias = c.bias ? dbias : NULL;
+    g.C = dC;
+    g.num_blocks = c.blocks;
     g.fp8_accum = c.fast ? WEAVE_FP8_ACCUM_FAST : WEAVE_FP8_ACCUM_FP32;
     r = weave_gemm_ex(&g, NULL);
     if (r) snprintf(err, sizeof err, "%s", weave_get_last_error(NULL));
   } else {
     weave_hgemm_args_t a;
     memset(&a, 0, sizeof a);
-    a.M = M; a.N = N; a.K = K; a.dtype = WEAVE_FP8_E4M3; a.b_layout = WEAVE_LAYOUT_COL; a.alpha = c.alpha;
-    a.A = dA; a.B = dB; a.bias = c.bias ? dbias : NULL; a.C = dC; a.num_blocks = c.blocks;
-    a.workspace = g_sk_ws; a.workspace_bytes = g_sk_bytes; a.streamk = c.streamk; a.schedule = c.schedule;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    a.dtype = WEAVE_FP8_E4M3;
+    a.b_layout = WEAVE_LAYOUT_COL;
+    a.alpha = c.alpha;
+    a.A = dA;
+    a.B = dB;
+    a.bias = c.bias ? dbias : NULL;
+    a.C = dC;
+    a.num_blocks = c.blocks;
+    a.workspace = g_sk_ws;
+    a.workspace_bytes = g_sk_bytes;
+    a.streamk = c.streamk;
+    a.schedule = c.schedule;
     a.out_dtype = c.out;
-    a.scales.mode = c.mode; a.scales.a = psa; a.scales.b = psb;
+    a.scales.mode = c.mode;
+    a.scales.a = psa;
+    a.scales.b = psb;
     a.fp8_fast_accum = c.fast;
     r = weave_hgemm_launch(&a, 0, err, sizeof err);
   }
@@ -191,11 +219,9 @@ static void run_case(const Case &c, uint64_t seed) {
       const float *psa_h = sa.data(), *psb_h = sb.data();
       const void *pa = hA.data(), *pb = hB.data();
       /* the accuracy case holds the fast mode to the fp32-accumulation bound too (information) */
-      weave_ref_gemm_rs_scaled(M, N, K, 1, WEAVE_FP8_E4M3, c.out, WEAVE_LAYOUT_COL, c.alpha,
-                               (weave_scale_mode_t)c.mode,
-                               c.positive ? 0 : WEAVE_REF_FP8_RANDOM_SIGNS | (c.fast ? WEAVE_REF_FP8_FAST : 0),
-                               &psa_h, &psb_h, &pa, &pb,
-                               c.bias ? hbias.data() : NULL, 0, M, ref.data(), bound.data());
+      weave_ref_gemm_rs_scaled(M, N, K, 1, WEAVE_FP8_E4M3, c.out, WEAVE_LAYOUT_COL, c.alpha, (weave_scale_mode_t)c.mode,
+                               c.positive ? 0 : WEAVE_REF_FP8_RANDOM_SIGNS | (c.fast ? WEAVE_REF_FP8_FAST : 0), &psa_h,
+                               &psb_h, &pa, &pb, c.bias ? hbias.data() : NULL, 0, M, ref.data(), bound.data());
     }
     {
       weave_check_t chk;
@@ -204,7 +230,10 @@ static void run_case(const Case &c, uint64_t seed) {
       for (size_t i = (size_t)M * N * osz; i < cbytes; ++i) guard_bad += out[i] != 0xFF;
       const int ok = chk.wrong == 0 && guard_bad == 0 && chk.rel_err < 1e-2;
       const int info = c.positive && c.fast; /* the fast mode against the fp32-accumulation bound */
-      printf("%-4s %-78s rel %.2e max|d| %.3g %s %zu (nonfinite %zu) guard %zu", info ? "info" : ok ? "ok" : "FAIL",
+      printf("%-4s %-78s rel %.2e max|d| %.3g %s %zu (nonfinite %zu) guard %zu",
+             info ? "info"
+             : ok ? "ok"
+                  : "FAIL",
              what, chk.rel_err, chk.max_abs_err, info ? "outside the fp32-accumulation bound" : "wrong", chk.wrong,
              chk.nonfinite, guard_bad);
       if (chk.first_bad != (size_t)-1) {
@@ -230,8 +259,15 @@ static void expect_invalid(const char *what, int M, int N, int K, weave_layout_t
   CUDA_CHECK(cudaMalloc(&buf, 1 << 20));
   weave_hgemm_args_t a;
   memset(&a, 0, sizeof a);
-  a.M = M; a.N = N; a.K = K; a.dtype = WEAVE_FP8_E4M3; a.b_layout = ly; a.alpha = 1.f;
-  a.A = (char *)buf + a_off; a.B = buf; a.C = buf;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.dtype = WEAVE_FP8_E4M3;
+  a.b_layout = ly;
+  a.alpha = 1.f;
+  a.A = (char *)buf + a_off;
+  a.B = buf;
+  a.C = buf;
   char err[256] = "";
   int r = weave_hgemm_launch(&a, 0, err, sizeof err);
   int ok = r == WEAVE_ERROR_INVALID_ARGUMENT;
@@ -250,9 +286,10 @@ int main(void) {
 
   /* tails: M, N off the 128 x 256 tile, K off the 128-element k-block (K = 16: one partial k-block),
    * N odd (register path), one row, many k-blocks */
-  struct { int M, N, K; } shapes[] = {{1000, 1000, 304}, {8, 8, 16},     {129, 257, 144}, {129, 264, 80},
-                                      {200, 136, 16},    {77, 520, 1008}, {256, 512, 128}, {1, 8, 16},
-                                      {300, 1000, 2048}};
+  struct {
+    int M, N, K;
+  } shapes[] = {{1000, 1000, 304}, {8, 8, 16},      {129, 257, 144}, {129, 264, 80},   {200, 136, 16},
+                {77, 520, 1008},   {256, 512, 128}, {1, 8, 16},      {300, 1000, 2048}};
   /* fp32 accumulation (cooperative: the launcher's choice whatever is asked), fast cooperative, fast
    * ping-pong */
   const int scheds[3] = {WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SCHED_COOP, WEAVE_HGEMM_SCHED_PINGPONG};
@@ -264,26 +301,45 @@ int main(void) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
           if ((quick && s == 8) || (tiny && s != 2 && s != 3)) continue;
           const int var = (int)(s + mode) % 3;
-          Case c = {shapes[s].M, shapes[s].N, shapes[s].K, outs[o], mode, var == 1 ? 0.5f : 1.0f, var != 0,
-                    var == 2 ? 3 : 0, scheds[sc], WEAVE_HGEMM_SK_OFF, 0, 0, sc > 0, 0};
+          Case c = {shapes[s].M, shapes[s].N,
+                    shapes[s].K, outs[o],
+                    mode,        var == 1 ? 0.5f : 1.0f,
+                    var != 0,    var == 2 ? 3 : 0,
+                    scheds[sc],  WEAVE_HGEMM_SK_OFF,
+                    0,           0,
+                    sc > 0,      0};
           run_case(c, seed++);
         }
   /* stream-K tail forced (cooperative): tiles over a few blocks, fewer tiles than blocks, K tails */
-  struct { int M, N, K, blocks; } skc[] = {{1000, 1000, 304, 3}, {129, 264, 1008, 7}, {256, 512, 2048, 0},
-                                           {300, 520, 208, 0},   {77, 520, 1024, 2}};
+  struct {
+    int M, N, K, blocks;
+  } skc[] = {{1000, 1000, 304, 3}, {129, 264, 1008, 7}, {256, 512, 2048, 0}, {300, 520, 208, 0}, {77, 520, 1024, 2}};
   for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode)
     for (size_t s = 0; s < sizeof skc / sizeof skc[0]; ++s) {
       if (tiny && s != 1) continue;
       for (int fast = 0; fast < 2; ++fast) {
-        Case c = {skc[s].M, skc[s].N, skc[s].K, s % 2 ? WEAVE_FP16 : WEAVE_BF16, mode, s % 2 ? 0.5f : 1.0f,
-                  (int)(s % 3 != 0), skc[s].blocks, WEAVE_HGEMM_SCHED_COOP, WEAVE_HGEMM_SK_ON, 0, 0, fast, 0};
+        Case c = {skc[s].M,
+                  skc[s].N,
+                  skc[s].K,
+                  s % 2 ? WEAVE_FP16 : WEAVE_BF16,
+                  mode,
+                  s % 2 ? 0.5f : 1.0f,
+                  (int)(s % 3 != 0),
+                  skc[s].blocks,
+                  WEAVE_HGEMM_SCHED_COOP,
+                  WEAVE_HGEMM_SK_ON,
+                  0,
+                  0,
+                  fast,
+                  0};
         run_case(c, seed++);
       }
     }
   /* fp32 output (the bulk strategy's partials): cooperative, with and without stream-K */
   for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode) {
     for (int fast = 0; fast < 2; ++fast) {
-      Case c = {1000, 1000, 304, WEAVE_FP32, mode, 1.0f, 0, 5, WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SK_ON, 0, 0, fast, 0};
+      Case c = {1000, 1000, 304,  WEAVE_FP32, mode, 1.0f, 0, 5, WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SK_ON,
+                0,    0,    fast, 0};
       run_case(c, seed++);
       Case d = {129, 257, 144, WEAVE_FP32, mode, 0.5f, 1, 0, WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SK_OFF, 0, 0, fast, 0};
       run_case(d, seed++);
@@ -298,25 +354,38 @@ int main(void) {
   }
   if (!quick) {
     /* large shapes against cuBLASLt fp8, AUTO schedule (ping-pong at K = 1024, stream-K at 124 blocks) */
-    struct { int M, N, K, blocks; } big[] = {{2048, 2048, 1024, 0}, {4096, 8192, 3584, 124}, {1500, 2072, 1104, 0},
-                                             {2048, 8192, 1024, 132}};
+    struct {
+      int M, N, K, blocks;
+    } big[] = {{2048, 2048, 1024, 0}, {4096, 8192, 3584, 124}, {1500, 2072, 1104, 0}, {2048, 8192, 1024, 132}};
     for (size_t s = 0; s < sizeof big / sizeof big[0]; ++s)
       for (int mode = WEAVE_SCALE_TENSOR; mode <= WEAVE_SCALE_ROW; ++mode) {
-        Case c = {big[s].M, big[s].N, big[s].K, WEAVE_BF16, mode, 1.0f, (int)(s & 1), big[s].blocks,
-                  WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SK_AUTO, 0, 1, (int)(s + mode) % 2, 0};
+        Case c = {big[s].M,
+                  big[s].N,
+                  big[s].K,
+                  WEAVE_BF16,
+                  mode,
+                  1.0f,
+                  (int)(s & 1),
+                  big[s].blocks,
+                  WEAVE_HGEMM_SCHED_AUTO,
+                  WEAVE_HGEMM_SK_AUTO,
+                  0,
+                  1,
+                  (int)(s + mode) % 2,
+                  0};
         run_case(c, seed++);
       }
     /* one large shape against fp64 on the whole output: the accumulation bounds at K = 7168 */
     for (int fast = 0; fast < 2; ++fast) {
       Case c = {256, 512, 7168, WEAVE_BF16, WEAVE_SCALE_ROW, 1.0f, 1, 0, WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SK_AUTO,
-                0, 0, fast, 0};
+                0,   0,   fast, 0};
       run_case(c, seed++);
     }
   }
   /* the accuracy cases (also quick): the same inputs (seed), fp32 accumulation then fast */
   for (int fast = 0; fast < 2 && !tiny; ++fast) {
     Case c = {128, 256, 16384, WEAVE_FP32, WEAVE_SCALE_NONE, 1.0f, 0, 0, WEAVE_HGEMM_SCHED_COOP, WEAVE_HGEMM_SK_OFF,
-              0, 0, fast, 1};
+              0,   0,   fast,  1};
     run_case(c, 777);
   }
   expect_invalid("fp8 with B [K, N] (ROW)", 128, 256, 128, WEAVE_LAYOUT_ROW, 0);

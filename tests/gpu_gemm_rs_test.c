@@ -45,9 +45,9 @@
 
 typedef struct {
   const char *name;
-  int M, N, K; /* K per rank */
-  weave_dtype_t dtype;   /* A and B */
-  weave_dtype_t out;     /* C and bias (dtype, or bf16 / fp16 for fp8) */
+  int M, N, K;         /* K per rank */
+  weave_dtype_t dtype; /* A and B */
+  weave_dtype_t out;   /* C and bias (dtype, or bf16 / fp16 for fp8) */
   weave_scale_mode_t scale_mode;
   weave_fp8_accum_t fp8_accum;
   float *sa[WEAVE_MAX_WORLD], *sb[WEAVE_MAX_WORLD]; /* per rank: 1 each (TENSOR) or [M] and [N] (ROW) */
@@ -56,15 +56,15 @@ typedef struct {
   float alpha;
   weave_gemm_rs_desc_t descs[MAX_DESCS];
   int ndescs;
-  int calls;         /* executes per plan, each checked */
-  int bitwise;       /* also require bitwise equality across calls */
-  int sample;        /* fp64 on 3 ranges of 4 rows per rank, every row against cuBLASLt */
-  int skip_rank;     /* this rank never executes: the others must time out */
-  int abort_rank;    /* this rank aborts the team instead of executing: the others must stop at once */
-  int fresh_inputs;  /* new random A and B (in the same device buffers) before every call after the first */
-  int no_lt;         /* cuBLASLt has no algorithm for this shape: baseline plans must be refused
+  int calls;        /* executes per plan, each checked */
+  int bitwise;      /* also require bitwise equality across calls */
+  int sample;       /* fp64 on 3 ranges of 4 rows per rank, every row against cuBLASLt */
+  int skip_rank;    /* this rank never executes: the others must time out */
+  int abort_rank;   /* this rank aborts the team instead of executing: the others must stop at once */
+  int fresh_inputs; /* new random A and B (in the same device buffers) before every call after the first */
+  int no_lt;        /* cuBLASLt has no algorithm for this shape: baseline plans must be refused
                       * (UNSUPPORTED), auto plans must run bulk */
-  int offset;        /* bytes past a 256-byte boundary for A, B, C_out and bias (views into larger buffers) */
+  int offset;       /* bytes past a 256-byte boundary for A, B, C_out and bias (views into larger buffers) */
   uint64_t seed;
   /* host data */
   void *A[WEAVE_MAX_WORLD], *B[WEAVE_MAX_WORLD], *bias;
@@ -101,9 +101,12 @@ static int check_ranges(const test_case_t *c, int rows, int begin[3], int count[
     count[0] = rows;
     return 1;
   }
-  begin[0] = 0; count[0] = 4;
-  begin[1] = rows / 2; count[1] = 4;
-  begin[2] = rows - 4; count[2] = 4;
+  begin[0] = 0;
+  count[0] = 4;
+  begin[1] = rows / 2;
+  count[1] = 4;
+  begin[2] = rows - 4;
+  count[2] = 4;
   return 3;
 }
 
@@ -147,9 +150,9 @@ static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t o
     const int t = (rows + info->tile_m - 1) / info->tile_m * ((c->N + info->tile_n - 1) / info->tile_n);
     if (t > most) most = t;
   }
-  return weave_split_comm_blocks(&in, weave_plan_gemm_flops(c->M, c->N, c->K, world),
-                                 weave_plan_comm_bytes(c->M, c->N, world, weave_dtype_size(slot), weave_dtype_size(out)),
-                                 (double)most);
+  return weave_split_comm_blocks(
+      &in, weave_plan_gemm_flops(c->M, c->N, c->K, world),
+      weave_plan_comm_bytes(c->M, c->N, world, weave_dtype_size(slot), weave_dtype_size(out)), (double)most);
 }
 
 static int rank_fn(harness_rank_t *hr) {
@@ -166,7 +169,8 @@ static int rank_fn(harness_rank_t *hr) {
   if (dbias) harness_upload(dbias, c->bias, (size_t)c->N * e);
   /* this rank's scales (fp8) */
   const int scaled = c->scale_mode != WEAVE_SCALE_NONE;
-  const size_t na = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->M : 1, nb = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->N : 1;
+  const size_t na = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->M : 1,
+               nb = c->scale_mode == WEAVE_SCALE_ROW ? (size_t)c->N : 1;
   float *dsa = NULL, *dsb = NULL;
   if (scaled) {
     dsa = (float *)harness_dev_alloc(na * 4);
@@ -187,17 +191,21 @@ static int rank_fn(harness_rank_t *hr) {
   double *ref[3];
   const void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
   void *myA[WEAVE_MAX_WORLD] = {NULL}, *myB[WEAVE_MAX_WORLD] = {NULL}; /* fresh inputs: this rank's copies */
-  for (int s = 0; s < world; ++s) { As[s] = c->A[s]; Bs[s] = c->B[s]; }
+  for (int s = 0; s < world; ++s) {
+    As[s] = c->A[s];
+    Bs[s] = c->B[s];
+  }
   const int fp8 = c->dtype == WEAVE_FP8_E4M3;
   double *bound[3] = {NULL, NULL, NULL}; /* fp8: the accumulation bound per element */
   for (int i = 0; i < nr; ++i) {
     ref[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
     if (fp8) {
       bound[i] = (double *)malloc(sizeof(double) * (size_t)rc_[i] * c->N + 1);
-      weave_ref_gemm_rs_scaled(c->M, c->N, c->K, world, c->dtype, c->out, c->layout, c->alpha, c->scale_mode,
-                               WEAVE_REF_FP8_RANDOM_SIGNS | (c->fp8_accum == WEAVE_FP8_ACCUM_FAST ? WEAVE_REF_FP8_FAST : 0),
-                               (const float *const *)c->sa, (const float *const *)c->sb, As, Bs,
-                               c->has_bias ? c->bias : NULL, row_begin + rb[i], rc_[i], ref[i], bound[i]);
+      weave_ref_gemm_rs_scaled(
+          c->M, c->N, c->K, world, c->dtype, c->out, c->layout, c->alpha, c->scale_mode,
+          WEAVE_REF_FP8_RANDOM_SIGNS | (c->fp8_accum == WEAVE_FP8_ACCUM_FAST ? WEAVE_REF_FP8_FAST : 0),
+          (const float *const *)c->sa, (const float *const *)c->sb, As, Bs, c->has_bias ? c->bias : NULL,
+          row_begin + rb[i], rc_[i], ref[i], bound[i]);
     } else {
       weave_ref_gemm_rs(c->M, c->N, c->K, world, c->dtype, c->layout, c->alpha, As, Bs, c->has_bias ? c->bias : NULL,
                         row_begin + rb[i], rc_[i], ref[i]);
@@ -227,7 +235,8 @@ static int rank_fn(harness_rank_t *hr) {
     weave_gemm_rs_plan_t plan;
     weave_result_t rc = weave_gemm_rs_plan_create(hr->team, c->M, c->N, c->K, &d, &plan);
     if (c->no_lt && d.strategy == WEAVE_STRATEGY_BASELINE) {
-      if (rc != WEAVE_ERROR_UNSUPPORTED) fail(c, r, dn, "the baseline plan was not refused with WEAVE_ERROR_UNSUPPORTED");
+      if (rc != WEAVE_ERROR_UNSUPPORTED)
+        fail(c, r, dn, "the baseline plan was not refused with WEAVE_ERROR_UNSUPPORTED");
       if (rc == WEAVE_SUCCESS) weave_gemm_rs_plan_destroy(plan);
       counted(c, 1);
       continue;
@@ -249,8 +258,9 @@ static int rank_fn(harness_rank_t *hr) {
       const weave_dtype_t slot = d.reduce == WEAVE_REDUCE_ATOMIC || d.fp32_slots ? WEAVE_FP32 : out;
       const int want = expected_comm_blocks(c, world, out, slot, &info);
       if (info.comm_blocks != want) {
-        snprintf(msg, sizeof(msg), "the cost model gives %d communication blocks (this rank owns %d tiles), the plan has %d",
-                 want, info.tiles_owned, info.comm_blocks);
+        snprintf(msg, sizeof(msg),
+                 "the cost model gives %d communication blocks (this rank owns %d tiles), the plan has %d", want,
+                 info.tiles_owned, info.comm_blocks);
         fail(c, r, dn, msg);
       }
     }
@@ -261,9 +271,12 @@ static int rank_fn(harness_rank_t *hr) {
         weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
         rc = weave_team_sync(hr->team, hr->stream);
         const char *m = weave_get_last_error(hr->team);
-        if (rc != WEAVE_ERROR_TIMEOUT) fail(c, r, "expected WEAVE_ERROR_TIMEOUT", weave_get_error_string(rc));
-        else if (!strstr(m, "timed out") || !strstr(m, "rank")) fail(c, r, "timeout message lacks detail", m);
-        else printf("  rank %d got the expected timeout: %s\n", r, m);
+        if (rc != WEAVE_ERROR_TIMEOUT)
+          fail(c, r, "expected WEAVE_ERROR_TIMEOUT", weave_get_error_string(rc));
+        else if (!strstr(m, "timed out") || !strstr(m, "rank"))
+          fail(c, r, "timeout message lacks detail", m);
+        else
+          printf("  rank %d got the expected timeout: %s\n", r, m);
         counted(c, 1);
       }
       weave_barrier(hr->team);
@@ -298,16 +311,21 @@ static int rank_fn(harness_rank_t *hr) {
           counted(c, 1);
           continue;
         }
-        if (!strstr(m, want)) fail(c, r, "the abort's message does not name the rank", m);
-        else if (s > 10.0) fail(c, r, "the abort did not stop the waits within 10 s", m);
-        else printf("  rank %d stopped %.3f s after its call: %s\n", r, s, m);
+        if (!strstr(m, want))
+          fail(c, r, "the abort's message does not name the rank", m);
+        else if (s > 10.0)
+          fail(c, r, "the abort did not stop the waits within 10 s", m);
+        else
+          printf("  rank %d stopped %.3f s after its call: %s\n", r, s, m);
       }
       /* every rank, the aborting one too: what communicates refuses, naming the rank */
       rc = weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
       if (rc != WEAVE_ERROR_ABORTED || !strstr(weave_get_last_error(hr->team), want))
         fail(c, r, "execute after the abort", weave_get_last_error(hr->team));
-      if (weave_barrier(hr->team) != WEAVE_ERROR_ABORTED) fail(c, r, "barrier after the abort", weave_get_last_error(hr->team));
-      if (weave_gemm_rs_plan_destroy(plan) != WEAVE_SUCCESS) fail(c, r, "plan destroy after the abort", weave_get_last_error(hr->team));
+      if (weave_barrier(hr->team) != WEAVE_ERROR_ABORTED)
+        fail(c, r, "barrier after the abort", weave_get_last_error(hr->team));
+      if (weave_gemm_rs_plan_destroy(plan) != WEAVE_SUCCESS)
+        fail(c, r, "plan destroy after the abort", weave_get_last_error(hr->team));
       counted(c, 1);
       continue;
     }
@@ -316,15 +334,19 @@ static int rank_fn(harness_rank_t *hr) {
       weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
       size_t cap = 4 * (size_t)(info.tiles_total + info.tiles_owned) + 64, n = 0;
       weave_trace_event_t *ev = (weave_trace_event_t *)calloc(cap, sizeof(*ev));
-      if (weave_gemm_rs_trace_fetch(plan, hr->stream, ev, cap, &n) != WEAVE_SUCCESS) fail(c, r, dn, weave_get_last_error(hr->team));
+      if (weave_gemm_rs_trace_fetch(plan, hr->stream, ev, cap, &n) != WEAVE_SUCCESS)
+        fail(c, r, dn, weave_get_last_error(hr->team));
       size_t per_role[4] = {0, 0, 0, 0};
       int bad = 0;
       for (size_t i = 0; i < n && i < cap; ++i) {
-        if (ev[i].role < 0 || ev[i].role > 3 || ev[i].rank != r || ev[i].t_end < ev[i].t_begin) bad++;
-        else per_role[ev[i].role]++;
+        if (ev[i].role < 0 || ev[i].role > 3 || ev[i].rank != r || ev[i].t_end < ev[i].t_begin)
+          bad++;
+        else
+          per_role[ev[i].role]++;
       }
       if (bad || per_role[WEAVE_TRACE_GEMM] != (size_t)info.tiles_total ||
-          per_role[WEAVE_TRACE_WAIT] != (size_t)info.tiles_owned || per_role[WEAVE_TRACE_REDUCE] != (size_t)info.tiles_owned) {
+          per_role[WEAVE_TRACE_WAIT] != (size_t)info.tiles_owned ||
+          per_role[WEAVE_TRACE_REDUCE] != (size_t)info.tiles_owned) {
         snprintf(msg, sizeof(msg), "trace: %zu GEMM / %zu WAIT / %zu REDUCE events (%d malformed), want %d / %d / %d",
                  per_role[0], per_role[1], per_role[2], bad, info.tiles_total, info.tiles_owned, info.tiles_owned);
         fail(c, r, dn, msg);
@@ -342,7 +364,8 @@ static int rank_fn(harness_rank_t *hr) {
       }
       harness_poison(dC, (size_t)rows * c->N * e, hr->stream);
       rc = scaled ? weave_gemm_rs_execute_scaled(plan, dA, dB, dsa, dsb, dbias, rows ? dC : NULL, hr->stream)
-                  : weave_gemm_rs_execute(plan, dA, dB, dbias, rows ? dC : NULL, hr->stream); /* no rows: C_out may be NULL */
+                  : weave_gemm_rs_execute(plan, dA, dB, dbias, rows ? dC : NULL,
+                                          hr->stream); /* no rows: C_out may be NULL */
       if (rc == WEAVE_SUCCESS) rc = weave_team_sync(hr->team, hr->stream);
       if (rc != WEAVE_SUCCESS) {
         snprintf(msg, sizeof(msg), "call %d: %s", call, weave_get_last_error(hr->team));
@@ -356,10 +379,11 @@ static int rank_fn(harness_rank_t *hr) {
                               rtol, &chk);
         if (chk.wrong) {
           size_t fb = chk.first_bad;
-          snprintf(msg, sizeof(msg),
-                   "call %d: %zu wrong (%zu non-finite) of %d x %d, rel err %.3g, first bad row %d col %d: got %g want %g",
-                   call, chk.wrong, chk.nonfinite, rc_[i], c->N, chk.rel_err, row_begin + rb[i] + (int)(fb / c->N),
-                   (int)(fb % c->N), weave_host_get(c->out, hC + (size_t)rb[i] * c->N * e, fb), ref[i][fb]);
+          snprintf(
+              msg, sizeof(msg),
+              "call %d: %zu wrong (%zu non-finite) of %d x %d, rel err %.3g, first bad row %d col %d: got %g want %g",
+              call, chk.wrong, chk.nonfinite, rc_[i], c->N, chk.rel_err, row_begin + rb[i] + (int)(fb / c->N),
+              (int)(fb % c->N), weave_host_get(c->out, hC + (size_t)rb[i] * c->N * e, fb), ref[i][fb]);
           fail(c, r, dn, msg);
           break;
         }
@@ -369,16 +393,18 @@ static int rank_fn(harness_rank_t *hr) {
         weave_check_result(c->out, hC, ref_all, (size_t)rows * c->N, atol, rtol, &chk);
         if (chk.wrong) {
           size_t fb = chk.first_bad;
-          snprintf(msg, sizeof(msg),
-                   "call %d: %zu wrong (%zu non-finite) of all %d x %d rows vs cuBLASLt, rel err %.3g, first bad row %d "
-                   "col %d: got %g want %g",
-                   call, chk.wrong, chk.nonfinite, rows, c->N, chk.rel_err, row_begin + (int)(fb / c->N),
-                   (int)(fb % c->N), weave_host_get(c->out, hC, fb), ref_all[fb]);
+          snprintf(
+              msg, sizeof(msg),
+              "call %d: %zu wrong (%zu non-finite) of all %d x %d rows vs cuBLASLt, rel err %.3g, first bad row %d "
+              "col %d: got %g want %g",
+              call, chk.wrong, chk.nonfinite, rows, c->N, chk.rel_err, row_begin + (int)(fb / c->N), (int)(fb % c->N),
+              weave_host_get(c->out, hC, fb), ref_all[fb]);
           fail(c, r, dn, msg);
         }
       }
       if (c->bitwise) {
-        if (call == 0) memcpy(first, hC, (size_t)rows * c->N * e);
+        if (call == 0)
+          memcpy(first, hC, (size_t)rows * c->N * e);
         else if (memcmp(first, hC, (size_t)rows * c->N * e) != 0) {
           snprintf(msg, sizeof(msg), "call %d differs bitwise from call 0", call);
           fail(c, r, dn, msg);
@@ -409,8 +435,8 @@ static int rank_fn(harness_rank_t *hr) {
   return 0;
 }
 
-static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, weave_reduce_t red,
-                                      weave_dtype_t slot, weave_tile_order_t order) {
+static weave_gemm_rs_desc_t make_desc(const test_case_t *c, weave_strategy_t s, weave_reduce_t red, weave_dtype_t slot,
+                                      weave_tile_order_t order) {
   weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
   d.dtype = c->dtype;
   d.out_dtype = c->dtype == WEAVE_FP8_E4M3 ? c->out : WEAVE_DTYPE_AUTO;
@@ -432,7 +458,9 @@ static test_case_t new_case(const char *name, int M, int N, int K, weave_dtype_t
   test_case_t c;
   memset(&c, 0, sizeof(c));
   c.name = name;
-  c.M = M; c.N = N; c.K = K;
+  c.M = M;
+  c.N = N;
+  c.K = K;
   c.dtype = dtype;
   c.out = dtype == WEAVE_FP8_E4M3 ? WEAVE_BF16 : dtype;
   c.layout = layout;
@@ -493,11 +521,13 @@ static int run_case(test_case_t *c, int world, uint64_t seed) {
 static void add_every_strategy(test_case_t *c, weave_dtype_t slot, int bulk_fp32) {
   c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
   if (slot != WEAVE_FP32)
-    c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+    c->descs[c->ndescs++] =
+        make_desc(c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
   c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, slot, WEAVE_ORDER_OWN_LAST);
   c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
   if (bulk_fp32)
-    c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+    c->descs[c->ndescs++] =
+        make_desc(c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
   c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
   c->descs[c->ndescs++] = make_desc(c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, slot, WEAVE_ORDER_OWN_LAST);
 }
@@ -505,10 +535,14 @@ static void add_every_strategy(test_case_t *c, weave_dtype_t slot, int bulk_fp32
 int main(int argc, char **argv) {
   int only_world = 0, quick = 0, tiny = 0, fp8_only = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--world") && i + 1 < argc) only_world = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--tiny")) quick = tiny = 1; /* for the sanitizers: one small case per dtype */
-    else if (!strcmp(argv[i], "--fp8-only")) fp8_only = 1;  /* the fp8 cases (1b) alone */
+    if (!strcmp(argv[i], "--world") && i + 1 < argc)
+      only_world = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else if (!strcmp(argv[i], "--tiny"))
+      quick = tiny = 1; /* for the sanitizers: one small case per dtype */
+    else if (!strcmp(argv[i], "--fp8-only"))
+      fp8_only = 1; /* the fp8 cases (1b) alone */
   }
   if (harness_device_count() == 0) {
     printf("gpu_gemm_rs: no CUDA device: skipped\n");
@@ -535,22 +569,27 @@ int main(int argc, char **argv) {
          * reduction) or K_local 304 and N 1000 (the TMA + wgmma role), alternating so that every dtype
          * and layout meets both roles; M 1003 leaves the first M % world ranks an extra row. */
         const int odd = (dt + lay) % 2;
-        test_case_t c = new_case(odd ? "tails 1003x1000x304" : "tails 1003x1001x300", 1003, odd ? 1000 : 1001,
-                                 odd ? 304 : 300, (weave_dtype_t)dt, (weave_layout_t)lay, !odd, odd ? 1.0f : 0.75f,
-                                 tiny ? 1 : 2);
-        if (tiny) { c.M = 300; c.N = 264; c.K = 72; } /* K, N multiples of 8: the TMA role too */
+        test_case_t c =
+            new_case(odd ? "tails 1003x1000x304" : "tails 1003x1001x300", 1003, odd ? 1000 : 1001, odd ? 304 : 300,
+                     (weave_dtype_t)dt, (weave_layout_t)lay, !odd, odd ? 1.0f : 0.75f, tiny ? 1 : 2);
+        if (tiny) {
+          c.M = 300;
+          c.N = 264;
+          c.K = 72;
+        } /* K, N multiples of 8: the TMA role too */
         weave_dtype_t dty = c.dtype;
         add_every_strategy(&c, dty, dty != WEAVE_FP32);
         int rc = run_case(&c, world, seed + (uint64_t)(1000 * world + 10 * dt + lay) * 1000003ull);
         if (rc == HARNESS_SKIP) return rc;
-        failed += rc; total++;
+        failed += rc;
+        total++;
       }
     /* 1b. fp8 e4m3 inputs: every scale mode, bf16 and fp16 output, every strategy x reduction x slot
      * dtype; M off the tile and the ranks, K_local a multiple of 16 but not of the 128-element k-block */
     for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode) {
       if (tiny && mode == WEAVE_SCALE_NONE) continue;
       const weave_dtype_t out = mode == WEAVE_SCALE_TENSOR ? WEAVE_FP16 : WEAVE_BF16;
-      test_case_t c = new_case(mode == WEAVE_SCALE_ROW ? "fp8 row scales 1003x1000x304"
+      test_case_t c = new_case(mode == WEAVE_SCALE_ROW      ? "fp8 row scales 1003x1000x304"
                                : mode == WEAVE_SCALE_TENSOR ? "fp8 tensor scales 1003x1000x304 fast"
                                                             : "fp8 no scales 1003x1000x304",
                                1003, 1000, 304, WEAVE_FP8_E4M3, WEAVE_LAYOUT_COL, mode != WEAVE_SCALE_NONE,
@@ -559,11 +598,16 @@ int main(int argc, char **argv) {
       c.scale_mode = (weave_scale_mode_t)mode;
       /* fp32 accumulation (the default) with no and row scales, fast accumulation with tensor scales */
       c.fp8_accum = mode == WEAVE_SCALE_TENSOR ? WEAVE_FP8_ACCUM_FAST : WEAVE_FP8_ACCUM_FP32;
-      if (tiny) { c.M = 300; c.N = 264; c.K = 80; }
+      if (tiny) {
+        c.M = 300;
+        c.N = 264;
+        c.K = 80;
+      }
       add_every_strategy(&c, out, 1);
       int rc = run_case(&c, world, seed + (uint64_t)(5000 * world + mode) * 1000003ull);
       if (rc == HARNESS_SKIP) return rc;
-      failed += rc; total++;
+      failed += rc;
+      total++;
     }
     /* fp8 with rows of C that are not 16-byte multiples (N 1001): cuBLASLt fp8 has no algorithm, so
      * the baseline is refused and auto runs bulk */
@@ -572,13 +616,18 @@ int main(int argc, char **argv) {
                                WEAVE_LAYOUT_COL, 1, 1.0f, 1);
       c.scale_mode = WEAVE_SCALE_TENSOR;
       c.no_lt = 1;
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       int rc = run_case(&c, world, seed + (uint64_t)(6000 * world) * 1000003ull);
       if (rc == HARNESS_SKIP) return rc;
-      failed += rc; total++;
+      failed += rc;
+      total++;
     }
     /* fp8 with row scales, bitwise over 20 calls and at M < world (ranks that own no row) */
     if (!tiny) {
@@ -586,9 +635,12 @@ int main(int argc, char **argv) {
                                WEAVE_LAYOUT_COL, 1, 0.5f, 20);
       c.scale_mode = WEAVE_SCALE_ROW;
       c.bitwise = 1;
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
-      failed += run_case(&c, world, seed ^ (0xf8ull * (uint64_t)world)); total++;
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ (0xf8ull * (uint64_t)world));
+      total++;
     }
     /* the baseline with pointers off the 256-byte alignment cuBLASLt assumes unless told (views into
      * larger buffers): bf16 at 2 bytes past it, fp8 at 16 (its least); world 1 writes C_out directly */
@@ -597,23 +649,31 @@ int main(int argc, char **argv) {
                                f8 ? 80 : 72, f8 ? WEAVE_FP8_E4M3 : WEAVE_BF16, WEAVE_LAYOUT_COL, 1, 1.0f, 2);
       if (f8) c.scale_mode = WEAVE_SCALE_TENSOR;
       c.offset = f8 ? 16 : 2;
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
       int rc = run_case(&c, world, seed + (uint64_t)(7000 * world + f8) * 1000003ull);
       if (rc == HARNESS_SKIP) return rc;
-      failed += rc; total++;
+      failed += rc;
+      total++;
     }
     if (fp8_only) continue;
     /* 2. a large shape, sampled rows */
     if (!quick) {
       for (int lay = 0; lay < 2; ++lay) {
-        test_case_t c = new_case("large 8192x8192x1024", 8192, 8192, 1024, WEAVE_BF16, (weave_layout_t)lay, lay, 1.0f, 1);
+        test_case_t c =
+            new_case("large 8192x8192x1024", 8192, 8192, 1024, WEAVE_BF16, (weave_layout_t)lay, lay, 1.0f, 1);
         c.sample = 1;
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-        c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] =
+            make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] =
+            make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] =
+            make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+        c.descs[c.ndescs++] =
+            make_desc(&c, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
         int rc = run_case(&c, world, seed + (uint64_t)(77 + world * 3 + lay) * 7919ull);
-        failed += rc; total++;
+        failed += rc;
+        total++;
       }
     }
     /* 3. back-to-back calls without reset (and 4. bitwise determinism) */
@@ -621,25 +681,30 @@ int main(int argc, char **argv) {
       test_case_t c = new_case(quick ? "100 calls, bitwise" : "1000 calls, bitwise", 1000, 1024, 256, WEAVE_BF16,
                                WEAVE_LAYOUT_COL, 1, 1.0f, quick ? 100 : 1000);
       c.bitwise = 1;
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
       c.descs[c.ndescs++].trace = 1; /* traced (and bitwise reproducible): the events are counted too */
-      failed += run_case(&c, world, seed ^ 0x5eed5eedull); total++;
+      failed += run_case(&c, world, seed ^ 0x5eed5eedull);
+      total++;
       test_case_t b = c;
       b.name = "atomic, 20 calls";
       b.calls = 20;
       b.bitwise = 0;
       b.ndescs = 0;
       b.descs[b.ndescs++] = make_desc(&b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_FIRST);
-      failed += run_case(&b, world, seed ^ 0xa70a1cull); total++;
+      failed += run_case(&b, world, seed ^ 0xa70a1cull);
+      total++;
     }
     /* 2b. fewer rows than ranks (decode steps): ranks past the last row own none, every strategy */
     if (world >= 2) {
       const int ms[2] = {1, world - 1};
       for (int mi = 0; mi < (world > 2 ? 2 : 1); ++mi) {
-        test_case_t c = new_case(mi ? "M = world - 1" : "M = 1", ms[mi], 264, 136, WEAVE_BF16, (weave_layout_t)mi, 1,
-                                 0.5f, 2);
+        test_case_t c =
+            new_case(mi ? "M = world - 1" : "M = 1", ms[mi], 264, 136, WEAVE_BF16, (weave_layout_t)mi, 1, 0.5f, 2);
         add_every_strategy(&c, WEAVE_BF16, 0);
         failed += run_case(&c, world, seed ^ (0x11ull * (uint64_t)(world * 4 + mi + 1)));
         total++;
@@ -648,29 +713,38 @@ int main(int argc, char **argv) {
     /* 3b. inputs changed in place between calls, each result checked: a partial left over from the
      * previous call, or read before its producer wrote it, can no longer pass */
     if (!tiny && world >= 2) {
-      test_case_t c = new_case("fresh inputs every call", 1003, 1024, 256, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, 1.0f,
-                               quick ? 5 : 20);
+      test_case_t c =
+          new_case("fresh inputs every call", 1003, 1024, 256, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, 1.0f, quick ? 5 : 20);
       c.fresh_inputs = 1;
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_FP32, WEAVE_ORDER_OWN_FIRST);
       c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_ATOMIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      failed += run_case(&c, world, seed ^ 0xf2e5ull); total++;
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ 0xf2e5ull);
+      total++;
     }
     /* 6. a rank that aborts the team instead of calling */
     if (world >= 2 && !tiny) {
       test_case_t c = new_case("aborting rank -> aborted", 512, 512, 128, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, 1.0f, 1);
       c.abort_rank = world - 1;
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      failed += run_case(&c, world, seed ^ 0xab07ull); total++;
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ 0xab07ull);
+      total++;
     }
     /* 5. a rank that never calls */
     if (world >= 2 && !tiny) {
       test_case_t c = new_case("missing rank -> timeout", 512, 512, 128, WEAVE_BF16, WEAVE_LAYOUT_ROW, 0, 1.0f, 2);
       c.skip_rank = world - 1;
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      c.descs[c.ndescs++] = make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
-      failed += run_case(&c, world, seed ^ 0x7133ull); total++;
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      c.descs[c.ndescs++] =
+          make_desc(&c, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, WEAVE_BF16, WEAVE_ORDER_OWN_LAST);
+      failed += run_case(&c, world, seed ^ 0x7133ull);
+      total++;
     }
   }
   printf("gpu_gemm_rs: %d of %d cases passed\n", total - failed, total);

@@ -81,8 +81,8 @@ static void cublaslt_gemm(int M, int N, int K, weave_dtype_t dt, weave_layout_t 
 }
 
 /* Compares out (M*N + GUARD elements, 16-bit) with ref (double). */
-static void check(const char *what, const std::vector<uint16_t> &out, const std::vector<double> &ref,
-                  int M, int N, weave_dtype_t dt, double elem_tol) {
+static void check(const char *what, const std::vector<uint16_t> &out, const std::vector<double> &ref, int M, int N,
+                  weave_dtype_t dt, double elem_tol) {
   double num = 0, den = 0;
   size_t nan = 0, bad = 0, guard_bad = 0, first_bad = (size_t)-1;
   size_t n = (size_t)M * N;
@@ -106,11 +106,10 @@ static void check(const char *what, const std::vector<uint16_t> &out, const std:
     if (out[i] != 0xFFFF) ++guard_bad;
   double rel = den > 0 ? sqrt(num / den) : sqrt(num);
   int ok = nan == 0 && bad == 0 && guard_bad == 0 && rel < 1e-2;
-  printf("%-4s %-52s rel %.2e  nan %zu  bad %zu  guard %zu", ok ? "ok" : "FAIL", what, rel, nan, bad,
-         guard_bad);
+  printf("%-4s %-52s rel %.2e  nan %zu  bad %zu  guard %zu", ok ? "ok" : "FAIL", what, rel, nan, bad, guard_bad);
   if (first_bad != (size_t)-1)
-    printf("  first bad (%zu,%zu): out %g ref %g", first_bad / N, first_bad % N,
-           from16(out[first_bad], dt), ref[first_bad]);
+    printf("  first bad (%zu,%zu): out %g ref %g", first_bad / N, first_bad % N, from16(out[first_bad], dt),
+           ref[first_bad]);
   printf("\n");
   if (!ok) g_fail = 1;
 }
@@ -130,24 +129,32 @@ static int g_public = 0;
 
 static int launch_case(const weave_hgemm_args_t *a, char *err, size_t errlen) {
   if (!g_public) return weave_hgemm_launch(a, 0, err, errlen);
-  weave_result_t r = weave_gemm(a->M, a->N, a->K, a->dtype, a->b_layout, a->alpha, a->A, a->B, a->bias, a->C,
-                                a->num_blocks, NULL);
+  weave_result_t r =
+      weave_gemm(a->M, a->N, a->K, a->dtype, a->b_layout, a->alpha, a->A, a->B, a->bias, a->C, a->num_blocks, NULL);
   if (r != WEAVE_SUCCESS) snprintf(err, errlen, "%s", weave_get_last_error(NULL));
   return (int)r;
 }
 
-static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, float alpha,
-                     int use_bias, int blocks, int vs_cublas) {
+static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, float alpha, int use_bias, int blocks,
+                     int vs_cublas) {
   char what[200];
   weave_hgemm_args_t q;
   memset(&q, 0, sizeof q);
-  q.M = M; q.N = N; q.K = K; q.dtype = dt; q.num_blocks = blocks; q.streamk = g_streamk; q.schedule = g_schedule;
+  q.M = M;
+  q.N = N;
+  q.K = K;
+  q.dtype = dt;
+  q.num_blocks = blocks;
+  q.streamk = g_streamk;
+  q.schedule = g_schedule;
   const int pp = weave_hgemm_schedule(&q) == WEAVE_HGEMM_SCHED_PINGPONG;
   const size_t sk_need = g_streamk == WEAVE_HGEMM_SK_OFF || pp ? 0 : weave_hgemm_workspace_size(&q);
   snprintf(what, sizeof what, "%s%s %s %dx%dx%d alpha %.2f bias %d blocks %d %s%s%s", g_public ? "weave_gemm " : "",
            dtname(dt), lyname(ly), M, N, K, alpha, use_bias, blocks, pp ? "ping-pong" : "coop",
            vs_cublas ? " (vs cuBLASLt)" : "",
-           sk_need ? " stream-K" : g_streamk != WEAVE_HGEMM_SK_OFF ? " (stream-K not planned)" : "");
+           sk_need                           ? " stream-K"
+           : g_streamk != WEAVE_HGEMM_SK_OFF ? " (stream-K not planned)"
+                                             : "");
   std::vector<uint16_t> hA((size_t)M * K), hB((size_t)K * N), hbias(N);
   for (auto &v : hA) v = to16(frand(), dt);
   for (auto &v : hB) v = to16(frand(), dt);
@@ -164,9 +171,21 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
   CUDA_CHECK(cudaMemset(b.C, 0xFF, cbytes));
   weave_hgemm_args_t a;
   memset(&a, 0, sizeof a);
-  a.M = M; a.N = N; a.K = K; a.dtype = dt; a.b_layout = ly; a.alpha = alpha;
-  a.A = b.A; a.B = b.B; a.bias = use_bias ? b.bias : NULL; a.C = b.C; a.num_blocks = blocks;
-  a.workspace = g_sk_ws; a.workspace_bytes = g_sk_bytes; a.streamk = g_streamk; a.schedule = g_schedule;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.dtype = dt;
+  a.b_layout = ly;
+  a.alpha = alpha;
+  a.A = b.A;
+  a.B = b.B;
+  a.bias = use_bias ? b.bias : NULL;
+  a.C = b.C;
+  a.num_blocks = blocks;
+  a.workspace = g_sk_ws;
+  a.workspace_bytes = g_sk_bytes;
+  a.streamk = g_streamk;
+  a.schedule = g_schedule;
   char err[256] = "";
   int r = launch_case(&a, err, sizeof err);
   if (r != WEAVE_SUCCESS) {
@@ -204,8 +223,8 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
       for (size_t i = 0; i < hA.size(); ++i) Ad[i] = from16(hA[i], dt);
       for (int k = 0; k < K; ++k)
         for (int n = 0; n < N; ++n)
-          Bd[(size_t)n * K + k] = ly == WEAVE_LAYOUT_ROW ? from16(hB[(size_t)k * N + n], dt)
-                                                         : from16(hB[(size_t)n * K + k], dt);
+          Bd[(size_t)n * K + k] =
+              ly == WEAVE_LAYOUT_ROW ? from16(hB[(size_t)k * N + n], dt) : from16(hB[(size_t)n * K + k], dt);
       for (int m = 0; m < M; ++m)
         for (int n = 0; n < N; ++n) {
           const double *x = &Ad[(size_t)m * K], *y = &Bd[(size_t)n * K];
@@ -227,8 +246,15 @@ static void expect_invalid(int M, int N, int K, weave_layout_t ly) {
   CUDA_CHECK(cudaMalloc(&buf, 1 << 20));
   weave_hgemm_args_t a;
   memset(&a, 0, sizeof a);
-  a.M = M; a.N = N; a.K = K; a.dtype = WEAVE_BF16; a.b_layout = ly; a.alpha = 1.f;
-  a.A = buf; a.B = buf; a.C = buf;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.dtype = WEAVE_BF16;
+  a.b_layout = ly;
+  a.alpha = 1.f;
+  a.A = buf;
+  a.B = buf;
+  a.C = buf;
   char err[256] = "";
   int r = weave_hgemm_launch(&a, 0, err, sizeof err);
   int ok = r == WEAVE_ERROR_INVALID_ARGUMENT;
@@ -241,32 +267,33 @@ int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (harness_require_sm90() != 0) return HARNESS_SKIP;
 
-  struct { int M, N, K; } small[] = {{1000, 1000, 304}, {8, 8, 8}, {129, 257, 72}, {129, 264, 72},
-                                     {200, 136, 16},    {77, 520, 1000}, {256, 512, 128},
-                                     {1, 8, 8}};
+  struct {
+    int M, N, K;
+  } small[] = {{1000, 1000, 304}, {8, 8, 8},       {129, 257, 72},  {129, 264, 72},
+               {200, 136, 16},    {77, 520, 1000}, {256, 512, 128}, {1, 8, 8}};
   const weave_dtype_t dts[2] = {WEAVE_BF16, WEAVE_FP16};
   const weave_layout_t lys[2] = {WEAVE_LAYOUT_ROW, WEAVE_LAYOUT_COL};
   const int only = getenv("HGEMM_TEST_QUICK") ? 1 : 0;
   /* both schedules on every layout x dtype x shape (tails, K below one stage, one block) */
   const int scheds[2] = {WEAVE_HGEMM_SCHED_COOP, WEAVE_HGEMM_SCHED_PINGPONG};
   for (int sc = 0; sc < 2; ++sc)
-  for (int d = 0; d < 2; ++d)
-    for (int l = 0; l < 2; ++l) {
-      g_schedule = scheds[sc];
-      for (size_t s = 0; s < sizeof small / sizeof small[0]; ++s) {
-        if (lys[l] == WEAVE_LAYOUT_ROW && small[s].N % 8) continue; /* refused: checked below */
-        int var = (int)s % 3;
-        float alpha = var == 1 ? 0.5f : 1.0f;
-        int bias = var != 0;
-        int blocks = var == 2 ? 3 : 0;
-        run_case(small[s].M, small[s].N, small[s].K, dts[d], lys[l], alpha, bias, blocks, 0);
+    for (int d = 0; d < 2; ++d)
+      for (int l = 0; l < 2; ++l) {
+        g_schedule = scheds[sc];
+        for (size_t s = 0; s < sizeof small / sizeof small[0]; ++s) {
+          if (lys[l] == WEAVE_LAYOUT_ROW && small[s].N % 8) continue; /* refused: checked below */
+          int var = (int)s % 3;
+          float alpha = var == 1 ? 0.5f : 1.0f;
+          int bias = var != 0;
+          int blocks = var == 2 ? 3 : 0;
+          run_case(small[s].M, small[s].N, small[s].K, dts[d], lys[l], alpha, bias, blocks, 0);
+        }
+        if (only) continue;
+        run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 0, 1);
+        run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 100, 1);
+        run_case(1500, 2072, 1112, dts[d], lys[l], 1.0f, 0, 0, 1);
+        run_case(1024, 1024, 5120, dts[d], lys[l], 0.5f, 1, 5, 1); /* many items a block */
       }
-      if (only) continue;
-      run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 0, 1);
-      run_case(2048, 2048, 1024, dts[d], lys[l], 1.0f, 0, 100, 1);
-      run_case(1500, 2072, 1112, dts[d], lys[l], 1.0f, 0, 0, 1);
-      run_case(1024, 1024, 5120, dts[d], lys[l], 0.5f, 1, 5, 1); /* many items a block */
-    }
   g_schedule = WEAVE_HGEMM_SCHED_AUTO;
   /* stream-K tail, forced on (the cost model would skip some of these small shapes): tiles left
    * over a few blocks, fewer tiles than blocks (each tile's k-blocks over up to 8 blocks), K tails,
@@ -274,15 +301,17 @@ int main(void) {
   g_sk_bytes = weave_hgemm_workspace_max(0);
   CUDA_CHECK(cudaMalloc(&g_sk_ws, g_sk_bytes));
   CUDA_CHECK(cudaMemset(g_sk_ws, 0, g_sk_bytes));
-  struct { int M, N, K, blocks; } skc[] = {{1000, 1000, 304, 3}, {1000, 1000, 304, 5}, {129, 264, 1000, 7},
-                                           {256, 512, 2048, 0},  {300, 520, 200, 0},  {77, 520, 1000, 2}};
+  struct {
+    int M, N, K, blocks;
+  } skc[] = {{1000, 1000, 304, 3}, {1000, 1000, 304, 5}, {129, 264, 1000, 7},
+             {256, 512, 2048, 0},  {300, 520, 200, 0},   {77, 520, 1000, 2}};
   for (int d = 0; d < 2; ++d)
     for (int l = 0; l < 2; ++l) {
       g_streamk = WEAVE_HGEMM_SK_ON;
       g_schedule = WEAVE_HGEMM_SCHED_COOP; /* stream-K is the cooperative schedule's */
       for (size_t s = 0; s < sizeof skc / sizeof skc[0]; ++s)
-        run_case(skc[s].M, skc[s].N, skc[s].K, dts[d], lys[l], s % 2 ? 0.5f : 1.0f, (int)(s % 3 != 0),
-                 skc[s].blocks, 0);
+        run_case(skc[s].M, skc[s].N, skc[s].K, dts[d], lys[l], s % 2 ? 0.5f : 1.0f, (int)(s % 3 != 0), skc[s].blocks,
+                 0);
       if (!only) {
         g_streamk = WEAVE_HGEMM_SK_AUTO;
         g_schedule = WEAVE_HGEMM_SCHED_AUTO;

@@ -109,7 +109,8 @@ static void dump_flags(weave_gemm_rs_plan_t plan, int rank, int world) {
   }
   char line[1024];
   int at = snprintf(line, sizeof(line), "  rank %d: finished call %u, done[]", rank, ctl.epoch);
-  for (int s = 0; s < world && at < (int)sizeof(line) - 16; ++s) at += snprintf(line + at, sizeof(line) - at, " %u", ctl.done[s]);
+  for (int s = 0; s < world && at < (int)sizeof(line) - 16; ++s)
+    at += snprintf(line + at, sizeof(line) - at, " %u", ctl.done[s]);
   fprintf(stderr, "%s\n", line);
   for (int s = 0; s < world && plan->strategy == WEAVE_STRATEGY_FUSED; ++s) {
     at = snprintf(line, sizeof(line), "  rank %d: tile flags from source %d:", rank, s);
@@ -220,8 +221,9 @@ int main(int argc, char **argv) {
   int bad = 0;
   /* One rank starts late while the others enqueue their calls up to the first sync: the late rank's
    * first kernel must start all the same (plan_execute.c, execute_lockstep). */
-  phase_t late = {"fused, one rank late", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
-                  200, 100, 1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 50};
+  phase_t late = {
+      "fused, one rank late",    1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f, 200, 100, 1, 0, 0,
+      PTHREAD_MUTEX_INITIALIZER, 0,    0,   50};
   bad |= run_phase(&late, 4) == 1;
   if (late_only) {
     printf("gpu_lifecycle_test: %s\n", bad ? "FAILED" : "PASSED");
@@ -235,18 +237,64 @@ int main(int argc, char **argv) {
     for (int s = 0; s < 4; ++s) {
       char name[64];
       snprintf(name, sizeof(name), "odd world, %s", weave_strategy_name(strategies[s]));
-      phase_t p = {name, 3000, 1000, 777, WEAVE_LAYOUT_COL, strategies[s], 1, 0.5f, 3, 1, 1, 1, 0,
-                   PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+      phase_t p = {
+          name, 3000, 1000, 777, WEAVE_LAYOUT_COL, strategies[s], 1, 0.5f, 3, 1, 1, 1, 0, PTHREAD_MUTEX_INITIALIZER,
+          0,    0,    0};
       bad |= run_phase(&p, worlds[w]) == 1;
     }
-  phase_t alt = {"fused, 2 sets alternating", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
-                 quick ? 1000 : 5000, 100, 2, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  phase_t alt = {"fused, 2 sets alternating",
+                 1024,
+                 768,
+                 384,
+                 WEAVE_LAYOUT_ROW,
+                 WEAVE_STRATEGY_FUSED,
+                 0,
+                 1.0f,
+                 quick ? 1000 : 5000,
+                 100,
+                 2,
+                 0,
+                 0,
+                 PTHREAD_MUTEX_INITIALIZER,
+                 0,
+                 0,
+                 0};
   bad |= run_phase(&alt, 4) == 1;
-  phase_t each = {"fused, sync after every call", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
-                  quick ? 100 : 400, 1, 2, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  phase_t each = {"fused, sync after every call",
+                  1024,
+                  768,
+                  384,
+                  WEAVE_LAYOUT_ROW,
+                  WEAVE_STRATEGY_FUSED,
+                  0,
+                  1.0f,
+                  quick ? 100 : 400,
+                  1,
+                  2,
+                  0,
+                  0,
+                  PTHREAD_MUTEX_INITIALIZER,
+                  0,
+                  0,
+                  0};
   bad |= run_phase(&each, 4) == 1;
-  phase_t one = {"fused, one set", 1024, 768, 384, WEAVE_LAYOUT_ROW, WEAVE_STRATEGY_FUSED, 0, 1.0f,
-                 quick ? 400 : 2000, 100, 1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  phase_t one = {"fused, one set",
+                 1024,
+                 768,
+                 384,
+                 WEAVE_LAYOUT_ROW,
+                 WEAVE_STRATEGY_FUSED,
+                 0,
+                 1.0f,
+                 quick ? 400 : 2000,
+                 100,
+                 1,
+                 0,
+                 0,
+                 PTHREAD_MUTEX_INITIALIZER,
+                 0,
+                 0,
+                 0};
   bad |= run_phase(&one, 4) == 1;
   printf("gpu_lifecycle_test: %s\n", bad ? "FAILED" : "PASSED");
   return bad ? 1 : 0;

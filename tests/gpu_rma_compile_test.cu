@@ -101,9 +101,9 @@ __device__ void all_ldst(Slots *s, const weave_device_team_t *t, int peer, uint6
   *sink += acc;
 }
 
-#define SCOPES(SEM)                                                                                \
-  all_atomics<SEM, WEAVE_SCOPE_CTA>(s, &t, peer, sink);                                            \
-  all_atomics<SEM, WEAVE_SCOPE_GPU>(s, &t, peer, sink);                                            \
+#define SCOPES(SEM)                                     \
+  all_atomics<SEM, WEAVE_SCOPE_CTA>(s, &t, peer, sink); \
+  all_atomics<SEM, WEAVE_SCOPE_GPU>(s, &t, peer, sink); \
   all_atomics<SEM, WEAVE_SCOPE_SYS>(s, &t, peer, sink);
 
 __global__ void instantiate_all(Slots *s, weave_device_team_t t, int peer, uint64_t *sink, uint4 *v) {

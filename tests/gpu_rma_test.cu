@@ -85,12 +85,12 @@ static void report(World *W, int rank, int test, const char *fmt, ...) {
 
 /* A failed CUDA call is a failure of this rank's test (counted and reported), not the end of the run. */
 #define CU(W, rank, test, call) CUDA_CHECK_OR(call, cu_what_, report((W), (rank), (test), "%s", cu_what_))
-#define WV(W, rank, test, call)                                                                    \
-  do {                                                                                             \
-    weave_result_t r_ = (call);                                                                    \
-    if (r_ != WEAVE_SUCCESS)                                                                       \
-      report((W), (rank), (test), "%s: %s: %s (line %d)", #call, weave_get_error_string(r_),      \
-             weave_get_last_error(team_for_errors), __LINE__);                                     \
+#define WV(W, rank, test, call)                                                              \
+  do {                                                                                       \
+    weave_result_t r_ = (call);                                                              \
+    if (r_ != WEAVE_SUCCESS)                                                                 \
+      report((W), (rank), (test), "%s: %s: %s (line %d)", #call, weave_get_error_string(r_), \
+             weave_get_last_error(team_for_errors), __LINE__);                               \
   } while (0)
 
 /* Hashes: data is random (from the seed) and never zero. */
@@ -121,7 +121,11 @@ __device__ inline void dc_flush(DevCount *dc, unsigned long long checks, unsigne
 }
 __device__ inline void dc_fail_info(DevCount *dc, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e) {
   if (atomicCAS(&dc->first, 0u, 1u) == 0u) {
-    dc->info[0] = a; dc->info[1] = b; dc->info[2] = c; dc->info[3] = d; dc->info[4] = e;
+    dc->info[0] = a;
+    dc->info[1] = b;
+    dc->info[2] = c;
+    dc->info[3] = d;
+    dc->info[4] = e;
   }
 }
 
@@ -136,7 +140,9 @@ struct Rank {
 };
 
 /* Launch-side helpers: zero counters before, collect after (stream sync). */
-static void dc_zero(Rank *R, int test) { CU(R->W, R->rank, test, cudaMemsetAsync(R->dc, 0, sizeof(DevCount), R->stream)); }
+static void dc_zero(Rank *R, int test) {
+  CU(R->W, R->rank, test, cudaMemsetAsync(R->dc, 0, sizeof(DevCount), R->stream));
+}
 static void dc_collect(Rank *R, int test, const char *what) {
   World *W = R->W;
   CU(W, R->rank, test, cudaGetLastError());
@@ -157,23 +163,73 @@ static void dc_collect(Rank *R, int test, const char *what) {
  * Test A: atomics x dtype x sem x scope
  * ========================================================================================== */
 enum {
-  OP_ADD_U32, OP_ADD_S32, OP_ADD_U64, OP_ADD_S64, OP_ADD_F32, OP_ADD_F64, OP_SUB_U32, OP_CAS_U32, OP_CAS_U64,
-  OP_XCHG_U32, OP_XCHG_U64, OP_MIN_U32, OP_MAX_U32, OP_MIN_S32, OP_MAX_S32, OP_MIN_U64, OP_MAX_U64, OP_MIN_S64,
-  OP_MAX_S64, OP_AND_U32, OP_OR_U32, OP_XOR_U32, OP_AND_U64, OP_OR_U64, OP_XOR_U64, OP_RED_U32, OP_RED_S32,
-  OP_RED_U64, OP_RED_F32, OP_ST_U32, OP_ST_U64, NOPS
+  OP_ADD_U32,
+  OP_ADD_S32,
+  OP_ADD_U64,
+  OP_ADD_S64,
+  OP_ADD_F32,
+  OP_ADD_F64,
+  OP_SUB_U32,
+  OP_CAS_U32,
+  OP_CAS_U64,
+  OP_XCHG_U32,
+  OP_XCHG_U64,
+  OP_MIN_U32,
+  OP_MAX_U32,
+  OP_MIN_S32,
+  OP_MAX_S32,
+  OP_MIN_U64,
+  OP_MAX_U64,
+  OP_MIN_S64,
+  OP_MAX_S64,
+  OP_AND_U32,
+  OP_OR_U32,
+  OP_XOR_U32,
+  OP_AND_U64,
+  OP_OR_U64,
+  OP_XOR_U64,
+  OP_RED_U32,
+  OP_RED_S32,
+  OP_RED_U64,
+  OP_RED_F32,
+  OP_ST_U32,
+  OP_ST_U64,
+  NOPS
 };
 
 struct __align__(16) AtomSlot {
-  uint32_t add_u32; int32_t add_s32; uint64_t add_u64; int64_t add_s64;
-  float add_f32; uint32_t add_h2; double add_f64; uint32_t add_b2; uint32_t sub_u32;
-  uint32_t cas_u32; uint32_t pad0; uint64_t cas_u64;
-  uint32_t xchg_u32; uint32_t pad1; uint64_t xchg_u64;
-  uint32_t min_u32, max_u32; int32_t min_s32, max_s32;
-  uint64_t min_u64, max_u64; int64_t min_s64, max_s64;
-  uint32_t and_u32, or_u32, xor_u32, pad2; uint64_t and_u64, or_u64, xor_u64;
-  uint32_t red_u32; int32_t red_s32; uint64_t red_u64; float red_f32; uint32_t red_h2; uint32_t red_b2; uint32_t pad3;
-  uint32_t st_u32[MAXW]; uint64_t st_u64[MAXW];
-  uint32_t xold_u32[MAXW]; uint64_t xold_u64[MAXW];
+  uint32_t add_u32;
+  int32_t add_s32;
+  uint64_t add_u64;
+  int64_t add_s64;
+  float add_f32;
+  uint32_t add_h2;
+  double add_f64;
+  uint32_t add_b2;
+  uint32_t sub_u32;
+  uint32_t cas_u32;
+  uint32_t pad0;
+  uint64_t cas_u64;
+  uint32_t xchg_u32;
+  uint32_t pad1;
+  uint64_t xchg_u64;
+  uint32_t min_u32, max_u32;
+  int32_t min_s32, max_s32;
+  uint64_t min_u64, max_u64;
+  int64_t min_s64, max_s64;
+  uint32_t and_u32, or_u32, xor_u32, pad2;
+  uint64_t and_u64, or_u64, xor_u64;
+  uint32_t red_u32;
+  int32_t red_s32;
+  uint64_t red_u64;
+  float red_f32;
+  uint32_t red_h2;
+  uint32_t red_b2;
+  uint32_t pad3;
+  uint32_t st_u32[MAXW];
+  uint64_t st_u64[MAXW];
+  uint32_t xold_u32[MAXW];
+  uint64_t xold_u64[MAXW];
 };
 #define NCOMBO 12
 
@@ -209,7 +265,8 @@ __device__ void atom_combo(const weave_device_team_t *t, AtomSlot *slots, int co
   weave_atomic_add<S, C>(t, &s->add_f32, 0.5f * (float)(r + 1), peer);
   weave_atomic_add<S, C>(t, &s->add_f64, 0.25 * (double)(r + 1), peer);
   weave_atomic_add<S, C>(t, (__half2 *)&s->add_h2, __floats2half2_rn((float)(r + 1), (float)(2 * (r + 1))), peer);
-  weave_atomic_add<S, C>(t, (__nv_bfloat162 *)&s->add_b2, __floats2bfloat162_rn((float)(r + 1), (float)(2 * (r + 1))), peer);
+  weave_atomic_add<S, C>(t, (__nv_bfloat162 *)&s->add_b2, __floats2bfloat162_rn((float)(r + 1), (float)(2 * (r + 1))),
+                         peer);
   weave_atomic_sub<S, C>(t, &s->sub_u32, av32(seed, combo, OP_SUB_U32, r, peer), peer);
   /* cas chain: add v by compare-and-swap retries, starting from a wrong guess. */
   {
@@ -257,7 +314,8 @@ __device__ void atom_combo(const weave_device_team_t *t, AtomSlot *slots, int co
     weave_red_add<S, C>(t, &s->red_u64, av64(seed, combo, OP_RED_U64, r, peer), peer);
     weave_red_add<S, C>(t, &s->red_f32, 0.5f * (float)(r + 1), peer);
     weave_red_add<S, C>(t, (__half2 *)&s->red_h2, __floats2half2_rn((float)(r + 1), (float)(2 * (r + 1))), peer);
-    weave_red_add<S, C>(t, (__nv_bfloat162 *)&s->red_b2, __floats2bfloat162_rn((float)(r + 1), (float)(2 * (r + 1))), peer);
+    weave_red_add<S, C>(t, (__nv_bfloat162 *)&s->red_b2, __floats2bfloat162_rn((float)(r + 1), (float)(2 * (r + 1))),
+                        peer);
   }
   /* Scalar stores: st.relaxed for relaxed/acquire combos, st.release for release/acq_rel. */
   constexpr weave_sem_t SS = (S == WEAVE_SEM_RELEASE || S == WEAVE_SEM_ACQ_REL) ? WEAVE_SEM_RELEASE : WEAVE_SEM_RELAXED;
@@ -266,7 +324,8 @@ __device__ void atom_combo(const weave_device_team_t *t, AtomSlot *slots, int co
 }
 
 template <int K>
-__device__ void atom_all(const weave_device_team_t *t, AtomSlot *slots, int peer, uint32_t seed, unsigned long long *fails) {
+__device__ void atom_all(const weave_device_team_t *t, AtomSlot *slots, int peer, uint32_t seed,
+                         unsigned long long *fails) {
   atom_combo<(weave_sem_t)(K / 3), (weave_scope_t)(K % 3)>(t, slots, K, peer, seed, fails);
   if constexpr (K + 1 < NCOMBO) atom_all<K + 1>(t, slots, peer, seed, fails);
 }
@@ -288,13 +347,20 @@ __device__ void ld_all(const weave_device_team_t *t, AtomSlot *slots, uint32_t s
                        unsigned long long *fails, DevCount *dc) {
   constexpr weave_sem_t S0 = (weave_sem_t)(K / 3);
   constexpr weave_scope_t C = (weave_scope_t)(K % 3);
-  constexpr weave_sem_t LS = (S0 == WEAVE_SEM_ACQUIRE || S0 == WEAVE_SEM_ACQ_REL) ? WEAVE_SEM_ACQUIRE : WEAVE_SEM_RELAXED;
+  constexpr weave_sem_t LS =
+      (S0 == WEAVE_SEM_ACQUIRE || S0 == WEAVE_SEM_ACQ_REL) ? WEAVE_SEM_ACQUIRE : WEAVE_SEM_RELAXED;
   for (int p = 0; p < t->world; ++p) {
     uint32_t a = weave_ld<LS, C>(&slots[K].st_u32[p]);
     uint64_t b = weave_ld<LS, C>(t, &slots[K].st_u64[p], t->rank);
     *checks += 2;
-    if (a != av32(seed, K, OP_ST_U32, p, t->rank)) { ++*fails; dc_fail_info(dc, 2, K, p, a, 0); }
-    if (b != av64(seed, K, OP_ST_U64, p, t->rank)) { ++*fails; dc_fail_info(dc, 3, K, p, (unsigned)b, 0); }
+    if (a != av32(seed, K, OP_ST_U32, p, t->rank)) {
+      ++*fails;
+      dc_fail_info(dc, 2, K, p, a, 0);
+    }
+    if (b != av64(seed, K, OP_ST_U64, p, t->rank)) {
+      ++*fails;
+      dc_fail_info(dc, 3, K, p, (unsigned)b, 0);
+    }
   }
   if constexpr (K + 1 < NCOMBO) ld_all<K + 1>(t, slots, seed, checks, fails, dc);
 }
@@ -363,10 +429,10 @@ static void check_atom(Rank *R, const AtomSlot *got, uint32_t seed) {
   World *W = R->W;
   const int T = R->rank, n = R->world;
   unsigned long long checks = 0;
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    ++checks;                                                                                      \
-    if (!(cond)) report(W, T, T_ATOM, __VA_ARGS__);                                                \
+#define EXPECT(cond, ...)                           \
+  do {                                              \
+    ++checks;                                       \
+    if (!(cond)) report(W, T, T_ATOM, __VA_ARGS__); \
   } while (0)
   for (int c = 0; c < NCOMBO; ++c) {
     const AtomSlot *s = &got[c];
@@ -471,8 +537,8 @@ static void check_atom(Rank *R, const AtomSlot *got, uint32_t seed) {
       EXPECT(s->red_f32 == e_redf, "red.add.f32 %s.%s: %g != %g", sem, sc, s->red_f32, e_redf);
       EXPECT(half_to_float(s->red_h2 & 0xffff) == e_lo && half_to_float(s->red_h2 >> 16) == e_hi, "red.add.f16x2 %s.%s",
              sem, sc);
-      EXPECT(bf16_to_float(s->red_b2 & 0xffff) == e_lo && bf16_to_float(s->red_b2 >> 16) == e_hi, "red.add.bf16x2 %s.%s",
-             sem, sc);
+      EXPECT(bf16_to_float(s->red_b2 & 0xffff) == e_lo && bf16_to_float(s->red_b2 >> 16) == e_hi,
+             "red.add.bf16x2 %s.%s", sem, sc);
     }
   }
 #undef EXPECT
@@ -484,14 +550,16 @@ static void test_atomics(Rank *R, AtomSlot *slots) {
   weave_team_t team_for_errors = R->team;
   std::vector<AtomSlot> h(NCOMBO);
   fill_atom_init(h.data(), R->rank, g_opt.seed);
-  CU(W, R->rank, T_ATOM, cudaMemcpyAsync(slots, h.data(), sizeof(AtomSlot) * NCOMBO, cudaMemcpyHostToDevice, R->stream));
+  CU(W, R->rank, T_ATOM,
+     cudaMemcpyAsync(slots, h.data(), sizeof(AtomSlot) * NCOMBO, cudaMemcpyHostToDevice, R->stream));
   CU(W, R->rank, T_ATOM, cudaStreamSynchronize(R->stream));
   WV(W, R->rank, T_ATOM, weave_barrier(R->team));
   dc_zero(R, T_ATOM);
   atom_kernel<<<1, 32, 0, R->stream>>>(R->view, slots, g_opt.seed, R->dc);
   dc_collect(R, T_ATOM, "atom_kernel");
   WV(W, R->rank, T_ATOM, weave_barrier(R->team)); /* every rank's atomics on my slots are done */
-  CU(W, R->rank, T_ATOM, cudaMemcpyAsync(h.data(), slots, sizeof(AtomSlot) * NCOMBO, cudaMemcpyDeviceToHost, R->stream));
+  CU(W, R->rank, T_ATOM,
+     cudaMemcpyAsync(h.data(), slots, sizeof(AtomSlot) * NCOMBO, cudaMemcpyDeviceToHost, R->stream));
   CU(W, R->rank, T_ATOM, cudaStreamSynchronize(R->stream));
   check_atom(R, h.data(), g_opt.seed);
   dc_zero(R, T_ATOM);
@@ -641,7 +709,7 @@ struct __align__(128) MpArea {
   uint32_t data[MP_WORDS]; /* written by the previous rank's producer */
   uint32_t flag;           /* in the consumer's heap: last round published (producer -> consumer) */
   uint32_t pad0[31];
-  uint32_t ack;            /* in the producer's heap: last round consumed (consumer -> producer) */
+  uint32_t ack; /* in the producer's heap: last round consumed (consumer -> producer) */
   uint32_t pad1[31];
 };
 
@@ -660,7 +728,10 @@ __global__ void mp_kernel(weave_device_team_t t, MpArea *a, long rounds, uint32_
       if (threadIdx.x == 0) s_rc = weave_wait_until(&t, &a->ack, WEAVE_CMP_GE, e - 1, next, (int)k);
       __syncthreads();
       if (s_rc) {
-        if (threadIdx.x == 0) { ++fails; dc_fail_info(dc, 20, (unsigned)k, 0, 0, 0); }
+        if (threadIdx.x == 0) {
+          ++fails;
+          dc_fail_info(dc, 20, (unsigned)k, 0, 0, 0);
+        }
         break;
       }
       if (k & 1) { /* 16-byte vector stores */
@@ -670,7 +741,8 @@ __global__ void mp_kernel(weave_device_team_t t, MpArea *a, long rounds, uint32_
           weave_store(&t, (uint4 *)a->data + i, v, next);
         }
       } else {
-        for (int i = threadIdx.x; i < MP_WORDS; i += blockDim.x) weave_store(&t, &a->data[i], mpval(seed, k, i, t.rank), next);
+        for (int i = threadIdx.x; i < MP_WORDS; i += blockDim.x)
+          weave_store(&t, &a->data[i], mpval(seed, k, i, t.rank), next);
       }
       __syncthreads(); /* the block's data writes are ordered before thread 0's release */
       if (threadIdx.x == 0) {
@@ -685,7 +757,10 @@ __global__ void mp_kernel(weave_device_team_t t, MpArea *a, long rounds, uint32_
       if (threadIdx.x == 0) s_rc = weave_wait_until(&t, &a->flag, WEAVE_CMP_GE, e, prev, (int)k);
       __syncthreads(); /* thread 0's acquire is ordered before the block's reads */
       if (s_rc) {
-        if (threadIdx.x == 0) { ++fails; dc_fail_info(dc, 21, (unsigned)k, 0, 0, 0); }
+        if (threadIdx.x == 0) {
+          ++fails;
+          dc_fail_info(dc, 21, (unsigned)k, 0, 0, 0);
+        }
         break;
       }
       for (int i = threadIdx.x; i < MP_WORDS; i += blockDim.x) {
@@ -726,7 +801,10 @@ __global__ void bar_kernel(weave_device_team_t t, BarArea *a, long iters, uint32
     if (threadIdx.x == 0) s_rc = weave_barrier_all(&t);
     __syncthreads();
     if (s_rc) {
-      if (threadIdx.x == 0) { ++fails; dc_fail_info(dc, 30, (unsigned)i, 0, 0, 0); }
+      if (threadIdx.x == 0) {
+        ++fails;
+        dc_fail_info(dc, 30, (unsigned)i, 0, 0, 0);
+      }
       break;
     }
     for (int p = 0; p < t.world; ++p)
@@ -777,8 +855,8 @@ __global__ void timeout_kernel(weave_device_team_t t, uint32_t *never, TimeoutOu
   } else {
     while (weave_globaltimer() - t0 < 20000000ull) __nanosleep(1000);
     for (int j = 0; j < 10; ++j)
-      out->rc[blockIdx.x][j] = weave_wait_until(&t, &never[blockIdx.x * 16 + j], WEAVE_CMP_EQ, 7u, peer,
-                                                1000 * (int)blockIdx.x + j);
+      out->rc[blockIdx.x][j] =
+          weave_wait_until(&t, &never[blockIdx.x * 16 + j], WEAVE_CMP_EQ, 7u, peer, 1000 * (int)blockIdx.x + j);
   }
   out->elapsed_ns[blockIdx.x] = weave_globaltimer() - t0;
 }
@@ -793,7 +871,8 @@ static void test_timeout(Rank *R, weave_bootstrap_t *bs) {
   weave_team_t team2 = NULL;
   weave_result_t rc = weave_team_create(bs, rank, 0, &cfg, &team2);
   if (rc != WEAVE_SUCCESS) {
-    report(W, rank, T_TO, "weave_team_create (timeout team): %s: %s", weave_get_error_string(rc), weave_get_last_error(NULL));
+    report(W, rank, T_TO, "weave_team_create (timeout team): %s: %s", weave_get_error_string(rc),
+           weave_get_last_error(NULL));
     return;
   }
   team_for_errors = team2;
@@ -829,16 +908,17 @@ static void test_timeout(Rank *R, weave_bootstrap_t *bs) {
     CU(W, rank, T_TO, cudaStreamSynchronize(R->stream));
     const unsigned long long bound = (unsigned long long)TO_MS * 1000000ull;
     unsigned long long checks = 0;
-#define EXPECT(cond, ...)                                                                          \
-  do {                                                                                             \
-    ++checks;                                                                                      \
-    if (!(cond)) report(W, rank, T_TO, __VA_ARGS__);                                               \
+#define EXPECT(cond, ...)                            \
+  do {                                               \
+    ++checks;                                        \
+    if (!(cond)) report(W, rank, T_TO, __VA_ARGS__); \
   } while (0)
     EXPECT(h.rc[0][0] == (int)WEAVE_DEVICE_TIMEOUT, "lost-flag wait returned %d", h.rc[0][0]);
     EXPECT(h.elapsed_ns[0] >= bound && h.elapsed_ns[0] < bound + 150000000ull,
            "lost-flag wait took %.1f ms, bound %d ms", h.elapsed_ns[0] / 1e6, TO_MS);
     for (int b = 1; b < 4; ++b) {
-      for (int j = 0; j < 10; ++j) EXPECT(h.rc[b][j] == (int)WEAVE_DEVICE_TIMEOUT, "block %d wait %d returned %d", b, j, h.rc[b][j]);
+      for (int j = 0; j < 10; ++j)
+        EXPECT(h.rc[b][j] == (int)WEAVE_DEVICE_TIMEOUT, "block %d wait %d returned %d", b, j, h.rc[b][j]);
       EXPECT(h.elapsed_ns[b] < bound + 150000000ull, "block %d: ten lost waits took %.1f ms (more than one timeout)", b,
              h.elapsed_ns[b] / 1e6);
     }
@@ -846,10 +926,11 @@ static void test_timeout(Rank *R, weave_bootstrap_t *bs) {
     EXPECT(rec.code == WEAVE_DEVICE_TIMEOUT, "record code %u", rec.code);
     EXPECT(rec.rank == rank && rec.peer == peer && rec.item == 4242, "record rank %d peer %d item %d (want %d %d 4242)",
            rec.rank, rec.peer, rec.item, rank, peer);
-    EXPECT(rec.flag_addr == (uint64_t)(uintptr_t)never, "record flag 0x%llx, want %p", (unsigned long long)rec.flag_addr,
-           (void *)never);
-    EXPECT(rec.expected == 1 && rec.observed == 0 && rec.cmp == WEAVE_CMP_GE, "record expected %llu observed %llu cmp %u",
-           (unsigned long long)rec.expected, (unsigned long long)rec.observed, rec.cmp);
+    EXPECT(rec.flag_addr == (uint64_t)(uintptr_t)never, "record flag 0x%llx, want %p",
+           (unsigned long long)rec.flag_addr, (void *)never);
+    EXPECT(rec.expected == 1 && rec.observed == 0 && rec.cmp == WEAVE_CMP_GE,
+           "record expected %llu observed %llu cmp %u", (unsigned long long)rec.expected,
+           (unsigned long long)rec.observed, rec.cmp);
     rc = weave_team_sync(team2, R->stream);
     const char *msg = weave_get_last_error(team2);
     char want_flag[64], want_rank[32];
@@ -921,7 +1002,8 @@ static void *rank_main(void *p) {
   memset(&info, 0, sizeof(info));
   WV(W, R.rank, T_SETUP, weave_team_device_info(R.team, &info));
   W->checks[T_SETUP] += 4;
-  if (rk != R.rank || wd != R.world || R.view.rank != R.rank || R.view.world != R.world || info.ranks_on_device != R.world)
+  if (rk != R.rank || wd != R.world || R.view.rank != R.rank || R.view.world != R.world ||
+      info.ranks_on_device != R.world)
     report(W, R.rank, T_SETUP, "team rank %d world %d view %d/%d ranks_on_device %d", rk, wd, R.view.rank, R.view.world,
            info.ranks_on_device);
   R.sm_count = info.sm_count > 0 ? info.sm_count : 1;
@@ -944,7 +1026,8 @@ static void *rank_main(void *p) {
     void *pp = NULL;
     WV(W, R.rank, T_SETUP, weave_ptr(R.team, mp, (R.rank + 1) % R.world, &pp));
     void *bases[MAXW];
-    CU(W, R.rank, T_SETUP, cudaMemcpyAsync(bases, R.view.heap_bases, sizeof(void *) * R.world, cudaMemcpyDeviceToHost, R.stream));
+    CU(W, R.rank, T_SETUP,
+       cudaMemcpyAsync(bases, R.view.heap_bases, sizeof(void *) * R.world, cudaMemcpyDeviceToHost, R.stream));
     CU(W, R.rank, T_SETUP, cudaStreamSynchronize(R.stream));
     W->checks[T_SETUP]++;
     if ((char *)bases[(R.rank + 1) % R.world] + ((char *)mp - (char *)R.view.heap_base) != pp)
@@ -968,7 +1051,8 @@ static void *rank_main(void *p) {
   if (ok) {
     rc = weave_team_sync(R.team, R.stream);
     W->checks[T_SETUP]++;
-    if (rc != WEAVE_SUCCESS) report(W, R.rank, T_SETUP, "weave_team_sync after the tests: %s", weave_get_last_error(R.team));
+    if (rc != WEAVE_SUCCESS)
+      report(W, R.rank, T_SETUP, "weave_team_sync after the tests: %s", weave_get_last_error(R.team));
   }
   WV(W, R.rank, T_SETUP, weave_barrier(R.team));
   test_timeout(&R, W->bs);
@@ -1028,9 +1112,9 @@ static int run_world(int world) {
 /* Kernels are loaded before any rank launches (see the header comment). */
 static int preload_kernels(void) {
   cudaFuncAttributes a;
-  const void *fns[] = {(const void *)atom_kernel,     (const void *)ld_kernel,  (const void *)rma_init_kernel,
-                       (const void *)rma_kernel,      (const void *)rma_check_kernel, (const void *)mp_kernel,
-                       (const void *)bar_kernel,      (const void *)timeout_kernel};
+  const void *fns[] = {(const void *)atom_kernel, (const void *)ld_kernel,        (const void *)rma_init_kernel,
+                       (const void *)rma_kernel,  (const void *)rma_check_kernel, (const void *)mp_kernel,
+                       (const void *)bar_kernel,  (const void *)timeout_kernel};
   for (const void *f : fns)
     if (cudaFuncGetAttributes(&a, f) != cudaSuccess) return -1;
   return 0;
@@ -1051,13 +1135,19 @@ int main(int argc, char **argv) {
         return 1;
       }
       g_opt.worlds[g_opt.nworlds++] = w;
-    } else if (!strcmp(argv[i], "--quick")) g_opt.quick = true;
-    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) g_opt.mp_rounds = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--barriers") && i + 1 < argc) g_opt.barriers = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_opt.seed = (uint32_t)strtoul(argv[++i], NULL, 0);
-    else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) g_opt.timeout_ms = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--quick"))
+      g_opt.quick = true;
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+      g_opt.mp_rounds = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--barriers") && i + 1 < argc)
+      g_opt.barriers = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+      g_opt.seed = (uint32_t)strtoul(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc)
+      g_opt.timeout_ms = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--world N] [--quick] [--rounds N] [--barriers N] [--seed S] [--timeout-ms MS]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--world N] [--quick] [--rounds N] [--barriers N] [--seed S] [--timeout-ms MS]\n",
+              argv[0]);
       return 1;
     }
   }

@@ -120,7 +120,8 @@ static uint64_t input_seed(uint64_t seed, int serial, int r, long gen, int what)
 static void fill_A_rows(const slot_t *p, uint64_t seed, int r, long gen, void *A, int row_lo, int row_hi) {
   const size_t e = weave_dtype_size(p->d.dtype);
   for (int i = row_lo; i < row_hi; ++i)
-    weave_fill_random(p->d.dtype, (char *)A + (size_t)i * p->K * e, (size_t)p->K, input_seed(seed, p->serial, r, gen, 1) + (uint64_t)i);
+    weave_fill_random(p->d.dtype, (char *)A + (size_t)i * p->K * e, (size_t)p->K,
+                      input_seed(seed, p->serial, r, gen, 1) + (uint64_t)i);
 }
 static void fill_B(const slot_t *p, uint64_t seed, int r, long gen, void *B) {
   weave_fill_random(p->d.dtype, B, (size_t)p->K * p->N, input_seed(seed, p->serial, r, gen, 2));
@@ -132,7 +133,8 @@ static void fill_bias(const slot_t *p, uint64_t seed, long gen, void *bias) {
 /* This rank's inputs of generation gen, uploaded in place (the stream is idle: the caller synced). */
 static void upload_inputs(const slot_t *p, uint64_t seed, int rank, long gen) {
   const size_t e = weave_dtype_size(p->d.dtype);
-  void *h = malloc((size_t)p->M * p->K * e > (size_t)p->K * p->N * e ? (size_t)p->M * p->K * e : (size_t)p->K * p->N * e);
+  void *h =
+      malloc((size_t)p->M * p->K * e > (size_t)p->K * p->N * e ? (size_t)p->M * p->K * e : (size_t)p->K * p->N * e);
   fill_A_rows(p, seed, rank, gen, h, 0, p->M);
   harness_upload(p->dA, h, (size_t)p->M * p->K * e);
   fill_B(p, seed, rank, gen, h);
@@ -154,7 +156,8 @@ static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long
   for (int r = 0; r < world; ++r) {
     As[r] = malloc((size_t)p->M * p->K * e);
     Bs[r] = malloc((size_t)p->K * p->N * e);
-    for (int i = 0; i < 3; ++i) fill_A_rows(p, s->seed, r, gen, As[r], p->row_begin + begins[i], p->row_begin + begins[i] + n);
+    for (int i = 0; i < 3; ++i)
+      fill_A_rows(p, s->seed, r, gen, As[r], p->row_begin + begins[i], p->row_begin + begins[i] + n);
     fill_B(p, s->seed, r, gen, Bs[r]);
   }
   void *bias = NULL;
@@ -247,7 +250,8 @@ static int plan_open(soak_t *s, harness_rank_t *hr, slot_t *p) {
 static void plan_close(soak_t *s, harness_rank_t *hr, slot_t *p) {
   weave_result_t rc = weave_gemm_rs_plan_destroy(p->plan);
   if (rc != WEAVE_SUCCESS)
-    fail(s, hr->rank, "plan_destroy #%d: %s: %s", p->serial, weave_get_error_string(rc), weave_get_last_error(hr->team));
+    fail(s, hr->rank, "plan_destroy #%d: %s: %s", p->serial, weave_get_error_string(rc),
+         weave_get_last_error(hr->team));
   harness_sync(hr->stream);
   free_buffers(p);
   memset(p, 0, sizeof(*p));
@@ -450,7 +454,9 @@ int main(int argc, char **argv) {
       case 'n': s.calls = cli_long(&c, optarg, 1, 100000000L); break;
       case 's': s.seed = (uint64_t)cli_long(&c, optarg, 0, 0x7fffffffffffffffL); break;
       case 'v': s.verbose = 1; break;
-      case 'h': cli_usage(&c, stdout, "[options]   (random plans and calls on one team, checked against fp64)"); return 0;
+      case 'h':
+        cli_usage(&c, stdout, "[options]   (random plans and calls on one team, checked against fp64)");
+        return 0;
     }
   }
   if (harness_device_count() == 0) {

@@ -94,13 +94,13 @@ static int caller_device_kept(void) {
     return 0;
   }
   int bad = 0, dev = -1;
-#define KEPT(what)                                                              \
-  do {                                                                          \
-    cudaGetDevice(&dev);                                                        \
-    if (dev != 1) {                                                             \
-      printf("FAIL caller's device after %s: %d, not 1\n", what, dev);          \
-      bad = 1;                                                                  \
-    }                                                                           \
+#define KEPT(what)                                                     \
+  do {                                                                 \
+    cudaGetDevice(&dev);                                               \
+    if (dev != 1) {                                                    \
+      printf("FAIL caller's device after %s: %d, not 1\n", what, dev); \
+      bad = 1;                                                         \
+    }                                                                  \
   } while (0)
   weave_bootstrap_t *bs = NULL;
   weave_team_t team = NULL;
@@ -111,7 +111,8 @@ static int caller_device_kept(void) {
   cudaStream_t s = NULL;
   cudaSetDevice(0); /* the inputs and the stream live on the team's GPU */
   if (cudaMalloc(&A, M * K * 2) || cudaMalloc(&B, K * N * 2) || cudaMalloc(&C, M * N * 2) ||
-      cudaMemset(A, 0, M * K * 2) || cudaMemset(B, 0, K * N * 2) || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) {
+      cudaMemset(A, 0, M * K * 2) || cudaMemset(B, 0, K * N * 2) ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) {
     printf("FAIL caller's device: CUDA set-up on GPU 0\n");
     bad = 1;
     goto done;
@@ -174,7 +175,8 @@ int main(int argc, char **argv) {
   int launched = harness_launched_world();
   if (launched < 0) return 1;
   int failed = 0;
-  if (launched) failed |= run_world(launched);
+  if (launched)
+    failed |= run_world(launched);
   else {
     for (int w = 2; w <= 4; w *= 2) failed |= run_world(w);
     failed |= caller_device_kept();

@@ -21,14 +21,13 @@
 static const char *last(void) { return weave_get_last_error(NULL); }
 
 /* rc must be INVALID_ARGUMENT and the thread's last error must contain every needle. */
-#define EXPECT_INVALID(call, ...)                                                                   \
-  do {                                                                                              \
-    weave_result_t rc_ = (call);                                                                    \
-    const char *needles_[] = {__VA_ARGS__};                                                         \
-    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, (int)rc_, last());       \
-    for (size_t i_ = 0; i_ < sizeof(needles_) / sizeof(needles_[0]); ++i_)                          \
-      CHECK_MSG(strstr(last(), needles_[i_]) != NULL, "%s: message '%s' lacks '%s'", #call, last(), \
-                needles_[i_]);                                                                      \
+#define EXPECT_INVALID(call, ...)                                                                                  \
+  do {                                                                                                             \
+    weave_result_t rc_ = (call);                                                                                   \
+    const char *needles_[] = {__VA_ARGS__};                                                                        \
+    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, (int)rc_, last());                      \
+    for (size_t i_ = 0; i_ < sizeof(needles_) / sizeof(needles_[0]); ++i_)                                         \
+      CHECK_MSG(strstr(last(), needles_[i_]) != NULL, "%s: message '%s' lacks '%s'", #call, last(), needles_[i_]); \
   } while (0)
 
 static void test_null_team_calls(void) {
@@ -99,7 +98,8 @@ static void test_gemm_args(int have_device) {
   float buf[64] = {0};
   void *A = buf, *B = buf + 16, *C = buf + 32;
   EXPECT_INVALID(weave_gemm(0, 8, 8, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, 0, NULL), "weave_gemm", "M 0");
-  EXPECT_INVALID(weave_gemm(8, -1, 8, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, 0, NULL), "weave_gemm", "N -1");
+  EXPECT_INVALID(weave_gemm(8, -1, 8, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, 0, NULL), "weave_gemm",
+                 "N -1");
   EXPECT_INVALID(weave_gemm(8, 8, 0, WEAVE_FP32, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, 0, NULL), "weave_gemm", "K 0");
   EXPECT_INVALID(weave_gemm(8, 8, 8, (weave_dtype_t)3, WEAVE_LAYOUT_ROW, 1.0f, A, B, NULL, C, 0, NULL), "weave_gemm",
                  "dtype 3");
@@ -133,50 +133,106 @@ static void test_gemm_args(int have_device) {
   static _Alignas(16) unsigned char f8[4096];
   static float scales[64];
   EXPECT_INVALID(weave_gemm_ex(NULL, NULL), "weave_gemm_ex", "NULL");
-  g = init; g.struct_size = 8;
+  g = init;
+  g.struct_size = 8;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "struct_size");
-#define FP8_ARGS(g)                                                                               \
-  do {                                                                                          \
-    g = init; g.M = 32; g.N = 32; g.K = 32; g.dtype = WEAVE_FP8_E4M3; g.b_layout = WEAVE_LAYOUT_COL; \
-    g.A = f8; g.B = f8 + 1024; g.C = f8 + 2048;                                                 \
+#define FP8_ARGS(g)                \
+  do {                             \
+    g = init;                      \
+    g.M = 32;                      \
+    g.N = 32;                      \
+    g.K = 32;                      \
+    g.dtype = WEAVE_FP8_E4M3;      \
+    g.b_layout = WEAVE_LAYOUT_COL; \
+    g.A = f8;                      \
+    g.B = f8 + 1024;               \
+    g.C = f8 + 2048;               \
   } while (0)
-  FP8_ARGS(g); g.M = 0;
+  FP8_ARGS(g);
+  g.M = 0;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "M 0");
-  FP8_ARGS(g); g.M = 1 << 30; g.N = 1 << 30;
+  FP8_ARGS(g);
+  g.M = 1 << 30;
+  g.N = 1 << 30;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "too large");
-  FP8_ARGS(g); g.N = 1 << 28; g.K = 1 << 28;
+  FP8_ARGS(g);
+  g.N = 1 << 28;
+  g.K = 1 << 28;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "too large");
-  FP8_ARGS(g); g.b_layout = WEAVE_LAYOUT_ROW;
+  FP8_ARGS(g);
+  g.b_layout = WEAVE_LAYOUT_ROW;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "WEAVE_LAYOUT_COL");
-  FP8_ARGS(g); g.K = 40;
+  FP8_ARGS(g);
+  g.K = 40;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "multiple of 16", "K");
-  FP8_ARGS(g); g.out_dtype = WEAVE_FP32;
+  FP8_ARGS(g);
+  g.out_dtype = WEAVE_FP32;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "bf16 or fp16");
-  FP8_ARGS(g); g.scale_mode = WEAVE_SCALE_TENSOR;
+  FP8_ARGS(g);
+  g.scale_mode = WEAVE_SCALE_TENSOR;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "scale_a");
-  FP8_ARGS(g); g.scale_mode = WEAVE_SCALE_ROW; g.scale_a = scales; g.scale_b = (const float *)((char *)scales + 2);
+  FP8_ARGS(g);
+  g.scale_mode = WEAVE_SCALE_ROW;
+  g.scale_a = scales;
+  g.scale_b = (const float *)((char *)scales + 2);
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "4-byte aligned");
-  FP8_ARGS(g); g.scale_a = scales; g.scale_b = scales;
+  FP8_ARGS(g);
+  g.scale_a = scales;
+  g.scale_b = scales;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "scale_mode NONE");
-  FP8_ARGS(g); g.A = f8 + 8;
+  FP8_ARGS(g);
+  g.A = f8 + 8;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "16-byte aligned");
-  FP8_ARGS(g); g.C = f8 + 2049;
+  FP8_ARGS(g);
+  g.C = f8 + 2049;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "aligned");
-  FP8_ARGS(g); g.scale_mode = (weave_scale_mode_t)7;
+  FP8_ARGS(g);
+  g.scale_mode = (weave_scale_mode_t)7;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "scale_mode 7");
-  FP8_ARGS(g); g.fp8_accum = (weave_fp8_accum_t)-1;
+  FP8_ARGS(g);
+  g.fp8_accum = (weave_fp8_accum_t)-1;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "fp8_accum -1");
-  g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.fp8_accum = WEAVE_FP8_ACCUM_FAST;
+  g = init;
+  g.M = 8;
+  g.N = 8;
+  g.K = 8;
+  g.A = A;
+  g.B = B;
+  g.C = C;
+  g.fp8_accum = WEAVE_FP8_ACCUM_FAST;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "fp8 inputs only");
-  g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.scale_mode = WEAVE_SCALE_TENSOR;
+  g = init;
+  g.M = 8;
+  g.N = 8;
+  g.K = 8;
+  g.A = A;
+  g.B = B;
+  g.C = C;
+  g.scale_mode = WEAVE_SCALE_TENSOR;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "fp8 inputs only");
-  g = init; g.M = 8; g.N = 8; g.K = 8; g.A = A; g.B = B; g.C = C; g.dtype = WEAVE_FP16; g.out_dtype = WEAVE_BF16;
+  g = init;
+  g.M = 8;
+  g.N = 8;
+  g.K = 8;
+  g.A = A;
+  g.B = B;
+  g.C = C;
+  g.dtype = WEAVE_FP16;
+  g.out_dtype = WEAVE_BF16;
   EXPECT_INVALID(weave_gemm_ex(&g, NULL), "weave_gemm_ex", "only fp8");
 #undef FP8_ARGS
   if (!have_device) {
     weave_gemm_args_t ok = init;
-    ok.M = 32; ok.N = 32; ok.K = 32; ok.dtype = WEAVE_FP8_E4M3; ok.b_layout = WEAVE_LAYOUT_COL;
-    ok.A = f8; ok.B = f8 + 1024; ok.C = f8 + 2048; ok.scale_mode = WEAVE_SCALE_ROW; ok.scale_a = scales;
+    ok.M = 32;
+    ok.N = 32;
+    ok.K = 32;
+    ok.dtype = WEAVE_FP8_E4M3;
+    ok.b_layout = WEAVE_LAYOUT_COL;
+    ok.A = f8;
+    ok.B = f8 + 1024;
+    ok.C = f8 + 2048;
+    ok.scale_mode = WEAVE_SCALE_ROW;
+    ok.scale_a = scales;
     ok.scale_b = scales;
     weave_result_t rc = weave_gemm_ex(&ok, NULL);
     CHECK_MSG(rc == WEAVE_ERROR_NO_DEVICE, "weave_gemm_ex without a GPU: %d (%s)", (int)rc, last());
@@ -191,12 +247,12 @@ static void test_gemm_args(int have_device) {
 
 /* The Hopper GEMM's host checks (tensor-map encoding is refused before any driver call); `call`
  * writes its message into msg. */
-#define EXPECT_HGEMM_INVALID(call, needle)                                                          \
-  do {                                                                                              \
-    msg[0] = '\0';                                                                                  \
-    int rc_ = (call);                                                                               \
-    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, rc_, msg);               \
-    CHECK_MSG(strstr(msg, needle) != NULL, "%s: message '%s' lacks '%s'", #call, msg, needle);      \
+#define EXPECT_HGEMM_INVALID(call, needle)                                                     \
+  do {                                                                                         \
+    msg[0] = '\0';                                                                             \
+    int rc_ = (call);                                                                          \
+    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, rc_, msg);          \
+    CHECK_MSG(strstr(msg, needle) != NULL, "%s: message '%s' lacks '%s'", #call, msg, needle); \
   } while (0)
 
 static void test_hopper_args(void) {
@@ -225,10 +281,10 @@ static void test_hopper_args(void) {
             {128, 256, 64, WEAVE_FP8_E4M3, WEAVE_LAYOUT_ROW, 0, "WEAVE_LAYOUT_COL"},
             {128, 256, 72, WEAVE_FP8_E4M3, WEAVE_LAYOUT_COL, 0, "multiple of 16"}};
   for (size_t i = 0; i < sizeof mp / sizeof mp[0]; ++i)
-    EXPECT_HGEMM_INVALID(weave_hgemm_make_params(mp[i].M, mp[i].N, mp[i].K, (weave_dtype_t)mp[i].dtype,
-                                                 (weave_layout_t)mp[i].layout, mem + mp[i].a_off, base, &hp,
-                                                 msg, sizeof msg),
-                         mp[i].needle);
+    EXPECT_HGEMM_INVALID(
+        weave_hgemm_make_params(mp[i].M, mp[i].N, mp[i].K, (weave_dtype_t)mp[i].dtype, (weave_layout_t)mp[i].layout,
+                                mem + mp[i].a_off, base, &hp, msg, sizeof msg),
+        mp[i].needle);
 }
 
 static void test_print_env(void) {
@@ -347,15 +403,15 @@ static void test_team_abort(void) {
   CHECK(head->aborted_by == 0);
   weave_result_t rc = weave_team_abort(team);
   if (rc == WEAVE_SUCCESS)
-    CHECK_MSG(head->aborted_by == 1 && head->error.code == WEAVE_DEVICE_ABORTED, "the notice in the header: %u, code %u",
-              head->aborted_by, head->error.code);
+    CHECK_MSG(head->aborted_by == 1 && head->error.code == WEAVE_DEVICE_ABORTED,
+              "the notice in the header: %u, code %u", head->aborted_by, head->error.code);
   else
     CHECK_MSG(rc == WEAVE_ERROR_CUDA && strstr(last(), "could not tell"), "abort without a device: %d (%s)", (int)rc,
               last());
-#define EXPECT_ABORTED(call, fn)                                                                             \
-  do {                                                                                                      \
-    weave_result_t rc_ = (call);                                                                            \
-    CHECK_MSG(rc_ == WEAVE_ERROR_ABORTED, "%s -> %d (%s)", #call, (int)rc_, last());                         \
+#define EXPECT_ABORTED(call, fn)                                                                                   \
+  do {                                                                                                             \
+    weave_result_t rc_ = (call);                                                                                   \
+    CHECK_MSG(rc_ == WEAVE_ERROR_ABORTED, "%s -> %d (%s)", #call, (int)rc_, last());                               \
     CHECK_MSG(strstr(last(), fn) && strstr(last(), "rank 0 aborted the team"), "%s: message '%s'", #call, last()); \
   } while (0)
   EXPECT_ABORTED(weave_barrier(team), "weave_barrier");

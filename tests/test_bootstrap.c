@@ -53,7 +53,9 @@ static void *rank_main(void *p) {
   unsigned char *out = malloc((size_t)world * WEAVE_BOOTSTRAP_MAX_BYTES);
   for (int it = 0; it < a->iters; ++it) {
     /* Sizes vary per iteration (same on every rank), including 1 and the maximum. */
-    size_t bytes = it == 0 ? 1 : it == 1 ? WEAVE_BOOTSTRAP_MAX_BYTES : 1 + (size_t)(it * 37) % WEAVE_BOOTSTRAP_MAX_BYTES;
+    size_t bytes = it == 0   ? 1
+                   : it == 1 ? WEAVE_BOOTSTRAP_MAX_BYTES
+                             : 1 + (size_t)(it * 37) % WEAVE_BOOTSTRAP_MAX_BYTES;
     for (size_t i = 0; i < bytes; ++i) in[i] = pattern(a->rank, it, i);
     memset(out, 0xee, (size_t)world * bytes);
     if (bs->allgather(bs, a->rank, in, out, bytes) != WEAVE_SUCCESS) {
@@ -116,12 +118,18 @@ static void *barrier_main(void *p) {
     pthread_mutex_lock(a->mu);
     (*a->counter)++;
     pthread_mutex_unlock(a->mu);
-    if (a->bs->barrier(a->bs, a->rank) != WEAVE_SUCCESS) { a->bad++; break; }
+    if (a->bs->barrier(a->bs, a->rank) != WEAVE_SUCCESS) {
+      a->bad++;
+      break;
+    }
     pthread_mutex_lock(a->mu);
     int c = *a->counter;
     pthread_mutex_unlock(a->mu);
     if (c != (it + 1) * world) a->bad++;
-    if (a->bs->barrier(a->bs, a->rank) != WEAVE_SUCCESS) { a->bad++; break; }
+    if (a->bs->barrier(a->bs, a->rank) != WEAVE_SUCCESS) {
+      a->bad++;
+      break;
+    }
   }
   return NULL;
 }
@@ -139,7 +147,8 @@ static void run_barrier(int world) {
     CHECK(pthread_create(&th[r], NULL, barrier_main, &args[r]) == 0);
   }
   for (int r = 0; r < world; ++r) pthread_join(th[r], NULL);
-  for (int r = 0; r < world; ++r) CHECK_MSG(args[r].bad == 0, "world %d rank %d: %d barrier errors", world, r, args[r].bad);
+  for (int r = 0; r < world; ++r)
+    CHECK_MSG(args[r].bad == 0, "world %d rank %d: %d barrier errors", world, r, args[r].bad);
   CHECK(counter == ITERS * world);
   CHECK(weave_bootstrap_destroy(bs) == WEAVE_SUCCESS);
 }
@@ -206,7 +215,7 @@ static void *late_main(void *p) {
   a->rc = a->use_allgather ? a->bs->allgather(a->bs, a->rank, &in, out, sizeof(in)) : a->bs->barrier(a->bs, a->rank);
   a->elapsed_ms = now_ms() - t0;
   snprintf(a->msg, sizeof(a->msg), "%s", weave_get_last_error(NULL)); /* thread-local */
-  a->rc_after = a->bs->barrier(a->bs, a->rank); /* broken now: fails at once */
+  a->rc_after = a->bs->barrier(a->bs, a->rank);                       /* broken now: fails at once */
   return NULL;
 }
 
@@ -249,7 +258,8 @@ static void test_timeout(int world, int arrive, int use_allgather) {
       CHECK_MSG(strstr(a->msg, "timeout") != NULL && strstr(a->msg, "200 ms") != NULL, "message '%s'", a->msg);
       char want[256]; /* who it waited for: the ranks that never came */
       int used = snprintf(want, sizeof(want), "for rank%s ", world - arrive > 1 ? "s" : "");
-      for (int m = arrive; m < world; ++m) used += snprintf(want + used, sizeof(want) - (size_t)used, "%s%d", m > arrive ? ", " : "", m);
+      for (int m = arrive; m < world; ++m)
+        used += snprintf(want + used, sizeof(want) - (size_t)used, "%s%d", m > arrive ? ", " : "", m);
       CHECK_MSG(strstr(a->msg, want) != NULL, "message '%s' does not say '%s'", a->msg, want);
     }
     CHECK_MSG(a->elapsed_ms < 3000, "world %d rank %d waited %.1f ms for a 200 ms bound", world, r, a->elapsed_ms);
@@ -287,8 +297,8 @@ static void test_same_rank_twice(void) {
   CHECK_MSG(rc == WEAVE_ERROR_INVALID_ARGUMENT && strstr(weave_get_last_error(NULL), "rank 0"),
             "the same rank twice in one barrier: rc %d '%s'", (int)rc, weave_get_last_error(NULL));
   pthread_join(th, NULL);
-  CHECK_MSG(first.rc == WEAVE_ERROR_TIMEOUT && strstr(first.msg, "for rank 1"), "the first of the twins: rc %d '%s'", (int)first.rc,
-            first.msg);
+  CHECK_MSG(first.rc == WEAVE_ERROR_TIMEOUT && strstr(first.msg, "for rank 1"), "the first of the twins: rc %d '%s'",
+            (int)first.rc, first.msg);
   CHECK(weave_bootstrap_destroy(bs) == WEAVE_SUCCESS);
 }
 
@@ -315,13 +325,13 @@ static void test_clock_step(void) {
   void *other = NULL;
   pthread_join(th, &other);
   CHECK_MSG(rc == WEAVE_SUCCESS && (weave_result_t)(intptr_t)other == WEAVE_SUCCESS,
-            "a wall-clock step during a barrier: rc %d after %.0f ms (the other rank %d): '%s'", (int)rc, dt, (int)(intptr_t)other,
-            weave_get_last_error(NULL));
+            "a wall-clock step during a barrier: rc %d after %.0f ms (the other rank %d): '%s'", (int)rc, dt,
+            (int)(intptr_t)other, weave_get_last_error(NULL));
   CHECK(weave_bootstrap_destroy(bs) == WEAVE_SUCCESS);
 }
 
 int main(void) {
-  setenv("WEAVE_DEBUG", "NONE", 1); /* the timeout tests fail on purpose: keep the log quiet */
+  setenv("WEAVE_DEBUG", "NONE", 1);       /* the timeout tests fail on purpose: keep the log quiet */
   setenv("WEAVE_TIMEOUT_MS", "60000", 1); /* generous bound for slow (sanitized) runs */
   const int worlds[] = {1, 2, 4, 8};
   for (int i = 0; i < 4; ++i) {

@@ -56,8 +56,10 @@ static int env_child(int rank, void *p) {
       setenv_int("LOCAL_RANK", local);
       setenv_int("LOCAL_WORLD_SIZE", half);
       setenv("MASTER_ADDR", "127.0.0.1", 1);
-      if (j->style == STYLE_TORCHRUN) setenv_int("WEAVE_BOOTSTRAP_PORT", j->port);
-      else setenv_int("MASTER_PORT", j->port - 1);
+      if (j->style == STYLE_TORCHRUN)
+        setenv_int("WEAVE_BOOTSTRAP_PORT", j->port);
+      else
+        setenv_int("MASTER_PORT", j->port - 1);
       break;
     case STYLE_OMPI:
       setenv_int("OMPI_COMM_WORLD_RANK", rank);
@@ -84,9 +86,11 @@ static int env_child(int rank, void *p) {
   int world = -1, r = -1, lr = -1;
   /* Slurm names no local world size: it is counted from the ranks' hosts (all on this one) */
   int lw = j->style == STYLE_SLURM ? j->world : half;
-  int bad = weave_bootstrap_info(bs, &world, &r, &lr) != WEAVE_SUCCESS || world != j->world || r != rank || lr != local ||
-            bs->local_world != lw;
-  if (bad) fprintf(stderr, "env style %d rank %d: info world %d rank %d local %d of %d\n", (int)j->style, rank, world, r, lr, bs->local_world);
+  int bad = weave_bootstrap_info(bs, &world, &r, &lr) != WEAVE_SUCCESS || world != j->world || r != rank ||
+            lr != local || bs->local_world != lw;
+  if (bad)
+    fprintf(stderr, "env style %d rank %d: info world %d rank %d local %d of %d\n", (int)j->style, rank, world, r, lr,
+            bs->local_world);
   bad += exercise(bs, rank, 50);
   weave_bootstrap_destroy(bs);
   return bad ? 1 : 0;
@@ -110,8 +114,9 @@ static int env_mismatch_child(int rank, void *p) {
   weave_result_t rc = weave_bootstrap_create_env(&bs);
   double dt = now_ms() - t0;
   const char *msg = weave_get_last_error(NULL);
-  int ok = rank == 0 ? rc == WEAVE_ERROR_TIMEOUT && strstr(msg, "rank 1 did not connect") && strstr(msg, "another bootstrap")
-                     : rc == WEAVE_ERROR_BOOTSTRAP && strstr(msg, "another bootstrap") && strstr(msg, "world 3") && dt < 1000;
+  int ok = rank == 0
+               ? rc == WEAVE_ERROR_TIMEOUT && strstr(msg, "rank 1 did not connect") && strstr(msg, "another bootstrap")
+               : rc == WEAVE_ERROR_BOOTSTRAP && strstr(msg, "another bootstrap") && strstr(msg, "world 3") && dt < 1000;
   if (!ok || bs || dt > 1000 + SLACK_MS) {
     fprintf(stderr, "env world mismatch, rank %d: rc %d after %.0f ms, '%s'\n", rank, (int)rc, dt, msg);
     return 1;
@@ -138,7 +143,8 @@ static void test_env_world(env_style_t style, int world) {
   int codes[WEAVE_MAX_WORLD];
   for (int r = 0; r < world; ++r) pids[r] = spawn(env_child, r, &job);
   reap(pids, world, 60000, codes);
-  for (int r = 0; r < world; ++r) CHECK_MSG(codes[r] == 0, "env style %d world %d: rank %d exited with %d", (int)style, world, r, codes[r]);
+  for (int r = 0; r < world; ++r)
+    CHECK_MSG(codes[r] == 0, "env style %d world %d: rank %d exited with %d", (int)style, world, r, codes[r]);
 }
 
 /* A rendezvous port inside the kernel's ephemeral range (torchrun --standalone draws MASTER_PORT
@@ -230,15 +236,16 @@ static void test_env_errors(void) {
   expect_env_error((const char *const[]){"RANK", "abc", "WORLD_SIZE", "2", NULL}, "RANK='abc'");
   expect_env_error((const char *const[]){"RANK", "0", "WORLD_SIZE", "-2", NULL}, "WORLD_SIZE");
   expect_env_error((const char *const[]){"RANK", "0", "WORLD_SIZE", "65", NULL}, "WORLD_SIZE");
-  expect_env_error((const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "LOCAL_RANK", "2", "LOCAL_WORLD_SIZE", "2", NULL},
-                   "LOCAL_RANK");
+  expect_env_error(
+      (const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "LOCAL_RANK", "2", "LOCAL_WORLD_SIZE", "2", NULL},
+      "LOCAL_RANK");
   expect_env_error((const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "LOCAL_RANK", "x", NULL}, "LOCAL_RANK");
   /* two launchers disagree: about the rank in the same world, or the outer one has more processes */
-  expect_env_error((const char *const[]){"RANK", "2", "WORLD_SIZE", "4", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "4",
-                                         NULL},
+  expect_env_error((const char *const[]){"RANK", "2", "WORLD_SIZE", "4", "OMPI_COMM_WORLD_RANK", "1",
+                                         "OMPI_COMM_WORLD_SIZE", "4", NULL},
                    "OMPI_COMM_WORLD_RANK");
-  expect_env_error((const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "8",
-                                         NULL},
+  expect_env_error((const char *const[]){"RANK", "1", "WORLD_SIZE", "4", "OMPI_COMM_WORLD_RANK", "1",
+                                         "OMPI_COMM_WORLD_SIZE", "8", NULL},
                    "OMPI_COMM_WORLD_SIZE");
   expect_env_error((const char *const[]){"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4", "SLURM_PROCID", "0",
                                          "SLURM_NTASKS", "4", NULL},
@@ -260,7 +267,8 @@ static void test_env_info(void) {
   setenv("WORLD_SIZE", "8", 1);
   setenv("SLURM_PROCID", "1", 1);
   setenv("SLURM_NTASKS", "2", 1);
-  CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 5 && world == 8 && lr == -1 && lw == -1);
+  CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 5 && world == 8 &&
+        lr == -1 && lw == -1);
   /* incomplete variables of a lower launcher (an sbatch script's) are not ours to judge */
   unsetenv("SLURM_NTASKS");
   CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 5);
@@ -271,7 +279,8 @@ static void test_env_info(void) {
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
   setenv("SLURM_PROCID", "2", 1);
   setenv("SLURM_NTASKS", "3", 1);
-  CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 2 && world == 3 && lr == 0 && lw == -1);
+  CHECK(weave_bootstrap_env_rank_info(&rank, &world, &lr, &lw) == WEAVE_SUCCESS && rank == 2 && world == 3 && lr == 0 &&
+        lw == -1);
 
   /* the rendezvous: WEAVE_BOOTSTRAP_PORT, else MASTER_PORT + 1, else 29500 + hash(job) % 1000 */
   clear_launcher_env();
@@ -289,7 +298,8 @@ static void test_env_info(void) {
   CHECK_MSG(p0 != p1 || p1 != port, "three job ids, one port %d: the job id is not used", port);
   setenv("MASTER_ADDR", "node17", 1);
   setenv("MASTER_PORT", "29500", 1);
-  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port == 29501 && !strcmp(addr, "node17"));
+  CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port == 29501 &&
+        !strcmp(addr, "node17"));
   setenv("WEAVE_BOOTSTRAP_PORT", "40001", 1);
   CHECK(weave_bootstrap_env_rendezvous(addr, sizeof(addr), &port) == WEAVE_SUCCESS && port == 40001);
   setenv("MASTER_PORT", "65535", 1);

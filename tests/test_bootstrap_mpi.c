@@ -9,7 +9,9 @@
 #include "runtime/internal.h"
 #include "weave_mpi.h"
 
-static unsigned char pattern(int rank, int iter, size_t i) { return (unsigned char)(rank * 29 + iter * 11 + (int)i * 5 + 3); }
+static unsigned char pattern(int rank, int iter, size_t i) {
+  return (unsigned char)(rank * 29 + iter * 11 + (int)i * 5 + 3);
+}
 
 /* Allgathers (1..1024 bytes) and barriers over `bs`, rank `rank` of `comm`. */
 static void exercise(weave_bootstrap_t *bs, MPI_Comm comm, int rank, int iters) {
@@ -18,7 +20,9 @@ static void exercise(weave_bootstrap_t *bs, MPI_Comm comm, int rank, int iters) 
   unsigned char *out = malloc((size_t)world * WEAVE_BOOTSTRAP_MAX_BYTES);
   unsigned char *ref = malloc((size_t)world * WEAVE_BOOTSTRAP_MAX_BYTES);
   for (int it = 0; it < iters; ++it) {
-    size_t bytes = it == 0 ? 1 : it == 1 ? WEAVE_BOOTSTRAP_MAX_BYTES : 1 + (size_t)(it * 53) % WEAVE_BOOTSTRAP_MAX_BYTES;
+    size_t bytes = it == 0   ? 1
+                   : it == 1 ? WEAVE_BOOTSTRAP_MAX_BYTES
+                             : 1 + (size_t)(it * 53) % WEAVE_BOOTSTRAP_MAX_BYTES;
     for (size_t i = 0; i < bytes; ++i) in[i] = pattern(rank, it, i);
     weave_result_t rc = bs->allgather(bs, rank, in, out, bytes);
     CHECK_MSG(rc == WEAVE_SUCCESS, "rank %d allgather %d: %s", rank, it, weave_get_last_error(NULL));
@@ -31,7 +35,8 @@ static void exercise(weave_bootstrap_t *bs, MPI_Comm comm, int rank, int iters) 
       MPI_Allgather(in, (int)bytes, MPI_BYTE, ref, (int)bytes, MPI_BYTE, comm);
       CHECK(memcmp(ref, out, (size_t)world * bytes) == 0);
     }
-    if (it % 4 == 0) CHECK_MSG(bs->barrier(bs, rank) == WEAVE_SUCCESS, "rank %d barrier %d: %s", rank, it, weave_get_last_error(NULL));
+    if (it % 4 == 0)
+      CHECK_MSG(bs->barrier(bs, rank) == WEAVE_SUCCESS, "rank %d barrier %d: %s", rank, it, weave_get_last_error(NULL));
   }
   free(out);
   free(ref);

@@ -198,7 +198,8 @@ static void test_socket_addr(void) {
   for (int i = 0; i < 2; ++i) {
     setenv("WEAVE_SOCKET_ADDR", good[i], 1);
     weave_unique_id_t id;
-    CHECK_MSG(weave_get_unique_id(&id) == WEAVE_SUCCESS, "WEAVE_SOCKET_ADDR=%s: %s", good[i], weave_get_last_error(NULL));
+    CHECK_MSG(weave_get_unique_id(&id) == WEAVE_SUCCESS, "WEAVE_SOCKET_ADDR=%s: %s", good[i],
+              weave_get_last_error(NULL));
     unsetenv("WEAVE_SOCKET_ADDR");
     int bad;
     run_threads(&id, 2, 3, &bad);
@@ -208,8 +209,8 @@ static void test_socket_addr(void) {
   weave_unique_id_t id;
   memset(&id, 0, sizeof(id));
   weave_result_t rc = weave_get_unique_id(&id);
-  CHECK_MSG(rc == WEAVE_ERROR_BOOTSTRAP && strstr(weave_get_last_error(NULL), "WEAVE_SOCKET_ADDR"), "rc %d '%s'", (int)rc,
-            weave_get_last_error(NULL));
+  CHECK_MSG(rc == WEAVE_ERROR_BOOTSTRAP && strstr(weave_get_last_error(NULL), "WEAVE_SOCKET_ADDR"), "rc %d '%s'",
+            (int)rc, weave_get_last_error(NULL));
   CHECK(id.internal[0] == 0); /* untouched */
   unsetenv("WEAVE_SOCKET_ADDR");
 }
@@ -236,7 +237,10 @@ static void test_fd_leak(void) {
   int bad = 0;
   for (int i = 0; i < 200 && !bad; ++i) {
     weave_unique_id_t id;
-    if (weave_get_unique_id(&id) != WEAVE_SUCCESS) { bad++; break; }
+    if (weave_get_unique_id(&id) != WEAVE_SUCCESS) {
+      bad++;
+      break;
+    }
     run_threads(&id, 2, 1, &bad);
   }
   CHECK_MSG(bad == 0, "%d failures in the leak loop", bad);
@@ -277,7 +281,7 @@ static int fail_child(int rank, void *p) {
   for (int it = 0; it < 1000; ++it) {
     if (rank == j->victim && it == j->victim_after) {
       if (!j->stall) _exit(0); /* gone, without a word */
-      stall_until_done(j); /* alive and connected, in no collective */
+      stall_until_done(j);     /* alive and connected, in no collective */
       weave_bootstrap_destroy(bs);
       return 0;
     }
@@ -297,8 +301,8 @@ static int fail_child(int rank, void *p) {
     if (again != rc || strcmp(weave_get_last_error(NULL), msg) != 0) bad++;
     if (j->stall) close(j->stall_pipe[1]);
     if (bad)
-      fprintf(stderr, "rank %d: allgather #%d: rc %d after %.0f ms, then %d; message '%s' (expected %s naming %s)\n", rank,
-              it + 1, (int)rc, dt, (int)again, msg, j->stall ? "TIMEOUT" : "BOOTSTRAP/TIMEOUT", name);
+      fprintf(stderr, "rank %d: allgather #%d: rc %d after %.0f ms, then %d; message '%s' (expected %s naming %s)\n",
+              rank, it + 1, (int)rc, dt, (int)again, msg, j->stall ? "TIMEOUT" : "BOOTSTRAP/TIMEOUT", name);
     weave_bootstrap_destroy(bs);
     return bad ? 1 : 0;
   }
@@ -355,7 +359,8 @@ static void test_dead_hub(int world, int stall) {
   close(job.stall_pipe[1]);
   reap(pids, world, 30000, codes);
   CHECK_MSG(codes[0] == 0, "the hub child exited with %d", codes[0]);
-  for (int r = 1; r < world; ++r) CHECK_MSG(codes[r] == 0, "%s hub: rank %d exited with %d", stall ? "stalled" : "dead", r, codes[r]);
+  for (int r = 1; r < world; ++r)
+    CHECK_MSG(codes[r] == 0, "%s hub: rank %d exited with %d", stall ? "stalled" : "dead", r, codes[r]);
 }
 
 static void test_stalled_spoke(void) { test_dead_spoke(4, 2, 1); }
@@ -372,7 +377,8 @@ static int missing_child(int rank, void *p) {
   const char *msg = weave_get_last_error(NULL);
   char name[32];
   snprintf(name, sizeof(name), "rank %d", j->victim);
-  if ((rc != WEAVE_ERROR_TIMEOUT && rc != WEAVE_ERROR_BOOTSTRAP) || !strstr(msg, name) || dt > TIMEOUT_MS + SLACK_MS || bs) {
+  if ((rc != WEAVE_ERROR_TIMEOUT && rc != WEAVE_ERROR_BOOTSTRAP) || !strstr(msg, name) || dt > TIMEOUT_MS + SLACK_MS ||
+      bs) {
     fprintf(stderr, "rank %d: creation without %s: rc %d after %.0f ms, message '%s'\n", rank, name, (int)rc, dt, msg);
     return 1;
   }
@@ -394,7 +400,8 @@ static void test_missing_rank(int world, int missing) {
   for (int r = 1; r < world; ++r)
     if (r != missing) CHECK_MSG(codes[r] == 0, "missing rank %d: rank %d exited with %d", missing, r, codes[r]);
   /* the failed hub closed its listener and every connection */
-  CHECK_MSG(count_fds() == before - 1, "descriptors: %d before (listener included), %d after a failed creation", before, count_fds());
+  CHECK_MSG(count_fds() == before - 1, "descriptors: %d before (listener included), %d after a failed creation", before,
+            count_fds());
 }
 
 static void test_bad_args(void) {
@@ -480,8 +487,8 @@ static void test_mismatch(void) {
   for (int r = 0; r < 3; ++r) pthread_join(th[r], NULL);
   /* the hub compares against its own size: whichever is the hub, some rank differs from it */
   for (int r = 0; r < 3; ++r)
-    CHECK_MSG(args[r].rc == WEAVE_ERROR_MISMATCH && strstr(args[r].msg, "bytes"), "rank %d: rc %d '%s'", r, (int)args[r].rc,
-              args[r].msg);
+    CHECK_MSG(args[r].rc == WEAVE_ERROR_MISMATCH && strstr(args[r].msg, "bytes"), "rank %d: rc %d '%s'", r,
+              (int)args[r].rc, args[r].msg);
 }
 
 /* One id, two world sizes: whichever rank is the hub, both fail at once naming both worlds. */
@@ -532,14 +539,25 @@ enum { W_CREATE = 0, W_ALLGATHER = 1, W_BARRIER = 2 };
 #define W_VERSION 1u
 
 static void wr32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
 }
-static uint32_t rd32(const unsigned char *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
-static void wr64(unsigned char *p, uint64_t v) { wr32(p, (uint32_t)(v >> 32)); wr32(p + 4, (uint32_t)v); }
+static uint32_t rd32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static void wr64(unsigned char *p, uint64_t v) {
+  wr32(p, (uint32_t)(v >> 32));
+  wr32(p + 4, (uint32_t)v);
+}
 static uint64_t rd64(const unsigned char *p) { return (uint64_t)rd32(p) << 32 | rd32(p + 4); }
 
 static void frame_put(unsigned char *p, uint32_t type, uint32_t seq, uint32_t bytes, int32_t arg) {
-  wr32(p, type); wr32(p + 4, seq); wr32(p + 8, bytes); wr32(p + 12, (uint32_t)arg);
+  wr32(p, type);
+  wr32(p + 4, seq);
+  wr32(p + 8, bytes);
+  wr32(p + 12, (uint32_t)arg);
 }
 
 typedef struct {
@@ -613,23 +631,24 @@ static int peer_expect_abort(const peer_t *p, weave_result_t code, const char *n
   char msg[1024] = "";
   int rc = peer_read(p, f, sizeof(f));
   size_t len = rc == 0 && rd32(f + 8) < sizeof(msg) ? rd32(f + 8) : 0;
-  if (rc == 0 && rd32(f) == W_ABORT && len > 0 && peer_read(p, msg, len) == 0 && (int32_t)rd32(f + 12) == (int32_t)code &&
-      strstr(msg, needle))
+  if (rc == 0 && rd32(f) == W_ABORT && len > 0 && peer_read(p, msg, len) == 0 &&
+      (int32_t)rd32(f + 12) == (int32_t)code && strstr(msg, needle))
     return 0;
-  fprintf(stderr, "hand-made peer: expected ABORT %d naming '%s'; read %d, frame type %u arg %d, message '%s'\n", (int)code, needle,
-          rc, rc == 0 ? rd32(f) : 0, rc == 0 ? (int)rd32(f + 12) : 0, msg);
+  fprintf(stderr, "hand-made peer: expected ABORT %d naming '%s'; read %d, frame type %u arg %d, message '%s'\n",
+          (int)code, needle, rc, rc == 0 ? rd32(f) : 0, rc == 0 ? (int)rd32(f + 12) : 0, msg);
   return 1;
 }
 
 /* A spoke's collective: its DATA frame out, the hub's result (world x bytes) in. 0 when it came. */
-static int peer_collective(const peer_t *p, uint32_t seq, int op, const void *in, size_t bytes, int world, unsigned char *out) {
+static int peer_collective(const peer_t *p, uint32_t seq, int op, const void *in, size_t bytes, int world,
+                           unsigned char *out) {
   unsigned char frame[16 + WEAVE_BOOTSTRAP_MAX_BYTES], f[16];
   frame_put(frame, W_DATA, seq, (uint32_t)bytes, op);
   memcpy(frame + 16, in, bytes);
   if (peer_write(p, frame, 16 + bytes) || peer_read(p, f, sizeof(f))) return -1;
   if (rd32(f) != W_DATA || rd32(f + 4) != seq || rd32(f + 8) != (uint32_t)world * bytes || (int)rd32(f + 12) != op) {
-    fprintf(stderr, "hand-made spoke: collective #%u: frame type %u seq %u, %u bytes, op %d\n", seq, rd32(f), rd32(f + 4),
-            rd32(f + 8), (int)rd32(f + 12));
+    fprintf(stderr, "hand-made spoke: collective #%u: frame type %u seq %u, %u bytes, op %d\n", seq, rd32(f),
+            rd32(f + 4), rd32(f + 8), (int)rd32(f + 12));
     return -1;
   }
   return peer_read(p, out, (size_t)world * bytes);
@@ -637,12 +656,13 @@ static int peer_collective(const peer_t *p, uint32_t seq, int op, const void *in
 
 /* A hub's collective in a world of two (the hub rank 0): the spoke's frame in, both ranks' bytes out;
  * spoke_bytes gets the spoke's. 0 when it went through. */
-static int peer_hub_collective(const peer_t *p, uint32_t seq, int op, const void *in, size_t bytes, unsigned char *spoke_bytes) {
+static int peer_hub_collective(const peer_t *p, uint32_t seq, int op, const void *in, size_t bytes,
+                               unsigned char *spoke_bytes) {
   unsigned char frame[16 + 2 * WEAVE_BOOTSTRAP_MAX_BYTES], f[16];
   if (peer_read(p, f, sizeof(f))) return -1;
   if (rd32(f) != W_DATA || rd32(f + 4) != seq || rd32(f + 8) != bytes || (int)rd32(f + 12) != op) {
-    fprintf(stderr, "hand-made hub: collective #%u: frame type %u seq %u, %u bytes, op %d\n", seq, rd32(f), rd32(f + 4), rd32(f + 8),
-            (int)rd32(f + 12));
+    fprintf(stderr, "hand-made hub: collective #%u: frame type %u seq %u, %u bytes, op %d\n", seq, rd32(f), rd32(f + 4),
+            rd32(f + 8), (int)rd32(f + 12));
     return -1;
   }
   if (peer_read(p, spoke_bytes, bytes)) return -1;
@@ -675,7 +695,8 @@ static int peer_exercise(const peer_t *p, int as_hub, int rank, int world, int i
     for (int r = 0; r < world && !bad; ++r)
       for (size_t i = 0; i < bytes; ++i)
         if (r != rank && out[(size_t)r * bytes + i] != pattern(r, it, i)) {
-          fprintf(stderr, "hand-made rank %d: allgather %d (%zu bytes): wrong byte %zu of rank %d\n", rank, it, bytes, i, r);
+          fprintf(stderr, "hand-made rank %d: allgather %d (%zu bytes): wrong byte %zu of rank %d\n", rank, it, bytes,
+                  i, r);
           bad++;
           break;
         }
@@ -704,8 +725,9 @@ static void test_bad_claims(void) {
     peer_t bad;
     char needle[64];
     snprintf(needle, sizeof(needle), "claimed rank %d", claims[i]);
-    CHECK_MSG(peer_join(&id, WORLD, claims[i], 0, &bad) == 0 && peer_expect_abort(&bad, WEAVE_ERROR_BOOTSTRAP, needle) == 0,
-              "a connection claiming rank %d of %d was not turned away", claims[i], WORLD);
+    CHECK_MSG(
+        peer_join(&id, WORLD, claims[i], 0, &bad) == 0 && peer_expect_abort(&bad, WEAVE_ERROR_BOOTSTRAP, needle) == 0,
+        "a connection claiming rank %d of %d was not turned away", claims[i], WORLD);
     close(bad.fd);
   }
   peer_t one, twin;
@@ -713,7 +735,8 @@ static void test_bad_claims(void) {
   unsigned char ack[16] = {0};
   CHECK_MSG(peer_read(&one, ack, sizeof(ack)) == 0 && rd32(ack) == W_ACK && rd32(ack + 12) == 0,
             "the hand-made rank 1 was not welcomed (frame type %u, hub rank %d)", rd32(ack), (int)rd32(ack + 12));
-  CHECK_MSG(peer_join(&id, WORLD, 1, 0, &twin) == 0 && peer_expect_abort(&twin, WEAVE_ERROR_BOOTSTRAP, "claimed rank 1, which has joined") == 0,
+  CHECK_MSG(peer_join(&id, WORLD, 1, 0, &twin) == 0 &&
+                peer_expect_abort(&twin, WEAVE_ERROR_BOOTSTRAP, "claimed rank 1, which has joined") == 0,
             "a second claim of rank 1 was not turned away");
   close(twin.fd);
   CHECK(pthread_create(&th[2], NULL, uid_thread, &args[2]) == 0);
@@ -721,7 +744,8 @@ static void test_bad_claims(void) {
   close(one.fd);
   pthread_join(th[0], NULL);
   pthread_join(th[2], NULL);
-  CHECK_MSG(args[0].bad == 0 && args[2].bad == 0, "after the bad claims: rank 0 %d failures, rank 2 %d", args[0].bad, args[2].bad);
+  CHECK_MSG(args[0].bad == 0 && args[2].bad == 0, "after the bad claims: rank 0 %d failures, rank 2 %d", args[0].bad,
+            args[2].bad);
 }
 
 /* A rank that connects, is welcomed, and then sends nothing: creation fails on every rank with
@@ -739,11 +763,13 @@ static void test_silent_peer(void) {
   CHECK_MSG(peer_read(&silent, ack, sizeof(ack)) == 0 && rd32(ack) == W_ACK, "the silent rank was not welcomed");
   for (int i = 0; i < 2; ++i) {
     pthread_join(th[i], NULL);
-    CHECK_MSG(args[i].rc == WEAVE_ERROR_TIMEOUT && strstr(args[i].msg, "rank 1 did not reach") && args[i].ms <= TIMEOUT_MS + SLACK_MS,
-              "rank %d beside a silent rank 1: rc %d after %.0f ms, '%s' (expected TIMEOUT naming rank 1 within %d ms)", args[i].rank,
-              (int)args[i].rc, args[i].ms, args[i].msg, TIMEOUT_MS + SLACK_MS);
+    CHECK_MSG(args[i].rc == WEAVE_ERROR_TIMEOUT && strstr(args[i].msg, "rank 1 did not reach") &&
+                  args[i].ms <= TIMEOUT_MS + SLACK_MS,
+              "rank %d beside a silent rank 1: rc %d after %.0f ms, '%s' (expected TIMEOUT naming rank 1 within %d ms)",
+              args[i].rank, (int)args[i].rc, args[i].ms, args[i].msg, TIMEOUT_MS + SLACK_MS);
   }
-  CHECK_MSG(peer_expect_abort(&silent, WEAVE_ERROR_TIMEOUT, "rank 1 did not reach") == 0, "the silent rank was not told");
+  CHECK_MSG(peer_expect_abort(&silent, WEAVE_ERROR_TIMEOUT, "rank 1 did not reach") == 0,
+            "the silent rank was not told");
   close(silent.fd);
   setenv("WEAVE_TIMEOUT_MS", GOOD_TIMEOUT, 1);
 }
@@ -777,9 +803,10 @@ static void test_id_layout(void) {
   const unsigned char *b = (const unsigned char *)id.internal;
   int port = b[12] << 8 | b[13], swapped = b[13] << 8 | b[12], rest_zero = 1;
   for (size_t i = 24; i < sizeof(id.internal); ++i) rest_zero &= b[i] == 0;
-  CHECK(rd32(b) == W_UID_MAGIC && rd32(b + 4) == W_VERSION && rest_zero && b[14] == 0 && b[15] == 0 && rd64(b + 16) != 0);
-  CHECK_MSG(b[8] == 127 && b[9] == 0 && b[10] == 0 && b[11] == 1, "the id's address bytes: %u.%u.%u.%u, expected 127.0.0.1", b[8], b[9],
-            b[10], b[11]);
+  CHECK(rd32(b) == W_UID_MAGIC && rd32(b + 4) == W_VERSION && rest_zero && b[14] == 0 && b[15] == 0 &&
+        rd64(b + 16) != 0);
+  CHECK_MSG(b[8] == 127 && b[9] == 0 && b[10] == 0 && b[11] == 1,
+            "the id's address bytes: %u.%u.%u.%u, expected 127.0.0.1", b[8], b[9], b[10], b[11]);
   CHECK_MSG(holds_listener(port) == 1 && (swapped == port || holds_listener(swapped) == 0),
             "the id's port bytes %02x %02x: no listener on port %d (byte order?)", b[12], b[13], port);
   weave_bootstrap_t *bs = NULL; /* a world of one takes the listener */
@@ -814,8 +841,9 @@ static void test_hand_made_hub(void) {
     int one = 1;
     setsockopt(hub.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     unsigned char hello[32] = {0}, ack[16];
-    CHECK_MSG(peer_read(&hub, hello, sizeof(hello)) == 0 && rd32(hello) == W_HELLO_MAGIC && rd32(hello + 4) == W_VERSION &&
-                  rd64(hello + 8) == nonce && rd32(hello + 16) == 2 && rd32(hello + 20) == 1,
+    CHECK_MSG(peer_read(&hub, hello, sizeof(hello)) == 0 && rd32(hello) == W_HELLO_MAGIC &&
+                  rd32(hello + 4) == W_VERSION && rd64(hello + 8) == nonce && rd32(hello + 16) == 2 &&
+                  rd32(hello + 20) == 1,
               "the spoke's hello: magic %08x version %u nonce %016llx world %u rank %u", rd32(hello), rd32(hello + 4),
               (unsigned long long)rd64(hello + 8), rd32(hello + 16), rd32(hello + 20));
     frame_put(ack, W_ACK, (uint32_t)TIMEOUT_MS, 0, 0);
@@ -844,10 +872,12 @@ static void test_short_io(void) {
   int codes[3];
   CHECK_MSG(uid_child(0, &job) == 0, "3 processes with short I/O: the hub failed");
   reap(pids, 3, 60000, codes);
-  CHECK_MSG(codes[1] == 0 && codes[2] == 0, "3 processes with short I/O: ranks 1, 2 exited with %d, %d", codes[1], codes[2]);
+  CHECK_MSG(codes[1] == 0 && codes[2] == 0, "3 processes with short I/O: ranks 1, 2 exited with %d, %d", codes[1],
+            codes[2]);
   atomic_store(&short_io, 0);
   unsigned calls = atomic_load(&short_io_calls) - before;
-  CHECK_MSG(calls > 1000, "only %u send/recv calls were cut: the library's calls do not pass through the test's", calls);
+  CHECK_MSG(calls > 1000, "only %u send/recv calls were cut: the library's calls do not pass through the test's",
+            calls);
 }
 
 int main(void) {
@@ -883,4 +913,3 @@ int main(void) {
   isolated("a silent rank", test_silent_peer, 20000);
   return bootstrap_test_end("test_bootstrap_socket", t0);
 }
-

@@ -36,9 +36,15 @@ static void test_parse_size(void) {
   CHECK(weave_parse_size("16777215T", &v) == 0 && v == 16777215ull << 40);
   CHECK(weave_parse_size("18446744073709551615", &v) == 0 && v == (size_t)-1);
 
-  static const char *bad[] = {"",     "abc",  "-1",   "12Q", "1.5G",           "99999999999999T",
-                              "16777216T", "18446744073709551616", "K",  "64B", "64KK", "64 K x", "+5",
-                              " ",   "0x10", "1e9",  "64KBB"};
+  static const char *bad[] = {"",          "abc",
+                              "-1",        "12Q",
+                              "1.5G",      "99999999999999T",
+                              "16777216T", "18446744073709551616",
+                              "K",         "64B",
+                              "64KK",      "64 K x",
+                              "+5",        " ",
+                              "0x10",      "1e9",
+                              "64KBB"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     size_t w = 4242;
     int rc = weave_parse_size(bad[i], &w);
@@ -51,7 +57,7 @@ static void test_parse_size(void) {
 static void test_parse_int(void) {
   long v = 0;
   CHECK(weave_parse_int("5", 1, 10, &v) == 0 && v == 5);
-  CHECK(weave_parse_int("1", 1, 10, &v) == 0 && v == 1);    /* inclusive bounds */
+  CHECK(weave_parse_int("1", 1, 10, &v) == 0 && v == 1); /* inclusive bounds */
   CHECK(weave_parse_int("10", 1, 10, &v) == 0 && v == 10);
   CHECK(weave_parse_int("-3", -5, 5, &v) == 0 && v == -3);
   CHECK(weave_parse_int("3600000", 1, 3600000, &v) == 0 && v == 3600000);
@@ -94,8 +100,11 @@ static void test_parse_bool_level(void) {
   static const struct {
     const char *s;
     weave_log_level_t l;
-  } levels[] = {{"NONE", WEAVE_LOG_NONE}, {"warn", WEAVE_LOG_WARN}, {"Info", WEAVE_LOG_INFO},
-                {"TRACE", WEAVE_LOG_TRACE}, {"none", WEAVE_LOG_NONE}};
+  } levels[] = {{"NONE", WEAVE_LOG_NONE},
+                {"warn", WEAVE_LOG_WARN},
+                {"Info", WEAVE_LOG_INFO},
+                {"TRACE", WEAVE_LOG_TRACE},
+                {"none", WEAVE_LOG_NONE}};
   for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); ++i) {
     weave_log_level_t l = (weave_log_level_t)99;
     CHECK_MSG(weave_parse_log_level(levels[i].s, &l) == 0 && l == levels[i].l, "'%s'", levels[i].s);
@@ -111,11 +120,11 @@ static void test_parse_bool_level(void) {
   CHECK(weave_parse_log_level("INFO", NULL) == -1);
 }
 
-static const char *const vars[] = {"WEAVE_DEBUG", "WEAVE_HEAP_SIZE", "WEAVE_TIMEOUT_MS",
-                                   "WEAVE_INFO",  "WEAVE_TUNE_FILE", "WEAVE_TRACE",
-                                   "WEAVE_TMA_EPILOGUE", "WEAVE_HGEMM_PINGPONG", "WEAVE_HGEMM_STREAMK",
-                                   "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
-                                   "WEAVE_SOCKET_ADDR", "WEAVE_BOOTSTRAP_PORT", "WEAVE_AUTOTUNE", "WEAVE_TEST_DELAY"};
+static const char *const vars[] = {
+    "WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",      "WEAVE_TIMEOUT_MS",      "WEAVE_INFO",
+    "WEAVE_TUNE_FILE",     "WEAVE_TRACE",          "WEAVE_TMA_EPILOGUE",    "WEAVE_HGEMM_PINGPONG",
+    "WEAVE_HGEMM_STREAMK", "WEAVE_HGEMM_CLUSTER",  "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
+    "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT", "WEAVE_AUTOTUNE",        "WEAVE_TEST_DELAY"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -176,23 +185,39 @@ static void test_env_load(void) {
   static const struct {
     const char *name, *value;
   } bad[] = {
-      {"WEAVE_DEBUG", "LOUD"},        {"WEAVE_DEBUG", "2"},
-      {"WEAVE_HEAP_SIZE", "abc"},     {"WEAVE_HEAP_SIZE", "-1"},
-      {"WEAVE_HEAP_SIZE", "12Q"},     {"WEAVE_HEAP_SIZE", "99999999999999T"},
-      {"WEAVE_HEAP_SIZE", "1K"},      /* below the 1M minimum */
-      {"WEAVE_HEAP_SIZE", "0"},       {"WEAVE_TIMEOUT_MS", "0"},
-      {"WEAVE_TIMEOUT_MS", "-5"},     {"WEAVE_TIMEOUT_MS", "3600001"},
-      {"WEAVE_TIMEOUT_MS", "10s"},    {"WEAVE_INFO", "maybe"},
-      {"WEAVE_INFO", "2"},            {"WEAVE_TUNE_FILE", NULL},
-      {"WEAVE_TRACE", NULL},          {"WEAVE_TMA_EPILOGUE", "2"},
-      {"WEAVE_HGEMM_PINGPONG", "3"},  {"WEAVE_HGEMM_PINGPONG", "yes"},
-      {"WEAVE_HGEMM_STREAMK", "-1"},  {"WEAVE_HGEMM_CLUSTER", "0"},
-      {"WEAVE_HGEMM_CLUSTER", "4"},   {"WEAVE_HGEMM_TMA_STORE", "2"},
-      {"WEAVE_HGEMM_GROUP_M", "1"},   {"WEAVE_HGEMM_GROUP_M", "16x"},
-      {"WEAVE_AUTOTUNE", "2"},        {"WEAVE_AUTOTUNE", "sometimes"},
-      {"WEAVE_TEST_DELAY", "fused"},  {"WEAVE_TEST_DELAY", "auto:100"},
-      {"WEAVE_TEST_DELAY", "fused:0"}, {"WEAVE_TEST_DELAY", "fused:10000001"},
-      {"WEAVE_TEST_DELAY", "fusedx:5"}, {"WEAVE_TEST_DELAY", "bulk:5ms"},
+      {"WEAVE_DEBUG", "LOUD"},
+      {"WEAVE_DEBUG", "2"},
+      {"WEAVE_HEAP_SIZE", "abc"},
+      {"WEAVE_HEAP_SIZE", "-1"},
+      {"WEAVE_HEAP_SIZE", "12Q"},
+      {"WEAVE_HEAP_SIZE", "99999999999999T"},
+      {"WEAVE_HEAP_SIZE", "1K"}, /* below the 1M minimum */
+      {"WEAVE_HEAP_SIZE", "0"},
+      {"WEAVE_TIMEOUT_MS", "0"},
+      {"WEAVE_TIMEOUT_MS", "-5"},
+      {"WEAVE_TIMEOUT_MS", "3600001"},
+      {"WEAVE_TIMEOUT_MS", "10s"},
+      {"WEAVE_INFO", "maybe"},
+      {"WEAVE_INFO", "2"},
+      {"WEAVE_TUNE_FILE", NULL},
+      {"WEAVE_TRACE", NULL},
+      {"WEAVE_TMA_EPILOGUE", "2"},
+      {"WEAVE_HGEMM_PINGPONG", "3"},
+      {"WEAVE_HGEMM_PINGPONG", "yes"},
+      {"WEAVE_HGEMM_STREAMK", "-1"},
+      {"WEAVE_HGEMM_CLUSTER", "0"},
+      {"WEAVE_HGEMM_CLUSTER", "4"},
+      {"WEAVE_HGEMM_TMA_STORE", "2"},
+      {"WEAVE_HGEMM_GROUP_M", "1"},
+      {"WEAVE_HGEMM_GROUP_M", "16x"},
+      {"WEAVE_AUTOTUNE", "2"},
+      {"WEAVE_AUTOTUNE", "sometimes"},
+      {"WEAVE_TEST_DELAY", "fused"},
+      {"WEAVE_TEST_DELAY", "auto:100"},
+      {"WEAVE_TEST_DELAY", "fused:0"},
+      {"WEAVE_TEST_DELAY", "fused:10000001"},
+      {"WEAVE_TEST_DELAY", "fusedx:5"},
+      {"WEAVE_TEST_DELAY", "bulk:5ms"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     const char *value = bad[i].value ? bad[i].value : longpath;
@@ -231,17 +256,22 @@ static void test_env_load(void) {
 
 /* The Hopper GEMM's knobs: each bound is inclusive, one past it (or junk) gives the default. */
 static void test_hgemm_knobs(void) {
-  static const struct { const char *name; long lo, hi; } knobs[] = {
-      {"WEAVE_HGEMM_PINGPONG", 0, 2}, {"WEAVE_HGEMM_STREAMK", 0, 2},     {"WEAVE_HGEMM_CLUSTER", 1, 2},
-      {"WEAVE_HGEMM_TMA_STORE", 0, 1}, {"WEAVE_HGEMM_GROUP_M", 2, 4096}};
+  static const struct {
+    const char *name;
+    long lo, hi;
+  } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},
+               {"WEAVE_HGEMM_STREAMK", 0, 2},
+               {"WEAVE_HGEMM_CLUSTER", 1, 2},
+               {"WEAVE_HGEMM_TMA_STORE", 0, 1},
+               {"WEAVE_HGEMM_GROUP_M", 2, 4096}};
   for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
     const char *n = knobs[i].name;
     char v[32];
     unsetenv(n);
     const int def = weave_hgemm_knob(n);
     CHECK_MSG(def >= knobs[i].lo && def <= knobs[i].hi, "%s default %d", n, def);
-    const long cases[4][2] = {{knobs[i].lo, knobs[i].lo}, {knobs[i].hi, knobs[i].hi}, {knobs[i].lo - 1, def},
-                              {knobs[i].hi + 1, def}};
+    const long cases[4][2] = {
+        {knobs[i].lo, knobs[i].lo}, {knobs[i].hi, knobs[i].hi}, {knobs[i].lo - 1, def}, {knobs[i].hi + 1, def}};
     for (int c = 0; c < 4; ++c) {
       snprintf(v, sizeof v, "%ld", cases[c][0]);
       setenv(n, v, 1);

@@ -32,7 +32,8 @@ static const expect_t expect[] = {
     {WEAVE_ERROR_INTERNAL, {"internal"}, "internal"},
     {WEAVE_ERROR_ABORTED, {"abort"}, "abort"},
 };
-_Static_assert(sizeof(expect) / sizeof(expect[0]) == WEAVE_NUM_RESULTS, "every result code of weave.h needs its row here");
+_Static_assert(sizeof(expect) / sizeof(expect[0]) == WEAVE_NUM_RESULTS,
+               "every result code of weave.h needs its row here");
 
 /* Whether s holds one of the '|'-separated words of `alternatives`, ignoring case. */
 static int holds(const char *s, const char *alternatives) {
@@ -48,7 +49,8 @@ static void test_each_code(void) {
     const expect_t *e = &expect[r];
     CHECK_MSG((int)e->code == r, "row %d of the table is code %d: keep it in weave.h's order", r, (int)e->code);
     const char *s = weave_get_error_string(e->code);
-    CHECK_MSG(s && *s && !strchr(s, '\n') && strlen(s) < 80, "code %d: '%s' (expected one short line)", r, s ? s : "(null)");
+    CHECK_MSG(s && *s && !strchr(s, '\n') && strlen(s) < 80, "code %d: '%s' (expected one short line)", r,
+              s ? s : "(null)");
     if (!s) continue;
     CHECK_MSG(!strcasestr(s, "unknown"), "code %d: '%s' calls a known code unknown", r, s);
     for (int i = 0; i < 3 && e->must[i]; ++i)
@@ -57,7 +59,8 @@ static void test_each_code(void) {
       const char *o = weave_get_error_string((weave_result_t)q);
       if (q == r || !o) continue;
       CHECK_MSG(strcmp(o, s) != 0, "codes %d and %d share '%s'", q, r, s);
-      if (e->own) CHECK_MSG(!strcasestr(o, e->own), "code %d's string '%s' says '%s', which is code %d's", q, o, e->own, r);
+      if (e->own)
+        CHECK_MSG(!strcasestr(o, e->own), "code %d's string '%s' says '%s', which is code %d's", q, o, e->own, r);
     }
   }
   /* the ones callers test for most, spelled out */
@@ -69,14 +72,16 @@ static void test_each_code(void) {
 static void test_unknown_codes(void) {
   const int unknown[] = {WEAVE_NUM_RESULTS, WEAVE_NUM_RESULTS + 1, 99, -1, INT_MAX, INT_MIN};
   const char *first = weave_get_error_string((weave_result_t)unknown[0]);
-  CHECK_MSG(first && strcasestr(first, "unknown"), "code %d: '%s' (expected it to say unknown)", unknown[0], first ? first : "(null)");
+  CHECK_MSG(first && strcasestr(first, "unknown"), "code %d: '%s' (expected it to say unknown)", unknown[0],
+            first ? first : "(null)");
   for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); ++i) {
     const char *s = weave_get_error_string((weave_result_t)unknown[i]);
-    CHECK_MSG(s && first && strcmp(s, first) == 0, "code %d: '%s', code %d: '%s'", unknown[i], s ? s : "(null)", unknown[0],
-              first ? first : "(null)");
+    CHECK_MSG(s && first && strcmp(s, first) == 0, "code %d: '%s', code %d: '%s'", unknown[i], s ? s : "(null)",
+              unknown[0], first ? first : "(null)");
   }
   for (int r = 0; r < WEAVE_NUM_RESULTS; ++r)
-    CHECK_MSG(strcmp(weave_get_error_string((weave_result_t)r), first) != 0, "known code %d reads as an unknown one", r);
+    CHECK_MSG(strcmp(weave_get_error_string((weave_result_t)r), first) != 0, "known code %d reads as an unknown one",
+              r);
 }
 
 /* The thread's last error: the code's string, then the detail. */
@@ -86,8 +91,8 @@ static void test_last_error_prefix(void) {
     char want[256];
     snprintf(want, sizeof(want), "%s: detail %d", weave_get_error_string((weave_result_t)r), r);
     CHECK(weave_fail(NULL, (weave_result_t)r, "detail %d", r) == (weave_result_t)r);
-    CHECK_MSG(strcmp(weave_get_last_error(NULL), want) == 0, "code %d: last error '%s', expected '%s'", r, weave_get_last_error(NULL),
-              want);
+    CHECK_MSG(strcmp(weave_get_last_error(NULL), want) == 0, "code %d: last error '%s', expected '%s'", r,
+              weave_get_last_error(NULL), want);
   }
   weave_log_quiet(0);
 }

@@ -19,7 +19,10 @@ static int check_received(int rank, int world, const int *peer_fds, const int *e
   int bad = 0;
   for (int r = 0; r < world; ++r) {
     if (!expect_from[r]) {
-      if (peer_fds[r] != -1) { fprintf(stderr, "rank %d: fd %d from rank %d, expected -1\n", rank, peer_fds[r], r); bad++; }
+      if (peer_fds[r] != -1) {
+        fprintf(stderr, "rank %d: fd %d from rank %d, expected -1\n", rank, peer_fds[r], r);
+        bad++;
+      }
       continue;
     }
     char text[64] = "", want[24];
@@ -36,8 +39,8 @@ static int check_received(int rank, int world, const int *peer_fds, const int *e
 typedef struct {
   weave_unique_id_t id;
   int world;
-  int per_process;  /* ranks per process (threads) */
-  int no_fd_rank;   /* this rank passes -1 */
+  int per_process; /* ranks per process (threads) */
+  int no_fd_rank;  /* this rank passes -1 */
 } fdx_job_t;
 
 typedef struct {
@@ -151,7 +154,8 @@ static int stranger_child(int unused, void *p) {
   sa.sun_family = AF_UNIX;
   memcpy(sa.sun_path + 1, name, strlen(name));
   int s = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (s < 0 || connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))) != 0)
+  if (s < 0 ||
+      connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))) != 0)
     return 3;
   int fd = memfd_create("stranger", 0);
   if (fd < 0 || write(fd, "stranger", 9) != 9) return 4;
@@ -228,7 +232,8 @@ typedef struct {
 static void *fdx_threads_rank(void *p) {
   fdx_threads_arg_t *a = (fdx_threads_arg_t *)p;
   int fd = make_memfd(a->rank), peer_fds[WEAVE_MAX_WORLD];
-  if (weave_bootstrap_exchange_fds(a->bs, a->rank, fd, peer_fds) != WEAVE_SUCCESS) a->bad++;
+  if (weave_bootstrap_exchange_fds(a->bs, a->rank, fd, peer_fds) != WEAVE_SUCCESS)
+    a->bad++;
   else
     for (int r = 0; r < a->bs->world; ++r) a->bad += peer_fds[r] != -1;
   close(fd);

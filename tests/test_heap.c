@@ -95,8 +95,10 @@ static void test_determinism(void) {
       for (int r = 0; r < RANKS; ++r) {
         size_t off = 0;
         int rc = weave_heap_alloc(&h[r], bytes, &off);
-        if (r == 0) rc0 = rc;
-        else if (rc != rc0) rc_mismatches++;
+        if (r == 0)
+          rc0 = rc;
+        else if (rc != rc0)
+          rc_mismatches++;
         if (rc == 0) {
           if (r > 0 && off != live[0][nlive]) mismatches++;
           live[r][nlive] = off;

@@ -14,8 +14,7 @@
 #include "plan/plan_model.h"
 
 /* ---- argument checks --------------------------------------------------------------------------- */
-static void expect_bad(const char *what, int M, int N, int K, const weave_gemm_rs_desc_t *d,
-                       const char *needle) {
+static void expect_bad(const char *what, int M, int N, int K, const weave_gemm_rs_desc_t *d, const char *needle) {
   weave_result_t rc = weave_gemm_rs_check_args(NULL, M, N, K, d);
   const char *msg = weave_get_last_error(NULL);
   CHECK_MSG(rc == WEAVE_ERROR_INVALID_ARGUMENT, "%s: rc %d", what, (int)rc);
@@ -33,11 +32,14 @@ static void test_check_args(void) {
   weave_gemm_rs_desc_t d;
 
   expect_bad("NULL desc", 64, 64, 64, NULL, "desc is NULL");
-  d = init; d.struct_size = sizeof(d) - 4;
+  d = init;
+  d.struct_size = sizeof(d) - 4;
   expect_bad("short struct_size", 64, 64, 64, &d, "struct_size");
-  d = init; d.struct_size = 0;
+  d = init;
+  d.struct_size = 0;
   expect_bad("zero struct_size", 64, 64, 64, &d, "struct_size");
-  d = init; d.struct_size = sizeof(d) + 8;
+  d = init;
+  d.struct_size = sizeof(d) + 8;
   expect_bad("long struct_size", 64, 64, 64, &d, "struct_size");
   d = init;
   expect_bad("M 0", 0, 64, 64, &d, ">= 1");
@@ -48,39 +50,65 @@ static void test_check_args(void) {
   expect_good("M < world: ranks that own no row", 3, 64, 64, &d);
   expect_good("M = 1 of world 64", 1, 64, 64, &d);
   expect_bad("huge", 1 << 30, 1 << 30, 1 << 30, &d, "too large");
-  d = init; d.dtype = (weave_dtype_t)4;
+  d = init;
+  d.dtype = (weave_dtype_t)4;
   expect_bad("dtype 4", 64, 64, 64, &d, "dtype");
-  d = init; d.dtype = WEAVE_DTYPE_AUTO;
+  d = init;
+  d.dtype = WEAVE_DTYPE_AUTO;
   expect_bad("dtype AUTO", 64, 64, 64, &d, "dtype");
   /* fp8: B [N, K] only, K_local % 16, output bf16/fp16, scales for fp8 only */
-  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_ROW;
+  d = init;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.b_layout = WEAVE_LAYOUT_ROW;
   expect_bad("fp8 B ROW", 64, 64, 64, &d, "WEAVE_LAYOUT_COL");
-  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL;
+  d = init;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.b_layout = WEAVE_LAYOUT_COL;
   expect_bad("fp8 K 72", 64, 64, 72, &d, "multiple of 16");
   expect_bad("fp8 K 8", 64, 64, 8, &d, "multiple of 16");
   d.out_dtype = WEAVE_FP32;
   expect_bad("fp8 out fp32", 64, 64, 64, &d, "bf16 or fp16");
   d.out_dtype = WEAVE_FP8_E4M3;
   expect_bad("fp8 out fp8", 64, 64, 64, &d, "bf16 or fp16");
-  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.scale_mode = (weave_scale_mode_t)3;
+  d = init;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.b_layout = WEAVE_LAYOUT_COL;
+  d.scale_mode = (weave_scale_mode_t)3;
   expect_bad("scale mode 3", 64, 64, 64, &d, "scale_mode");
-  d = init; d.scale_mode = WEAVE_SCALE_TENSOR;
+  d = init;
+  d.scale_mode = WEAVE_SCALE_TENSOR;
   expect_bad("bf16 with scales", 64, 64, 64, &d, "fp8 inputs only");
-  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.fp8_accum = (weave_fp8_accum_t)2;
+  d = init;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.b_layout = WEAVE_LAYOUT_COL;
+  d.fp8_accum = (weave_fp8_accum_t)2;
   expect_bad("fp8 accumulation 2", 64, 64, 64, &d, "fp8_accum 2");
-  d = init; d.fp8_accum = WEAVE_FP8_ACCUM_FAST;
+  d = init;
+  d.fp8_accum = WEAVE_FP8_ACCUM_FAST;
   expect_bad("bf16 with fast accumulation", 64, 64, 64, &d, "fp8 inputs only");
-  d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.fp8_accum = WEAVE_FP8_ACCUM_FAST;
+  d = init;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.b_layout = WEAVE_LAYOUT_COL;
+  d.fp8_accum = WEAVE_FP8_ACCUM_FAST;
   expect_good("fp8 fast accumulation", 64, 64, 64, &d);
-  d = init; d.dtype = WEAVE_FP16; d.out_dtype = WEAVE_BF16;
+  d = init;
+  d.dtype = WEAVE_FP16;
+  d.out_dtype = WEAVE_BF16;
   expect_bad("fp16 in, bf16 out", 64, 64, 64, &d, "only fp8");
-  d = init; d.dtype = WEAVE_FP16; d.out_dtype = WEAVE_FP16;
+  d = init;
+  d.dtype = WEAVE_FP16;
+  d.out_dtype = WEAVE_FP16;
   expect_good("fp16 out_dtype fp16", 64, 64, 64, &d);
   for (int o = WEAVE_DTYPE_AUTO; o <= WEAVE_FP16; ++o)
     for (int sm = WEAVE_SCALE_NONE; sm <= WEAVE_SCALE_ROW; ++sm)
       for (int s = WEAVE_STRATEGY_AUTO; s <= WEAVE_STRATEGY_BASELINE; ++s) {
-        d = init; d.dtype = WEAVE_FP8_E4M3; d.b_layout = WEAVE_LAYOUT_COL; d.out_dtype = (weave_dtype_t)o;
-        d.scale_mode = (weave_scale_mode_t)sm; d.strategy = (weave_strategy_t)s; d.fp32_slots = sm & 1;
+        d = init;
+        d.dtype = WEAVE_FP8_E4M3;
+        d.b_layout = WEAVE_LAYOUT_COL;
+        d.out_dtype = (weave_dtype_t)o;
+        d.scale_mode = (weave_scale_mode_t)sm;
+        d.strategy = (weave_strategy_t)s;
+        d.fp32_slots = sm & 1;
         expect_good("fp8 out/scales/strategy", 1003, 1001, 304, &d);
       }
   /* a desc of weave 0.2 (struct_size without the 0.3 fields) still works: the new fields default */
@@ -97,37 +125,55 @@ static void test_check_args(void) {
           got.fp8_accum == WEAVE_FP8_ACCUM_FP32);
     CHECK(WEAVE_GEMM_RS_DESC_SIZE_0_2 == 56 || sizeof(size_t) != 8);
   }
-  d = init; d.dtype = (weave_dtype_t)-1;
+  d = init;
+  d.dtype = (weave_dtype_t)-1;
   expect_bad("dtype -1", 64, 64, 64, &d, "dtype");
-  d = init; d.b_layout = (weave_layout_t)2;
+  d = init;
+  d.b_layout = (weave_layout_t)2;
   expect_bad("layout 2", 64, 64, 64, &d, "b_layout");
-  d = init; d.strategy = (weave_strategy_t)4;
+  d = init;
+  d.strategy = (weave_strategy_t)4;
   expect_bad("strategy 4", 64, 64, 64, &d, "strategy");
-  d = init; d.reduce = (weave_reduce_t)2;
+  d = init;
+  d.reduce = (weave_reduce_t)2;
   expect_bad("reduce 2", 64, 64, 64, &d, "reduce");
-  d = init; d.fp32_slots = 2;
+  d = init;
+  d.fp32_slots = 2;
   expect_bad("fp32_slots 2", 64, 64, 64, &d, "fp32_slots");
-  d = init; d.fp32_slots = -1;
+  d = init;
+  d.fp32_slots = -1;
   expect_bad("fp32_slots -1", 64, 64, 64, &d, "fp32_slots");
-  d = init; d.tile_order = (weave_tile_order_t)2;
+  d = init;
+  d.tile_order = (weave_tile_order_t)2;
   expect_bad("tile order 2", 64, 64, 64, &d, "tile_order");
-  d = init; d.alpha = NAN;
+  d = init;
+  d.alpha = NAN;
   expect_bad("alpha NaN", 64, 64, 64, &d, "alpha");
-  d = init; d.alpha = INFINITY;
+  d = init;
+  d.alpha = INFINITY;
   expect_bad("alpha inf", 64, 64, 64, &d, "alpha");
-  d = init; d.alpha = -INFINITY;
+  d = init;
+  d.alpha = -INFINITY;
   expect_bad("alpha -inf", 64, 64, 64, &d, "alpha");
-  d = init; d.has_bias = 2;
+  d = init;
+  d.has_bias = 2;
   expect_bad("has_bias 2", 64, 64, 64, &d, "has_bias");
-  d = init; d.has_bias = -1;
+  d = init;
+  d.has_bias = -1;
   expect_bad("has_bias -1", 64, 64, 64, &d, "has_bias");
-  d = init; d.gemm_blocks = -1; d.comm_blocks = 4;
+  d = init;
+  d.gemm_blocks = -1;
+  d.comm_blocks = 4;
   expect_bad("gemm_blocks -1", 64, 64, 64, &d, "gemm_blocks");
-  d = init; d.gemm_blocks = 4; d.comm_blocks = -2;
+  d = init;
+  d.gemm_blocks = 4;
+  d.comm_blocks = -2;
   expect_bad("comm_blocks -2", 64, 64, 64, &d, "comm_blocks");
-  d = init; d.gemm_blocks = 100;
+  d = init;
+  d.gemm_blocks = 100;
   expect_bad("only gemm_blocks", 64, 64, 64, &d, "both");
-  d = init; d.comm_blocks = 8;
+  d = init;
+  d.comm_blocks = 8;
   expect_bad("only comm_blocks", 64, 64, 64, &d, "both");
 
   /* Good ones. */
@@ -156,13 +202,20 @@ static void test_check_args(void) {
           d.b_layout = (weave_layout_t)l;
           expect_good("strategy/reduce/order/layout", 128, 64, 32, &d);
         }
-  d = init; d.alpha = 0.0f; d.has_bias = 1;
+  d = init;
+  d.alpha = 0.0f;
+  d.has_bias = 1;
   expect_good("alpha 0, bias", 64, 64, 64, &d);
-  d = init; d.alpha = -2.5f; d.has_bias = 0;
+  d = init;
+  d.alpha = -2.5f;
+  d.has_bias = 0;
   expect_good("alpha -2.5", 64, 64, 64, &d);
-  d = init; d.alpha = 3.0e38f;
+  d = init;
+  d.alpha = 3.0e38f;
   expect_good("alpha huge but finite", 64, 64, 64, &d);
-  d = init; d.gemm_blocks = 120; d.comm_blocks = 12;
+  d = init;
+  d.gemm_blocks = 120;
+  d.comm_blocks = 12;
   expect_good("both blocks", 64, 64, 64, &d);
 }
 
@@ -171,15 +224,14 @@ static void test_check_args(void) {
  * is enough to reach every refusal: pageable_access lets the buffers below pass the reachability
  * check, and an unknown strategy on 2 ranks makes a call that got past the checks end in
  * WEAVE_ERROR_INTERNAL without launching anything. */
-#define EXPECT_EXEC_INVALID(call, ...)                                                              \
-  do {                                                                                              \
-    weave_result_t rc_ = (call);                                                                    \
-    const char *needles_[] = {__VA_ARGS__};                                                         \
-    const char *msg_ = weave_get_last_error(&team);                                                 \
-    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, (int)rc_, msg_);         \
-    for (size_t i_ = 0; i_ < sizeof(needles_) / sizeof(needles_[0]); ++i_)                          \
-      CHECK_MSG(strstr(msg_, needles_[i_]) != NULL, "%s: message '%s' lacks '%s'", #call, msg_,     \
-                needles_[i_]);                                                                      \
+#define EXPECT_EXEC_INVALID(call, ...)                                                                         \
+  do {                                                                                                         \
+    weave_result_t rc_ = (call);                                                                               \
+    const char *needles_[] = {__VA_ARGS__};                                                                    \
+    const char *msg_ = weave_get_last_error(&team);                                                            \
+    CHECK_MSG(rc_ == WEAVE_ERROR_INVALID_ARGUMENT, "%s -> %d (%s)", #call, (int)rc_, msg_);                    \
+    for (size_t i_ = 0; i_ < sizeof(needles_) / sizeof(needles_[0]); ++i_)                                     \
+      CHECK_MSG(strstr(msg_, needles_[i_]) != NULL, "%s: message '%s' lacks '%s'", #call, msg_, needles_[i_]); \
   } while (0)
 
 static void test_execute_args(void) {
@@ -198,7 +250,9 @@ static void test_execute_args(void) {
   team.rank = 0;
   team.info.ranks_on_device = 1;
   plan.team = &team;
-  plan.M = 64; plan.N = 64; plan.K = 64;
+  plan.M = 64;
+  plan.N = 64;
+  plan.K = 64;
   plan.desc = init;
   plan.desc.dtype = WEAVE_FP8_E4M3;
   plan.desc.b_layout = WEAVE_LAYOUT_COL;
@@ -280,7 +334,8 @@ static void test_split(void) {
   /* ... and a tile takes a block twice as long when two blocks share its SM */
   CHECK(d1.seconds_per_tile > 0 && fabs(d2.seconds_per_tile - 2 * d1.seconds_per_tile) < 1e-15);
   CHECK(d1.flops_per_block > 10 * d32.flops_per_block && d1.bytes_per_block == d32.bytes_per_block);
-  CHECK(d1.flops_per_block > 1e12 && d1.flops_per_block < 1e13 && d1.bytes_per_block > 1e9 && d1.bytes_per_block < 1e11);
+  CHECK(d1.flops_per_block > 1e12 && d1.flops_per_block < 1e13 && d1.bytes_per_block > 1e9 &&
+        d1.bytes_per_block < 1e11);
   /* The 8-rank 8192 x 8192 x 3584 shape of the benchmark leaves a handful of blocks to communication. */
   int c8 = weave_split_comm_blocks(&d1, weave_plan_gemm_flops(8192, 8192, 3584, 8),
                                    weave_plan_comm_bytes(8192, 8192, 8, 2, 2), 8 * 32);
@@ -302,8 +357,8 @@ static void test_split(void) {
     /* the per-tile cost counts: without it the 1-rank split is smaller (3, not measured) */
     if (cal[i].world == 1) {
       ci.seconds_per_tile = 0;
-      c = weave_split_comm_blocks(&ci, weave_plan_gemm_flops(8192, 8192, 28672, 1), weave_plan_comm_bytes(8192, 8192, 1, 2, 2),
-                                  owner_tiles);
+      c = weave_split_comm_blocks(&ci, weave_plan_gemm_flops(8192, 8192, 28672, 1),
+                                  weave_plan_comm_bytes(8192, 8192, 1, 2, 2), owner_tiles);
       CHECK_MSG(c < cal[i].want, "world 1 without the per-tile cost: split %d", c);
     }
   }
@@ -326,8 +381,8 @@ static void test_split(void) {
   /* gemm 9x the comm work -> 1 comm block; comm 9x the gemm -> 9. */
   CHECK(weave_split_comm_blocks(&in, 900, 100, 0) == 1);
   CHECK(weave_split_comm_blocks(&in, 100, 900, 0) == 9);
-  CHECK(weave_split_comm_blocks(&in, 100, 0, 0) == 1);   /* no communication: still at least 1 */
-  CHECK(weave_split_comm_blocks(&in, 0, 100, 0) == 9);   /* no GEMM: still at least 1 GEMM block */
+  CHECK(weave_split_comm_blocks(&in, 100, 0, 0) == 1); /* no communication: still at least 1 */
+  CHECK(weave_split_comm_blocks(&in, 0, 100, 0) == 9); /* no GEMM: still at least 1 GEMM block */
 
   int range_bad = 0, mono_bytes = 0, mono_flops = 0;
   for (int it = 0; it < 300; ++it) {
@@ -385,7 +440,8 @@ static void test_bytes_roofline(void) {
   CHECK(weave_dtype_parse("fp8", &t) == 0 && t == WEAVE_FP8_E4M3);
   CHECK(weave_dtype_size(WEAVE_FP8_E4M3) == 1 && weave_dtype_size(WEAVE_DTYPE_AUTO) == 0);
   CHECK(weave_dtype_out(WEAVE_FP8_E4M3, WEAVE_DTYPE_AUTO) == WEAVE_BF16 &&
-        weave_dtype_out(WEAVE_FP8_E4M3, WEAVE_FP16) == WEAVE_FP16 && weave_dtype_out(WEAVE_FP16, WEAVE_DTYPE_AUTO) == WEAVE_FP16);
+        weave_dtype_out(WEAVE_FP8_E4M3, WEAVE_FP16) == WEAVE_FP16 &&
+        weave_dtype_out(WEAVE_FP16, WEAVE_DTYPE_AUTO) == WEAVE_FP16);
   for (int i = 0; i <= 3; ++i) {
     weave_dtype_t back;
     CHECK(weave_dtype_parse(weave_dtype_name((weave_dtype_t)i), &back) == 0 && back == (weave_dtype_t)i);
@@ -459,7 +515,8 @@ static void test_roofline_nodes(void) {
             /* more chunks allowed: never slower */
             weave_roofline_nodes_t more;
             weave_roofline_nodes(&c, M, 8192, 28672, WEAVE_BF16, 2, 64, &more);
-            if (more.t_weave_ms > r.t_weave_ms * (1 + 1e-12) || more.chunks_used < 1 || more.chunks_used > 64) bad_chunks++;
+            if (more.t_weave_ms > r.t_weave_ms * (1 + 1e-12) || more.chunks_used < 1 || more.chunks_used > 64)
+              bad_chunks++;
           }
       }
   CHECK_MSG(bad_one == 0, "%d one-node cases differ from weave_roofline", bad_one);
@@ -580,7 +637,6 @@ static void test_auto_model(void) {
             m.fused_ms);
   CHECK(isfinite(m.baseline_ms) && isfinite(m.bulk_ms));
 }
-
 
 /* The alignment a cuBLASLt call's algorithm is picked for: the lowest set bit of the three addresses,
  * at most 256 (cuBLASLt's own assumption), NULL counting as aligned. */

@@ -25,11 +25,11 @@
 typedef struct {
   weave_tiling_t t;
   int tiles_cap, use_credit;
-  _Atomic uint32_t done[WORLD][WORLD];       /* [at rank][from owner] */
-  _Atomic uint32_t *flags;                   /* [owner][src][tile] */
-  _Atomic uint64_t *slots;                   /* [owner][src][tile]: the "partial" */
+  _Atomic uint32_t done[WORLD][WORLD]; /* [at rank][from owner] */
+  _Atomic uint32_t *flags;             /* [owner][src][tile] */
+  _Atomic uint64_t *slots;             /* [owner][src][tile]: the "partial" */
   atomic_int errors;
-  atomic_int finished[WORLD];                /* threads of the rank done with the call (arrive) */
+  atomic_int finished[WORLD]; /* threads of the rank done with the call (arrive) */
 } model_t;
 
 typedef struct {
@@ -76,13 +76,22 @@ static void *actor(void *arg) {
   for (uint32_t call = 1; call <= CALLS; ++call) {
     if (a->role == 0) {
       /* The next call of this rank starts only after its previous kernel ended (stream order). */
-      if (wait_reached(&m->done[r][r], call - 1)) { atomic_fetch_add(&m->errors, 1); return NULL; }
+      if (wait_reached(&m->done[r][r], call - 1)) {
+        atomic_fetch_add(&m->errors, 1);
+        return NULL;
+      }
       uint64_t credit = 0;
       for (int seq = 0; seq < total; ++seq) {
         int o = 0, j = 0;
-        if (weave_seq_tile(&m->t, r, seq, &o, &j) != 0) { atomic_fetch_add(&m->errors, 1); return NULL; }
+        if (weave_seq_tile(&m->t, r, seq, &o, &j) != 0) {
+          atomic_fetch_add(&m->errors, 1);
+          return NULL;
+        }
         if (m->use_credit && !weave_credit_held(credit, o)) { /* the kernel's own credit functions */
-          if (wait_reached(&m->done[r][o], weave_credit_epoch(call))) { atomic_fetch_add(&m->errors, 1); return NULL; }
+          if (wait_reached(&m->done[r][o], weave_credit_epoch(call))) {
+            atomic_fetch_add(&m->errors, 1);
+            return NULL;
+          }
           credit = weave_credit_take(credit, o);
         }
         pause_a_little(&a->seed);
@@ -90,10 +99,16 @@ static void *actor(void *arg) {
         atomic_store_explicit(&m->flags[at(m, o, r, j)], call, memory_order_release);
       }
     } else {
-      if (wait_reached(&m->done[r][r], call - 1)) { atomic_fetch_add(&m->errors, 1); return NULL; }
+      if (wait_reached(&m->done[r][r], call - 1)) {
+        atomic_fetch_add(&m->errors, 1);
+        return NULL;
+      }
       for (int j = 0; j < weave_owner_tiles(&m->t, r); ++j)
         for (int s = 0; s < WORLD; ++s) {
-          if (wait_reached(&m->flags[at(m, r, s, j)], call)) { atomic_fetch_add(&m->errors, 1); return NULL; }
+          if (wait_reached(&m->flags[at(m, r, s, j)], call)) {
+            atomic_fetch_add(&m->errors, 1);
+            return NULL;
+          }
           pause_a_little(&a->seed);
           if (atomic_load_explicit(&m->slots[at(m, r, s, j)], memory_order_relaxed) != value(call, s, r, j))
             atomic_fetch_add(&m->errors, 1);

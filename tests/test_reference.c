@@ -54,15 +54,15 @@ static void test_bf16(void) {
   CHECK_MSG(bad_near == 0, "%d bf16 near-ties wrong", bad_near);
   /* Spot values. */
   CHECK(weave_float_to_bf16(1.0f) == 0x3f80);
-  CHECK(weave_float_to_bf16(1.0f + 1.0f / 256) == 0x3f80);     /* tie, even is down */
-  CHECK(weave_float_to_bf16(1.0f + 3.0f / 256) == 0x3f82);     /* tie, even is up */
+  CHECK(weave_float_to_bf16(1.0f + 1.0f / 256) == 0x3f80); /* tie, even is down */
+  CHECK(weave_float_to_bf16(1.0f + 3.0f / 256) == 0x3f82); /* tie, even is up */
   CHECK(weave_float_to_bf16(1.0f + 1.0f / 256 + 1.0f / (1 << 20)) == 0x3f81);
   CHECK(weave_float_to_bf16(-2.0f) == 0xc000);
   CHECK(weave_float_to_bf16(INFINITY) == 0x7f80 && weave_float_to_bf16(-INFINITY) == 0xff80);
   CHECK(bf16_is_nan(weave_float_to_bf16(NAN)));
   CHECK(bf16_is_nan(weave_float_to_bf16(bits_to_float(0x7f800001u)))); /* payload only in the low bits */
   CHECK(bf16_is_nan(weave_float_to_bf16(bits_to_float(0xff800001u))));
-  CHECK(weave_float_to_bf16(3.4028235e38f) == 0x7f80); /* FLT_MAX rounds to inf */
+  CHECK(weave_float_to_bf16(3.4028235e38f) == 0x7f80);              /* FLT_MAX rounds to inf */
   CHECK(weave_float_to_bf16(bits_to_float(0x00008000u)) == 0x0000); /* subnormal tie to even */
   CHECK(weave_float_to_bf16(bits_to_float(0x00018000u)) == 0x0002);
   CHECK(weave_float_to_bf16(-0.0f) == 0x8000);
@@ -72,9 +72,12 @@ static void test_bf16(void) {
 static double fp16_value(uint16_t h) {
   int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
   double v;
-  if (e == 0) v = ldexp(m, -24);
-  else if (e == 31) v = m ? NAN : INFINITY;
-  else v = ldexp(1024 + m, e - 25);
+  if (e == 0)
+    v = ldexp(m, -24);
+  else if (e == 31)
+    v = m ? NAN : INFINITY;
+  else
+    v = ldexp(1024 + m, e - 25);
   return sign ? -v : v;
 }
 
@@ -95,7 +98,7 @@ static void test_fp16(void) {
   for (uint32_t h = 0; h < 0x7c00; ++h)
     for (int neg = 0; neg <= 1; ++neg) {
       double lo = fp16_value((uint16_t)h), hi = fp16_value((uint16_t)(h + 1));
-      if (isinf(hi)) hi = 65536.0; /* the next step after 65504 */
+      if (isinf(hi)) hi = 65536.0;        /* the next step after 65504 */
       float mid = (float)((lo + hi) / 2); /* exact: 12 significant bits */
       uint16_t s = neg ? 0x8000 : 0;
       float sm = neg ? -mid : mid;
@@ -124,7 +127,7 @@ static void test_fp16(void) {
   CHECK(weave_float_to_fp16(ldexpf(3.0f, -25)) == 0x0002); /* tie to even: 2 */
   CHECK(weave_float_to_fp16(ldexpf(1.0f, -26)) == 0x0000); /* underflow */
   CHECK(weave_float_to_fp16(-ldexpf(1.0f, -24)) == 0x8001);
-  CHECK(weave_float_to_fp16(ldexpf(1.0f, -14)) == 0x0400); /* smallest normal */
+  CHECK(weave_float_to_fp16(ldexpf(1.0f, -14)) == 0x0400);    /* smallest normal */
   CHECK(weave_float_to_fp16(ldexpf(1023.5f, -24)) == 0x0400); /* rounds up into the normals */
   CHECK(weave_float_to_fp16(-0.0f) == 0x8000 && weave_float_to_fp16(0.0f) == 0x0000);
   CHECK(weave_float_to_fp16(1.0f + 1.0f / 2048) == 0x3c00); /* tie, even down */
@@ -376,12 +379,12 @@ static void test_fp8(void) {
   CHECK(weave_float_to_fp8_e4m3(1.0f) == 0x38);
   CHECK(weave_float_to_fp8_e4m3(-2.0f) == 0xc0);
   CHECK(weave_float_to_fp8_e4m3(448.0f) == 0x7e && weave_fp8_e4m3_to_float(0x7e) == 448.0f);
-  CHECK(weave_float_to_fp8_e4m3(464.0f) == 0x7e);  /* would round to 480: saturates */
+  CHECK(weave_float_to_fp8_e4m3(464.0f) == 0x7e); /* would round to 480: saturates */
   CHECK(weave_float_to_fp8_e4m3(1e6f) == 0x7e && weave_float_to_fp8_e4m3(-INFINITY) == 0xfe);
   CHECK(weave_float_to_fp8_e4m3(1.0625f) == 0x38); /* tie between 1 and 1.125: even */
   CHECK(weave_float_to_fp8_e4m3(1.1875f) == 0x3a); /* tie between 1.125 and 1.25: even */
   CHECK(weave_float_to_fp8_e4m3(ldexpf(1.0f, -9)) == 0x01 && weave_float_to_fp8_e4m3(ldexpf(1.0f, -10)) == 0x00);
-  CHECK(weave_float_to_fp8_e4m3(ldexpf(3.0f, -10)) == 0x02); /* 1.5 * 2^-9: tie to even (2) */
+  CHECK(weave_float_to_fp8_e4m3(ldexpf(3.0f, -10)) == 0x02);  /* 1.5 * 2^-9: tie to even (2) */
   CHECK(weave_float_to_fp8_e4m3(ldexpf(15.0f, -10)) == 0x08); /* 7.5 * 2^-9 -> 8 * 2^-9 = 2^-6, the first normal */
   CHECK(weave_dtype_size(WEAVE_FP8_E4M3) == 1);
   unsigned char buf[4];
@@ -418,7 +421,8 @@ static void test_fp8(void) {
         for (int r = 0; r < W; ++r) {
           double s = 0, prev = 0, pm = 0, steps = 0;
           for (int k = 0; k < K; ++k) {
-            const double t = weave_fp8_e4m3_to_float(a8[r][(2 + i) * K + k]) * weave_fp8_e4m3_to_float(b8[r][j * K + k]);
+            const double t =
+                weave_fp8_e4m3_to_float(a8[r][(2 + i) * K + k]) * weave_fp8_e4m3_to_float(b8[r][j * K + k]);
             s += t;
             pm = fmax(pm, fabs(t));
             if ((k + 1) % 32 == 0 || k == K - 1) { /* fast: 2 x 34 ulps at 2^-13 of the step's largest */
@@ -483,7 +487,8 @@ static void test_fp8(void) {
           }
           const double adds = fastmode ? 0.0 : 2.0 * ((K2 + chunk - 1) / chunk) * ldexp(mxp, -23);
           const double b = bound[fastmode][i * 3 + j], st = stat[fastmode][i * 3 + j];
-          if (!fastmode && (!(b > 0) || fabs(b - (worst + adds)) > 1e-12 * (worst + adds) || !(b < bound[1][i * 3 + j])))
+          if (!fastmode &&
+              (!(b > 0) || fabs(b - (worst + adds)) > 1e-12 * (worst + adds) || !(b < bound[1][i * 3 + j])))
             bad_bound++;
           const double want = 8 * sqrt(var) + adds;
           if (!(st > 0) || fabs(st - want) > 1e-12 * want || !(st < b)) bad_stat++;
@@ -606,9 +611,10 @@ static void test_fp8_emulated(void) {
       fp32_not_below += !(c.err[0][i] < c.err[1][i]);
     }
     emu_ratio_range(c.err[1], c.stat[1], &stat_lo, &stat_hi);
-    printf("test_reference: fp8 emulated, inputs >= 0, K %d: error / worst-case bound fast %.3f..%.3f "
-           "(%.1f..%.1f%% of the sum lost), fp32 %.3f..%.3f; fast error / random-sign bound %.2f..%.2f\n",
-           K, lo[1], hi[1], 100 * loss_lo, 100 * loss_hi, lo[0], hi[0], stat_lo, stat_hi);
+    printf(
+        "test_reference: fp8 emulated, inputs >= 0, K %d: error / worst-case bound fast %.3f..%.3f "
+        "(%.1f..%.1f%% of the sum lost), fp32 %.3f..%.3f; fast error / random-sign bound %.2f..%.2f\n",
+        K, lo[1], hi[1], 100 * loss_lo, 100 * loss_hi, lo[0], hi[0], stat_lo, stat_hi);
     CHECK_MSG(hi[0] <= 1 && hi[1] <= 1,
               "inputs >= 0, K %d: emulated error over the worst-case bound (ratio fast %.3f, fp32 %.3f)", K, hi[1],
               hi[0]);
@@ -637,15 +643,16 @@ static void test_fp8_emulated(void) {
       emu_ratio_range(c.err[m], c.stat[m], &lo, &stat[m]);
       emu_ratio_range(c.err[m], c.worst[m], &lo, &worst[m]);
     }
-    printf("test_reference: fp8 emulated, random signs, K %d: largest error / random-sign bound fast %.4f, fp32 "
-           "%.4f; / worst-case bound fast %.4f, fp32 %.4f\n",
-           K, stat[1], stat[0], worst[1], worst[0]);
+    printf(
+        "test_reference: fp8 emulated, random signs, K %d: largest error / random-sign bound fast %.4f, fp32 "
+        "%.4f; / worst-case bound fast %.4f, fp32 %.4f\n",
+        K, stat[1], stat[0], worst[1], worst[0]);
     CHECK_MSG(stat[0] <= 1 && stat[1] <= 1,
-              "random signs, K %d: emulated error over the random-sign bound (ratio fast %.3f, fp32 %.3f)", K,
-              stat[1], stat[0]);
+              "random signs, K %d: emulated error over the random-sign bound (ratio fast %.3f, fp32 %.3f)", K, stat[1],
+              stat[0]);
     CHECK_MSG(worst[0] <= 1 && worst[1] <= 1,
-              "random signs, K %d: emulated error over the worst-case bound (ratio fast %.3f, fp32 %.3f)", K,
-              worst[1], worst[0]);
+              "random signs, K %d: emulated error over the worst-case bound (ratio fast %.3f, fp32 %.3f)", K, worst[1],
+              worst[0]);
   }
 }
 

@@ -24,8 +24,10 @@ static void test_row_split(void) {
         int want = M / world + (r < M % world ? 1 : 0);
         if (rows != want) bad_sizes++;
         for (int i = b; i < b + rows && i < M; ++i) {
-          if (i < 0 || owner_of[i] != -1) bad_cover++;
-          else owner_of[i] = r;
+          if (i < 0 || owner_of[i] != -1)
+            bad_cover++;
+          else
+            owner_of[i] = r;
         }
         next = b + rows;
       }
@@ -210,8 +212,8 @@ static void test_tilings(void) {
   int o, j;
   CHECK(weave_seq_tile(&t, 3, 0, &o, &j) == 0 && o == 0 && j == 0);
   CHECK(weave_seq_tile(&t, 3, 23, &o, &j) == 0 && o == 3 && j == 5);
-  CHECK(weave_seq_tile(&t, 1, 6, &o, &j) == 0 && o == 0 && j == 1);  /* round 1, step 2: (r+1+2) % 4 */
-  CHECK(weave_seq_tile(&t, 1, 3, &o, &j) == 0 && o == 1 && j == 0);  /* own tile closes round 0 */
+  CHECK(weave_seq_tile(&t, 1, 6, &o, &j) == 0 && o == 0 && j == 1); /* round 1, step 2: (r+1+2) % 4 */
+  CHECK(weave_seq_tile(&t, 1, 3, &o, &j) == 0 && o == 1 && j == 0); /* own tile closes round 0 */
   CHECK(weave_seq_tile(&t, 1, -1, &o, &j) == -1);
   /* Grouped order within an owner: column-major inside a group of WEAVE_GROUP_M tile-rows. */
   weave_tiling_t g = {64 * 20, 64 * 3, 1, 64, 64, 0};
@@ -292,9 +294,15 @@ static void test_ag_schedule(void) {
               for (int seq = 0; seq < total; ++seq) {
                 int tm, tn;
                 weave_ag_tile_coords(seq, blocks_m, tiles_n, group_m, first, n_own, &tm, &tn);
-                if (tm < 0 || tm >= blocks_m || tn < 0 || tn >= tiles_n || seen[tm * tiles_n + tn]) { ok = 0; break; }
+                if (tm < 0 || tm >= blocks_m || tn < 0 || tn >= tiles_n || seen[tm * tiles_n + tn]) {
+                  ok = 0;
+                  break;
+                }
                 seen[tm * tiles_n + tn] = 1;
-                if (!row_seen[tm]) { row_seen[tm] = 1; order[norder++] = tm; }
+                if (!row_seen[tm]) {
+                  row_seen[tm] = 1;
+                  order[norder++] = tm;
+                }
               }
               CHECK(ok && norder == blocks_m);
               for (int i = 0; ok && i < n_own; ++i) CHECK(order[i] == first + i);
@@ -305,7 +313,9 @@ static void test_ag_schedule(void) {
                 if (rows) CHECK(d >= last_d && d >= 1); /* not the rank's own rows, in arrival order */
                 last_d = d;
               }
-              free(seen); free(order); free(row_seen);
+              free(seen);
+              free(order);
+              free(row_seen);
               ++cases;
             }
         }

@@ -38,8 +38,10 @@ static int check_schedule(int T, int P, int kt, int mode) {
     while (weave_hgemm_walk_next(&w, &seq, &kb0, &kb1)) {
       CHECK(seq >= 0 && seq < T && kb0 >= 0 && kb0 < kb1 && kb1 <= kt);
       if (!(seq >= 0 && seq < T && kb0 >= 0 && kb0 < kb1 && kb1 <= kt)) break;
-      if (seq < s.dp_tiles) CHECK(kb0 == 0 && kb1 == kt && seq % P == b);
-      else sk_units += kb1 - kb0;
+      if (seq < s.dp_tiles)
+        CHECK(kb0 == 0 && kb1 == kt && seq % P == b);
+      else
+        sk_units += kb1 - kb0;
       for (int k = kb0; k < kb1; ++k) {
         covered[seq][k]++;
         by_block[seq][k] = b;
@@ -64,8 +66,8 @@ static int check_schedule(int T, int P, int kt, int mode) {
   free(slot_used);
   if (s.sk_tiles) CHECK(max_units - min_units <= 1); /* balanced */
   for (int t = 0; t < T; ++t)
-    for (int k = 0; k < kt; ++k) CHECK_MSG(covered[t][k] == 1, "T %d P %d kt %d: tile %d kb %d done %d times", T, P,
-                                           kt, t, k, covered[t][k]);
+    for (int k = 0; k < kt; ++k)
+      CHECK_MSG(covered[t][k] == 1, "T %d P %d kt %d: tile %d kb %d done %d times", T, P, kt, t, k, covered[t][k]);
   /* segments of each SK tile: blocks first .. first+segs-1, in k order, segment 0 starts at kb 0 */
   for (int t = 0; t < s.sk_tiles; ++t) {
     int first, segs;
@@ -73,7 +75,8 @@ static int check_schedule(int T, int P, int kt, int mode) {
     const int seq = s.dp_tiles + t;
     CHECK(segs >= 1 && first >= 0 && first + segs <= s.sk_blocks);
     CHECK(by_block[seq][0] == first && by_block[seq][kt - 1] == first + segs - 1);
-    for (int k = 1; k < kt; ++k) CHECK(by_block[seq][k] == by_block[seq][k - 1] || by_block[seq][k] == by_block[seq][k - 1] + 1);
+    for (int k = 1; k < kt; ++k)
+      CHECK(by_block[seq][k] == by_block[seq][k - 1] || by_block[seq][k] == by_block[seq][k - 1] + 1);
   }
   return check_failures == before;
 }
@@ -87,7 +90,9 @@ static int simulate_arrivals(int segs, unsigned seed, int peek, unsigned *counte
   for (int i = segs - 1; i > 0; --i) {
     seed = seed * 1103515245u + 12345u;
     int j = (int)((seed >> 16) % (unsigned)(i + 1));
-    int x = order[i]; order[i] = order[j]; order[j] = x;
+    int x = order[i];
+    order[i] = order[j];
+    order[j] = x;
   }
   for (int i = 0; i < segs; ++i) {
     (void)order[i];
@@ -112,7 +117,7 @@ int main(void) {
         n += 2;
       }
   /* the benchmark's shapes (128 x 256 tiles, 64-deep k-blocks) at its block counts */
-  static const int shapes[][3] = {{8192, 8192, 8192}, {8192, 8192, 3584}, {8192, 8192, 1024},
+  static const int shapes[][3] = {{8192, 8192, 8192}, {8192, 8192, 3584},  {8192, 8192, 1024},
                                   {4096, 8192, 3584}, {16384, 8192, 3584}, {2048, 8192, 3584}};
   static const int blocks[] = {132, 124, 116, 100, 7};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
@@ -157,11 +162,12 @@ int main(void) {
    * epilogue): every row where both runs agree on a winner by 1.5% or more. Left out as close calls (the two
    * schedules within ~1.5%): 8192x8192x3584 at every block count, 16384x8192x3584 at every block
    * count, 4096x8192x3584 at 116 and 2048x8192x3584 at 132. */
-  const struct { int tiles, blocks, kt, pp; } rows[] = {
-      {2048, 132, 128, 0}, {2048, 124, 128, 0}, {2048, 116, 128, 0}, {2048, 100, 128, 0}, /* 8192^3 */
-      {2048, 132, 16, 1},  {2048, 124, 16, 1},  {2048, 116, 16, 1},  {2048, 100, 16, 1},  /* 8192^2 x 1024 */
-      {1024, 132, 56, 0},  {1024, 124, 56, 0},  {1024, 100, 56, 0},                       /* 4096 x 8192 x 3584 */
-      {512, 124, 56, 0},   {512, 116, 56, 0},   {512, 100, 56, 0}};                       /* 2048 x 8192 x 3584 */
+  const struct {
+    int tiles, blocks, kt, pp;
+  } rows[] = {{2048, 132, 128, 0}, {2048, 124, 128, 0}, {2048, 116, 128, 0}, {2048, 100, 128, 0}, /* 8192^3 */
+              {2048, 132, 16, 1},  {2048, 124, 16, 1},  {2048, 116, 16, 1},  {2048, 100, 16, 1},  /* 8192^2 x 1024 */
+              {1024, 132, 56, 0},  {1024, 124, 56, 0},  {1024, 100, 56, 0}, /* 4096 x 8192 x 3584 */
+              {512, 124, 56, 0},   {512, 116, 56, 0},   {512, 100, 56, 0}}; /* 2048 x 8192 x 3584 */
   const int A_ = WEAVE_HGEMM_SCHED_AUTO, SKA = WEAVE_HGEMM_SK_AUTO;
   for (size_t r = 0; r < sizeof rows / sizeof rows[0]; ++r)
     CHECK_MSG(weave_hgemm_pick_pingpong(A_, 1, rows[r].tiles, rows[r].blocks, rows[r].kt, SKA) == rows[r].pp,
@@ -201,8 +207,10 @@ int main(void) {
             const long long q = (long long)(2 * item + h) * kt + kb;
             CHECK_MSG(pipe.stage == (int)(q % stages) && pipe.phase == (unsigned)((q / stages) & 1),
                       "stages %d kt %d half %d item %d kb %d", stages, kt, h, item, kb);
-            if (kb % 2) weave_hgemm_pipe_advance(&pipe, stages); /* both steppers, as the roles use them */
-            else weave_hgemm_pipe_skip(&pipe, 1, stages);
+            if (kb % 2)
+              weave_hgemm_pipe_advance(&pipe, stages); /* both steppers, as the roles use them */
+            else
+              weave_hgemm_pipe_skip(&pipe, 1, stages);
           }
           weave_hgemm_pipe_skip(&pipe, kt, stages);
         }

@@ -103,7 +103,8 @@ static void test_cli(void) {
   CHECK(in_child(bad_choice, "fuse", err, sizeof(err)) == 2 && strstr(err, "--strategy") && strstr(err, "all, fused"));
   const char *bad_lists[] = {"0,,1", "1,", "8", "0,1,2,3,4", "a", ""};
   for (size_t i = 0; i < sizeof(bad_lists) / sizeof(*bad_lists); ++i)
-    CHECK_MSG(in_child(bad_list, bad_lists[i], err, sizeof(err)) == 2 && strstr(err, "--devices"), "'%s'", bad_lists[i]);
+    CHECK_MSG(in_child(bad_list, bad_lists[i], err, sizeof(err)) == 2 && strstr(err, "--devices"), "'%s'",
+              bad_lists[i]);
   /* whole command lines */
   CHECK(in_child(parse_line, "-M 5 --strategy x --tune", err, sizeof(err)) == 0);
   CHECK(in_child(parse_line, "--rows 5", err, sizeof(err)) == 0);
@@ -117,7 +118,8 @@ static void test_cli(void) {
   FILE *f = open_memstream(&text, &len);
   cli_usage(&c, f, "[options]");
   fclose(f);
-  for (const cli_option_t *o = opts; o->name; ++o) CHECK_MSG(strstr(text, o->name) && strstr(text, o->help), "%s", o->name);
+  for (const cli_option_t *o = opts; o->name; ++o)
+    CHECK_MSG(strstr(text, o->name) && strstr(text, o->help), "%s", o->name);
   CHECK(strstr(text, "-M, --rows M"));
   free(text);
 }
@@ -147,8 +149,9 @@ static void test_json(void) {
   json_end_array(&w);
   json_end_object(&w);
   fclose(f);
-  const char *want = "{\"s\":\"a\\\"b\\\\c\\u000ad\\u0001\",\"i\":-7,\"x\":0.5,\"nan\":null,"
-                     "\"rows\":[{\"M\":1},{},3],\"empty\":[]}\n";
+  const char *want =
+      "{\"s\":\"a\\\"b\\\\c\\u000ad\\u0001\",\"i\":-7,\"x\":0.5,\"nan\":null,"
+      "\"rows\":[{\"M\":1},{},3],\"empty\":[]}\n";
   CHECK_MSG(!strcmp(text, want), "got %s", text);
   free(text);
 }

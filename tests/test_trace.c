@@ -344,8 +344,9 @@ static void test_writers(const char *dir) {
     /* Earliest begin (rank 0, BASE + 1) is ts 0; rank 1's first GEMM at +50 ns. */
     CHECK(strstr(s, "\"name\":\"GEMM t0\",\"cat\":\"GEMM\",\"pid\":0,\"tid\":0,\"ts\":0.000,\"dur\":0.400") != NULL);
     CHECK(strstr(s, "\"name\":\"GEMM t0\",\"cat\":\"GEMM\",\"pid\":1,\"tid\":0,\"ts\":0.050,\"dur\":0.400") != NULL);
-    CHECK(strstr(s, "\"name\":\"SEND t1\",\"cat\":\"SEND\",\"pid\":0,\"tid\":2,\"ts\":0.950,\"dur\":0.050,"
-                    "\"args\":{\"tile\":1,\"peer\":1}") != NULL);
+    CHECK(strstr(s,
+                 "\"name\":\"SEND t1\",\"cat\":\"SEND\",\"pid\":0,\"tid\":2,\"ts\":0.950,\"dur\":0.050,"
+                 "\"args\":{\"tile\":1,\"peer\":1}") != NULL);
     free(s);
   }
 

@@ -58,9 +58,9 @@ static weave_tune_entry_t sample_entry(void) {
 }
 
 /* The sample's line, field by field (tune.h's order). */
-static const char *const sample_fields[19] = {"NVIDIA H200", "132", "12080", "12060", "0.5.0", "8", "1",
-                                              "8192", "4096", "512", "bf16", "bf16", "col", "det", "out",
-                                              "fused", "120", "12", "1.2500"};
+static const char *const sample_fields[19] = {"NVIDIA H200", "132",   "12080", "12060", "0.5.0", "8",   "1",
+                                              "8192",        "4096",  "512",   "bf16",  "bf16",  "col", "det",
+                                              "out",         "fused", "120",   "12",    "1.2500"};
 
 /* The sample's line with field `field` replaced by `value` (field -1: none), fields joined by tabs. */
 static void sample_line_with(int field, const char *value, char *buf, size_t len) {
@@ -79,12 +79,12 @@ static void sample_line_with(int field, const char *value, char *buf, size_t len
 static int same_entry(const weave_tune_entry_t *got, const weave_tune_entry_t *want) {
   const weave_tune_key_t *g = &got->key, *w = &want->key;
   const weave_scale_mode_t scale = w->scale_mode == WEAVE_SCALE_ROW ? WEAVE_SCALE_ROW : WEAVE_SCALE_NONE;
-  return strcmp(g->device, w->device) == 0 && g->sms == w->sms && g->driver == w->driver &&
-         g->runtime == w->runtime && strcmp(g->weave, w->weave) == 0 && g->world == w->world &&
-         g->ranks_per_device == w->ranks_per_device && g->m_bucket == w->m_bucket && g->N == w->N && g->K == w->K &&
-         g->dtype == w->dtype && g->out_dtype == w->out_dtype && g->b_layout == w->b_layout &&
-         g->reduce == w->reduce && g->fp32_slots == w->fp32_slots && g->scale_mode == scale &&
-         g->fp8_accum == w->fp8_accum && got->strategy == want->strategy && got->gemm_blocks == want->gemm_blocks &&
+  return strcmp(g->device, w->device) == 0 && g->sms == w->sms && g->driver == w->driver && g->runtime == w->runtime &&
+         strcmp(g->weave, w->weave) == 0 && g->world == w->world && g->ranks_per_device == w->ranks_per_device &&
+         g->m_bucket == w->m_bucket && g->N == w->N && g->K == w->K && g->dtype == w->dtype &&
+         g->out_dtype == w->out_dtype && g->b_layout == w->b_layout && g->reduce == w->reduce &&
+         g->fp32_slots == w->fp32_slots && g->scale_mode == scale && g->fp8_accum == w->fp8_accum &&
+         got->strategy == want->strategy && got->gemm_blocks == want->gemm_blocks &&
          got->comm_blocks == want->comm_blocks && fabs(got->speedup - want->speedup) < 1e-4;
 }
 
@@ -186,8 +186,8 @@ static void test_bucket_and_names(void) {
   CHECK(weave_tune_bucket(INT32_MAX) == 1 << 30);
   CHECK(weave_tune_bucket((1 << 30) + 1) == 1 << 30);
 
-  const weave_tune_status_t all[] = {WEAVE_TUNE_FOUND, WEAVE_TUNE_MISSING, WEAVE_TUNE_FOREIGN,
-                                     WEAVE_TUNE_CORRUPT, WEAVE_TUNE_UNSAFE, WEAVE_TUNE_IO};
+  const weave_tune_status_t all[] = {WEAVE_TUNE_FOUND,   WEAVE_TUNE_MISSING, WEAVE_TUNE_FOREIGN,
+                                     WEAVE_TUNE_CORRUPT, WEAVE_TUNE_UNSAFE,  WEAVE_TUNE_IO};
   for (size_t i = 0; i < N_OF(all); ++i) {
     const char *a = weave_tune_status_name(all[i]);
     CHECK_MSG(a && a[0] && strcmp(a, "?") != 0, "status %d has no name", (int)all[i]);
@@ -313,10 +313,26 @@ static void test_malformed(void) {
     int field;
     const char *value;
   } good[] = {
-      {10, "fp8_e4m3"}, {10, "fp8_e4m3+row"}, {10, "fp8_e4m3+fast"}, {10, "fp8_e4m3+row+fast"}, {10, "fp32"},
-      {11, "fp32"},     {4, "10.20.30"},      {4, "12345.123456.12"}, {5, "64"},                 {6, "8"},
-      {7, "1"},         {7, "1073741824"},    {16, "0"},              {17, "100000"},            {18, "1"},
-      {18, "0.5"},      {18, "3e2"},          {2, "0"},               {3, "0"},                  {0, "x"},
+      {10, "fp8_e4m3"},
+      {10, "fp8_e4m3+row"},
+      {10, "fp8_e4m3+fast"},
+      {10, "fp8_e4m3+row+fast"},
+      {10, "fp32"},
+      {11, "fp32"},
+      {4, "10.20.30"},
+      {4, "12345.123456.12"},
+      {5, "64"},
+      {6, "8"},
+      {7, "1"},
+      {7, "1073741824"},
+      {16, "0"},
+      {17, "100000"},
+      {18, "1"},
+      {18, "0.5"},
+      {18, "3e2"},
+      {2, "0"},
+      {3, "0"},
+      {0, "x"},
   };
   for (size_t i = 0; i < N_OF(good); ++i) {
     sample_line_with(good[i].field, good[i].value, line, sizeof(line));
@@ -328,25 +344,94 @@ static void test_malformed(void) {
     int field;
     const char *value;
   } bad[] = {
-      {1, "x"},          {1, "132x"},        {1, "0"},           {1, "-1"},             {1, "1048577"},
-      {1, "13 2"},       {2, "-1"},          {2, "12.0"},        {3, "abc"},            {3, "99999999999"},
-      {4, "0.4"},        {4, "a.b.c"},       {4, "1..2"},        {4, ".1.2"},           {4, "1.2."},
-      {4, "1.2.3.4"},    {4, "v0.5.0"},      {4, "0.5.0-rc1"},   {4, "123456.123456.12"},
-      {5, "0"},          {5, "-8"},          {5, "65"},          {5, "eight"},          {6, "0"},
+      {1, "x"},
+      {1, "132x"},
+      {1, "0"},
+      {1, "-1"},
+      {1, "1048577"},
+      {1, "13 2"},
+      {2, "-1"},
+      {2, "12.0"},
+      {3, "abc"},
+      {3, "99999999999"},
+      {4, "0.4"},
+      {4, "a.b.c"},
+      {4, "1..2"},
+      {4, ".1.2"},
+      {4, "1.2."},
+      {4, "1.2.3.4"},
+      {4, "v0.5.0"},
+      {4, "0.5.0-rc1"},
+      {4, "123456.123456.12"},
+      {5, "0"},
+      {5, "-8"},
+      {5, "65"},
+      {5, "eight"},
+      {6, "0"},
       {6, "9"}, /* ranks_per_device > world */
-      {7, "0"},          {7, "3"},           {7, "1000"},        {7, "6144"},           {7, "2147483648"},
-      {8, "0"},          {8, "-4096"},       {8, "1073741825"},  {9, "0"},              {9, "512x"},
-      {10, "bfloat16"},  {10, "BF16"},       {10, "half"},       {10, "float"},         {10, "fp8"},
-      {10, "e4m3"},      {10, "int8"},       {10, "auto"},       {10, "bf16+fast"},     {10, "bf16+row"},
-      {10, "fp16+row+fast"}, {10, "fp32+fast"}, {10, "fp8_e4m3+fast+row"}, {10, "fp8_e4m3+row+row"},
-      {10, "fp8_e4m3+fast+fast"}, {10, "fp8_e4m3+"}, {10, "fp8_e4m3+tensor"}, {10, "fp8_e4m3+rowx"},
-      {10, "fp8_e4m3+row+"}, {10, "+row"},   {11, "fp8_e4m3"},   {11, "auto"},          {11, "bfloat16"},
-      {11, "BF16"},      {11, "bf16+row"},   {12, "ROW"},        {12, "column"},        {12, "1"},
-      {13, "deterministic"}, {13, "atomics"}, {13, "0"},         {14, "fp16"},          {14, "bf16"},
-      {14, "1"},         {15, "auto"},       {15, "FUSED"},      {15, "turbo"},         {15, "?"},
-      {16, "-1"},        {16, "x"},          {16, "100001"},     {17, "-1"},            {17, "1.5"},
-      {18, "nan"},       {18, "NaN"},        {18, "inf"},        {18, "0"},             {18, "0.0"},
-      {18, "-1"},        {18, "-0.5"},       {18, "1.0x"},       {18, "1.25 "},         {18, "fast"},
+      {7, "0"},
+      {7, "3"},
+      {7, "1000"},
+      {7, "6144"},
+      {7, "2147483648"},
+      {8, "0"},
+      {8, "-4096"},
+      {8, "1073741825"},
+      {9, "0"},
+      {9, "512x"},
+      {10, "bfloat16"},
+      {10, "BF16"},
+      {10, "half"},
+      {10, "float"},
+      {10, "fp8"},
+      {10, "e4m3"},
+      {10, "int8"},
+      {10, "auto"},
+      {10, "bf16+fast"},
+      {10, "bf16+row"},
+      {10, "fp16+row+fast"},
+      {10, "fp32+fast"},
+      {10, "fp8_e4m3+fast+row"},
+      {10, "fp8_e4m3+row+row"},
+      {10, "fp8_e4m3+fast+fast"},
+      {10, "fp8_e4m3+"},
+      {10, "fp8_e4m3+tensor"},
+      {10, "fp8_e4m3+rowx"},
+      {10, "fp8_e4m3+row+"},
+      {10, "+row"},
+      {11, "fp8_e4m3"},
+      {11, "auto"},
+      {11, "bfloat16"},
+      {11, "BF16"},
+      {11, "bf16+row"},
+      {12, "ROW"},
+      {12, "column"},
+      {12, "1"},
+      {13, "deterministic"},
+      {13, "atomics"},
+      {13, "0"},
+      {14, "fp16"},
+      {14, "bf16"},
+      {14, "1"},
+      {15, "auto"},
+      {15, "FUSED"},
+      {15, "turbo"},
+      {15, "?"},
+      {16, "-1"},
+      {16, "x"},
+      {16, "100001"},
+      {17, "-1"},
+      {17, "1.5"},
+      {18, "nan"},
+      {18, "NaN"},
+      {18, "inf"},
+      {18, "0"},
+      {18, "0.0"},
+      {18, "-1"},
+      {18, "-0.5"},
+      {18, "1.0x"},
+      {18, "1.25 "},
+      {18, "fast"},
   };
   for (size_t i = 0; i < N_OF(bad); ++i) {
     char what[96];
@@ -443,8 +528,7 @@ static void test_key_equal(void) {
   for (int i = 0; i < 17; ++i) {
     b = a;
     change_key_field(&b, i);
-    CHECK_MSG(!weave_tune_key_equal(&a, &b) && !weave_tune_key_equal(&b, &a), "keys that differ in field %d equal",
-              i);
+    CHECK_MSG(!weave_tune_key_equal(&a, &b) && !weave_tune_key_equal(&b, &a), "keys that differ in field %d equal", i);
   }
   /* per-tensor scales share the entries of none; per-row ones do not */
   b = a;
@@ -468,8 +552,10 @@ static void test_key_equal(void) {
 
 /* ---- where ------------------------------------------------------------------------------------ */
 static void restore_env(const char *name, const char *saved) {
-  if (saved) setenv(name, saved, 1);
-  else unsetenv(name);
+  if (saved)
+    setenv(name, saved, 1);
+  else
+    unsetenv(name);
 }
 
 static void test_path(void) {

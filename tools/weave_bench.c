@@ -69,10 +69,10 @@ typedef struct {
   int M, N, K_total, world, min_M, max_M;
   double factor;
   int devices[WEAVE_MAX_WORLD], ndevices;
-  weave_dtype_t dtype;  /* A and B */
-  weave_dtype_t out;    /* C (dtype; bf16 for fp8) */
-  int scale_mode;       /* fp8: weave_scale_mode_t */
-  int fp8_accum;        /* fp8: weave_fp8_accum_t (weave and the baseline's cuBLASLt alike) */
+  weave_dtype_t dtype; /* A and B */
+  weave_dtype_t out;   /* C (dtype; bf16 for fp8) */
+  int scale_mode;      /* fp8: weave_scale_mode_t */
+  int fp8_accum;       /* fp8: weave_fp8_accum_t (weave and the baseline's cuBLASLt alike) */
   weave_layout_t layout;
   weave_tile_order_t order;
   int iters, warmup, check, tune;
@@ -98,8 +98,21 @@ typedef struct {
  * the command line
  * ---------------------------------------------------------------------------------------------- */
 enum {
-  OPT_DEVICES = 256, OPT_LAYOUT, OPT_STRATEGY, OPT_REDUCE, OPT_SLOT, OPT_ORDER, OPT_GEMM_BLOCKS, OPT_COMM_BLOCKS,
-  OPT_TUNE, OPT_TRACE, OPT_OP, OPT_VERSION, OPT_SCALES, OPT_ACCUM, OPT_DRY_RUN
+  OPT_DEVICES = 256,
+  OPT_LAYOUT,
+  OPT_STRATEGY,
+  OPT_REDUCE,
+  OPT_SLOT,
+  OPT_ORDER,
+  OPT_GEMM_BLOCKS,
+  OPT_COMM_BLOCKS,
+  OPT_TUNE,
+  OPT_TRACE,
+  OPT_OP,
+  OPT_VERSION,
+  OPT_SCALES,
+  OPT_ACCUM,
+  OPT_DRY_RUN
 };
 
 static const cli_option_t bench_options[] = {
@@ -135,8 +148,8 @@ static const cli_option_t bench_options[] = {
 };
 
 static const char *const dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NULL}; /* in weave_dtype_t order */
-static const char *const scale_names[] = {"none", "tensor", "row", NULL};        /* weave_scale_mode_t order */
-static const char *const accum_names[] = {"fp32", "fast", NULL};                 /* weave_fp8_accum_t order */
+static const char *const scale_names[] = {"none", "tensor", "row", NULL};       /* weave_scale_mode_t order */
+static const char *const accum_names[] = {"fp32", "fast", NULL};                /* weave_fp8_accum_t order */
 static const char *const slot_names[] = {"dtype", "fp32", NULL};
 static const char *const order_names[] = {"own-last", "own-first", NULL}; /* weave_tile_order_t order */
 
@@ -158,9 +171,17 @@ static const char *const reduce_names[] = {"both", "det", "atomic", NULL};
 static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *vo) {
   static const char *const layout_names[] = {"row", "col", NULL};
   static const char *const op_names[] = {"gemm_rs", "gemm", NULL};
-  b->M = 8192; b->N = 8192; b->K_total = 28672; b->world = 1; b->factor = 2;
-  b->dtype = WEAVE_BF16; b->layout = WEAVE_LAYOUT_ROW; b->order = WEAVE_ORDER_OWN_LAST;
-  b->iters = 20; b->warmup = 5; b->check = 1;
+  b->M = 8192;
+  b->N = 8192;
+  b->K_total = 28672;
+  b->world = 1;
+  b->factor = 2;
+  b->dtype = WEAVE_BF16;
+  b->layout = WEAVE_LAYOUT_ROW;
+  b->order = WEAVE_ORDER_OWN_LAST;
+  b->iters = 20;
+  b->warmup = 5;
+  b->check = 1;
   b->scale_mode = WEAVE_SCALE_TENSOR;
   int layout_given = 0, scales_given = 0;
   memset(vo, 0, sizeof(*vo));
@@ -173,7 +194,10 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
       case 'M': b->M = (int)cli_long(&c, a, 1, 1L << 24); break;
       case 'N': b->N = (int)cli_long(&c, a, 1, 1L << 24); break;
       case 'K': b->K_total = (int)cli_long(&c, a, 1, 1L << 26); break;
-      case 'g': b->world = (int)cli_long(&c, a, 1, WEAVE_MAX_WORLD); vo->ranks_given = 1; break;
+      case 'g':
+        b->world = (int)cli_long(&c, a, 1, WEAVE_MAX_WORLD);
+        vo->ranks_given = 1;
+        break;
       case OPT_DEVICES:
         b->ndevices = cli_long_list(&c, a, 0, 1023, list, WEAVE_MAX_WORLD);
         for (int i = 0; i < b->ndevices; ++i) b->devices[i] = (int)list[i];
@@ -212,8 +236,9 @@ static void parse_options(int argc, char **argv, bench_t *b, variant_options_t *
         exit(0);
       }
       case 'h':
-        cli_usage(&c, stdout, "[options]   (GEMM + ReduceScatter; ranks as threads, or one process each under a "
-                              "launcher)");
+        cli_usage(&c, stdout,
+                  "[options]   (GEMM + ReduceScatter; ranks as threads, or one process each under a "
+                  "launcher)");
         exit(0);
     }
   }
@@ -290,10 +315,8 @@ static void add_variants(bench_t *b, const variant_options_t *vo, int visible_de
     tv->trace = 1;
     snprintf(tv->label, sizeof(tv->label), "fused/det +trace");
   }
-  if (all || vo->strategy == PICK_BULK)
-    add_variant(b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot, 0, 0);
-  if (all || vo->strategy == PICK_AUTO)
-    add_variant(b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
+  if (all || vo->strategy == PICK_BULK) add_variant(b, WEAVE_STRATEGY_BULK, WEAVE_REDUCE_DETERMINISTIC, slot, 0, 0);
+  if (all || vo->strategy == PICK_AUTO) add_variant(b, WEAVE_STRATEGY_AUTO, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
   if (b->tune) {
     /* The plan's budget: the SMs less one per rank when ranks share a GPU, shared by those ranks. */
     int sms = 132, ranks_here = 0;
@@ -336,7 +359,7 @@ typedef struct {
   int K, row_begin, rows, nsets;
   size_t elt, oelt, a_n, b_n; /* bytes of an input and of an output element */
   void *dA[MAX_SETS], *dB[MAX_SETS], *dC;
-  float *dsa, *dsb;           /* fp8: this rank's scales (NULL without) */
+  float *dsa, *dsb; /* fp8: this rank's scales (NULL without) */
   /* the check: 3 ranges of rcnt rows in fp64, and every row against cuBLASLt (not for fp8: each
    * rank's scales differ, so no single cuBLASLt call over the gathered K gives the sum) */
   int check_begin[3], check_rows;
@@ -428,13 +451,12 @@ static void reference_create(rank_run_t *x) {
     for (int s = 0; s < world; ++s) bench_scales(b, s, &sa[s], &sb[s]);
     x->bound = (double *)malloc(sizeof(double) * 3 * (size_t)x->check_rows * b->N + 1);
     for (int i = 0; i < 3; ++i)
-      weave_ref_gemm_rs_scaled(b->M, b->N, x->K, world, b->dtype, b->out, b->layout, 1.0,
-                               (weave_scale_mode_t)b->scale_mode,
-                               WEAVE_REF_FP8_RANDOM_SIGNS | (b->fp8_accum == WEAVE_FP8_ACCUM_FAST ? WEAVE_REF_FP8_FAST : 0),
-                               (const float *const *)sa, (const float *const *)sb,
-                               (const void *const *)As, (const void *const *)Bs, NULL,
-                               x->row_begin + x->check_begin[i], x->check_rows,
-                               x->ref + (size_t)i * x->check_rows * b->N, x->bound + (size_t)i * x->check_rows * b->N);
+      weave_ref_gemm_rs_scaled(
+          b->M, b->N, x->K, world, b->dtype, b->out, b->layout, 1.0, (weave_scale_mode_t)b->scale_mode,
+          WEAVE_REF_FP8_RANDOM_SIGNS | (b->fp8_accum == WEAVE_FP8_ACCUM_FAST ? WEAVE_REF_FP8_FAST : 0),
+          (const float *const *)sa, (const float *const *)sb, (const void *const *)As, (const void *const *)Bs, NULL,
+          x->row_begin + x->check_begin[i], x->check_rows, x->ref + (size_t)i * x->check_rows * b->N,
+          x->bound + (size_t)i * x->check_rows * b->N);
     for (int s = 0; s < world; ++s) {
       free(sa[s]);
       free(sb[s]);
@@ -505,10 +527,9 @@ static int validate(rank_run_t *x, int vi) {
   double relerr = 0;
   for (int i = 0; i < 3 && x->check_rows > 0; ++i) {
     weave_check_t chk;
-    weave_check_result_ex(b->out, x->hC + (size_t)x->check_begin[i] * b->N * x->oelt,
-                          x->ref + (size_t)i * x->check_rows * b->N,
-                          x->bound ? x->bound + (size_t)i * x->check_rows * b->N : NULL, (size_t)x->check_rows * b->N,
-                          atol, rtol, &chk);
+    weave_check_result_ex(
+        b->out, x->hC + (size_t)x->check_begin[i] * b->N * x->oelt, x->ref + (size_t)i * x->check_rows * b->N,
+        x->bound ? x->bound + (size_t)i * x->check_rows * b->N : NULL, (size_t)x->check_rows * b->N, atol, rtol, &chk);
     wrong += (long)chk.wrong;
     if (!(chk.rel_err <= relerr)) relerr = chk.rel_err; /* NaN sticks */
   }
@@ -526,8 +547,8 @@ static int validate(rank_run_t *x, int vi) {
 }
 
 /* Timed calls, round-robin over the variants (one call of each per iteration), so that clock and
- * power drift biases them all alike (timed one block after the other, two identical variants
- * measured 5.09 and 6.21 ms on an H200); hence every plan is alive for the whole run. vi = -1 is
+ * power drift biases them all alike (timed one block after the other, two identical variants were
+ * seen 20% apart); hence every plan is alive for the whole run. vi = -1 is
  * weave_gemm alone on all blocks (1 rank: the fused kernel's protocol overhead is measured against
  * it), vi = -2 cuBLASLt alone on the local shape (the baseline's GEMM part, from which the summary
  * derives the reduce-scatter's time). live[] does not change in the loop, so all ranks make the
@@ -538,12 +559,19 @@ static void time_variants(rank_run_t *x) {
   harness_rank_t *hr = x->hr;
   void *gemm_out = harness_dev_alloc((size_t)b->M * b->N * x->oelt);
   char lt_msg[256] = "";
-  harness_lt_t *lt = harness_lt_create_scaled(b->M, b->N, x->K, b->dtype, b->out, b->layout,
-                                              (weave_scale_mode_t)b->scale_mode, (weave_fp8_accum_t)b->fp8_accum,
-                                              lt_msg, sizeof(lt_msg));
+  harness_lt_t *lt =
+      harness_lt_create_scaled(b->M, b->N, x->K, b->dtype, b->out, b->layout, (weave_scale_mode_t)b->scale_mode,
+                               (weave_fp8_accum_t)b->fp8_accum, lt_msg, sizeof(lt_msg));
   weave_gemm_args_t ga = WEAVE_GEMM_ARGS_INIT; /* weave_gemm alone (vi = -1) */
-  ga.M = b->M; ga.N = b->N; ga.K = x->K; ga.dtype = b->dtype; ga.b_layout = b->layout;
-  ga.scale_mode = (weave_scale_mode_t)b->scale_mode; ga.scale_a = x->dsa; ga.scale_b = x->dsb; ga.C = gemm_out;
+  ga.M = b->M;
+  ga.N = b->N;
+  ga.K = x->K;
+  ga.dtype = b->dtype;
+  ga.b_layout = b->layout;
+  ga.scale_mode = (weave_scale_mode_t)b->scale_mode;
+  ga.scale_a = x->dsa;
+  ga.scale_b = x->dsb;
+  ga.C = gemm_out;
   ga.fp8_accum = (weave_fp8_accum_t)b->fp8_accum;
   if (!lt) fprintf(stderr, "rank %d: cuBLASLt alone not measured: %s\n", hr->rank, lt_msg);
   const int lt_live = all_ok(hr, lt != NULL);
@@ -570,7 +598,8 @@ static void time_variants(rank_run_t *x) {
       /* The team's device error record is shared by all plans: read it after every call (outside the
        * timed span) so that a timeout is charged to the plan that ran. */
       if (vi >= 0 && weave_team_sync(hr->team, hr->stream) != WEAVE_SUCCESS) {
-        if (!reported[vi]) fprintf(stderr, "rank %d %s: %s\n", hr->rank, b->v[vi].label, weave_get_last_error(hr->team));
+        if (!reported[vi])
+          fprintf(stderr, "rank %d %s: %s\n", hr->rank, b->v[vi].label, weave_get_last_error(hr->team));
         reported[vi] = 1;
         x->rec->failed[vi] = 1;
       }
@@ -711,8 +740,8 @@ static int distinct_gpus(const bench_t *b) {
 
 static void write_trace(bench_t *b) {
   char title[512], csv[600];
-  snprintf(title, sizeof(title), "weave fused GEMM+RS M=%d N=%d K=%d, %d rank(s), %s", b->M, b->N, b->K_total,
-           b->world, b->device_name);
+  snprintf(title, sizeof(title), "weave fused GEMM+RS M=%d N=%d K=%d, %d rank(s), %s", b->M, b->N, b->K_total, b->world,
+           b->device_name);
   const weave_trace_event_t *per[WEAVE_MAX_WORLD];
   for (int r = 0; r < b->world; ++r) per[r] = b->tev[r];
   snprintf(csv, sizeof(csv), "%s.csv", b->trace_path);
@@ -720,8 +749,8 @@ static void write_trace(bench_t *b) {
       weave_trace_write_csv(csv, per, b->tcount, b->world, title))
     fprintf(stderr, "weave-bench: cannot write %s / %s\n", b->trace_path, csv);
   else
-    printf("# trace of the last '%s' call: %s (ui.perfetto.dev), %s (scripts/trace_png.sh)\n",
-           b->v[b->traced_vi].label, b->trace_path, csv);
+    printf("# trace of the last '%s' call: %s (ui.perfetto.dev), %s (scripts/trace_png.sh)\n", b->v[b->traced_vi].label,
+           b->trace_path, csv);
   for (int r = 0; r < b->world; ++r) {
     weave_trace_summary_t s;
     const weave_gemm_rs_info_t *in = &b->rec[r].info[b->traced_vi];
@@ -740,8 +769,8 @@ static long report(bench_t *b, json_writer_t *jw) {
   const double t_gemm = call_median(b, -1), t_base = call_median(b, 0);
   const int lt_ok = !b->rec[0].lt_failed;
   const double t_lt = lt_ok ? call_median(b, -2) : 0.0; /* 0: not measured */
-  printf("# %s, %d SMs, %d rank(s) on %d GPU(s)%s; weave_gemm alone (K_local, all blocks): %.3f ms\n",
-         b->device_name, b->sm_count, b->world, gpus, b->launched ? ", one process each" : "", t_gemm);
+  printf("# %s, %d SMs, %d rank(s) on %d GPU(s)%s; weave_gemm alone (K_local, all blocks): %.3f ms\n", b->device_name,
+         b->sm_count, b->world, gpus, b->launched ? ", one process each" : "", t_gemm);
   printf("#%8s %-18s %6s %6s %10s %10s %9s %9s %8s %8s %9s\n", "M", "strategy", "gemm", "comm", "time(ms)", "TFLOP/s",
          "algbw", "busbw", "#wrong", "speedup", b->check ? "relerr" : "");
   long bad = 0;
@@ -765,8 +794,8 @@ static long report(bench_t *b, json_writer_t *jw) {
       snprintf(label, sizeof(label), "auto->%s", weave_strategy_name(in->strategy));
     else
       snprintf(label, sizeof(label), "%s", v->label);
-    printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b->M, label, in->gemm_blocks,
-           in->comm_blocks, t, tf, algbw, busbw, wrong, t_base / t);
+    printf(" %8d %-18s %6d %6d %10.3f %10.1f %9.1f %9.1f %8ld %7.2fx", b->M, label, in->gemm_blocks, in->comm_blocks, t,
+           tf, algbw, busbw, wrong, t_base / t);
     if (b->check) printf(" %9.2e", relerr);
     printf("\n");
     bad += wrong;
@@ -821,17 +850,19 @@ static long report(bench_t *b, json_writer_t *jw) {
       for (int vj = 0; vj < b->nv; ++vj)
         if (b->v[vj].strategy == in->strategy && b->v[vj].reduce == WEAVE_REDUCE_DETERMINISTIC && same < 0)
           same = b->rec[0].create_ms[vj];
-      printf("# auto -> %s, %s in %.1f ms (plan creation %.1f ms; %.1f ms for the chosen strategy given "
-             "explicitly): %s\n", weave_strategy_name(in->strategy), chosen_by_names[in->chosen_by], in->choose_ms,
-             b->rec[0].create_ms[vi], same, in->why);
+      printf(
+          "# auto -> %s, %s in %.1f ms (plan creation %.1f ms; %.1f ms for the chosen strategy given "
+          "explicitly): %s\n",
+          weave_strategy_name(in->strategy), chosen_by_names[in->chosen_by], in->choose_ms, b->rec[0].create_ms[vi],
+          same, in->why);
     }
   if (b->tune) {
     const bench_variant_t *v = &b->v[best_v];
     const weave_gemm_rs_info_t *in = &b->rec[0].info[best_v];
     const int fused = v->strategy == WEAVE_STRATEGY_FUSED;
     char path[1024] = "", why[600] = "";
-    if (bench_tune_record(&b->rec[0].tune_key, v->strategy, fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best,
-                          path, sizeof(path), why, sizeof(why)) == 0)
+    if (bench_tune_record(&b->rec[0].tune_key, v->strategy, fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0,
+                          t_base / best, path, sizeof(path), why, sizeof(why)) == 0)
       printf("# tune: %s %s G=%d C=%d (%.2fx) -> %s\n", v->label, weave_strategy_name(v->strategy),
              fused ? in->gemm_blocks : 0, fused ? in->comm_blocks : 0, t_base / best, path);
     else
@@ -862,10 +893,10 @@ static void print_header(const bench_t *b, const char *heap_note) {
  * order they are timed, then the plan and the roofline. */
 static void print_dry(const bench_t *b, const variant_options_t *vo, const char *why) {
   printf("# %s: printing the plan and roofline only\n", why);
-  printf("# options: --strategy %s --reduce %s --slot %s --order %s --scales %s --fp8-accum %s --gemm-blocks %d --comm-blocks %d\n",
-         strategy_names[vo->strategy], reduce_names[vo->reduce], slot_names[vo->fp32_slot],
-         order_names[b->order], scale_names[b->scale_mode], accum_names[b->fp8_accum], vo->gemm_blocks,
-         vo->comm_blocks);
+  printf(
+      "# options: --strategy %s --reduce %s --slot %s --order %s --scales %s --fp8-accum %s --gemm-blocks %d --comm-blocks %d\n",
+      strategy_names[vo->strategy], reduce_names[vo->reduce], slot_names[vo->fp32_slot], order_names[b->order],
+      scale_names[b->scale_mode], accum_names[b->fp8_accum], vo->gemm_blocks, vo->comm_blocks);
   printf("# variants:");
   for (int vi = 0; vi < b->nv; ++vi) printf(" %s", b->v[vi].label);
   printf("\n");
@@ -874,8 +905,10 @@ static void print_dry(const bench_t *b, const variant_options_t *vo, const char 
 
 int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; ++i)
-    if (!strcmp(argv[i], "--op") && !strcmp(argv[i + 1], "gemm")) return weave_bench_gemm_main(argc, argv);
-    else if (!strcmp(argv[i], "--op") && !strcmp(argv[i + 1], "ag_gemm")) return weave_bench_ag_main(argc, argv);
+    if (!strcmp(argv[i], "--op") && !strcmp(argv[i + 1], "gemm"))
+      return weave_bench_gemm_main(argc, argv);
+    else if (!strcmp(argv[i], "--op") && !strcmp(argv[i + 1], "ag_gemm"))
+      return weave_bench_ag_main(argc, argv);
   static bench_t b;
   variant_options_t vo;
   parse_options(argc, argv, &b, &vo);

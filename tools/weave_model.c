@@ -7,13 +7,16 @@
 
 #include "plan/plan_model.h"
 
-#define CHUNKS 16     /* the most pieces between nodes; the model picks the best count */
+#define CHUNKS 16      /* the most pieces between nodes; the model picks the best count */
 #define LATENCY_US 5.0 /* per message between nodes (an assumption: docs/multinode.md) */
 
 static void table(int M, int N, int K) {
-  printf("M = %d, N = %d, K_total = %d, bf16 in and out, %.0f us a message between nodes; ms per call, the pieces "
-         "weave sends between nodes, and its speedup over the baseline\n\n", M, N, K, LATENCY_US);
-  printf("| system | GPUs | nodes | GEMM | NVLink RS | network RS | baseline | weave | pieces | bound | baseline / weave |\n");
+  printf(
+      "M = %d, N = %d, K_total = %d, bf16 in and out, %.0f us a message between nodes; ms per call, the pieces "
+      "weave sends between nodes, and its speedup over the baseline\n\n",
+      M, N, K, LATENCY_US);
+  printf(
+      "| system | GPUs | nodes | GEMM | NVLink RS | network RS | baseline | weave | pieces | bound | baseline / weave |\n");
   printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   const struct {
     int device;
@@ -40,8 +43,9 @@ static void table(int M, int N, int K) {
 
 /* A text plot of ms per call against the node count: baseline (b), weave (w), bound (|). */
 static void plot(int M, double gbps) {
-  printf("```\nH100 SXM, %.0f Gb/s a GPU, M = %d, N = 8192, K_total = 28672: ms per call (b baseline, w weave, | bound)\n",
-         gbps, M);
+  printf(
+      "```\nH100 SXM, %.0f Gb/s a GPU, M = %d, N = 8192, K_total = 28672: ms per call (b baseline, w weave, | bound)\n",
+      gbps, M);
   double scale = 0;
   weave_roofline_nodes_t r[5];
   for (int i = 0, nodes = 1; i < 5; ++i, nodes *= 2) {

@@ -38,15 +38,14 @@ static float from_bf16(uint16_t h) {
   return f;
 }
 
-#define TRY(call)                                                                                   \
-  do {                                                                                              \
-    weave_result_t rc_ = (call);                                                                    \
-    if (rc_ != WEAVE_SUCCESS) {                                                                     \
-      fprintf(stderr, "rank %d: %s: %s (%s)\n", rank, #call, weave_get_error_string(rc_),         \
-              weave_get_last_error(team));                                                          \
-      if (team) weave_team_abort(team); /* the other ranks stop waiting for this one */             \
-      return (void *)1;                                                                             \
-    }                                                                                               \
+#define TRY(call)                                                                                                      \
+  do {                                                                                                                 \
+    weave_result_t rc_ = (call);                                                                                       \
+    if (rc_ != WEAVE_SUCCESS) {                                                                                        \
+      fprintf(stderr, "rank %d: %s: %s (%s)\n", rank, #call, weave_get_error_string(rc_), weave_get_last_error(team)); \
+      if (team) weave_team_abort(team); /* the other ranks stop waiting for this one */                                \
+      return (void *)1;                                                                                                \
+    }                                                                                                                  \
   } while (0)
 
 static void *rank_main(void *arg) {
@@ -107,8 +106,8 @@ static void *rank_main(void *arg) {
   cudaStreamDestroy(stream);
   TRY(weave_gemm_rs_plan_destroy(plan)); /* collective */
   weave_team_t done = team;
-  team = NULL;                           /* gone after the call below, whatever it returns */
-  TRY(weave_team_destroy(done));         /* collective */
+  team = NULL;                   /* gone after the call below, whatever it returns */
+  TRY(weave_team_destroy(done)); /* collective */
   return (void *)(intptr_t)(wrong != 0);
 }
 

@@ -539,7 +539,8 @@ def case_abort() -> None:
         return
     a, b = rand((256, 64), "abort a", team.rank), rand((64, 128), "abort b", team.rank)
     aborting = team.world - 1
-    weave_tp.gemm_rs(a, b, b_layout="row", strategy="fused")  # the plan, made by every rank (plans are collective, host-side)
+    # the plan, made by every rank (plans are collective, host-side)
+    weave_tp.gemm_rs(a, b, b_layout="row", strategy="fused")
     weave_tp.sync()
     dist.barrier()  # every rank's sync above done before the abort: else a slow rank's sync would raise there
     if team.rank == aborting:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON_DIR, REPO, needs_library
-
 import weave_tp
+from conftest import PYTHON_DIR, REPO, needs_library
 from weave_tp import _capi
 
 pytestmark = needs_library
@@ -78,8 +77,10 @@ def test_results_map_to_exceptions() -> None:
     assert "M -1" in str(e.value) and e.value.call == "weave_row_split"
     err = _capi._error(int(weave_tp.Result.TIMEOUT), "weave_team_sync", "timeout: rank 1 waited for rank 2")
     assert isinstance(err, TimeoutError) and "rank 2" in str(err)
-    aborted = _capi._error(int(weave_tp.Result.ABORTED), "weave_team_sync", "rank 3 aborted the team (weave_team_abort)")
-    assert isinstance(aborted, weave_tp.WeaveAbortedError) and not isinstance(aborted, TimeoutError) and "rank 3" in str(aborted)
+    aborted = _capi._error(int(weave_tp.Result.ABORTED), "weave_team_sync",
+                           "rank 3 aborted the team (weave_team_abort)")
+    assert isinstance(aborted, weave_tp.WeaveAbortedError) and not isinstance(aborted, TimeoutError)
+    assert "rank 3" in str(aborted)
     assert str(_capi._error(int(weave_tp.Result.CUDA), "weave_x", "")) == "weave_x: CUDA error"
     # through pickle (multiprocessing, concurrent.futures): the same class, message and fields
     for err in (err, _capi._error(int(weave_tp.Result.CUDA), "weave_x", ""), _capi._error(99, "weave_y", "odd")):

@@ -26,20 +26,33 @@ from ._version import __version__
 try:
     import torch  # noqa: F401
 except ModuleNotFoundError:
-    _NEEDS_TORCH = ("abort", "ag_gemm", "init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info",
-                    "sync", "nn", "parallel")
+    _NEEDS_TORCH = ("abort", "ag_gemm", "init", "finalize", "is_initialized", "get_team", "gemm_rs", "gemm_rs_scaled",
+                    "plan_info", "sync", "nn", "parallel")
 
     def __getattr__(name: str) -> object:
         if name in _NEEDS_TORCH:
-            raise ImportError(f"weave_tp.{name} needs PyTorch, which is not installed (the library layer works without)")
+            raise ImportError(f"weave_tp.{name} needs PyTorch, which is not installed "
+                              "(the library layer works without)")
         raise AttributeError(f"module 'weave_tp' has no attribute {name!r}")
 else:
     from . import nn, parallel
-    from ._torch import abort, ag_gemm, finalize, gemm_rs, gemm_rs_scaled, get_team, init, is_initialized, plan_info, sync
+    from ._torch import (
+        abort,
+        ag_gemm,
+        finalize,
+        gemm_rs,
+        gemm_rs_scaled,
+        get_team,
+        init,
+        is_initialized,
+        plan_info,
+        sync,
+    )
 
 __all__ = [
     "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveAbortedError", "WeaveArgumentError", "WeaveError",
-    "WeaveTimeoutError", "__version__", "abort", "ag_gemm", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path",
+    "WeaveTimeoutError", "__version__", "abort", "ag_gemm", "finalize", "gemm_rs", "gemm_rs_scaled", "get_team",
+    "get_unique_id", "init", "is_initialized", "library_path",
     "library_version", "nn", "parallel", "plan_info", "row_split", "sync",
 ]
 if "_NEEDS_TORCH" in globals():  # without torch: `from weave_tp import *` takes the library layer (not an ImportError)

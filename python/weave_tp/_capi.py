@@ -531,7 +531,8 @@ class Team:
                 raise TypeError(f"weave_tp.Team: {name} must be an int (got {type(v).__name__})")
         _check_c_ints("weave_tp.Team", world=world, rank=rank, device=device)
         if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != ctypes.sizeof(_UniqueId):
-            raise ValueError(f"weave_tp.Team: unique_id must be the {ctypes.sizeof(_UniqueId)} bytes of get_unique_id()")
+            raise ValueError(f"weave_tp.Team: unique_id must be the {ctypes.sizeof(_UniqueId)} bytes of "
+                             "get_unique_id()")
         L = lib()
         uid = _UniqueId.from_buffer_copy(bytes(unique_id))
         bootstrap, team = c_void_p(), c_void_p()

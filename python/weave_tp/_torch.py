@@ -13,8 +13,21 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._capi import (INT_MAX, AgGemmOptions, GemmRsOptions, LibraryNotFoundError, Plan, PlanInfo, Team, WeaveError, ag_gemm_options, gemm_rs_options,
-                    get_unique_id, row_split, rows_of)
+from ._capi import (
+    INT_MAX,
+    AgGemmOptions,
+    GemmRsOptions,
+    LibraryNotFoundError,
+    Plan,
+    PlanInfo,
+    Team,
+    WeaveError,
+    ag_gemm_options,
+    gemm_rs_options,
+    get_unique_id,
+    row_split,
+    rows_of,
+)
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _FP8_OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # what gemm_rs_scaled writes
@@ -362,7 +375,8 @@ def _gemm_rs_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, s
                   fp32_slots: bool, alpha: float, world: int, rank: int, team_id: int) -> Tensor:
     team = _team("weave_tp.gemm_rs", team_id)
     _check_team("weave_tp.gemm_rs", team, world, rank)
-    _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
+    _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
+                        meta_ok=True)
     return a.new_empty((_rows(M, world, rank), N))
 
 
@@ -377,7 +391,8 @@ def _gemm_rs_out_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor,
                       reduce: str, fp32_slots: bool, alpha: float, world: int, rank: int, team_id: int) -> None:
     team = _team("weave_tp.gemm_rs", team_id)
     _check_team("weave_tp.gemm_rs", team, world, rank)
-    _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha, meta_ok=True)
+    _, M, N, _ = _check("weave_tp.gemm_rs", team, a, b, bias, b_layout, strategy, reduce, fp32_slots, alpha,
+                        meta_ok=True)
     _check_out("weave_tp.gemm_rs", team, out, a, _rows(M, world, rank), N, meta_ok=True)
 
 

@@ -23,13 +23,13 @@ class RowParallelLinear(nn.Module):
     split too: rank r holds columns [r * in/world, (r+1) * in/world) of x and W, and gets its rows
     of y (weave_row_split of the tokens: the first tokens % world ranks one row more).
 
-    forward(x): x is this rank's shard [*, in_features / world], its leading dimensions the tokens;
-    returns [rows, out_features], this rank's rows of the tokens' output summed over all ranks. weight is [out_features, in_features /
-    world], held like nn.Linear's (weave's b_layout "col"). bias is [out_features] and replicated:
-    every rank must hold the same values; it starts at zero (as in Megatron) and its gradient is the
-    full one on every rank, so the copies stay equal. Backward gathers the output gradient's rows
-    over the team's process group. group: whose team (weave_tp.init(group)); by default the first
-    team made. row_split: whose split of the tokens the output follows, "weave" or "torch"
+    forward(x): x is this rank's shard [*, in_features / world], its leading dimensions the tokens; returns
+    [rows, out_features], this rank's rows of the tokens' output summed over all ranks. weight is
+    [out_features, in_features / world], held like nn.Linear's (weave's b_layout "col"). bias is
+    [out_features] and replicated: every rank must hold the same values; it starts at zero (as in Megatron)
+    and its gradient is the full one on every rank, so the copies stay equal. Backward gathers the output
+    gradient's rows over the team's process group. group: whose team (weave_tp.init(group)); by default the
+    first team made. row_split: whose split of the tokens the output follows, "weave" or "torch"
     (torch.chunk / DTensor Shard(0); weave_tp.gemm_rs says how).
     """
 
@@ -39,7 +39,8 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         team = get_team("weave_tp.nn.RowParallelLinear", group)
         if row_split not in ("weave", "torch"):
-            raise ValueError(f"weave_tp.nn.RowParallelLinear: row_split must be one of 'weave', 'torch' (got {row_split!r})")
+            raise ValueError("weave_tp.nn.RowParallelLinear: row_split must be one of 'weave', 'torch' "
+                             f"(got {row_split!r})")
         self.group, self.row_split = group, row_split
         if in_features < 1 or out_features < 1:
             raise ValueError(f"weave_tp.nn.RowParallelLinear: in_features {in_features} and out_features "

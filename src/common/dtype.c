@@ -3,7 +3,6 @@
 
 #include <strings.h>
 
-
 size_t weave_dtype_size(weave_dtype_t t) {
   switch (t) {
     case WEAVE_DTYPE_AUTO: return 0;
@@ -33,11 +32,16 @@ const char *weave_dtype_name(weave_dtype_t t) {
 
 int weave_dtype_parse(const char *s, weave_dtype_t *out) {
   if (!s || !out) return -1;
-  if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16")) *out = WEAVE_BF16;
-  else if (!strcasecmp(s, "fp16") || !strcasecmp(s, "half") || !strcasecmp(s, "float16")) *out = WEAVE_FP16;
-  else if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float") || !strcasecmp(s, "float32")) *out = WEAVE_FP32;
-  else if (!strcasecmp(s, "fp8_e4m3") || !strcasecmp(s, "fp8") || !strcasecmp(s, "e4m3")) *out = WEAVE_FP8_E4M3;
-  else return -1;
+  if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16"))
+    *out = WEAVE_BF16;
+  else if (!strcasecmp(s, "fp16") || !strcasecmp(s, "half") || !strcasecmp(s, "float16"))
+    *out = WEAVE_FP16;
+  else if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float") || !strcasecmp(s, "float32"))
+    *out = WEAVE_FP32;
+  else if (!strcasecmp(s, "fp8_e4m3") || !strcasecmp(s, "fp8") || !strcasecmp(s, "e4m3"))
+    *out = WEAVE_FP8_E4M3;
+  else
+    return -1;
   return 0;
 }
 

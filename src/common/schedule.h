@@ -111,7 +111,8 @@ static inline WEAVE_HOST_DEVICE void weave_ag_tile_coords(int seq, int blocks_m,
 }
 
 /* Owner's local tile j -> tile-row (within the owner's chunk) and tile-column, grouped order. */
-static inline WEAVE_HOST_DEVICE void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm, int *tn) {
+static inline WEAVE_HOST_DEVICE void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm,
+                                                             int *tn) {
   weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, tm, tn);
 }
 
@@ -150,7 +151,11 @@ static inline WEAVE_HOST_DEVICE int weave_seq_tile(const weave_tiling_t *t, int 
  * so each owner is waited for once per call. The CPU model of the protocol (tests/test_protocol.c)
  * runs these very functions. */
 static inline WEAVE_HOST_DEVICE uint32_t weave_credit_epoch(uint32_t epoch) { return epoch - 1u; }
-static inline WEAVE_HOST_DEVICE int weave_credit_held(uint64_t credit, int owner) { return (int)((credit >> owner) & 1u); }
-static inline WEAVE_HOST_DEVICE uint64_t weave_credit_take(uint64_t credit, int owner) { return credit | (1ull << owner); }
+static inline WEAVE_HOST_DEVICE int weave_credit_held(uint64_t credit, int owner) {
+  return (int)((credit >> owner) & 1u);
+}
+static inline WEAVE_HOST_DEVICE uint64_t weave_credit_take(uint64_t credit, int owner) {
+  return credit | (1ull << owner);
+}
 
 #endif /* WEAVE_SCHEDULE_H */

@@ -33,15 +33,17 @@ static_assert(WEAVE_AG_BLOCK_ROWS == WEAVE_HGEMM_BM, "a flag per tile row of the
 
 /* Pushes block b receives per call, and the first rank whose rows meet it (for the error record). */
 __device__ __forceinline__ uint32_t weave_ag_want(const weave_ag_params_t &p, int b) { return p.row_info[b] & 0xffffu; }
-__device__ __forceinline__ int weave_ag_first_owner(const weave_ag_params_t &p, int b) { return (int)(p.row_info[b] >> 16); }
+__device__ __forceinline__ int weave_ag_first_owner(const weave_ag_params_t &p, int b) {
+  return (int)(p.row_info[b] >> 16);
+}
 
 __device__ __forceinline__ size_t weave_ag_elem_bytes(weave_dtype_t d) {
   return d == WEAVE_FP32 ? 4 : d == WEAVE_FP8_E4M3 ? 1 : 2;
 }
 
 /* bytes from `from` to `to` by the threads g: with both 16-byte aligned, eight 16-byte loads in
- * flight per thread before their stores (a load-store loop keeps one in flight, about 7 GB/s per SM
- * at HBM latency; this about 8x that); else weave_copy_bytes. */
+ * flight per thread before their stores (a load-store loop keeps only one in flight per thread, too
+ * few to cover the memory latency: docs/design.md); else weave_copy_bytes. */
 __device__ __forceinline__ void weave_ag_copy(char *to, const char *from, size_t bytes, const weave_threads &g) {
   if ((((uintptr_t)to | (uintptr_t)from) & 15) != 0) {
     weave_copy_bytes(to, from, bytes, (unsigned)g.tid, (unsigned)g.n);
@@ -109,14 +111,15 @@ __device__ __forceinline__ bool weave_ag_gate(const weave_ag_params_t *ap, int b
     __nanosleep(256);
     if ((int32_t)(weave_detail::ld_acquire_sys(flag) - want) >= 0) return true;
     if (weave_device_failed(&ap->team)) return false;
-    if (weave_globaltimer() - start >= (ap->team.timeout_ns ? ap->team.timeout_ns : WEAVE_DEVICE_DEFAULT_TIMEOUT_NS)) break;
+    if (weave_globaltimer() - start >= (ap->team.timeout_ns ? ap->team.timeout_ns : WEAVE_DEVICE_DEFAULT_TIMEOUT_NS))
+      break;
   }
   /* the record, as weave_wait_until writes it (inline: a call would spill the producer's registers) */
   const uint32_t seen = weave_detail::ld_acquire_sys(flag);
   if ((int32_t)(seen - want) >= 0) return true;
   weave_device_error_t *e = &weave_heap_header(&ap->team)->error;
-  if (weave_detail::atom<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::cas_b32(&e->code, WEAVE_DEVICE_OK, WEAVE_DEVICE_TIMEOUT) ==
-      WEAVE_DEVICE_OK) {
+  if (weave_detail::atom<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::cas_b32(&e->code, WEAVE_DEVICE_OK,
+                                                                      WEAVE_DEVICE_TIMEOUT) == WEAVE_DEVICE_OK) {
     e->rank = ap->team.rank;
     e->peer = (int)(info >> 16);
     e->item = b;
@@ -168,8 +171,8 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     sink.epoch = epoch;
     sink.dead = false;
     weave_ag_own_blocks(p.row_begin, p.rows, p.blocks_m, WEAVE_AG_BLOCK_ROWS, &sink.first, &sink.n_own);
-    weave_hgemm_role_coop<weave_ag_sink<DT>, DT, BCOL, 1>(hg, smem, blockIdx.x, p.gemm_blocks,
-                                                          hg.tiles_m * hg.tiles_n, sink);
+    weave_hgemm_role_coop<weave_ag_sink<DT>, DT, BCOL, 1>(hg, smem, blockIdx.x, p.gemm_blocks, hg.tiles_m * hg.tiles_n,
+                                                          sink);
   } else if (weave_hgemm_regs_split()) {
     /* the GEMM blocks' register split here too: warpgroup 0 idles, warpgroups 1-2 push */
     weave_ag_push(p,
@@ -215,8 +218,8 @@ static int weave_ag_launch_t(const weave_ag_params_t *p, const weave_hgemm_param
   int e = (int)cudaFuncSetAttribute(weave_ag_fused_kernel<DT, BCOL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)smem);
   if (e) return e;
-  weave_ag_fused_kernel<DT, BCOL><<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*hg, c_map, sa,
-                                                                                                      *p);
+  weave_ag_fused_kernel<DT, BCOL>
+      <<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*hg, c_map, sa, *p);
   return (int)cudaGetLastError();
 }
 
@@ -252,18 +255,21 @@ extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hge
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);
   if (((uintptr_t)C & 15) == 0 && ((size_t)hg->N * osz) % 16 == 0 &&
-      weave_hgemm_encode_store_map(&c_map, p->dtype, C, (uint64_t)hg->N, (uint64_t)hg->M, (uint64_t)hg->N * osz,
-                                   NULL, 0) == 0)
+      weave_hgemm_encode_store_map(&c_map, p->dtype, C, (uint64_t)hg->N, (uint64_t)hg->M, (uint64_t)hg->N * osz, NULL,
+                                   0) == 0)
     sa.tma_store = 1;
   cudaStream_t s = (cudaStream_t)stream;
   const int bcol = hg->b_layout == WEAVE_LAYOUT_COL;
   if (p->dtype == WEAVE_BF16)
-    return bcol ? weave_ag_launch_t<WEAVE_BF16, 1>(p, hg, c_map, sa, s) : weave_ag_launch_t<WEAVE_BF16, 0>(p, hg, c_map, sa, s);
-  return bcol ? weave_ag_launch_t<WEAVE_FP16, 1>(p, hg, c_map, sa, s) : weave_ag_launch_t<WEAVE_FP16, 0>(p, hg, c_map, sa, s);
+    return bcol ? weave_ag_launch_t<WEAVE_BF16, 1>(p, hg, c_map, sa, s)
+                : weave_ag_launch_t<WEAVE_BF16, 0>(p, hg, c_map, sa, s);
+  return bcol ? weave_ag_launch_t<WEAVE_FP16, 1>(p, hg, c_map, sa, s)
+              : weave_ag_launch_t<WEAVE_FP16, 0>(p, hg, c_map, sa, s);
 }
 
 extern "C" int weave_launch_ag_push(const weave_ag_params_t *p, int blocks, struct CUstream_st *stream) {
-  weave_ag_push_kernel<<<blocks < 1 ? 1 : blocks, 512, 0, (cudaStream_t)stream>>>(*p);
+  const int grid = blocks < 1 ? 1 : blocks;
+  weave_ag_push_kernel<<<grid, 512, 0, (cudaStream_t)stream>>>(*p);
   return (int)cudaGetLastError();
 }
 

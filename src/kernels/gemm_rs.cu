@@ -54,11 +54,13 @@ static size_t weave_gemm_smem(int dtype, bool hopper) {
   return dtype == WEAVE_FP32 ? (size_t)2 * WEAVE_SIMT_BK * WEAVE_MMA_BM * sizeof(float) : (size_t)WEAVE_MMA_SMEM;
 }
 
-template <typename K> static int weave_prepare(K kernel, size_t smem) {
+template <typename K>
+static int weave_prepare(K kernel, size_t smem) {
   return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
-template <typename K> static int weave_occupancy(K kernel, int threads, size_t smem) {
+template <typename K>
+static int weave_occupancy(K kernel, int threads, size_t smem) {
   int n = 0;
   if (weave_prepare(kernel, smem)) return 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem)) return 0;
@@ -99,7 +101,8 @@ static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
       int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE>, smem);
       if (e) return e;
-      weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE><<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*p);
+      weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE>
+          <<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*p);
       return (int)cudaGetLastError();
     }
     return (int)cudaErrorInvalidValue;
@@ -114,7 +117,8 @@ static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
   }
 }
 
-template <bool PROMOTE> static int weave_launch_fused_fp8(const weave_fused_params_t *p, cudaStream_t s) {
+template <bool PROMOTE>
+static int weave_launch_fused_fp8(const weave_fused_params_t *p, cudaStream_t s) {
   const bool atomic = p->reduce == WEAVE_REDUCE_ATOMIC, f32slot = p->slot_dtype == WEAVE_FP32;
   if (p->dtype == WEAVE_FP16) {
     if (atomic) return weave_launch_fused_t<__half, float, true, true, PROMOTE>(p, s);
@@ -138,7 +142,8 @@ extern "C" int weave_launch_fused(const weave_fused_params_t *p, struct CUstream
                      : weave_launch_fused_t<__nv_bfloat16, __nv_bfloat16, false>(p, s);
     case WEAVE_FP16:
       if (atomic) return weave_launch_fused_t<__half, float, true>(p, s);
-      return f32slot ? weave_launch_fused_t<__half, float, false>(p, s) : weave_launch_fused_t<__half, __half, false>(p, s);
+      return f32slot ? weave_launch_fused_t<__half, float, false>(p, s)
+                     : weave_launch_fused_t<__half, __half, false>(p, s);
     default:
       if (atomic) return weave_launch_fused_t<float, float, true>(p, s);
       return weave_launch_fused_t<float, float, false>(p, s);
@@ -171,13 +176,13 @@ extern "C" int weave_launch_gemm(int M, int N, int K, weave_dtype_t dtype, weave
   cudaStream_t s = (cudaStream_t)stream;
   switch (dtype) {
     case WEAVE_BF16:
-      return out_dtype == WEAVE_FP32 ? weave_launch_gemm_t<__nv_bfloat16, float>(a, alpha, bias, dtype, out, blocks, s)
-                                     : weave_launch_gemm_t<__nv_bfloat16, __nv_bfloat16>(a, alpha, bias, dtype, out, blocks, s);
+      return out_dtype == WEAVE_FP32
+                 ? weave_launch_gemm_t<__nv_bfloat16, float>(a, alpha, bias, dtype, out, blocks, s)
+                 : weave_launch_gemm_t<__nv_bfloat16, __nv_bfloat16>(a, alpha, bias, dtype, out, blocks, s);
     case WEAVE_FP16:
       return out_dtype == WEAVE_FP32 ? weave_launch_gemm_t<__half, float>(a, alpha, bias, dtype, out, blocks, s)
                                      : weave_launch_gemm_t<__half, __half>(a, alpha, bias, dtype, out, blocks, s);
-    default:
-      return weave_launch_gemm_t<float, float>(a, alpha, bias, dtype, out, blocks, s);
+    default: return weave_launch_gemm_t<float, float>(a, alpha, bias, dtype, out, blocks, s);
   }
 }
 
@@ -196,15 +201,18 @@ extern "C" int weave_launch_reduce_scatter(const weave_fused_params_t *p, int bl
   bool f32 = p->slot_dtype == WEAVE_FP32;
   switch (p->dtype) {
     case WEAVE_BF16:
-      if (f32) weave_reduce_scatter_kernel<float, __nv_bfloat16><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
-      else weave_reduce_scatter_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      if (f32)
+        weave_reduce_scatter_kernel<float, __nv_bfloat16><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      else
+        weave_reduce_scatter_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
       break;
     case WEAVE_FP16:
-      if (f32) weave_reduce_scatter_kernel<float, __half><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
-      else weave_reduce_scatter_kernel<__half, __half><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      if (f32)
+        weave_reduce_scatter_kernel<float, __half><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+      else
+        weave_reduce_scatter_kernel<__half, __half><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
       break;
-    default:
-      weave_reduce_scatter_kernel<float, float><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
+    default: weave_reduce_scatter_kernel<float, float><<<blocks, WEAVE_MMA_THREADS, 0, s>>>(*p);
   }
   return (int)cudaGetLastError();
 }
@@ -215,9 +223,12 @@ extern "C" int weave_launch_add_bias(void *C, int rows, int N, weave_dtype_t dty
   int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
   if (blocks < 1) return 0;
   cudaStream_t s = (cudaStream_t)stream;
-  if (dtype == WEAVE_BF16) weave_add_bias_kernel<<<blocks, 256, 0, s>>>((__nv_bfloat16 *)C, n, N, (const __nv_bfloat16 *)bias);
-  else if (dtype == WEAVE_FP16) weave_add_bias_kernel<<<blocks, 256, 0, s>>>((__half *)C, n, N, (const __half *)bias);
-  else weave_add_bias_kernel<<<blocks, 256, 0, s>>>((float *)C, n, N, (const float *)bias);
+  if (dtype == WEAVE_BF16)
+    weave_add_bias_kernel<<<blocks, 256, 0, s>>>((__nv_bfloat16 *)C, n, N, (const __nv_bfloat16 *)bias);
+  else if (dtype == WEAVE_FP16)
+    weave_add_bias_kernel<<<blocks, 256, 0, s>>>((__half *)C, n, N, (const __half *)bias);
+  else
+    weave_add_bias_kernel<<<blocks, 256, 0, s>>>((float *)C, n, N, (const float *)bias);
   return (int)cudaGetLastError();
 }
 

@@ -80,12 +80,16 @@ __device__ void weave_reduce_region(const weave_fused_params_t &p, const weave_t
   }
 }
 
-template <typename S> struct weave_local_slots {
-  const S *base; size_t stride;
+template <typename S>
+struct weave_local_slots {
+  const S *base;
+  size_t stride;
   __device__ const S *operator()(int s) const { return base + (size_t)s * stride; }
 };
-template <typename S> struct weave_peer_partials {
-  const weave_device_team_t *t; const S *base; /* this rank's first row in the local P */
+template <typename S>
+struct weave_peer_partials {
+  const weave_device_team_t *t;
+  const S *base; /* this rank's first row in the local P */
   __device__ const S *operator()(int s) const { return weave_peer_ptr(t, base, s); }
 };
 
@@ -98,15 +102,16 @@ __device__ int weave_block_wait_sources(const weave_threads &g, const weave_devi
   return g.sync_or(bad);
 }
 
-
 /* ------------------------------------------------------------------------------------------------
  * kernels
  * ---------------------------------------------------------------------------------------------- */
 template <typename T, class Sink>
 __device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsigned char *smem, int begin, int stride,
                                                 int count, Sink &sink) {
-  if constexpr (sizeof(T) == 4) weave_mma_simt_gemm_role(a, smem, begin, stride, count, sink);
-  else weave_mma_gemm_role<T>(a, smem, begin, stride, count, sink);
+  if constexpr (sizeof(T) == 4)
+    weave_mma_simt_gemm_role(a, smem, begin, stride, count, sink);
+  else
+    weave_mma_gemm_role<T>(a, smem, begin, stride, count, sink);
 }
 
 /* The GEMM role of the fused kernel: TMA + wgmma (384 threads) or mma.sync / SIMT (256 threads); FP8:
@@ -131,7 +136,8 @@ __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, 
 /* Communication role of the fused kernel (see the top of the file): owner tiles j = blockIdx -
  * gemm_blocks, + comm_blocks, ... of this rank, each waited for and reduced by the group g. */
 template <typename T, typename S, bool ATOMIC>
-__device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, const weave_threads &g, uint32_t epoch) {
+__device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, const weave_threads &g,
+                                                 uint32_t epoch) {
   const weave_device_team_t &t = p.team;
   int row_begin, rows;
   weave_split_rows_of(p.M, t.world, t.rank, &row_begin, &rows);
@@ -189,9 +195,11 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
       /* the GEMM blocks' register split here too (see weave_hgemm_regs_restore): warpgroup 0
        * idles, warpgroups 1-2 reduce */
       if (weave_hgemm_regs_split())
-        weave_fused_comm<T, S, ATOMIC>(p, weave_threads{(int)threadIdx.x - (WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS),
-                                                        WEAVE_HGEMM_CONSUMER_THREADS, WEAVE_HGEMM_CONSUMER_BARRIER_ID},
-                                       epoch);
+        weave_fused_comm<T, S, ATOMIC>(
+            p,
+            weave_threads{(int)threadIdx.x - (WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS),
+                          WEAVE_HGEMM_CONSUMER_THREADS, WEAVE_HGEMM_CONSUMER_BARRIER_ID},
+            epoch);
     } else {
       weave_fused_comm<T, S, ATOMIC>(p, weave_whole_block(), epoch);
     }
@@ -204,7 +212,8 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
 }
 
 template <typename T, typename O>
-__global__ void __launch_bounds__(WEAVE_MMA_THREADS, 1) weave_gemm_kernel(weave_mma_args_t a, weave_store_sink<O> sink) {
+__global__ void __launch_bounds__(WEAVE_MMA_THREADS, 1)
+    weave_gemm_kernel(weave_mma_args_t a, weave_store_sink<O> sink) {
   extern __shared__ __align__(128) unsigned char smem[];
   int tiles = weave_cdiv(a.M, WEAVE_MMA_BM) * weave_cdiv(a.N, WEAVE_MMA_BN);
   weave_gemm_role<T>(a, smem, blockIdx.x, gridDim.x, tiles, sink);
@@ -231,7 +240,8 @@ __global__ void weave_ready_barrier_kernel(const __grid_constant__ weave_fused_p
 }
 
 template <typename S, typename T>
-__global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel(const __grid_constant__ weave_fused_params_t p) {
+__global__ void __launch_bounds__(WEAVE_MMA_THREADS)
+    weave_reduce_scatter_kernel(const __grid_constant__ weave_fused_params_t p) {
   const weave_device_team_t &t = p.team;
   const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   int row_begin, rows;
@@ -251,7 +261,8 @@ __global__ void __launch_bounds__(WEAVE_MMA_THREADS) weave_reduce_scatter_kernel
 }
 
 /* C[rows, N] += bias[N]: the NCCL baseline's bias, added once by the owner. */
-template <typename T> __global__ void weave_add_bias_kernel(T *C, size_t n, int N, const T *bias) {
+template <typename T>
+__global__ void weave_add_bias_kernel(T *C, size_t n, int N, const T *bias) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     C[i] = weave_from_f<T>(weave_to_f(C[i]) + weave_to_f(bias[i % N]));
 }

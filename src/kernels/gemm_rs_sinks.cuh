@@ -13,7 +13,8 @@
  * ---------------------------------------------------------------------------------------------- */
 
 /* Plain GEMM: global tiles in grouped order, alpha + bias, cast to O. */
-template <typename O> struct weave_store_sink {
+template <typename O>
+struct weave_store_sink {
   weave_tiling_t tiling;
   O *out;
   const void *bias;
@@ -80,7 +81,8 @@ struct weave_owner_walk {
   }
 };
 
-template <typename S> struct weave_slot_sink : weave_owner_walk {
+template <typename S>
+struct weave_slot_sink : weave_owner_walk {
   /* TMA-store epilogue (epilogue.cuh): the tile goes to o's slot through slot_map[o], clipped
    * at o's last row by the map; the role waits for the stores before end() publishes. */
   static constexpr bool kWeaveTmaStore = true;
@@ -91,7 +93,8 @@ template <typename S> struct weave_slot_sink : weave_owner_walk {
   __device__ const CUtensorMap *c_map() const { return &p->slot_map[owner]; }
   __device__ int tma_row(int row0) const { return row0 - row_begin; }
   __device__ bool epi_bias() const { return false; } /* raw partials: alpha and bias are the owner's */
-  template <bool> __device__ void epi(int, float &, float &) {}
+  template <bool>
+  __device__ void epi(int, float &, float &) {}
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;

@@ -35,7 +35,7 @@ typedef struct {
 
 typedef struct {
   int M, N, K;
-  weave_dtype_t dtype;     /* of C and bias (and of A, B unless in_dtype is fp8) */
+  weave_dtype_t dtype; /* of C and bias (and of A, B unless in_dtype is fp8) */
   weave_layout_t b_layout;
   weave_dtype_t slot_dtype;
   weave_reduce_t reduce;
@@ -44,24 +44,24 @@ typedef struct {
   void *C_out;
   weave_device_team_t team;
   weave_tiling_t tiling;
-  int rows_cap;    /* ceil(M / world): rows of one source's slot */
-  int tiles_cap;   /* tiles of the largest owner: stride of per-source flag rows */
-  void *data;      /* slots (deterministic) / fp32 accumulator (atomic) / partial P (bulk) */
+  int rows_cap;  /* ceil(M / world): rows of one source's slot */
+  int tiles_cap; /* tiles of the largest owner: stride of per-source flag rows */
+  void *data;    /* slots (deterministic) / fp32 accumulator (atomic) / partial P (bulk) */
   uint32_t *tile_flags;
   weave_plan_ctl_t *ctl;
   int gemm_blocks, comm_blocks;
-  int vec_ok;      /* rows of A and B are 16-byte aligned: cp.async path */
-  int out_vec;     /* C_out is 16-byte aligned: vector stores in the reduction */
-  int hopper;      /* GEMM role: TMA + wgmma (hg below) instead of mma.sync */
+  int vec_ok;                 /* rows of A and B are 16-byte aligned: cp.async path */
+  int out_vec;                /* C_out is 16-byte aligned: vector stores in the reduction */
+  int hopper;                 /* GEMM role: TMA + wgmma (hg below) instead of mma.sync */
   weave_trace_event_t *trace; /* per-tile events (NULL: tracing off; one uniform branch per tile) */
   unsigned *trace_count;
   unsigned trace_cap;
   weave_hgemm_params_t hg; /* tensor maps of this call's A and B (hopper only) */
-  int tma_slots;   /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
+  int tma_slots;           /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
   /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
   CUtensorMap slot_map[WEAVE_MAX_WORLD];
   weave_dtype_t in_dtype; /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
-  int fp8_fast_accum; /* fp8: the tensor cores' accumulator over all of K instead of fp32 (weave_fp8_accum_t) */
+  int fp8_fast_accum;     /* fp8: the tensor cores' accumulator over all of K instead of fp32 (weave_fp8_accum_t) */
 } weave_fused_params_t;
 
 /* AllGather + GEMM (ag_gemm.cu has the protocol). Rows of A move in blocks of WEAVE_AG_BLOCK_ROWS
@@ -70,19 +70,19 @@ typedef struct {
  * it holds e x (ranks whose rows meet block b) and nothing is reset. */
 #define WEAVE_AG_BLOCK_ROWS 128
 typedef struct {
-  int M, N, K;                 /* N: this rank's columns of C */
-  weave_dtype_t dtype;         /* A, B, C and bias */
+  int M, N, K;         /* N: this rank's columns of C */
+  weave_dtype_t dtype; /* A, B, C and bias */
   weave_device_team_t team;
-  const void *A;               /* this rank's rows of A, [rows, K] (the call's) */
-  int row_begin, rows;         /* weave_row_split of this rank */
-  void *gathered;              /* heap [M, K]: this rank's copy of every rank's rows */
-  uint32_t *row_flags;         /* heap [blocks_m] */
-  const uint32_t *row_info;    /* [blocks_m]: pushes block b receives per call (the ranks whose rows meet
+  const void *A;            /* this rank's rows of A, [rows, K] (the call's) */
+  int row_begin, rows;      /* weave_row_split of this rank */
+  void *gathered;           /* heap [M, K]: this rank's copy of every rank's rows */
+  uint32_t *row_flags;      /* heap [blocks_m] */
+  const uint32_t *row_info; /* [blocks_m]: pushes block b receives per call (the ranks whose rows meet
                                 * it) | the first of them << 16; fixed per plan */
-  weave_plan_ctl_t *ctl;       /* epoch, done[src] (src finished reading its gathered A), arrive[0] */
-  int blocks_m;                /* ceil(M / WEAVE_AG_BLOCK_ROWS) */
+  weave_plan_ctl_t *ctl;    /* epoch, done[src] (src finished reading its gathered A), arrive[0] */
+  int blocks_m;             /* ceil(M / WEAVE_AG_BLOCK_ROWS) */
   int gemm_blocks, comm_blocks;
-  int signal_done;             /* fused: the kernel's last block publishes done[] and the epoch (else
+  int signal_done; /* fused: the kernel's last block publishes done[] and the epoch (else
                                 * weave_launch_ag_finish does, after what the call still reads) */
 } weave_ag_params_t;
 
@@ -140,11 +140,11 @@ weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int d
 /* One local GEMM, C[M, N] = alpha * A[M, K] B (+ bias[N]), for weave_gemm_dispatch (local_gemm.c). */
 typedef struct {
   int M, N, K;
-  weave_dtype_t dtype;         /* of A and B */
+  weave_dtype_t dtype; /* of A and B */
   weave_layout_t b_layout;
-  weave_dtype_t out_dtype;     /* of C and bias: dtype, or for fp8 inputs bf16, fp16 or fp32 */
+  weave_dtype_t out_dtype; /* of C and bias: dtype, or for fp8 inputs bf16, fp16 or fp32 */
   float alpha;
-  const void *A, *B, *bias;    /* bias: [N] or NULL */
+  const void *A, *B, *bias; /* bias: [N] or NULL */
   void *C;
   weave_hgemm_scales_t scales; /* fp8 only: this call's dequantization scales (mode NONE: none) */
   int fp8_fast_accum;          /* fp8 only: the tensor cores' accumulator over all of K (weave_fp8_accum_t) */

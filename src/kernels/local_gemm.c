@@ -67,8 +67,22 @@ static void *gemm_workspace(int dev, weave_stream_t stream, size_t need, size_t 
  * dispatch launches and what workspace_need plans, alike. */
 static weave_hgemm_args_t hgemm_args(const weave_gemm_call_t *c) {
   const int fp8 = weave_dtype_is_fp8(c->dtype);
-  const weave_hgemm_args_t a = {c->M, c->N, c->K, c->dtype, c->b_layout, c->alpha, c->A, c->B, c->bias, c->C,
-                                c->num_blocks, NULL, 0, WEAVE_HGEMM_SK_AUTO, WEAVE_HGEMM_SCHED_AUTO, c->out_dtype,
+  const weave_hgemm_args_t a = {c->M,
+                                c->N,
+                                c->K,
+                                c->dtype,
+                                c->b_layout,
+                                c->alpha,
+                                c->A,
+                                c->B,
+                                c->bias,
+                                c->C,
+                                c->num_blocks,
+                                NULL,
+                                0,
+                                WEAVE_HGEMM_SK_AUTO,
+                                WEAVE_HGEMM_SCHED_AUTO,
+                                c->out_dtype,
                                 fp8 ? c->scales : (weave_hgemm_scales_t){WEAVE_SCALE_NONE, NULL, NULL},
                                 fp8 && c->fp8_fast_accum};
   return a;
@@ -81,8 +95,8 @@ weave_result_t weave_gemm_dispatch(const weave_gemm_call_t *c, weave_stream_t st
   const int M = c->M, N = c->N, K = c->K;
   size_t e = weave_dtype_size(c->dtype);
   size_t rowb_b = (c->b_layout == WEAVE_LAYOUT_ROW ? (size_t)N : (size_t)K) * e;
-  int vec_ok = ((uintptr_t)c->A % 16 == 0) && ((uintptr_t)c->B % 16 == 0) && ((size_t)K * e) % 16 == 0 &&
-               rowb_b % 16 == 0;
+  int vec_ok =
+      ((uintptr_t)c->A % 16 == 0) && ((uintptr_t)c->B % 16 == 0) && ((size_t)K * e) % 16 == 0 && rowb_b % 16 == 0;
   const int fp8 = weave_dtype_is_fp8(c->dtype);
   if (fp8 || (vec_ok && c->out_dtype == c->dtype && weave_kernel_hopper_ok(c->dtype, c->b_layout, N, K))) {
     weave_hgemm_args_t a = hgemm_args(c);
@@ -145,14 +159,13 @@ weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int d
   const int pageable = pageable_access(device);
   for (int i = 0; i < n; ++i)
     if (ptrs[i] && !device_reads(pageable, ptrs[i]))
-      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %s %p is host memory this GPU cannot read (pass device memory)",
-                        fn, names[i], ptrs[i]);
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                        "%s: %s %p is host memory this GPU cannot read (pass device memory)", fn, names[i], ptrs[i]);
   return WEAVE_SUCCESS;
 }
 
-weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha,
-                          const void *A, const void *B, const void *bias, void *C, int num_blocks,
-                          weave_stream_t stream) {
+weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, float alpha, const void *A,
+                          const void *B, const void *bias, void *C, int num_blocks, weave_stream_t stream) {
   WEAVE_CHECK(weave_check_gemm_shape(NULL, "weave_gemm", M, N, K, "K"));
   if (weave_dtype_is_fp8(dtype))
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
@@ -162,7 +175,8 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
                       (int)b_layout);
   if (!A || !B || !C) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: A, B and C must be non-NULL");
   if (!isfinite(alpha)) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: alpha is not finite");
-  if (num_blocks < 0) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: num_blocks %d < 0", num_blocks);
+  if (num_blocks < 0)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: num_blocks %d < 0", num_blocks);
   size_t e = dtype == WEAVE_FP32 ? 4 : 2;
   if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)bias) % e)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm: pointers must be %zu-byte aligned", e);
@@ -177,8 +191,18 @@ weave_result_t weave_gemm(int M, int N, int K, weave_dtype_t dtype, weave_layout
     WEAVE_CHECK(weave_check_device_reads(NULL, "weave_gemm", dev, ptrs, names, 4));
   }
   char msg[256] = "";
-  const weave_gemm_call_t call = {.M = M, .N = N, .K = K, .dtype = dtype, .b_layout = b_layout, .out_dtype = dtype,
-                                  .alpha = alpha, .A = A, .B = B, .bias = bias, .C = C, .num_blocks = num_blocks};
+  const weave_gemm_call_t call = {.M = M,
+                                  .N = N,
+                                  .K = K,
+                                  .dtype = dtype,
+                                  .b_layout = b_layout,
+                                  .out_dtype = dtype,
+                                  .alpha = alpha,
+                                  .A = A,
+                                  .B = B,
+                                  .bias = bias,
+                                  .C = C,
+                                  .num_blocks = num_blocks};
   weave_result_t rc = weave_gemm_dispatch(&call, stream, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "weave_gemm: %s", msg);
   return WEAVE_SUCCESS;
@@ -196,7 +220,8 @@ weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) 
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d / b_layout %d unknown", fn, (int)a->dtype,
                       (int)a->b_layout);
   WEAVE_CHECK(weave_check_fp8_args(NULL, fn, a->dtype, a->out_dtype, a->b_layout, a->scale_mode, a->fp8_accum, K, "K"));
-  if (!a->A || !a->B || !a->C) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A, B and C must be non-NULL", fn);
+  if (!a->A || !a->B || !a->C)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A, B and C must be non-NULL", fn);
   if (!isfinite(a->alpha)) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
   if (a->num_blocks < 0)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: num_blocks %d < 0", fn, a->num_blocks);
@@ -226,10 +251,20 @@ weave_result_t weave_gemm_ex(const weave_gemm_args_t *a, weave_stream_t stream) 
     static const char *const names[6] = {"A", "B", "bias", "C", "scale_a", "scale_b"};
     WEAVE_CHECK(weave_check_device_reads(NULL, fn, dev, ptrs, names, 6));
   }
-  const weave_gemm_call_t call = {.M = M, .N = N, .K = K, .dtype = a->dtype, .b_layout = a->b_layout,
-                                  .out_dtype = out, .alpha = a->alpha, .A = a->A, .B = a->B, .bias = a->bias, .C = a->C,
+  const weave_gemm_call_t call = {.M = M,
+                                  .N = N,
+                                  .K = K,
+                                  .dtype = a->dtype,
+                                  .b_layout = a->b_layout,
+                                  .out_dtype = out,
+                                  .alpha = a->alpha,
+                                  .A = a->A,
+                                  .B = a->B,
+                                  .bias = a->bias,
+                                  .C = a->C,
                                   .scales = {(int)a->scale_mode, a->scale_a, a->scale_b},
-                                  .fp8_fast_accum = a->fp8_accum == WEAVE_FP8_ACCUM_FAST, .num_blocks = a->num_blocks};
+                                  .fp8_fast_accum = a->fp8_accum == WEAVE_FP8_ACCUM_FAST,
+                                  .num_blocks = a->num_blocks};
   char msg[256] = "";
   weave_result_t rc = weave_gemm_dispatch(&call, stream, msg, sizeof(msg));
   if (rc != WEAVE_SUCCESS) return weave_fail(NULL, rc, "%s: %s", fn, msg);

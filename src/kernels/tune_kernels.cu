@@ -46,7 +46,7 @@ extern "C" int weave_launch_fill_random(void *p, size_t count, weave_dtype_t dty
   if (!count) return 0;
   const size_t want = (count + 255) / 256;
   weave_fill_random_kernel<<<(unsigned)(want < 8192 ? want : 8192), 256, 0, (cudaStream_t)stream>>>(p, count, dtype,
-                                                                                                     seed);
+                                                                                                    seed);
   return (int)cudaGetLastError();
 }
 

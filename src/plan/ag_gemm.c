@@ -40,7 +40,7 @@ struct weave_ag_gemm_plan {
   weave_nccl_t *nccl;       /* baseline's all-gather where NCCL runs */
   void *gemm_ws;            /* bulk: its GEMM's stream-K workspace (NULL: none) */
   size_t gemm_ws_bytes;
-  void *lockstep_ev;        /* ranks sharing a GPU: each call waits for itself (as gemm_rs) */
+  void *lockstep_ev; /* ranks sharing a GPU: each call waits for itself (as gemm_rs) */
   int pageable_access;
 };
 
@@ -51,8 +51,9 @@ static weave_result_t ag_check_args(weave_team_t team, int M, int N, int K, cons
   const char *fn = fn_create;
   if (!d) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
   if (d->struct_size != sizeof(weave_ag_gemm_desc_t))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: desc.struct_size %zu is not %zu (use WEAVE_AG_GEMM_DESC_INIT)",
-                      fn, d->struct_size, sizeof(weave_ag_gemm_desc_t));
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: desc.struct_size %zu is not %zu (use WEAVE_AG_GEMM_DESC_INIT)", fn, d->struct_size,
+                      sizeof(weave_ag_gemm_desc_t));
   WEAVE_CHECK(weave_check_gemm_shape(team, fn, M, N, K, "K"));
   if (d->dtype == WEAVE_FP8_E4M3)
     return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "%s: fp8 inputs are not supported by AllGather + GEMM yet", fn);
@@ -67,8 +68,8 @@ static weave_result_t ag_check_args(weave_team_t team, int M, int N, int K, cons
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: has_bias %d must be 0 or 1", fn, d->has_bias);
   if (d->gemm_blocks < 0 || d->comm_blocks < 0 || (d->gemm_blocks == 0) != (d->comm_blocks == 0))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "%s: give both gemm_blocks and comm_blocks (> 0), or neither (got %d and %d)", fn,
-                      d->gemm_blocks, d->comm_blocks);
+                      "%s: give both gemm_blocks and comm_blocks (> 0), or neither (got %d and %d)", fn, d->gemm_blocks,
+                      d->comm_blocks);
   if (d->strategy == WEAVE_STRATEGY_FUSED && !weave_kernel_hopper_ok(d->dtype, d->b_layout, N, K))
     return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
                       "%s: the fused strategy runs on the Hopper GEMM role: bf16/fp16 with rows of A and B of "
@@ -82,19 +83,18 @@ static weave_result_t ag_check_team_args(weave_team_t team, int M, int N, int K,
   WEAVE_CHECK(weave_team_agree(team, ag_check_args(team, M, N, K, d)));
   uint32_t alpha_bits;
   memcpy(&alpha_bits, &d->alpha, sizeof(alpha_bits));
-  const uint32_t same[] = {(uint32_t)M, (uint32_t)N, (uint32_t)K, (uint32_t)d->dtype, (uint32_t)d->b_layout,
-                           (uint32_t)d->strategy, alpha_bits, (uint32_t)d->has_bias, (uint32_t)d->gemm_blocks,
-                           (uint32_t)d->comm_blocks};
+  const uint32_t same[] = {
+      (uint32_t)M,           (uint32_t)N, (uint32_t)K,           (uint32_t)d->dtype,       (uint32_t)d->b_layout,
+      (uint32_t)d->strategy, alpha_bits,  (uint32_t)d->has_bias, (uint32_t)d->gemm_blocks, (uint32_t)d->comm_blocks};
   return weave_team_check_same(team, same, sizeof(same), "AllGather + GEMM plan arguments (M, N, K, desc)");
 }
 
 /* ---- strategy and blocks ----------------------------------------------------------------------- */
 /* AUTO, by the measurements of docs/performance.md ("AllGather + GEMM"): where ranks share a GPU the
  * fused kernel's communication blocks take SMs from its GEMM and bulk was faster on every shape
- * measured (1.04-1.13x the baseline, fused 0.82-1.01x), so bulk; where every rank has a GPU of its
- * own the gather crosses NVLink and the fused kernel hides it behind the GEMM (not yet measured on
- * several GPUs: the machines were not lent), so fused where it runs; one rank: bulk (weave's GEMM
- * alone). Collective: ranks_on_device is agreed (any rank sharing counts). */
+ * measured, so bulk; where every rank has a GPU of its own the gather crosses NVLink and the fused
+ * kernel hides it behind the GEMM (not measured yet), so fused where it runs; one rank: bulk (weave's
+ * GEMM alone). Collective: ranks_on_device is agreed (any rank sharing counts). */
 static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
   weave_team_t team = p->team;
   const int hopper = weave_kernel_hopper_ok(p->desc.dtype, p->desc.b_layout, p->N, p->K);
@@ -169,21 +169,26 @@ static int ag_needs_gathered(const weave_ag_gemm_plan_t p) {
 static void ag_size_memory(weave_ag_gemm_plan_t p) {
   const int blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
   p->head_bytes = (sizeof(weave_plan_ctl_t) + (size_t)blocks_m * 8 + 255) / 256 * 256; /* + flags, row_info */
-  p->mem_bytes = p->head_bytes +
-                 (ag_needs_gathered(p) ? (size_t)p->M * p->K * weave_dtype_size(p->desc.dtype) : 0);
+  p->mem_bytes = p->head_bytes + (ag_needs_gathered(p) ? (size_t)p->M * p->K * weave_dtype_size(p->desc.dtype) : 0);
 }
 
 static void ag_gemm_workspace(weave_ag_gemm_plan_t p) {
   if (p->strategy != WEAVE_STRATEGY_BULK) return;
-  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
-                               .out_dtype = p->desc.dtype, .num_blocks = p->gemm_blocks};
+  const weave_gemm_call_t c = {.M = p->M,
+                               .N = p->N,
+                               .K = p->K,
+                               .dtype = p->desc.dtype,
+                               .b_layout = p->desc.b_layout,
+                               .out_dtype = p->desc.dtype,
+                               .num_blocks = p->gemm_blocks};
   const size_t need = weave_gemm_workspace_need(&c);
   if (!need) return;
   if (cudaMalloc(&p->gemm_ws, need) != cudaSuccess || cudaMemset(p->gemm_ws, 0, need) != cudaSuccess) {
     cudaGetLastError();
     cudaFree(p->gemm_ws);
     p->gemm_ws = NULL;
-    weave_log(WEAVE_LOG_WARN, p->team, "AllGather + GEMM plan: no memory for the GEMM's stream-K workspace: whole tiles only");
+    weave_log(WEAVE_LOG_WARN, p->team,
+              "AllGather + GEMM plan: no memory for the GEMM's stream-K workspace: whole tiles only");
     return;
   }
   p->gemm_ws_bytes = need;
@@ -212,8 +217,8 @@ static void ag_lt_warm(weave_ag_gemm_plan_t p) {
   const size_t e = weave_dtype_size(p->desc.dtype);
   const void *A = (char *)p->mem + p->head_bytes;
   void *B = NULL, *C = NULL;
-  if (cudaMalloc(&B, (size_t)p->K * p->N * e) == cudaSuccess && cudaMalloc(&C, (size_t)p->M * p->N * e) == cudaSuccess &&
-      weave_lt_select(p->lt, A, B, C) == WEAVE_SUCCESS)
+  if (cudaMalloc(&B, (size_t)p->K * p->N * e) == cudaSuccess &&
+      cudaMalloc(&C, (size_t)p->M * p->N * e) == cudaSuccess && weave_lt_select(p->lt, A, B, C) == WEAVE_SUCCESS)
     weave_lt_run(p->lt, 1.0f, A, B, C, NULL);
   cudaGetLastError();
   cudaFree(B);
@@ -231,17 +236,21 @@ static weave_result_t ag_acquire(weave_ag_gemm_plan_t p) {
   if (e) local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags");
   if (local == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE) {
     char msg[256] = "";
-    local = weave_lt_create(p->M, p->N, p->K, p->desc.dtype, p->desc.dtype, p->desc.b_layout, 0, &p->lt, msg,
-                            sizeof(msg));
-    if (local != WEAVE_SUCCESS) weave_fail(team, local, "AllGather + GEMM plan: cuBLASLt: %s", msg);
-    else ag_lt_warm(p);
+    local =
+        weave_lt_create(p->M, p->N, p->K, p->desc.dtype, p->desc.dtype, p->desc.b_layout, 0, &p->lt, msg, sizeof(msg));
+    if (local != WEAVE_SUCCESS)
+      weave_fail(team, local, "AllGather + GEMM plan: cuBLASLt: %s", msg);
+    else
+      ag_lt_warm(p);
   }
   if (local == WEAVE_SUCCESS) ag_gemm_workspace(p);
   if (local == WEAVE_SUCCESS && team->world > 1 && team->info.ranks_on_device > 1) {
     cudaEvent_t ev;
     e = (int)cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e) local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: creating the lockstep event");
-    else p->lockstep_ev = ev;
+    if (e)
+      local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: creating the lockstep event");
+    else
+      p->lockstep_ev = ev;
   }
   if (local == WEAVE_SUCCESS && (e = (int)cudaDeviceSynchronize()) != 0)
     local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags and workspace");
@@ -315,8 +324,10 @@ static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const we
   }
   rc = ag_choose_blocks(p);
   /* every rank takes part in the agreement; a rank that failed returns its own code */
-  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
-  else weave_team_agree(team, rc);
+  if (rc == WEAVE_SUCCESS)
+    rc = weave_team_agree(team, rc);
+  else
+    weave_team_agree(team, rc);
   ag_size_memory(p);
   if (rc == WEAVE_SUCCESS) rc = ag_acquire(p);
   if (rc != WEAVE_SUCCESS) {
@@ -324,9 +335,10 @@ static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const we
     return rc;
   }
   ag_fill_params(p);
-  weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d %s: strategy %s (%s), %d GEMM + %d comm blocks, %zu heap bytes",
-            M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->why, p->gemm_blocks,
-            p->comm_blocks, p->mem_bytes);
+  weave_log(WEAVE_LOG_INFO, team,
+            "AllGather + GEMM plan %dx%dx%d %s: strategy %s (%s), %d GEMM + %d comm blocks, %zu heap bytes", M, N, K,
+            weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->why, p->gemm_blocks, p->comm_blocks,
+            p->mem_bytes);
   *out = p;
   return WEAVE_SUCCESS;
 }
@@ -349,12 +361,13 @@ static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const
                                     const void *C, const void *A_out) {
   weave_team_t team = p->team;
   if ((!A && p->rows > 0) || !B || !C)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A %p (this rank holds %d rows), B %p and C %p must be non-NULL",
-                      fn_exec, A, p->rows, B, C);
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: A %p (this rank holds %d rows), B %p and C %p must be non-NULL", fn_exec, A, p->rows, B, C);
   if (p->desc.has_bias != (bias != NULL))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, p->desc.has_bias ? "%s: the plan has a bias but bias is NULL"
-                                                                           : "%s: bias given to a plan without bias",
-                      fn_exec);
+    return weave_fail(
+        team, WEAVE_ERROR_INVALID_ARGUMENT,
+        p->desc.has_bias ? "%s: the plan has a bias but bias is NULL" : "%s: bias given to a plan without bias",
+        fn_exec);
   const void *ptrs[5] = {A, B, bias, C, A_out};
   static const char *const names[5] = {"A", "B", "bias", "C", "A_gathered"};
   if (!p->pageable_access) WEAVE_CHECK(weave_check_device_reads(team, fn_exec, team->info.device, ptrs, names, 5));
@@ -364,8 +377,8 @@ static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %s %p is not %zu-byte aligned", fn_exec, names[i],
                         ptrs[i], e);
   if (p->strategy == WEAVE_STRATEGY_FUSED && ((uintptr_t)B & 15))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: the fused plan reads B %p with TMA: it must be 16-byte aligned",
-                      fn_exec, B);
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: the fused plan reads B %p with TMA: it must be 16-byte aligned", fn_exec, B);
   return WEAVE_SUCCESS;
 }
 
@@ -373,9 +386,20 @@ static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const
 static weave_result_t ag_weave_gemm(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
                                     weave_stream_t stream) {
   char msg[256] = "";
-  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
-                               .out_dtype = p->desc.dtype, .alpha = p->desc.alpha, .A = A, .B = B, .bias = bias, .C = C,
-                               .num_blocks = p->gemm_blocks, .ws = p->gemm_ws, .ws_bytes = p->gemm_ws_bytes};
+  const weave_gemm_call_t c = {.M = p->M,
+                               .N = p->N,
+                               .K = p->K,
+                               .dtype = p->desc.dtype,
+                               .b_layout = p->desc.b_layout,
+                               .out_dtype = p->desc.dtype,
+                               .alpha = p->desc.alpha,
+                               .A = A,
+                               .B = B,
+                               .bias = bias,
+                               .C = C,
+                               .num_blocks = p->gemm_blocks,
+                               .ws = p->gemm_ws,
+                               .ws_bytes = p->gemm_ws_bytes};
   weave_result_t rc = weave_gemm_dispatch(&c, stream, msg, sizeof(msg));
   return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "%s: %s", fn_exec, msg);
 }
@@ -385,7 +409,8 @@ static weave_result_t ag_lt_gemm(weave_ag_gemm_plan_t p, const void *A, const vo
   if (weave_lt_run(p->lt, p->desc.alpha, A, B, C, stream) != WEAVE_SUCCESS)
     return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: cublasLtMatmul failed", fn_exec);
   const int err = bias ? weave_launch_add_bias(C, p->M, p->N, p->desc.dtype, bias, stream) : 0;
-  return err ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: bias: %s", fn_exec, weave_cuda_error_string(err)) : WEAVE_SUCCESS;
+  return err ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: bias: %s", fn_exec, weave_cuda_error_string(err))
+             : WEAVE_SUCCESS;
 }
 
 static weave_result_t ag_copy_out(weave_ag_gemm_plan_t p, void *A_out, const void *src, weave_stream_t stream) {
@@ -411,8 +436,8 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
   if (!gathered) {
     if (s == WEAVE_STRATEGY_BASELINE) {
       if (weave_lt_select(p->lt, A, B, C) != WEAVE_SUCCESS)
-        return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p, C %p", fn_exec,
-                          A, B, C);
+        return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p, C %p",
+                          fn_exec, A, B, C);
       WEAVE_CHECK(ag_lt_gemm(p, A, B, bias, C, stream));
     } else {
       WEAVE_CHECK(ag_weave_gemm(p, A, B, bias, C, stream));
@@ -425,8 +450,8 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
   if (s == WEAVE_STRATEGY_FUSED) {
     weave_hgemm_params_t hg;
     char msg[256];
-    int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, gathered, B, &hg, msg,
-                                     sizeof(msg));
+    int rc =
+        weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, gathered, B, &hg, msg, sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(p->team, (weave_result_t)rc, "%s: %s", fn_exec, msg);
     ap.signal_done = A_out == NULL;
     int err = weave_launch_ag_fused(&ap, &hg, p->desc.alpha, bias, C, stream);
@@ -448,8 +473,10 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
   int err = weave_launch_ag_push(&ap, p->comm_blocks, stream);
   if (!err) err = weave_launch_ag_wait(&ap, stream);
   if (err) return ag_launch_fail(p, err);
-  if (s == WEAVE_STRATEGY_BULK) WEAVE_CHECK(ag_weave_gemm(p, gathered, B, bias, C, stream));
-  else WEAVE_CHECK(ag_lt_gemm(p, gathered, B, bias, C, stream));
+  if (s == WEAVE_STRATEGY_BULK)
+    WEAVE_CHECK(ag_weave_gemm(p, gathered, B, bias, C, stream));
+  else
+    WEAVE_CHECK(ag_lt_gemm(p, gathered, B, bias, C, stream));
   WEAVE_CHECK(ag_copy_out(p, A_out, gathered, stream));
   if ((err = weave_launch_ag_finish(&ap, stream)) != 0) return ag_launch_fail(p, err);
   return WEAVE_SUCCESS;

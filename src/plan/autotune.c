@@ -14,8 +14,8 @@
 #include "kernels/kernels.h"
 
 #define TUNE_MAX_CANDIDATES 5
-#define TUNE_ROUNDS 3          /* each candidate timed in this many rounds, interleaved with the others' */
-#define TUNE_MAX_REPS 8        /* timed calls per round */
+#define TUNE_ROUNDS 3   /* each candidate timed in this many rounds, interleaved with the others' */
+#define TUNE_MAX_REPS 8 /* timed calls per round */
 #define TUNE_MIN_REPS 2
 #define TUNE_TARGET_US 30000.0 /* timed calls per candidate over all rounds: about this long */
 #define TUNE_LOCK_MS 2000      /* the cache file's lock */
@@ -92,7 +92,10 @@ static void model_inputs(weave_team_t team, int M, int N, int K, const weave_gem
   cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, team->info.device);
   cudaGetLastError();
   memset(in, 0, sizeof(*in));
-  in->M = M; in->N = N; in->K = K; in->world = team->world;
+  in->M = M;
+  in->N = N;
+  in->K = K;
+  in->world = team->world;
   in->ranks_on_device = team->info.ranks_on_device;
   in->dtype = d->dtype;
   in->fp8_fast = d->fp8_accum == WEAVE_FP8_ACCUM_FAST;
@@ -124,8 +127,8 @@ static void choose_by_model(weave_team_t team, int M, int N, int K, const weave_
   if (out->strategy == WEAVE_STRATEGY_FUSED && g == 0) out->strategy = WEAVE_STRATEGY_BASELINE;
   out->gemm_blocks = out->comm_blocks = 0;
   out->chosen_by = WEAVE_CHOSEN_BY_MODEL;
-  snprintf(out->why, sizeof(out->why), "model (%s): predicted baseline %.3f ms, bulk %.3f ms, fused %.3f ms",
-           reason, t.baseline_ms, t.bulk_ms, t.fused_ms);
+  snprintf(out->why, sizeof(out->why), "model (%s): predicted baseline %.3f ms, bulk %.3f ms, fused %.3f ms", reason,
+           t.baseline_ms, t.bulk_ms, t.fused_ms);
 }
 
 /* ---- measurement ------------------------------------------------------------------------------ */
@@ -171,7 +174,8 @@ static int tuner_alloc(tuner_t *t, char *msg, size_t len) {
   int rb, rows;
   weave_split_rows_of(t->M, team->world, team->rank, &rb, &rows);
   const size_t a = (size_t)t->M * t->K * e, b = (size_t)t->K * t->N * e, c = (size_t)rows * t->N * eo;
-  const size_t na = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->M : 1, nb = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->N : 1;
+  const size_t na = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->M : 1,
+               nb = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->N : 1;
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || (a + b + c) + (a + b + c) / 8 + (64u << 20) > free_b) {
     cudaGetLastError();
@@ -181,17 +185,19 @@ static int tuner_alloc(tuner_t *t, char *msg, size_t len) {
   int ok = cudaMalloc(&t->A, a) == cudaSuccess && cudaMalloc(&t->B, b) == cudaSuccess &&
            (c == 0 || cudaMalloc(&t->C, c) == cudaSuccess) &&
            (!d->has_bias || cudaMalloc(&t->bias, (size_t)t->N * eo) == cudaSuccess) &&
-           (d->scale_mode == WEAVE_SCALE_NONE ||
-            (cudaMalloc((void **)&t->sa, na * 4) == cudaSuccess && cudaMalloc((void **)&t->sb, nb * 4) == cudaSuccess)) &&
+           (d->scale_mode == WEAVE_SCALE_NONE || (cudaMalloc((void **)&t->sa, na * 4) == cudaSuccess &&
+                                                  cudaMalloc((void **)&t->sb, nb * 4) == cudaSuccess)) &&
            cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking) == cudaSuccess;
   for (; ok && t->nev < 2 * TUNE_MAX_REPS; ++t->nev) ok = cudaEventCreate(&t->ev[t->nev]) == cudaSuccess;
   const uint32_t seed = 0x5eed0000u + 977u * (uint32_t)team->rank;
   struct CUstream_st *s = (struct CUstream_st *)t->stream;
-  if (ok) ok = weave_launch_fill_random(t->A, (size_t)t->M * t->K, d->dtype, seed, s) == 0 &&
-               weave_launch_fill_random(t->B, (size_t)t->K * t->N, d->dtype, seed + 1, s) == 0 &&
-               (!t->bias || weave_launch_fill_random(t->bias, (size_t)t->N, out, seed + 2, s) == 0) &&
-               (!t->sa || (weave_launch_fill_value(t->sa, na, 1.0f, s) == 0 && weave_launch_fill_value(t->sb, nb, 1.0f, s) == 0)) &&
-               cudaStreamSynchronize(t->stream) == cudaSuccess;
+  if (ok)
+    ok = weave_launch_fill_random(t->A, (size_t)t->M * t->K, d->dtype, seed, s) == 0 &&
+         weave_launch_fill_random(t->B, (size_t)t->K * t->N, d->dtype, seed + 1, s) == 0 &&
+         (!t->bias || weave_launch_fill_random(t->bias, (size_t)t->N, out, seed + 2, s) == 0) &&
+         (!t->sa ||
+          (weave_launch_fill_value(t->sa, na, 1.0f, s) == 0 && weave_launch_fill_value(t->sb, nb, 1.0f, s) == 0)) &&
+         cudaStreamSynchronize(t->stream) == cudaSuccess;
   if (!ok) snprintf(msg, len, "scratch inputs: %s", cudaGetErrorString(cudaGetLastError()));
   return ok;
 }
@@ -242,7 +248,8 @@ static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
     float warm_ms = 0;
     ok = tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[0], t->stream) == cudaSuccess &&
          tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[1], t->stream) == cudaSuccess &&
-         cudaEventSynchronize(t->ev[1]) == cudaSuccess && cudaEventElapsedTime(&warm_ms, t->ev[0], t->ev[1]) == cudaSuccess &&
+         cudaEventSynchronize(t->ev[1]) == cudaSuccess &&
+         cudaEventElapsedTime(&warm_ms, t->ev[0], t->ev[1]) == cudaSuccess &&
          weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
     rc = weave_team_allgather_int(team, ok ? (int)ceil(warm_ms * 1000.0) + 1 : -1, all);
     int slowest_us = 0;
@@ -329,7 +336,9 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
   tuner_t t;
   memset(&t, 0, sizeof(t));
   t.team = team;
-  t.M = M; t.N = N; t.K = K;
+  t.M = M;
+  t.N = N;
+  t.K = K;
   t.desc = *desc;
   char msg[200] = "";
   int ok = tuner_alloc(&t, msg, sizeof(msg));
@@ -340,7 +349,8 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
     if (!all[r] && bad_rank < 0) bad_rank = r;
   if (rc != WEAVE_SUCCESS || bad_rank >= 0) {
     tuner_free(&t);
-    if (bad_rank >= 0) snprintf(why, why_len, "rank %d: %s", bad_rank, bad_rank == team->rank ? msg : "no scratch inputs");
+    if (bad_rank >= 0)
+      snprintf(why, why_len, "rank %d: %s", bad_rank, bad_rank == team->rank ? msg : "no scratch inputs");
     return rc;
   }
   candidate_t cand[TUNE_MAX_CANDIDATES];
@@ -406,8 +416,8 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
   char name[48];
   describe(name, sizeof(name), out->strategy, out->gemm_blocks, out->comm_blocks);
   *speedup = base_ms > 0 ? base_ms / cand[best].ms : 1.0;
-  snprintf(out->why, sizeof(out->why), "measured (ms, slowest rank's median): %s; chose %s (%.3fx the baseline)",
-           list, name, *speedup);
+  snprintf(out->why, sizeof(out->why), "measured (ms, slowest rank's median): %s; chose %s (%.3fx the baseline)", list,
+           name, *speedup);
   *measured = 1;
   return WEAVE_SUCCESS;
 }
@@ -445,14 +455,18 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
   /* every rank reads; rank 0's entry is used */
   weave_tune_entry_t e;
   char why[600] = "";
-  weave_tune_status_t st = have_path ? weave_tune_lookup(path, is_default, &key, &e, why, sizeof(why)) : WEAVE_TUNE_MISSING;
+  weave_tune_status_t st =
+      have_path ? weave_tune_lookup(path, is_default, &key, &e, why, sizeof(why)) : WEAVE_TUNE_MISSING;
   if (st != WEAVE_TUNE_FOUND && st != WEAVE_TUNE_MISSING)
     weave_log(team->rank == 0 ? WEAVE_LOG_WARN : WEAVE_LOG_INFO, team, "auto: tuning cache ignored (%s): %s",
               weave_tune_status_name(st), why);
   /* rank 0's entry and rank 0's WEAVE_AUTOTUNE: every rank takes the same path */
-  int v[6] = {st == WEAVE_TUNE_FOUND, st == WEAVE_TUNE_FOUND ? (int)e.strategy : 0,
-              st == WEAVE_TUNE_FOUND ? e.gemm_blocks : 0, st == WEAVE_TUNE_FOUND ? e.comm_blocks : 0,
-              env->autotune, weave_capture_active()};
+  int v[6] = {st == WEAVE_TUNE_FOUND,
+              st == WEAVE_TUNE_FOUND ? (int)e.strategy : 0,
+              st == WEAVE_TUNE_FOUND ? e.gemm_blocks : 0,
+              st == WEAVE_TUNE_FOUND ? e.comm_blocks : 0,
+              env->autotune,
+              weave_capture_active()};
   int capturing[WEAVE_MAX_WORLD];
   WEAVE_CHECK(weave_team_allgather_int(team, v[5], capturing));
   WEAVE_CHECK(from_rank0(team, v, 5));
@@ -464,7 +478,8 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
     char name[48];
     describe(name, sizeof(name), out->strategy, out->gemm_blocks, out->comm_blocks);
     if (team->rank == 0)
-      snprintf(out->why, sizeof(out->why), "cached: %s (%.3fx the baseline when measured) in %s", name, e.speedup, path);
+      snprintf(out->why, sizeof(out->why), "cached: %s (%.3fx the baseline when measured) in %s", name, e.speedup,
+               path);
     else
       snprintf(out->why, sizeof(out->why), "cached: %s (rank 0's tuning cache)", name);
     out->choose_ms = now_ms() - t0;

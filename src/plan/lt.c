@@ -24,7 +24,10 @@ struct weave_lt {
 };
 
 static cudaDataType_t to_cuda(weave_dtype_t t) {
-  return t == WEAVE_BF16 ? CUDA_R_16BF : t == WEAVE_FP16 ? CUDA_R_16F : t == WEAVE_FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
+  return t == WEAVE_BF16       ? CUDA_R_16BF
+         : t == WEAVE_FP16     ? CUDA_R_16F
+         : t == WEAVE_FP8_E4M3 ? CUDA_R_8F_E4M3
+                               : CUDA_R_32F;
 }
 
 void weave_lt_destroy(weave_lt_t *lt) {
@@ -38,14 +41,14 @@ void weave_lt_destroy(weave_lt_t *lt) {
   free(lt);
 }
 
-#define LT_TRY(call)                                                                                \
-  do {                                                                                              \
-    cublasStatus_t st_ = (call);                                                                    \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                             \
-      snprintf(errmsg, errlen, "%s failed: status %d", #call, (int)st_);                           \
-      weave_lt_destroy(lt);                                                                         \
-      return WEAVE_ERROR_CUDA;                                                                      \
-    }                                                                                               \
+#define LT_TRY(call)                                                     \
+  do {                                                                   \
+    cublasStatus_t st_ = (call);                                         \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                  \
+      snprintf(errmsg, errlen, "%s failed: status %d", #call, (int)st_); \
+      weave_lt_destroy(lt);                                              \
+      return WEAVE_ERROR_CUDA;                                           \
+    }                                                                    \
   } while (0)
 
 /* cuBLASLt's first choice for pointers aligned to `align` bytes (a power of two <= 256): the heuristic
@@ -125,14 +128,19 @@ weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_d
     if (lt->scale_mode != WEAVE_SCALE_NONE) {
       /* any device address for the heuristic (the calls set their own); it only has to be non-NULL */
       static const float *const placeholder = (const float *)(uintptr_t)256;
-      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof(placeholder)));
-      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof(placeholder)));
+      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                                            sizeof(placeholder)));
+      LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                                            sizeof(placeholder)));
     }
   }
   if (sm_target > 0)
-    LT_TRY(cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof(sm_target)));
-  if (b_layout == WEAVE_LAYOUT_ROW) LT_TRY(cublasLtMatrixLayoutCreate(&lt->la, to_cuda(in), N, K, N));
-  else LT_TRY(cublasLtMatrixLayoutCreate(&lt->la, to_cuda(in), K, N, K));
+    LT_TRY(
+        cublasLtMatmulDescSetAttribute(lt->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof(sm_target)));
+  if (b_layout == WEAVE_LAYOUT_ROW)
+    LT_TRY(cublasLtMatrixLayoutCreate(&lt->la, to_cuda(in), N, K, N));
+  else
+    LT_TRY(cublasLtMatrixLayoutCreate(&lt->la, to_cuda(in), K, N, K));
   LT_TRY(cublasLtMatrixLayoutCreate(&lt->lb, to_cuda(in), K, M, K));
   LT_TRY(cublasLtMatrixLayoutCreate(&lt->lc, to_cuda(out), N, M, N));
   lt->workspace_bytes = 64u << 20;
@@ -196,10 +204,13 @@ weave_result_t weave_lt_run_scaled(weave_lt_t *lt, float alpha, const void *A, c
 }
 
 void weave_lt_describe(const weave_lt_t *lt, char *buf, size_t len) {
-  static const cublasLtMatmulAlgoConfigAttributes_t what[] = {
-      CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-      CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-      CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME};
+  static const cublasLtMatmulAlgoConfigAttributes_t what[] = {CUBLASLT_ALGO_CONFIG_ID,
+                                                              CUBLASLT_ALGO_CONFIG_TILE_ID,
+                                                              CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                                              CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                              CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                                                              CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                              CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME};
   static const char *name[] = {"algo", "tile", "stages", "cluster", "swizzle", "splitk", "reduction"};
   static const size_t bytes[] = {4, 4, 4, 2, 4, 4, 4}; /* the cluster shape is a uint16_t */
   size_t at = 0;
@@ -208,7 +219,8 @@ void weave_lt_describe(const weave_lt_t *lt, char *buf, size_t len) {
   for (size_t i = 0; i < sizeof(what) / sizeof(what[0]) && at < len; ++i) {
     uint32_t v = 0; /* little-endian: a 2-byte value lands in the low half; a failed query prints -1 */
     size_t got = 0;
-    const int ok = cublasLtMatmulAlgoConfigGetAttribute(&lt->algo, what[i], &v, bytes[i], &got) == CUBLAS_STATUS_SUCCESS;
+    const int ok =
+        cublasLtMatmulAlgoConfigGetAttribute(&lt->algo, what[i], &v, bytes[i], &got) == CUBLAS_STATUS_SUCCESS;
     at += (size_t)snprintf(buf + at, len - at, "%s%s %lld", i ? " " : "", name[i], ok ? (long long)v : -1ll);
   }
 }

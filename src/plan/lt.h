@@ -33,7 +33,8 @@ typedef struct {
   int scale_mode; /* weave_scale_mode_t */
   int fast_accum;
 } weave_lt_opts_t;
-#define WEAVE_LT_OPTS_INIT {0, WEAVE_SCALE_NONE, 0}
+#define WEAVE_LT_OPTS_INIT \
+  { 0, WEAVE_SCALE_NONE, 0 }
 weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_dtype_t out, weave_layout_t b_layout,
                                   const weave_lt_opts_t *opts, weave_lt_t **lt, char *errmsg, size_t errlen);
 /* The largest power of two, up to 256, that divides the three addresses: the alignment the

@@ -10,8 +10,10 @@
 /* The part of NCCL's C ABI (nccl.h of NCCL 2.x, stable since 2.0) that weave calls, declared here so
  * that weave builds where nccl.h is absent: libnccl.so.2 is only loaded at run time. */
 typedef struct nccl_comm *nccl_comm_t;
-typedef struct { char internal[128]; } nccl_unique_id_t; /* NCCL_UNIQUE_ID_BYTES */
-typedef int nccl_result_t;                                /* ncclResult_t: ncclSuccess = 0 */
+typedef struct {
+  char internal[128];
+} nccl_unique_id_t;        /* NCCL_UNIQUE_ID_BYTES */
+typedef int nccl_result_t; /* ncclResult_t: ncclSuccess = 0 */
 enum { NCCL_SUCCESS = 0 };
 enum { NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9 }; /* ncclDataType_t */
 enum { NCCL_SUM = 0 };                                          /* ncclRedOp_t */
@@ -36,7 +38,8 @@ static weave_result_t load(weave_team_t team, weave_nccl_t *n) {
   *(void **)&n->all_gather = dlsym(n->lib, "ncclAllGather");
   *(void **)&n->comm_destroy = dlsym(n->lib, "ncclCommDestroy");
   *(void **)&n->error_string = dlsym(n->lib, "ncclGetErrorString");
-  if (!n->get_unique_id || !n->comm_init_rank || !n->reduce_scatter || !n->all_gather || !n->comm_destroy || !n->error_string)
+  if (!n->get_unique_id || !n->comm_init_rank || !n->reduce_scatter || !n->all_gather || !n->comm_destroy ||
+      !n->error_string)
     return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: libnccl.so.2 lacks a needed symbol");
   return WEAVE_SUCCESS;
 }
@@ -58,13 +61,15 @@ weave_result_t weave_nccl_create(weave_team_t team, weave_nccl_t **out) {
   rc = weave_team_agree(team, rc);
   if (rc == WEAVE_SUCCESS) {
     nccl_unique_id_t *ids = (nccl_unique_id_t *)malloc(sizeof(nccl_unique_id_t) * (size_t)team->world);
-    rc = ids ? team->bootstrap->allgather(team->bootstrap, team->rank, &id, ids, sizeof(id)) : WEAVE_ERROR_OUT_OF_MEMORY;
+    rc =
+        ids ? team->bootstrap->allgather(team->bootstrap, team->rank, &id, ids, sizeof(id)) : WEAVE_ERROR_OUT_OF_MEMORY;
     if (rc == WEAVE_SUCCESS) id = ids[0];
     free(ids);
   }
   if (rc == WEAVE_SUCCESS) {
     nccl_result_t r = n->comm_init_rank(&n->comm, team->world, id, team->rank);
-    if (r != NCCL_SUCCESS) rc = weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: ncclCommInitRank: %s", n->error_string(r));
+    if (r != NCCL_SUCCESS)
+      rc = weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "NCCL: ncclCommInitRank: %s", n->error_string(r));
   }
   rc = weave_team_agree(team, rc);
   if (rc != WEAVE_SUCCESS) {

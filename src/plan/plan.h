@@ -36,37 +36,35 @@ struct weave_gemm_rs_plan {
   weave_tiling_t tiling;
   int rows_cap, tiles_cap;
   int gemm_blocks, comm_blocks, budget;
-  void *mem;         /* the plan's heap allocation */
+  void *mem; /* the plan's heap allocation */
   size_t mem_bytes;
-  size_t head_bytes; /* control words + tile flags at the start of mem (zeroed at creation); data follows */
+  size_t head_bytes;           /* control words + tile flags at the start of mem (zeroed at creation); data follows */
   weave_fused_params_t params; /* everything but the per-call pointers */
-  void *gemm_ws;   /* bulk: the stream-K workspace of its GEMM (NULL: none needed) */
+  void *gemm_ws;               /* bulk: the stream-K workspace of its GEMM (NULL: none needed) */
   size_t gemm_ws_bytes;
-  weave_lt_t *lt;  /* baseline GEMM */
-  weave_nccl_t *nccl; /* baseline reduce-scatter when every rank has a GPU of its own and M % world == 0 */
+  weave_lt_t *lt;             /* baseline GEMM */
+  weave_nccl_t *nccl;         /* baseline reduce-scatter when every rank has a GPU of its own and M % world == 0 */
   weave_trace_event_t *trace; /* device: events of the last traced call, then the counter */
   unsigned trace_cap;
-  char trace_path[512];       /* WEAVE_TRACE */
-  unsigned long calls; /* executes enqueued (the trace file is written at destroy if any) */
-  int pageable_access; /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
+  char trace_path[512];     /* WEAVE_TRACE */
+  unsigned long calls;      /* executes enqueued (the trace file is written at destroy if any) */
+  int pageable_access;      /* the device reads pageable host memory (cudaDevAttrPageableMemoryAccess) */
   const void *reachable[6]; /* A, B, bias, C_out, scale_a, scale_b last found device-readable
                              * (execute_check_args) */
   weave_choice_t chosen_by; /* how the strategy was chosen (AUTO: plan/autotune.h) */
   double choose_ms;
   char why[320];
-  int delay_us; /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */
+  int delay_us;      /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */
   void *lockstep_ev; /* cudaEvent_t when ranks share this GPU: each call waits for itself
                       * (plan_execute.c, execute_lockstep); NULL otherwise */
 };
 
 /* Argument checks that need no device (the CPU tests call it directly); messages name
  * weave_gemm_rs_plan_create. */
-weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
-                                        const weave_gemm_rs_desc_t *desc);
+weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc);
 /* The caller's desc in this version's layout: a 0.2 desc (struct_size WEAVE_GEMM_RS_DESC_SIZE_0_2)
  * gets the defaults of the later fields. INVALID_ARGUMENT for NULL or another struct_size. */
-weave_result_t weave_gemm_rs_desc_read(weave_team_t team, const weave_gemm_rs_desc_t *desc,
-                                       weave_gemm_rs_desc_t *out);
+weave_result_t weave_gemm_rs_desc_read(weave_team_t team, const weave_gemm_rs_desc_t *desc, weave_gemm_rs_desc_t *out);
 
 /* "<what>: <CUDA error string>" as the team's last error; returns WEAVE_ERROR_CUDA. */
 static inline weave_result_t weave_plan_cuda_fail(weave_team_t team, int err, const char *what) {

@@ -41,13 +41,13 @@ weave_result_t weave_gemm_rs_desc_read(weave_team_t team, const weave_gemm_rs_de
     out->struct_size = sizeof(weave_gemm_rs_desc_t);
     return WEAVE_SUCCESS;
   }
-  return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                    "%s: desc.struct_size %zu is neither %zu (this version) nor %zu (0.2) (use WEAVE_GEMM_RS_DESC_INIT)",
-                    fn, d->struct_size, sizeof(weave_gemm_rs_desc_t), (size_t)WEAVE_GEMM_RS_DESC_SIZE_0_2);
+  return weave_fail(
+      team, WEAVE_ERROR_INVALID_ARGUMENT,
+      "%s: desc.struct_size %zu is neither %zu (this version) nor %zu (0.2) (use WEAVE_GEMM_RS_DESC_INIT)", fn,
+      d->struct_size, sizeof(weave_gemm_rs_desc_t), (size_t)WEAVE_GEMM_RS_DESC_SIZE_0_2);
 }
 
-weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
-                                        const weave_gemm_rs_desc_t *desc) {
+weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc) {
   const char *fn = "weave_gemm_rs_plan_create";
   weave_gemm_rs_desc_t dd;
   WEAVE_CHECK(weave_gemm_rs_desc_read(team, desc, &dd));
@@ -58,8 +58,8 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
                       (int)d->dtype);
   if ((unsigned)d->b_layout > WEAVE_LAYOUT_COL)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: b_layout %d is not ROW/COL", fn, (int)d->b_layout);
-  WEAVE_CHECK(weave_check_fp8_args(team, fn, d->dtype, d->out_dtype, d->b_layout, d->scale_mode, d->fp8_accum, K,
-                                   "K_local"));
+  WEAVE_CHECK(
+      weave_check_fp8_args(team, fn, d->dtype, d->out_dtype, d->b_layout, d->scale_mode, d->fp8_accum, K, "K_local"));
   if ((unsigned)d->strategy > WEAVE_STRATEGY_BASELINE)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
   if ((unsigned)d->reduce > WEAVE_REDUCE_ATOMIC)
@@ -68,8 +68,7 @@ weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K,
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: fp32_slots %d must be 0 or 1", fn, d->fp32_slots);
   if ((unsigned)d->tile_order > WEAVE_ORDER_OWN_FIRST)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: tile_order %d unknown", fn, (int)d->tile_order);
-  if (!isfinite(d->alpha))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
+  if (!isfinite(d->alpha)) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
   if (d->has_bias != 0 && d->has_bias != 1)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: has_bias %d must be 0 or 1", fn, d->has_bias);
   if (d->gemm_blocks < 0 || d->comm_blocks < 0)
@@ -90,11 +89,23 @@ static weave_result_t plan_check_team_args(weave_team_t team, int M, int N, int 
    * held) into the comparison. */
   uint32_t alpha_bits;
   memcpy(&alpha_bits, &desc->alpha, sizeof(alpha_bits));
-  const uint32_t same[] = {(uint32_t)M, (uint32_t)N, (uint32_t)K, (uint32_t)desc->dtype, (uint32_t)desc->b_layout,
-                           (uint32_t)desc->strategy, (uint32_t)desc->reduce, (uint32_t)desc->fp32_slots,
-                           (uint32_t)desc->tile_order, alpha_bits, (uint32_t)desc->has_bias,
-                           (uint32_t)desc->gemm_blocks, (uint32_t)desc->comm_blocks, (uint32_t)desc->trace,
-                           (uint32_t)desc->out_dtype, (uint32_t)desc->scale_mode, (uint32_t)desc->fp8_accum};
+  const uint32_t same[] = {(uint32_t)M,
+                           (uint32_t)N,
+                           (uint32_t)K,
+                           (uint32_t)desc->dtype,
+                           (uint32_t)desc->b_layout,
+                           (uint32_t)desc->strategy,
+                           (uint32_t)desc->reduce,
+                           (uint32_t)desc->fp32_slots,
+                           (uint32_t)desc->tile_order,
+                           alpha_bits,
+                           (uint32_t)desc->has_bias,
+                           (uint32_t)desc->gemm_blocks,
+                           (uint32_t)desc->comm_blocks,
+                           (uint32_t)desc->trace,
+                           (uint32_t)desc->out_dtype,
+                           (uint32_t)desc->scale_mode,
+                           (uint32_t)desc->fp8_accum};
   WEAVE_CHECK(weave_team_check_same(team, same, sizeof(same), "plan arguments (M, N, K_local, desc)"));
   return WEAVE_SUCCESS;
 }
@@ -178,8 +189,8 @@ static void plan_split_fused(weave_gemm_rs_plan_t p, int per_sm, const weave_aut
   if (desc->gemm_blocks > 0) {
     p->gemm_blocks = desc->gemm_blocks;
     p->comm_blocks = desc->comm_blocks;
-  } else if (choice && choice->strategy == WEAVE_STRATEGY_FUSED && choice->gemm_blocks > 0 &&
-             choice->comm_blocks > 0 && choice->gemm_blocks + choice->comm_blocks <= p->budget) {
+  } else if (choice && choice->strategy == WEAVE_STRATEGY_FUSED && choice->gemm_blocks > 0 && choice->comm_blocks > 0 &&
+             choice->gemm_blocks + choice->comm_blocks <= p->budget) {
     p->gemm_blocks = choice->gemm_blocks;
     p->comm_blocks = choice->comm_blocks;
   } else {
@@ -187,9 +198,9 @@ static void plan_split_fused(weave_gemm_rs_plan_t p, int per_sm, const weave_aut
     weave_split_inputs_t in;
     split_inputs(p->team, desc->dtype, per_sm, p->budget, &in);
     size_t slot = weave_dtype_size(p->slot_dtype);
-    p->comm_blocks = weave_split_comm_blocks(&in, weave_plan_gemm_flops(p->M, p->N, p->K, world),
-                                             weave_plan_comm_bytes(p->M, p->N, world, slot, weave_dtype_size(p->out_dtype)),
-                                             (double)p->tiles_cap);
+    p->comm_blocks = weave_split_comm_blocks(
+        &in, weave_plan_gemm_flops(p->M, p->N, p->K, world),
+        weave_plan_comm_bytes(p->M, p->N, world, slot, weave_dtype_size(p->out_dtype)), (double)p->tiles_cap);
     p->gemm_blocks = p->budget - p->comm_blocks;
   }
 }
@@ -249,8 +260,8 @@ static void plan_size_memory(weave_gemm_rs_plan_t p) {
 /* Zero the flags (and the atomic accumulator) once; plan_acquire waits for it before the ranks
  * agree, so every rank finishes before any kernel runs. */
 static weave_result_t plan_zero_flags(weave_gemm_rs_plan_t p) {
-  size_t zero = p->desc.reduce == WEAVE_REDUCE_ATOMIC && p->strategy == WEAVE_STRATEGY_FUSED ? p->mem_bytes
-                                                                                              : p->head_bytes;
+  size_t zero =
+      p->desc.reduce == WEAVE_REDUCE_ATOMIC && p->strategy == WEAVE_STRATEGY_FUSED ? p->mem_bytes : p->head_bytes;
   int e = (int)cudaMemset(p->mem, 0, zero);
   return e ? weave_plan_cuda_fail(p->team, e, "plan: zeroing flags") : WEAVE_SUCCESS;
 }
@@ -302,8 +313,13 @@ static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
   if (p->strategy != WEAVE_STRATEGY_BULK) return;
   /* what execute's GEMM writes: C_out itself on one rank (execute_direct_bulk), else the partial */
   const weave_dtype_t out = p->team->world == 1 ? p->out_dtype : p->slot_dtype;
-  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
-                               .out_dtype = out, .fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST,
+  const weave_gemm_call_t c = {.M = p->M,
+                               .N = p->N,
+                               .K = p->K,
+                               .dtype = p->desc.dtype,
+                               .b_layout = p->desc.b_layout,
+                               .out_dtype = out,
+                               .fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST,
                                .num_blocks = p->gemm_blocks};
   const size_t need = weave_gemm_workspace_need(&c);
   if (!need) return;
@@ -370,7 +386,9 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
 static void plan_fill_params(weave_gemm_rs_plan_t p) {
   weave_fused_params_t *fp = &p->params;
   memset(fp, 0, sizeof(*fp));
-  fp->M = p->M; fp->N = p->N; fp->K = p->K;
+  fp->M = p->M;
+  fp->N = p->N;
+  fp->K = p->K;
   fp->dtype = p->out_dtype; /* what the kernels write (C, bias); in_dtype is what they read */
   fp->in_dtype = p->desc.dtype;
   fp->fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST;
@@ -414,7 +432,7 @@ static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) 
     ok = weave_ptr(team, (char *)fp->data + (size_t)team->rank * p->rows_cap * N * slot_bytes, o, &slot) ==
              WEAVE_SUCCESS &&
          weave_hgemm_encode_store_map(&fp->slot_map[o], p->slot_dtype, slot, (uint64_t)N, (uint64_t)rows,
-                                       (uint64_t)N * slot_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
+                                      (uint64_t)N * slot_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
     if (!ok) weave_log(WEAVE_LOG_WARN, team, "plan: no TMA store map for owner %d (%s): plain stores", o, msg);
   }
   /* This rank's GEMM blocks only: how a tile reaches its owner does not change the protocol, so
@@ -437,7 +455,9 @@ static weave_result_t plan_fused_split(weave_team_t team, int M, int N, int K, c
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
   if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
   p->team = team;
-  p->M = M; p->N = N; p->K = K;
+  p->M = M;
+  p->N = N;
+  p->K = K;
   p->desc = *desc;
   p->desc.strategy = WEAVE_STRATEGY_FUSED;
   p->strategy = WEAVE_STRATEGY_FUSED;
@@ -476,7 +496,9 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
   if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
   p->team = team;
-  p->M = M; p->N = N; p->K = K;
+  p->M = M;
+  p->N = N;
+  p->K = K;
   weave_gemm_rs_desc_read(team, desc, &p->desc); /* checked above */
   if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
     cudaGetLastError();
@@ -488,7 +510,8 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
   weave_auto_choice_t choice;
   memset(&choice, 0, sizeof(choice));
   weave_result_t rc = WEAVE_SUCCESS;
-  if (desc->strategy == WEAVE_STRATEGY_AUTO) rc = weave_autotune_choose(team, M, N, K, desc, &env, plan_fused_split, &choice);
+  if (desc->strategy == WEAVE_STRATEGY_AUTO)
+    rc = weave_autotune_choose(team, M, N, K, desc, &env, plan_fused_split, &choice);
   if (rc != WEAVE_SUCCESS) {
     plan_free_host(p);
     return rc;
@@ -506,8 +529,10 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
   plan_note_choice(p, &choice);
   if (env.delay_us && env.delay_strategy == p->strategy) p->delay_us = env.delay_us; /* WEAVE_TEST_DELAY */
   /* Every rank takes part in the agreement; a rank that failed here returns its own code. */
-  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, rc);
-  else weave_team_agree(team, rc);
+  if (rc == WEAVE_SUCCESS)
+    rc = weave_team_agree(team, rc);
+  else
+    weave_team_agree(team, rc);
   if (rc == WEAVE_SUCCESS) rc = plan_acquire(p, &env);
   if (rc != WEAVE_SUCCESS) {
     plan_free_host(p);
@@ -516,10 +541,12 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
 
   plan_fill_params(p);
   plan_tma_store_maps(p, &env);
-  weave_log(WEAVE_LOG_INFO, team,
-            "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes at offset %zu, %s epilogue",
-            M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
-            p->budget, p->mem_bytes, (size_t)((char *)p->mem - (char *)team->heap_base), p->params.tma_slots ? "TMA-store" : "register-store");
+  weave_log(
+      WEAVE_LOG_INFO, team,
+      "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes at offset %zu, %s epilogue",
+      M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
+      p->budget, p->mem_bytes, (size_t)((char *)p->mem - (char *)team->heap_base),
+      p->params.tma_slots ? "TMA-store" : "register-store");
   if (p->chosen_by != WEAVE_CHOSEN_BY_CALLER && (env.info || weave_log_level() >= WEAVE_LOG_INFO) && team->rank == 0)
     fprintf(stderr, "weave: plan %dx%dx%d %s, %d rank(s): auto chose %s, %.1f ms: %s\n", M, N, K,
             weave_dtype_name(desc->dtype), team->world, weave_strategy_name(p->strategy), p->choose_ms, p->why);

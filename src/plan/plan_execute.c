@@ -41,8 +41,7 @@ static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const char *fn,
   /* A rank that owns no row (M < world) still computes and pushes its partials; it receives nothing,
    * so its C_out may be NULL. */
   if (!A || !B || (!C_out && rows > 0))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A %p, B %p, C_out %p must be non-NULL", fn, A, B,
-                      C_out);
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: A %p, B %p, C_out %p must be non-NULL", fn, A, B, C_out);
   if (p->desc.has_bias && !bias)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: the plan has a bias but bias is NULL", fn);
   if (!p->desc.has_bias && bias)
@@ -51,7 +50,8 @@ static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const char *fn,
       (!scale_a || !scale_b || ((uintptr_t)scale_a & 3) || ((uintptr_t)scale_b & 3)))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                       "%s: the plan's scale_mode %d needs 4-byte aligned device pointers scale_a and scale_b (got %p, "
-                      "%p)", fn, (int)p->desc.scale_mode, (const void *)scale_a, (const void *)scale_b);
+                      "%p)",
+                      fn, (int)p->desc.scale_mode, (const void *)scale_a, (const void *)scale_b);
   if (p->desc.scale_mode == WEAVE_SCALE_NONE && (scale_a || scale_b))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                       "%s: scale_a / scale_b given to a plan without scales (scale_mode NONE)", fn);
@@ -68,8 +68,8 @@ static weave_result_t execute_check_args(weave_gemm_rs_plan_t p, const char *fn,
   /* fp8 runs only on TMA GEMMs (weave's Hopper role, cuBLASLt fp8) in every strategy: checked here,
    * before anything is enqueued, so that a refusal never leaves the peers waiting mid-protocol */
   if (weave_dtype_is_fp8(p->desc.dtype) && (((uintptr_t)A | (uintptr_t)B) & 15))
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "%s: fp8 A %p and B %p must be 16-byte aligned (TMA)", fn, A, B);
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: fp8 A %p and B %p must be 16-byte aligned (TMA)", fn, A,
+                      B);
   return WEAVE_SUCCESS;
 }
 
@@ -92,10 +92,22 @@ static weave_result_t execute_lt(weave_gemm_rs_plan_t p, const char *fn, const w
 /* The bulk strategy's GEMM: its workspace, blocks and this call's scales. */
 static weave_gemm_call_t bulk_gemm(weave_gemm_rs_plan_t p, const weave_fused_params_t *fp, const void *A, const void *B,
                                    float alpha, const void *bias, void *C, weave_dtype_t out_dtype) {
-  const weave_gemm_call_t c = {.M = p->M, .N = p->N, .K = p->K, .dtype = p->desc.dtype, .b_layout = p->desc.b_layout,
-                               .out_dtype = out_dtype, .alpha = alpha, .A = A, .B = B, .bias = bias, .C = C,
-                               .scales = fp->hg.scales, .fp8_fast_accum = fp->fp8_fast_accum,
-                               .num_blocks = p->gemm_blocks, .ws = p->gemm_ws, .ws_bytes = p->gemm_ws_bytes};
+  const weave_gemm_call_t c = {.M = p->M,
+                               .N = p->N,
+                               .K = p->K,
+                               .dtype = p->desc.dtype,
+                               .b_layout = p->desc.b_layout,
+                               .out_dtype = out_dtype,
+                               .alpha = alpha,
+                               .A = A,
+                               .B = B,
+                               .bias = bias,
+                               .C = C,
+                               .scales = fp->hg.scales,
+                               .fp8_fast_accum = fp->fp8_fast_accum,
+                               .num_blocks = p->gemm_blocks,
+                               .ws = p->gemm_ws,
+                               .ws_bytes = p->gemm_ws_bytes};
   return c;
 }
 
@@ -117,9 +129,7 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, c
   if (p->trace && cudaMemsetAsync(fp->trace_count, 0, sizeof(unsigned), (cudaStream_t)stream) != cudaSuccess)
     return weave_fail(team, WEAVE_ERROR_CUDA, "%s: clearing the trace counter", fn);
   switch (p->strategy) {
-    case WEAVE_STRATEGY_FUSED:
-      err = weave_launch_fused(fp, stream);
-      break;
+    case WEAVE_STRATEGY_FUSED: err = weave_launch_fused(fp, stream); break;
     case WEAVE_STRATEGY_BULK:
     case WEAVE_STRATEGY_BASELINE:
       err = weave_launch_wait_done(fp, stream);
@@ -136,8 +146,7 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, c
       if (!err) err = weave_launch_ready_barrier(fp, stream);
       if (!err) err = weave_launch_reduce_scatter(fp, p->comm_blocks, stream);
       break;
-    default:
-      return weave_fail(team, WEAVE_ERROR_INTERNAL, "%s: strategy %d", fn, (int)p->strategy);
+    default: return weave_fail(team, WEAVE_ERROR_INTERNAL, "%s: strategy %d", fn, (int)p->strategy);
   }
   if (err) return weave_fail(team, WEAVE_ERROR_CUDA, "%s: kernel launch: %s", fn, weave_cuda_error_string(err));
   return WEAVE_SUCCESS;
@@ -145,8 +154,7 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, c
 
 /* Ranks sharing a GPU (threads of a process, or processes under MPS) run in lockstep: a call returns
  * once it has finished, so that no rank's stream holds work queued behind a kernel that spins on its
- * peers. Measured on the H200 with four rank threads (gpu_lifecycle_test, 2026-12-04): with calls
- * queued behind a spinning kernel, a late rank's first kernel sometimes did not start until its
+ * peers. Seen with four rank threads (gpu_lifecycle_test): with calls queued behind a spinning kernel, a late rank's first kernel sometimes did not start until its
  * peers timed out (CUDA promises no concurrency between streams); in lockstep it always started.
  * Not while the stream is captured into a graph (a captured call is not run). The wait is bounded:
  * every wait of the kernels is. */
@@ -162,14 +170,18 @@ static weave_result_t execute_lockstep(weave_gemm_rs_plan_t p, const char *fn, w
            : WEAVE_SUCCESS;
 }
 
-static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B, const float *scale_a,
-                              const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
+static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B,
+                              const float *scale_a, const float *scale_b, const void *bias, void *C_out,
+                              weave_stream_t stream) {
   weave_team_t team = p->team;
   WEAVE_CHECK(execute_check_args(p, fn, A, B, scale_a, scale_b, bias, C_out));
 
   size_t e = weave_dtype_size(p->desc.dtype);
   weave_fused_params_t fp = p->params;
-  fp.A = A; fp.B = B; fp.bias = bias; fp.C_out = C_out;
+  fp.A = A;
+  fp.B = B;
+  fp.bias = bias;
+  fp.C_out = C_out;
   /* this call's scales (every path reads them from here; make_params below keeps them) */
   const weave_hgemm_scales_t sc = {(int)p->desc.scale_mode, scale_a, scale_b};
   fp.hg.scales = sc;
@@ -183,8 +195,7 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
     if (!aligned16(A) || !aligned16(B))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                         "%s: this plan runs the TMA GEMM: A %p and B %p must be 16-byte aligned", fn, A, B);
-    int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg,
-                                           sizeof(msg));
+    int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg, sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "%s: %s", fn, msg);
     fp.hg.scales = sc;
   }
@@ -204,15 +215,17 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
   }
   /* WEAVE_TEST_DELAY: this strategy made slower on purpose (the tests of auto's choice) */
   const int delayed = p->delay_us ? weave_launch_delay((unsigned)p->delay_us, stream) : 0;
-  if (delayed) return weave_fail(team, WEAVE_ERROR_CUDA, "%s: WEAVE_TEST_DELAY: %s", fn, weave_cuda_error_string(delayed));
+  if (delayed)
+    return weave_fail(team, WEAVE_ERROR_CUDA, "%s: WEAVE_TEST_DELAY: %s", fn, weave_cuda_error_string(delayed));
   if (p->nccl || (direct && p->strategy == WEAVE_STRATEGY_BASELINE))
     return execute_lt(p, fn, &fp, A, B, bias, C_out, stream);
   if (direct) return execute_direct_bulk(p, fn, &fp, A, B, bias, C_out, stream);
   return execute_protocol(p, fn, &fp, A, B, stream);
 }
 
-static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B, const float *scale_a,
-                              const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
+static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B,
+                              const float *scale_a, const float *scale_b, const void *bias, void *C_out,
+                              weave_stream_t stream) {
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
   weave_result_t rc = enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream);
   if (rc == WEAVE_SUCCESS) rc = execute_lockstep(p, fn, stream);
@@ -232,14 +245,15 @@ weave_result_t weave_gemm_rs_execute(weave_gemm_rs_plan_t p, const void *A, cons
 }
 
 weave_result_t weave_gemm_rs_execute_scaled(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
-                                            const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
+                                            const float *scale_b, const void *bias, void *C_out,
+                                            weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_execute_scaled: plan is NULL");
   WEAVE_CHECK(weave_team_check_live(p->team, "weave_gemm_rs_execute_scaled"));
   return execute(p, "weave_gemm_rs_execute_scaled", A, B, scale_a, scale_b, bias, C_out, stream);
 }
 
-weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t stream, void *events,
-                                         size_t capacity, size_t *count) {
+weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t stream, void *events, size_t capacity,
+                                         size_t *count) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_trace_fetch: plan is NULL");
   if (!count || (!events && capacity))
     return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_trace_fetch: count/events is NULL");
@@ -253,7 +267,8 @@ weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t 
             cudaMemcpy(&n, p->params.trace_count, sizeof(n), cudaMemcpyDeviceToHost) != cudaSuccess;
   size_t take = n < p->trace_cap ? n : p->trace_cap;
   if (take > capacity) take = capacity;
-  if (!bad && take && cudaMemcpy(events, p->trace, take * sizeof(weave_trace_event_t), cudaMemcpyDeviceToHost) != cudaSuccess)
+  if (!bad && take &&
+      cudaMemcpy(events, p->trace, take * sizeof(weave_trace_event_t), cudaMemcpyDeviceToHost) != cudaSuccess)
     bad = 1;
   weave_device_leave(caller);
   if (bad) return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");

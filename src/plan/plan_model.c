@@ -3,7 +3,7 @@
 
 void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_bytes_per_s, weave_dtype_t dtype,
                                     int blocks_per_sm, int budget, weave_split_inputs_t *in) {
-  /* Rates calibrated on the H200 (docs/performance.md). A GEMM block of the fused kernel sustains
+  /* Rates calibrated against the measurements of docs/performance.md. A GEMM block of the fused kernel sustains
    * ~0.65 of the SM's 4096 dense 16-bit FLOP/clock at the maximum clock (~5.3 TFLOP/s a block at
    * M = N = 8192, K_total = 28672, bf16 slots; the card runs at its power limit, ~1.5 GHz, below
    * that clock). A communication block moves ~15-19 GB/s, 0.45 of an even share of HBM bandwidth.
@@ -110,8 +110,8 @@ weave_strategy_t weave_auto_model(const weave_auto_model_in_t *in, weave_auto_mo
   double t_rs = 0;
   if (in->world > 1) {
     if (shared > 1) /* every sharing rank's owner reads world partials and writes its rows, on one HBM */
-      t_rs = shared * weave_plan_comm_bytes(in->M, in->N, in->world, in->slot_bytes, in->out_bytes) /
-             in->hbm_bytes_per_s;
+      t_rs =
+          shared * weave_plan_comm_bytes(in->M, in->N, in->world, in->slot_bytes, in->out_bytes) / in->hbm_bytes_per_s;
     else
       t_rs = (double)in->M * in->N * in->slot_bytes * (in->world - 1) / in->world / in->link_bytes_per_s;
     t_rs += sync;

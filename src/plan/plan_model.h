@@ -47,11 +47,11 @@ size_t weave_plan_bytes_sent(int M, int N, int world, int rank, size_t slot_byte
  * of the reduction after it. Another strategy than the baseline must be predicted 3% faster. */
 typedef struct {
   int M, N, K, world;
-  int ranks_on_device;       /* ranks sharing this GPU (1: every rank has a GPU of its own) */
+  int ranks_on_device; /* ranks sharing this GPU (1: every rank has a GPU of its own) */
   weave_dtype_t dtype;
-  int fp8_fast;              /* WEAVE_FP8_ACCUM_FAST */
+  int fp8_fast; /* WEAVE_FP8_ACCUM_FAST */
   size_t slot_bytes, out_bytes;
-  double gpu_flops;          /* the whole GPU's dense rate for dtype, FLOP/s */
+  double gpu_flops; /* the whole GPU's dense rate for dtype, FLOP/s */
   double hbm_bytes_per_s, link_bytes_per_s;
   int gemm_blocks, comm_blocks; /* the fused kernel's split */
 } weave_auto_model_in_t;

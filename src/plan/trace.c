@@ -1,4 +1,5 @@
 /* Host side of the per-tile trace: Chrome trace-event JSON, CSV and summary (see trace.h). */
+#include "common/json.h"
 #include "weave_trace.h"
 
 #include <stdlib.h>
@@ -30,8 +31,8 @@ static int ref_cmp(const void *pa, const void *pb) {
 
 /* Recorded events of all ranks sorted by (rank, block, begin); *t0 = earliest begin. NULL with *n = 0
  * when there are none; *err = 1 on bad arguments or out of memory. */
-static ref_t *collect(const weave_trace_event_t *const *events_per_rank, const size_t *counts, int world,
-                      size_t *n, uint64_t *t0, int *err) {
+static ref_t *collect(const weave_trace_event_t *const *events_per_rank, const size_t *counts, int world, size_t *n,
+                      uint64_t *t0, int *err) {
   *n = 0;
   *t0 = 0;
   *err = 0;
@@ -70,19 +71,6 @@ static ref_t *collect(const weave_trace_event_t *const *events_per_rank, const s
   return refs;
 }
 
-static void put_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p < 0x20)
-      fprintf(f, "\\u%04x", *p);
-    else
-      fputc(*p, f);
-  }
-  fputc('"', f);
-}
-
 static double us(uint64_t ns) { return (double)ns / 1000.0; }
 
 /* fclose that also reports earlier write errors. */
@@ -113,15 +101,15 @@ int weave_trace_write_json(const char *path, const weave_trace_event_t *const *e
   FILE *f = open_sorted(path, events_per_rank, counts, world, &refs, &n, &t0);
   if (!f) return -1;
   fputs("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"title\":", f);
-  put_json_string(f, title);
+  weave_json_put_string(f, title);
   fputs("},\n\"traceEvents\":[\n", f);
   int first = 1;
 #define SEP() (first ? (first = 0, "") : ",\n")
   for (int r = 0; r < world; r++) {
-    fprintf(f, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}",
-            SEP(), r, r);
-    fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+    fprintf(f, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", SEP(),
             r, r);
+    fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", r,
+            r);
   }
   for (size_t g = 0; g < n;) {
     /* One (rank, block) group: name the thread, then its events in begin order. */
@@ -132,8 +120,7 @@ int weave_trace_write_json(const char *path, const weave_trace_event_t *const *e
       end++;
     }
     int pid = refs[g].rank, tid = refs[g].e->block;
-    fprintf(f,
-            "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"block %d (%s)\"}}",
+    fprintf(f, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"block %d (%s)\"}}",
             SEP(), pid, tid, tid, gemm ? "gemm" : "comm");
     fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
             pid, tid, tid);
@@ -166,8 +153,8 @@ int weave_trace_write_csv(const char *path, const weave_trace_event_t *const *ev
   fputs("\nrank,block,role,tile,peer,begin_us,end_us\n", f);
   for (size_t i = 0; i < n; i++) {
     const weave_trace_event_t *e = refs[i].e;
-    fprintf(f, "%d,%d,%s,%d,%d,%.3f,%.3f\n", refs[i].rank, (int)e->block, weave_trace_role_name(e->role),
-            (int)e->tile, (int)e->peer, us(e->t_begin - t0), us(e->t_end - t0));
+    fprintf(f, "%d,%d,%s,%d,%d,%.3f,%.3f\n", refs[i].rank, (int)e->block, weave_trace_role_name(e->role), (int)e->tile,
+            (int)e->peer, us(e->t_begin - t0), us(e->t_end - t0));
   }
   free(refs);
   return finish(f);
@@ -194,20 +181,20 @@ void weave_trace_summary(const weave_trace_event_t *ev, size_t n, int gemm_block
     if (e->t_end > last) last = e->t_end;
     if (e->role >= 0 && e->role < WEAVE_TRACE_ROLES) out->count[e->role]++;
     switch (e->role) {
-    case WEAVE_TRACE_GEMM:
-      gemm_sum += d;
-      any_gemm = 1;
-      if (e->t_end > gemm_last) gemm_last = e->t_end;
-      break;
-    case WEAVE_TRACE_WAIT:
-      if (e->block >= gemm_blocks)
-        out->comm_wait_ns += d;
-      else
-        out->gemm_wait_ns += d;
-      break;
-    case WEAVE_TRACE_REDUCE:
-    case WEAVE_TRACE_SEND: comm_sum += d; break;
-    default: break;
+      case WEAVE_TRACE_GEMM:
+        gemm_sum += d;
+        any_gemm = 1;
+        if (e->t_end > gemm_last) gemm_last = e->t_end;
+        break;
+      case WEAVE_TRACE_WAIT:
+        if (e->block >= gemm_blocks)
+          out->comm_wait_ns += d;
+        else
+          out->gemm_wait_ns += d;
+        break;
+      case WEAVE_TRACE_REDUCE:
+      case WEAVE_TRACE_SEND: comm_sum += d; break;
+      default: break;
     }
   }
   if (!out->events) return;

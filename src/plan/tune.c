@@ -136,9 +136,14 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
   static const int col[9] = {1, 2, 3, -1, 5, 6, 7, 8, 9};
   for (int i = 0; i < 9; ++i)
     if (col[i] >= 0 && parse_long(f[col[i]], lo[i], hi[i], &v[i])) return -1;
-  k->sms = (int)v[0]; k->driver = (int)v[1]; k->runtime = (int)v[2];
-  k->world = (int)v[4]; k->ranks_per_device = (int)v[5];
-  k->m_bucket = (int)v[6]; k->N = (int)v[7]; k->K = (int)v[8];
+  k->sms = (int)v[0];
+  k->driver = (int)v[1];
+  k->runtime = (int)v[2];
+  k->world = (int)v[4];
+  k->ranks_per_device = (int)v[5];
+  k->m_bucket = (int)v[6];
+  k->N = (int)v[7];
+  k->K = (int)v[8];
   if (k->ranks_per_device > k->world || (k->m_bucket & (k->m_bucket - 1))) return -1;
   if (parse_dtype_field(f[10], k)) return -1;
   if (weave_dtype_parse(f[11], &k->out_dtype) || strcmp(f[11], weave_dtype_name(k->out_dtype)) ||
@@ -221,9 +226,7 @@ static void say(char *why, size_t len, const char *fmt, const char *a, const cha
 }
 
 /* The default cache's folder and file are this user's alone. */
-static int owned_safely(const struct stat *st) {
-  return st->st_uid == geteuid() && (st->st_mode & 022) == 0;
-}
+static int owned_safely(const struct stat *st) { return st->st_uid == geteuid() && (st->st_mode & 022) == 0; }
 
 /* ---- reading ---------------------------------------------------------------------------------- */
 typedef struct {
@@ -398,8 +401,10 @@ static weave_tune_status_t write_atomically(const char *path, int is_default, co
     ok = fputs(line, f) >= 0;
   }
   if (ok) ok = fflush(f) == 0 && fsync(fd) == 0;
-  if (f) ok = (fclose(f) == 0) && ok;
-  else close(fd);
+  if (f)
+    ok = (fclose(f) == 0) && ok;
+  else
+    close(fd);
   if (ok) ok = rename(tmp, path) == 0;
   if (!ok) {
     say(why, why_len, "cannot write %s: %s", path, strerror(errno));

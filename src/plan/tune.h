@@ -41,17 +41,17 @@ typedef struct {
   char weave[16]; /* "major.minor.patch" */
   int world, ranks_per_device;
   int m_bucket, N, K;
-  weave_dtype_t dtype, out_dtype;  /* out_dtype resolved (never AUTO) */
+  weave_dtype_t dtype, out_dtype; /* out_dtype resolved (never AUTO) */
   weave_layout_t b_layout;
   weave_reduce_t reduce;
   int fp32_slots;
-  weave_scale_mode_t scale_mode;   /* fp8: ROW, else the class of NONE and TENSOR (formats and parses as NONE) */
+  weave_scale_mode_t scale_mode; /* fp8: ROW, else the class of NONE and TENSOR (formats and parses as NONE) */
   weave_fp8_accum_t fp8_accum;
 } weave_tune_key_t;
 
 typedef struct {
   weave_tune_key_t key;
-  weave_strategy_t strategy; /* never AUTO */
+  weave_strategy_t strategy;    /* never AUTO */
   int gemm_blocks, comm_blocks; /* fused: the split; 0 otherwise */
   double speedup;
 } weave_tune_entry_t;

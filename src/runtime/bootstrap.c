@@ -22,20 +22,24 @@ typedef struct {
   pthread_cond_t cv;
   int arrived;
   unsigned long generation;
-  int broken; /* a wait timed out: the barrier can no longer be trusted */
+  int broken;                          /* a wait timed out: the barrier can no longer be trusted */
   unsigned char here[WEAVE_MAX_WORLD]; /* here[r]: rank r waits in this generation */
-  unsigned char *buffer; /* world * WEAVE_BOOTSTRAP_MAX_BYTES */
+  unsigned char *buffer;               /* world * WEAVE_BOOTSTRAP_MAX_BYTES */
 } threads_impl_t;
 
 static weave_result_t threads_barrier(weave_bootstrap_t *bs, int rank) {
   threads_impl_t *t = (threads_impl_t *)bs->impl;
   if (rank < 0 || rank >= bs->world)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap barrier: rank %d outside [0, %d)", rank, bs->world);
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap barrier: rank %d outside [0, %d)", rank,
+                      bs->world);
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline); /* the condition variable's clock */
   deadline.tv_sec += bs->timeout_ms / 1000;
   deadline.tv_nsec += (long)(bs->timeout_ms % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
 
   weave_result_t rc = WEAVE_SUCCESS;
   pthread_mutex_lock(&t->mu);
@@ -61,10 +65,11 @@ static weave_result_t threads_barrier(weave_bootstrap_t *bs, int rank) {
           char missing[256] = "";
           size_t used = 0;
           for (int r = 0; r < bs->world && used < sizeof(missing) - 16; ++r)
-            if (!t->here[r]) used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? ", " : "", r);
+            if (!t->here[r])
+              used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? ", " : "", r);
           rc = weave_fail(NULL, WEAVE_ERROR_TIMEOUT,
-                          "bootstrap barrier: rank %d waited %d ms for rank%s %s: only %d of %d ranks arrived",
-                          rank, bs->timeout_ms, bs->world - t->arrived > 1 ? "s" : "", missing, t->arrived, bs->world);
+                          "bootstrap barrier: rank %d waited %d ms for rank%s %s: only %d of %d ranks arrived", rank,
+                          bs->timeout_ms, bs->world - t->arrived > 1 ? "s" : "", missing, t->arrived, bs->world);
           break;
         }
       }
@@ -100,7 +105,8 @@ static void threads_destroy(weave_bootstrap_t *bs) {
 }
 
 weave_result_t weave_bootstrap_create_threads(int world, weave_bootstrap_t **bootstrap) {
-  if (!bootstrap) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_create_threads: bootstrap is NULL");
+  if (!bootstrap)
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_create_threads: bootstrap is NULL");
   if (world < 1 || world > WEAVE_MAX_WORLD)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_create_threads: world %d outside [1, %d]",
                       world, WEAVE_MAX_WORLD);
@@ -110,7 +116,9 @@ weave_result_t weave_bootstrap_create_threads(int world, weave_bootstrap_t **boo
   threads_impl_t *t = (threads_impl_t *)calloc(1, sizeof(*t));
   unsigned char *buf = (unsigned char *)calloc((size_t)world, WEAVE_BOOTSTRAP_MAX_BYTES);
   if (!bs || !t || !buf) {
-    free(bs); free(t); free(buf);
+    free(bs);
+    free(t);
+    free(buf);
     return weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "weave_bootstrap_create_threads: host allocation failed");
   }
   pthread_condattr_t ca;
@@ -122,7 +130,7 @@ weave_result_t weave_bootstrap_create_threads(int world, weave_bootstrap_t **boo
   t->buffer = buf;
   bs->world = world;
   bs->timeout_ms = env.timeout_ms;
-  bs->rank = -1;      /* one object for every rank of the process */
+  bs->rank = -1; /* one object for every rank of the process */
   bs->local_rank = -1;
   bs->local_world = world;
   bs->allgather = threads_allgather;

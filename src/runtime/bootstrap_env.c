@@ -33,7 +33,8 @@ typedef struct {
 
 static const launcher_vars_t launchers[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
 };
 #define LAUNCHER_COUNT ((int)(sizeof(launchers) / sizeof(launchers[0])))
@@ -61,7 +62,8 @@ static weave_result_t read_launcher(const launcher_vars_t *l, launcher_view_t *v
   if (!rs) return ENV_ERR("bootstrap (%s): %s=%s is set but %s is not", l->launcher, l->world, ws, l->rank);
   long v;
   if (weave_parse_int(ws, 1, WEAVE_MAX_WORLD, &v))
-    return ENV_ERR("bootstrap (%s): %s='%s': expected a world size in 1..%d", l->launcher, l->world, ws, WEAVE_MAX_WORLD);
+    return ENV_ERR("bootstrap (%s): %s='%s': expected a world size in 1..%d", l->launcher, l->world, ws,
+                   WEAVE_MAX_WORLD);
   view->world = (int)v;
   if (weave_parse_int(rs, 0, 1L << 30, &v))
     return ENV_ERR("bootstrap (%s): %s='%s': expected a rank (an integer >= 0)", l->launcher, l->rank, rs);
@@ -71,14 +73,15 @@ static weave_result_t read_launcher(const launcher_vars_t *l, launcher_view_t *v
   const char *lws = env_get(l->local_world), *lrs = env_get(l->local_rank);
   if (lws) {
     if (weave_parse_int(lws, 1, view->world, &v))
-      return ENV_ERR("bootstrap (%s): %s='%s': expected an integer in 1..%s (%d)", l->launcher, l->local_world, lws, l->world,
-                     view->world);
+      return ENV_ERR("bootstrap (%s): %s='%s': expected an integer in 1..%s (%d)", l->launcher, l->local_world, lws,
+                     l->world, view->world);
     view->local_world = (int)v;
   }
   if (lrs) {
     int hi = view->local_world > 0 ? view->local_world : view->world;
     if (weave_parse_int(lrs, 0, 1L << 30, &v))
-      return ENV_ERR("bootstrap (%s): %s='%s': expected a local rank (an integer >= 0)", l->launcher, l->local_rank, lrs);
+      return ENV_ERR("bootstrap (%s): %s='%s': expected a local rank (an integer >= 0)", l->launcher, l->local_rank,
+                     lrs);
     if (v >= hi)
       return ENV_ERR("bootstrap (%s): %s=%ld is not below %s=%d", l->launcher, l->local_rank, v,
                      view->local_world > 0 ? l->local_world : l->world, hi);
@@ -100,9 +103,10 @@ weave_result_t weave_bootstrap_env_rank_info(int *rank, int *world, int *local_r
     }
   }
   if (chosen < 0)
-    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
-                      "bootstrap: no launcher variables: set RANK and WORLD_SIZE (torchrun does), or start the ranks with "
-                      "mpirun (OMPI_COMM_WORLD_RANK/SIZE) or srun (SLURM_PROCID/SLURM_NTASKS)");
+    return weave_fail(
+        NULL, WEAVE_ERROR_BOOTSTRAP,
+        "bootstrap: no launcher variables: set RANK and WORLD_SIZE (torchrun does), or start the ranks with "
+        "mpirun (OMPI_COMM_WORLD_RANK/SIZE) or srun (SLURM_PROCID/SLURM_NTASKS)");
   const launcher_view_t *c = &view[chosen];
   const launcher_vars_t *cl = &launchers[chosen];
   for (int i = chosen + 1; i < LAUNCHER_COUNT; ++i) {
@@ -131,26 +135,32 @@ weave_result_t weave_bootstrap_env_rank_info(int *rank, int *world, int *local_r
  * the id's nonce, so two jobs sharing a host do not meet by accident. */
 static void job_id(char *buf, size_t cap) {
   const char *ompi = env_get("OMPI_MCA_ess_base_jobid"), *slurm = env_get("SLURM_JOB_ID");
-  if (ompi) snprintf(buf, cap, "ompi:%s", ompi);
-  else if (slurm) snprintf(buf, cap, "slurm:%s.%s", slurm, env_get("SLURM_STEP_ID") ? env_get("SLURM_STEP_ID") : "");
-  else snprintf(buf, cap, "%s", "");
+  if (ompi)
+    snprintf(buf, cap, "ompi:%s", ompi);
+  else if (slurm)
+    snprintf(buf, cap, "slurm:%s.%s", slurm, env_get("SLURM_STEP_ID") ? env_get("SLURM_STEP_ID") : "");
+  else
+    snprintf(buf, cap, "%s", "");
 }
 
 weave_result_t weave_bootstrap_env_rendezvous(char *addr, size_t addr_cap, int *port) {
   const char *a = env_get("MASTER_ADDR");
   if (!a) a = "127.0.0.1"; /* one node: no launcher told us where rank 0 is */
   if (!addr || strlen(a) >= addr_cap)
-    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "bootstrap: MASTER_ADDR is longer than %zu bytes", addr_cap ? addr_cap - 1 : 0);
+    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "bootstrap: MASTER_ADDR is longer than %zu bytes",
+                      addr_cap ? addr_cap - 1 : 0);
   long p;
   const char *v = env_get("WEAVE_BOOTSTRAP_PORT");
   if (v) {
     if (weave_parse_int(v, 1, 65535, &p))
-      return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "bootstrap: WEAVE_BOOTSTRAP_PORT='%s': expected a port in 1..65535", v);
+      return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
+                        "bootstrap: WEAVE_BOOTSTRAP_PORT='%s': expected a port in 1..65535", v);
   } else if ((v = env_get("MASTER_PORT"))) {
     /* torch's own store listens on MASTER_PORT itself */
     if (weave_parse_int(v, 1, 65534, &p))
       return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
-                        "bootstrap: MASTER_PORT='%s': expected a port in 1..65534 (weave listens on MASTER_PORT + 1)", v);
+                        "bootstrap: MASTER_PORT='%s': expected a port in 1..65534 (weave listens on MASTER_PORT + 1)",
+                        v);
     p += 1;
   } else {
     char job[256];
@@ -184,10 +194,11 @@ static weave_result_t listen_on(int port, int64_t deadline_ms, int *out_fd) {
     last = errno;
     close(fd);
     if (last != EADDRINUSE || weave_monotonic_ms() >= deadline_ms)
-      return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
-                        "bootstrap: rank 0 cannot listen on port %d (%s): another job holds it? set WEAVE_BOOTSTRAP_PORT "
-                        "(or MASTER_PORT) to a free port",
-                        port, strerror(last));
+      return weave_fail(
+          NULL, WEAVE_ERROR_BOOTSTRAP,
+          "bootstrap: rank 0 cannot listen on port %d (%s): another job holds it? set WEAVE_BOOTSTRAP_PORT "
+          "(or MASTER_PORT) to a free port",
+          port, strerror(last));
     struct timespec nap = {0, 50 * 1000000L};
     nanosleep(&nap, NULL);
   }
@@ -196,8 +207,8 @@ static weave_result_t listen_on(int port, int64_t deadline_ms, int *out_fd) {
 static weave_result_t resolve_ipv4(const char *host, uint32_t *addr) {
   const char *why = NULL;
   if (weave_resolve_ipv4(host, addr, &why) != 0)
-    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "bootstrap: MASTER_ADDR='%s' cannot be resolved to an IPv4 address (%s)", host,
-                      why);
+    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
+                      "bootstrap: MASTER_ADDR='%s' cannot be resolved to an IPv4 address (%s)", host, why);
   return WEAVE_SUCCESS;
 }
 

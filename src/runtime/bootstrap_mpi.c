@@ -18,7 +18,8 @@ weave_result_t weave_bootstrap_create_mpi(MPI_Comm comm, weave_bootstrap_t **boo
   MPI_Finalized(&finalized);
   if (!initialized || finalized || comm == MPI_COMM_NULL) return WEAVE_ERROR_INVALID_ARGUMENT;
   int rank = 0, size = 0;
-  if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS) return WEAVE_ERROR_BOOTSTRAP;
+  if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS)
+    return WEAVE_ERROR_BOOTSTRAP;
 
   /* rank 0's result travels with the id, so a failure there cannot leave the others waiting */
   struct {

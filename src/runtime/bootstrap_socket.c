@@ -56,21 +56,27 @@ typedef struct {
 } frame_t;
 
 static void frame_encode(const frame_t *f, unsigned char *out) {
-  weave_be_put32(out, f->type); weave_be_put32(out + 4, f->seq); weave_be_put32(out + 8, f->bytes); weave_be_put32(out + 12, (uint32_t)f->arg);
+  weave_be_put32(out, f->type);
+  weave_be_put32(out + 4, f->seq);
+  weave_be_put32(out + 8, f->bytes);
+  weave_be_put32(out + 12, (uint32_t)f->arg);
 }
 static void frame_decode(const unsigned char *in, frame_t *f) {
-  f->type = weave_be_get32(in); f->seq = weave_be_get32(in + 4); f->bytes = weave_be_get32(in + 8); f->arg = (int32_t)weave_be_get32(in + 12);
+  f->type = weave_be_get32(in);
+  f->seq = weave_be_get32(in + 4);
+  f->bytes = weave_be_get32(in + 8);
+  f->arg = (int32_t)weave_be_get32(in + 12);
 }
 
 /* ---- the bootstrap object --------------------------------------------------------------------- */
 typedef struct {
-  int hub;        /* this rank is the hub */
+  int hub; /* this rank is the hub */
   int hub_rank;
-  int hub_fd;     /* spoke: its connection to the hub */
-  int *fds;       /* hub: fds[r] is the connection to rank r (-1 for itself, or once it failed) */
-  uint32_t seq;   /* collectives started; 0 is the creation's own */
-  int grace_ms;   /* spoke_grace_ms */
-  char where[48]; /* the hub's address, for messages */
+  int hub_fd;            /* spoke: its connection to the hub */
+  int *fds;              /* hub: fds[r] is the connection to rank r (-1 for itself, or once it failed) */
+  uint32_t seq;          /* collectives started; 0 is the creation's own */
+  int grace_ms;          /* spoke_grace_ms */
+  char where[48];        /* the hub's address, for messages */
   weave_result_t broken; /* WEAVE_SUCCESS while the bootstrap can be used */
   char broken_msg[MAX_ABORT_MSG + 64];
   unsigned char *buf; /* FRAME_BYTES + world * WEAVE_BOOTSTRAP_MAX_BYTES */
@@ -117,9 +123,12 @@ static weave_result_t spoke_take_abort(weave_bootstrap_t *bs, const frame_t *f, 
   char msg[MAX_ABORT_MSG + 1] = "";
   size_t len = f->bytes > MAX_ABORT_MSG ? MAX_ABORT_MSG : f->bytes;
   int err;
-  if (weave_recv_all(s->hub_fd, msg, len, deadline, &err) != WEAVE_IO_OK) snprintf(msg, sizeof(msg), "(message lost)");
-  else msg[len] = '\0';
-  weave_result_t code = f->arg > WEAVE_SUCCESS && f->arg < WEAVE_NUM_RESULTS ? (weave_result_t)f->arg : WEAVE_ERROR_BOOTSTRAP;
+  if (weave_recv_all(s->hub_fd, msg, len, deadline, &err) != WEAVE_IO_OK)
+    snprintf(msg, sizeof(msg), "(message lost)");
+  else
+    msg[len] = '\0';
+  weave_result_t code =
+      f->arg > WEAVE_SUCCESS && f->arg < WEAVE_NUM_RESULTS ? (weave_result_t)f->arg : WEAVE_ERROR_BOOTSTRAP;
   if (s->hub_rank < 0) /* turned away before joining */
     return sock_break(bs, code, -1, "%s [reported by the hub at %s to rank %d]", msg, s->where, bs->rank);
   return sock_break(bs, code, -1, "%s [reported by the hub, rank %d, to rank %d]", msg, s->hub_rank, bs->rank);
@@ -141,20 +150,24 @@ static int spoke_pending_abort(weave_bootstrap_t *bs, weave_result_t *rc) {
 }
 
 static const char *io_why(weave_io_t io, int err, char *buf, size_t cap) {
-  if (io == WEAVE_IO_CLOSED) snprintf(buf, cap, "closed its connection (process gone?)");
-  else snprintf(buf, cap, "connection failed: %s", strerror(err));
+  if (io == WEAVE_IO_CLOSED)
+    snprintf(buf, cap, "closed its connection (process gone?)");
+  else
+    snprintf(buf, cap, "connection failed: %s", strerror(err));
   return buf;
 }
 
 /* Hub: reads n bytes of collective `seq` from spoke r; a silent, closed or failed spoke breaks the
  * bootstrap with its rank named. */
-static weave_result_t hub_recv(weave_bootstrap_t *bs, int r, void *buf, size_t n, int64_t deadline, int op, uint32_t seq) {
+static weave_result_t hub_recv(weave_bootstrap_t *bs, int r, void *buf, size_t n, int64_t deadline, int op,
+                               uint32_t seq) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
   int err;
   weave_io_t io = weave_recv_all(s->fds[r], buf, n, deadline, &err);
   if (io == WEAVE_IO_TIMEOUT)
-    return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms",
-                      r, op_name(op), seq, bs->timeout_ms);
+    return sock_break(bs, WEAVE_ERROR_TIMEOUT, r,
+                      "bootstrap: rank %d sent a partial frame in %s #%u and went silent for %d ms", r, op_name(op),
+                      seq, bs->timeout_ms);
   if (io != WEAVE_IO_OK) {
     char why[160];
     close(s->fds[r]);
@@ -178,34 +191,43 @@ static weave_result_t hub_gather(weave_bootstrap_t *bs, int op, uint32_t seq, si
     for (int i = 0; i < np; ++i) p[i] = (struct pollfd){s->fds[pending[i]], POLLIN, 0};
     int n = poll(p, (nfds_t)np, weave_remaining_ms(deadline));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: poll failed in %s #%u: %s", op_name(op), seq, strerror(errno));
+    if (n < 0)
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: poll failed in %s #%u: %s", op_name(op), seq,
+                        strerror(errno));
     if (n == 0) {
       char list[256] = "";
       size_t used = 0;
       for (int i = 0; i < np && used < sizeof(list) - 16; ++i)
         used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", i ? ", " : "", pending[i]);
-      return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
-                        "bootstrap: rank%s %s did not reach %s #%u within %d ms (still connected: stuck, or busy elsewhere?)",
-                        np > 1 ? "s" : "", list, op_name(op), seq, bs->timeout_ms);
+      return sock_break(
+          bs, WEAVE_ERROR_TIMEOUT, -1,
+          "bootstrap: rank%s %s did not reach %s #%u within %d ms (still connected: stuck, or busy elsewhere?)",
+          np > 1 ? "s" : "", list, op_name(op), seq, bs->timeout_ms);
     }
     int kept = 0;
     for (int i = 0; i < np; ++i) {
       int r = pending[i];
-      if (!p[i].revents) { pending[kept++] = r; continue; }
+      if (!p[i].revents) {
+        pending[kept++] = r;
+        continue;
+      }
       unsigned char hdr[FRAME_BYTES];
       WEAVE_CHECK(hub_recv(bs, r, hdr, sizeof(hdr), deadline, op, seq));
       frame_t f;
       frame_decode(hdr, &f);
       if (f.type != FRAME_DATA || f.bytes > WEAVE_BOOTSTRAP_MAX_BYTES)
-        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r, "bootstrap: rank %d sent a malformed frame (type %u, %u bytes) in %s #%u",
-                          r, f.type, f.bytes, op_name(op), seq);
+        return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, r,
+                          "bootstrap: rank %d sent a malformed frame (type %u, %u bytes) in %s #%u", r, f.type, f.bytes,
+                          op_name(op), seq);
       if (f.seq != seq || f.arg != op)
-        return sock_break(bs, WEAVE_ERROR_MISMATCH, r,
-                          "bootstrap: rank %d is in %s #%u while the hub (rank %d) is in %s #%u (ranks called different collectives)",
-                          r, op_name(f.arg), f.seq, bs->rank, op_name(op), seq);
+        return sock_break(
+            bs, WEAVE_ERROR_MISMATCH, r,
+            "bootstrap: rank %d is in %s #%u while the hub (rank %d) is in %s #%u (ranks called different collectives)",
+            r, op_name(f.arg), f.seq, bs->rank, op_name(op), seq);
       if (f.bytes != bytes)
-        return sock_break(bs, WEAVE_ERROR_MISMATCH, r, "bootstrap: %s #%u: rank %d passed %u bytes, the hub (rank %d) passed %zu",
-                          op_name(op), seq, r, f.bytes, bs->rank, bytes);
+        return sock_break(bs, WEAVE_ERROR_MISMATCH, r,
+                          "bootstrap: %s #%u: rank %d passed %u bytes, the hub (rank %d) passed %zu", op_name(op), seq,
+                          r, f.bytes, bs->rank, bytes);
       WEAVE_CHECK(hub_recv(bs, r, out + (size_t)r * bytes, bytes, deadline, op, seq));
     }
     np = kept;
@@ -233,8 +255,9 @@ static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void 
       if (r == bs->rank) continue;
       weave_io_t io = weave_send_all(s->fds[r], s->buf, FRAME_BYTES + total, deadline, &err);
       if (io == WEAVE_IO_TIMEOUT)
-        return sock_break(bs, WEAVE_ERROR_TIMEOUT, r, "bootstrap: rank %d did not take the result of %s #%u within %d ms",
-                          r, op_name(op), seq, bs->timeout_ms);
+        return sock_break(bs, WEAVE_ERROR_TIMEOUT, r,
+                          "bootstrap: rank %d did not take the result of %s #%u within %d ms", r, op_name(op), seq,
+                          bs->timeout_ms);
       if (io != WEAVE_IO_OK) {
         close(s->fds[r]);
         s->fds[r] = -1;
@@ -251,32 +274,39 @@ static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void 
       weave_result_t rc;
       if (spoke_pending_abort(bs, &rc)) return rc;
       if (io == WEAVE_IO_TIMEOUT)
-        return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1, "bootstrap: rank %d could not send %s #%u to the hub (rank %d at %s) within %d ms",
-                          bs->rank, op_name(op), seq, s->hub_rank, s->where, bs->timeout_ms);
-      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
+        return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
+                          "bootstrap: rank %d could not send %s #%u to the hub (rank %d at %s) within %d ms", bs->rank,
+                          op_name(op), seq, s->hub_rank, s->where, bs->timeout_ms);
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
+                        "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
                         io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
     }
     unsigned char hdr[FRAME_BYTES];
     io = weave_recv_all(s->hub_fd, hdr, sizeof(hdr), reply_deadline, &err);
     if (io == WEAVE_IO_TIMEOUT)
-      return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
-                        "bootstrap: rank %d got no answer from the hub (rank %d at %s) in %s #%u within %d ms (the hub is stuck or gone)",
-                        bs->rank, s->hub_rank, s->where, op_name(op), seq, (int)(weave_monotonic_ms() - t0));
+      return sock_break(
+          bs, WEAVE_ERROR_TIMEOUT, -1,
+          "bootstrap: rank %d got no answer from the hub (rank %d at %s) in %s #%u within %d ms (the hub is stuck or gone)",
+          bs->rank, s->hub_rank, s->where, op_name(op), seq, (int)(weave_monotonic_ms() - t0));
     if (io != WEAVE_IO_OK)
-      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
+                        "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
                         io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
     frame_decode(hdr, &f);
     if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, weave_monotonic_ms() + 1000);
     if (f.type != FRAME_DATA || f.seq != seq || f.arg != op || f.bytes != total)
-      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
-                        "bootstrap: rank %d expected the result of %s #%u (%zu bytes) from the hub (rank %d), got frame type %u for %s #%u (%u bytes)",
-                        bs->rank, op_name(op), seq, total, s->hub_rank, f.type, op_name(f.arg), f.seq, f.bytes);
+      return sock_break(
+          bs, WEAVE_ERROR_BOOTSTRAP, -1,
+          "bootstrap: rank %d expected the result of %s #%u (%zu bytes) from the hub (rank %d), got frame type %u for %s #%u (%u bytes)",
+          bs->rank, op_name(op), seq, total, s->hub_rank, f.type, op_name(f.arg), f.seq, f.bytes);
     io = weave_recv_all(s->hub_fd, data, total, reply_deadline, &err);
     if (io == WEAVE_IO_TIMEOUT)
-      return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1, "bootstrap: rank %d got a partial result of %s #%u from the hub (rank %d)",
-                        bs->rank, op_name(op), seq, s->hub_rank);
+      return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
+                        "bootstrap: rank %d got a partial result of %s #%u from the hub (rank %d)", bs->rank,
+                        op_name(op), seq, s->hub_rank);
     if (io != WEAVE_IO_OK)
-      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
+                        "bootstrap: the hub, rank %d, %s during %s #%u (seen by rank %d)", s->hub_rank,
                         io_why(io, err, why, sizeof(why)), op_name(op), seq, bs->rank);
   }
   memcpy(out, data, total); /* only now: outputs are written on success only */
@@ -286,16 +316,16 @@ static weave_result_t sock_collective(weave_bootstrap_t *bs, int op, const void 
 static weave_result_t sock_check_call(weave_bootstrap_t *bs, int rank, const char *what) {
   sock_impl_t *s = (sock_impl_t *)bs->impl;
   if (rank != bs->rank)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap %s: rank %d, but this bootstrap object is rank %d's", what,
-                      rank, bs->rank);
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "bootstrap %s: rank %d, but this bootstrap object is rank %d's", what, rank, bs->rank);
   if (s->broken != WEAVE_SUCCESS) return weave_fail(NULL, s->broken, "%s", s->broken_msg);
   return WEAVE_SUCCESS;
 }
 
 static weave_result_t sock_allgather(weave_bootstrap_t *bs, int rank, const void *in, void *out, size_t bytes) {
   if (!in || !out || bytes == 0 || bytes > WEAVE_BOOTSTRAP_MAX_BYTES)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap allgather: %zu bytes (1..%d), in %p, out %p", bytes,
-                      WEAVE_BOOTSTRAP_MAX_BYTES, in, out);
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "bootstrap allgather: %zu bytes (1..%d), in %p, out %p",
+                      bytes, WEAVE_BOOTSTRAP_MAX_BYTES, in, out);
   WEAVE_CHECK(sock_check_call(bs, rank, "allgather"));
   int64_t deadline = weave_monotonic_ms() + bs->timeout_ms;
   sock_impl_t *s = (sock_impl_t *)bs->impl;
@@ -343,7 +373,8 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
     int n = poll(p, (nfds_t)(1 + npend), weave_remaining_ms(deadline));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: poll failed on the hub (rank %d): %s", bs->rank, strerror(errno));
+      rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: poll failed on the hub (rank %d): %s",
+                      bs->rank, strerror(errno));
       break;
     }
     if (n == 0) {
@@ -352,13 +383,15 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
       int missing = 0;
       for (int r = 0; r < bs->world; ++r)
         if (r != bs->rank && s->fds[r] < 0) {
-          if (used < sizeof(list) - 16) used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", missing ? ", " : "", r);
+          if (used < sizeof(list) - 16)
+            used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", missing ? ", " : "", r);
           missing++;
         }
-      rc = sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
-                      "bootstrap creation: rank%s %s did not connect to the hub (rank %d at %s) within %d ms (%d of %d ranks arrived)%s%s",
-                      missing > 1 ? "s" : "", list, bs->rank, s->where, bs->timeout_ms, bs->world - missing, bs->world,
-                      stranger_note, claim_note);
+      rc = sock_break(
+          bs, WEAVE_ERROR_TIMEOUT, -1,
+          "bootstrap creation: rank%s %s did not connect to the hub (rank %d at %s) within %d ms (%d of %d ranks arrived)%s%s",
+          missing > 1 ? "s" : "", list, bs->rank, s->where, bs->timeout_ms, bs->world - missing, bs->world,
+          stranger_note, claim_note);
       break;
     }
     /* hellos first: the pending array may shrink, and accepted connections append to it */
@@ -373,22 +406,26 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
         uint64_t nonce = weave_be_get64(c->hello + 8);
         int world = (int32_t)weave_be_get32(c->hello + 16), rank = (int32_t)weave_be_get32(c->hello + 20);
         if (weave_be_get32(c->hello) != HELLO_MAGIC || weave_be_get32(c->hello + 4) != WEAVE_UID_VERSION) {
-          weave_log(WEAVE_LOG_INFO, NULL, "bootstrap: the hub (rank %d) dropped a connection that is not a weave rank", bs->rank);
+          weave_log(WEAVE_LOG_INFO, NULL, "bootstrap: the hub (rank %d) dropped a connection that is not a weave rank",
+                    bs->rank);
         } else if (nonce != u->nonce) {
           /* another job on this port (a fixed port of the environment bootstrap): turn it away with
            * a clear message, and keep waiting for our own ranks */
           char msg[256];
-          snprintf(msg, sizeof(msg),
-                   "bootstrap creation: %s belongs to another bootstrap (a different unique id, or a launch with another "
-                   "MASTER_ADDR/port/WORLD_SIZE/job: this rank has world %d, that hub %d)",
-                   s->where, world, bs->world);
+          snprintf(
+              msg, sizeof(msg),
+              "bootstrap creation: %s belongs to another bootstrap (a different unique id, or a launch with another "
+              "MASTER_ADDR/port/WORLD_SIZE/job: this rank has world %d, that hub %d)",
+              s->where, world, bs->world);
           send_abort(c->fd, WEAVE_ERROR_BOOTSTRAP, rank, msg);
           strangers++;
-          snprintf(stranger_note, sizeof(stranger_note), "; %d connection%s of another bootstrap turned away (last: rank %d of world %d)",
-                   strangers, strangers > 1 ? "s" : "", rank, world);
+          snprintf(stranger_note, sizeof(stranger_note),
+                   "; %d connection%s of another bootstrap turned away (last: rank %d of world %d)", strangers,
+                   strangers > 1 ? "s" : "", rank, world);
         } else if (world != bs->world) {
           char msg[256];
-          snprintf(msg, sizeof(msg), "bootstrap creation: rank %d was created with world %d, the hub (rank %d) with world %d", rank,
+          snprintf(msg, sizeof(msg),
+                   "bootstrap creation: rank %d was created with world %d, the hub (rank %d) with world %d", rank,
                    world, bs->rank, bs->world);
           send_abort(c->fd, WEAVE_ERROR_MISMATCH, rank, msg);
           rc = sock_break(bs, WEAVE_ERROR_MISMATCH, -1, "%s", msg); /* every connected rank hears it */
@@ -400,17 +437,21 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
            * comes, and the timeout's message mentions this claim. */
           char msg[256];
           if (rank < 0 || rank >= bs->world)
-            snprintf(msg, sizeof(msg), "bootstrap creation: a connection to the hub (rank %d at %s) claimed rank %d, outside [0, %d): turned away",
-                     bs->rank, s->where, rank, bs->world);
+            snprintf(
+                msg, sizeof(msg),
+                "bootstrap creation: a connection to the hub (rank %d at %s) claimed rank %d, outside [0, %d): turned away",
+                bs->rank, s->where, rank, bs->world);
           else
-            snprintf(msg, sizeof(msg),
-                     "bootstrap creation: a connection to the hub (rank %d at %s) claimed rank %d, which has joined already (the "
-                     "same rank given to two processes?): turned away",
-                     bs->rank, s->where, rank);
+            snprintf(
+                msg, sizeof(msg),
+                "bootstrap creation: a connection to the hub (rank %d at %s) claimed rank %d, which has joined already (the "
+                "same rank given to two processes?): turned away",
+                bs->rank, s->where, rank);
           send_abort(c->fd, WEAVE_ERROR_BOOTSTRAP, rank, msg);
           weave_log(WEAVE_LOG_WARN, NULL, "%s", msg);
           bad_claims++;
-          snprintf(claim_note, sizeof(claim_note), "; %d connection%s claiming a rank outside [0, %d) or taken already turned away (last: rank %d)",
+          snprintf(claim_note, sizeof(claim_note),
+                   "; %d connection%s claiming a rank outside [0, %d) or taken already turned away (last: rank %d)",
                    bad_claims, bad_claims > 1 ? "s" : "", bs->world, rank);
         } else {
           /* welcome: the ACK tells the spoke the hub's rank and how long the hub will wait, so the
@@ -424,8 +465,8 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
             connected++;
             keep_fd = 1;
           } else {
-            rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, rank, "bootstrap creation: rank %d closed its connection (process gone?) while joining",
-                            rank);
+            rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, rank,
+                            "bootstrap creation: rank %d closed its connection (process gone?) while joining", rank);
           }
         }
       }
@@ -440,11 +481,15 @@ static weave_result_t hub_accept(weave_bootstrap_t *bs, const weave_uid_t *u, in
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: the hub (rank %d) cannot accept connections: %s", bs->rank,
+        rc = sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
+                        "bootstrap creation: the hub (rank %d) cannot accept connections: %s", bs->rank,
                         strerror(errno));
         break;
       }
-      if (npend == WEAVE_MAX_PENDING) { close(fd); continue; } /* a flood of strays: ours will retry */
+      if (npend == WEAVE_MAX_PENDING) {
+        close(fd);
+        continue;
+      } /* a flood of strays: ours will retry */
       weave_set_nodelay(fd);
       pend[npend].fd = fd;
       pend[npend].got = 0;
@@ -478,13 +523,16 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
   int backoff = 10, last_err = 0, fd = -1;
   for (;;) {
     fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: rank %d: socket: %s", bs->rank, strerror(errno));
+    if (fd < 0)
+      return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: rank %d: socket: %s", bs->rank,
+                        strerror(errno));
     int err = 0;
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
       err = errno;
       if (err == EINPROGRESS || err == EINTR) {
         weave_io_t w = weave_wait_ready(fd, POLLOUT, deadline, &err);
-        if (w == WEAVE_IO_TIMEOUT) err = ETIMEDOUT;
+        if (w == WEAVE_IO_TIMEOUT)
+          err = ETIMEDOUT;
         else if (w == WEAVE_IO_OK) {
           socklen_t len = sizeof(err);
           if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
@@ -503,13 +551,14 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
     fd = -1;
     last_err = err;
     /* nobody listens yet (the hub starts later), or the network is not up yet: retry */
-    int transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNRESET ||
-                    err == ECONNABORTED || err == EAGAIN;
+    int transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
+                    err == ECONNRESET || err == ECONNABORTED || err == EAGAIN;
     if (!transient || weave_remaining_ms(deadline) == 0)
-      return sock_break(bs, transient ? WEAVE_ERROR_TIMEOUT : WEAVE_ERROR_BOOTSTRAP, -1,
-                        "bootstrap creation: rank %d could not connect to the hub at %s within %d ms (%s): is the rank that "
-                        "holds the id (or rank 0 of the launch) running and reachable?",
-                        bs->rank, s->where, bs->timeout_ms, strerror(last_err));
+      return sock_break(
+          bs, transient ? WEAVE_ERROR_TIMEOUT : WEAVE_ERROR_BOOTSTRAP, -1,
+          "bootstrap creation: rank %d could not connect to the hub at %s within %d ms (%s): is the rank that "
+          "holds the id (or rank 0 of the launch) running and reachable?",
+          bs->rank, s->where, bs->timeout_ms, strerror(last_err));
     int wait = weave_remaining_ms(deadline);
     weave_sleep_ms(wait < backoff ? wait : backoff);
     backoff = backoff * 2 > 200 ? 200 : backoff * 2;
@@ -529,19 +578,21 @@ static weave_result_t spoke_connect(weave_bootstrap_t *bs, const weave_uid_t *u,
   unsigned char hdr[FRAME_BYTES];
   if (io == WEAVE_IO_OK) io = weave_recv_all(fd, hdr, sizeof(hdr), deadline, &err);
   if (io == WEAVE_IO_TIMEOUT)
-    return sock_break(bs, WEAVE_ERROR_TIMEOUT, -1,
-                      "bootstrap creation: rank %d connected to %s but no hub answered within %d ms: the process that called "
-                      "weave_get_unique_id must itself create one of the ranks with this id",
-                      bs->rank, s->where, bs->timeout_ms);
+    return sock_break(
+        bs, WEAVE_ERROR_TIMEOUT, -1,
+        "bootstrap creation: rank %d connected to %s but no hub answered within %d ms: the process that called "
+        "weave_get_unique_id must itself create one of the ranks with this id",
+        bs->rank, s->where, bs->timeout_ms);
   if (io != WEAVE_IO_OK)
-    return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: the hub at %s %s before accepting rank %d", s->where,
-                      io_why(io, err, why, sizeof(why)), bs->rank);
+    return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: the hub at %s %s before accepting rank %d",
+                      s->where, io_why(io, err, why, sizeof(why)), bs->rank);
   frame_t f;
   frame_decode(hdr, &f);
   if (f.type == FRAME_ABORT) return spoke_take_abort(bs, &f, weave_monotonic_ms() + 1000);
   if (f.type != FRAME_ACK || f.arg < 0 || f.arg >= bs->world)
-    return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1, "bootstrap creation: rank %d got a malformed answer from %s (type %u)", bs->rank,
-                      s->where, f.type);
+    return sock_break(bs, WEAVE_ERROR_BOOTSTRAP, -1,
+                      "bootstrap creation: rank %d got a malformed answer from %s (type %u)", bs->rank, s->where,
+                      f.type);
   s->hub_rank = f.arg;
   *hub_remaining = (int)f.seq;
   return WEAVE_SUCCESS;
@@ -562,7 +613,10 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
       s->buf = (unsigned char *)malloc(FRAME_BYTES + (size_t)world * WEAVE_BOOTSTRAP_MAX_BYTES);
     }
     if (!bs || !s || !s->fds || !s->buf) {
-      if (s) { free(s->fds); free(s->buf); }
+      if (s) {
+        free(s->fds);
+        free(s->buf);
+      }
       free(s);
       free(bs);
       rc = weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", who);
@@ -604,12 +658,17 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
   if (rc == WEAVE_SUCCESS) {
     weave_host_id_t me, *all = (weave_host_id_t *)malloc((size_t)world * sizeof(weave_host_id_t));
     weave_host_id(&me);
-    if (!all) rc = weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", who);
-    else rc = sock_collective(bs, OP_CREATE, &me, all, sizeof(me), deadline, reply_deadline);
+    if (!all)
+      rc = weave_fail(NULL, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", who);
+    else
+      rc = sock_collective(bs, OP_CREATE, &me, all, sizeof(me), deadline, reply_deadline);
     if (rc == WEAVE_SUCCESS) {
       int lr = 0, lw = 0;
       for (int r = 0; r < world; ++r)
-        if (weave_same_host(&all[r], &me)) { lw++; if (r < rank) lr++; }
+        if (weave_same_host(&all[r], &me)) {
+          lw++;
+          if (r < rank) lr++;
+        }
       bs->local_rank = local_rank >= 0 ? local_rank : lr;
       bs->local_world = local_world >= 1 ? local_world : lw;
     }
@@ -620,13 +679,14 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
     sock_destroy(bs);
     return rc;
   }
-  weave_log(WEAVE_LOG_INFO, NULL, "%s: rank %d of %d (local %d of %d), hub rank %d at %s", who, rank, world, bs->local_rank,
-            bs->local_world, s->hub_rank, s->where);
+  weave_log(WEAVE_LOG_INFO, NULL, "%s: rank %d of %d (local %d of %d), hub rank %d at %s", who, rank, world,
+            bs->local_rank, bs->local_world, s->hub_rank, s->where);
   *bootstrap = bs;
   return WEAVE_SUCCESS;
 }
 
-weave_result_t weave_bootstrap_create_uid(const weave_unique_id_t *id, int world, int rank, weave_bootstrap_t **bootstrap) {
+weave_result_t weave_bootstrap_create_uid(const weave_unique_id_t *id, int world, int rank,
+                                          weave_bootstrap_t **bootstrap) {
   static const char who[] = "weave_bootstrap_create_uid";
   if (!id) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: id is NULL", who);
   if (!bootstrap) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: bootstrap is NULL", who);
@@ -637,16 +697,19 @@ weave_result_t weave_bootstrap_create_uid(const weave_unique_id_t *id, int world
   weave_uid_t u;
   int d = weave_uid_decode(id, &u);
   if (d == -3)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "%s: the unique id is empty (all zero): the rank that should have made it with weave_get_unique_id "
-                      "failed or never sent it",
-                      who);
+    return weave_fail(
+        NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+        "%s: the unique id is empty (all zero): the rank that should have made it with weave_get_unique_id "
+        "failed or never sent it",
+        who);
   if (d == -2)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: the unique id has version %u, this library %u (mixed weave versions?)",
-                      who, weave_be_get32((const unsigned char *)id->internal + 4), WEAVE_UID_VERSION);
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: the unique id has version %u, this library %u (mixed weave versions?)", who,
+                      weave_be_get32((const unsigned char *)id->internal + 4), WEAVE_UID_VERSION);
   if (d != 0)
     return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "%s: not a weave unique id (bad magic): pass the bytes weave_get_unique_id wrote, unchanged", who);
+                      "%s: not a weave unique id (bad magic): pass the bytes weave_get_unique_id wrote, unchanged",
+                      who);
   /* the hub is the rank in the process that created the id (the first to call in, when several
    * ranks live in that process); it owns the listener from here and closes it once every rank is in */
   int listen_fd = weave_listener_take(u.nonce);

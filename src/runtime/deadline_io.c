@@ -23,17 +23,16 @@ int weave_remaining_ms(int64_t deadline_ms) {
   return r < 0 ? 0 : r > INT_MAX ? INT_MAX : (int)r;
 }
 
-
 void weave_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }
 
 int weave_set_nodelay(int fd) {
   int one = 1;
   return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
-
 
 static int is_closed_errno(int e) { return e == EPIPE || e == ECONNRESET || e == ECONNABORTED || e == ENOTCONN; }
 
@@ -43,7 +42,10 @@ weave_io_t weave_wait_ready(int fd, short events, int64_t deadline, int *err) {
     int n = poll(&p, 1, weave_remaining_ms(deadline));
     if (n > 0) return WEAVE_IO_OK; /* also POLLHUP/POLLERR: the next send/recv says what happened */
     if (n == 0) return WEAVE_IO_TIMEOUT;
-    if (errno != EINTR) { *err = errno; return WEAVE_IO_ERROR; }
+    if (errno != EINTR) {
+      *err = errno;
+      return WEAVE_IO_ERROR;
+    }
   }
 }
 
@@ -52,7 +54,11 @@ weave_io_t weave_send_all(int fd, const void *buf, size_t n, int64_t deadline, i
   *err = 0;
   while (n > 0) {
     ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k > 0) {
+      p += k;
+      n -= (size_t)k;
+      continue;
+    }
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       weave_io_t w = weave_wait_ready(fd, POLLOUT, deadline, err);
@@ -70,7 +76,11 @@ weave_io_t weave_recv_all(int fd, void *buf, size_t n, int64_t deadline, int *er
   *err = 0;
   while (n > 0) {
     ssize_t k = recv(fd, p, n, 0);
-    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k > 0) {
+      p += k;
+      n -= (size_t)k;
+      continue;
+    }
     if (k == 0) return WEAVE_IO_CLOSED;
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {

@@ -14,21 +14,23 @@
 #include "runtime/internal.h"
 
 /*            name               type      default   meaning */
-#define WEAVE_ENV_TABLE(X)                                                                          \
-  X(WEAVE_DEBUG, "level", "WARN", "log level: NONE, WARN, INFO or TRACE")                          \
-  X(WEAVE_HEAP_SIZE, "size", "1G", "symmetric heap per rank in bytes (suffix K, M, G, T)")         \
-  X(WEAVE_TIMEOUT_MS, "int", "10000", "bound of every host and device wait, in ms (1..3600000)")   \
-  X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                       \
-  X(WEAVE_TUNE_FILE, "path", "", "tuning cache (default $XDG_CACHE_HOME/weave/tune.tsv)")          \
-  X(WEAVE_AUTOTUNE, "bool", "1", "AUTO plans time their candidates once per shape when nothing is cached (0: the cost model)") \
-  X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                 \
-  X(WEAVE_SOCKET_ADDR, "address", "", "this host's address in a unique id (default: first non-loopback IPv4)") \
-  X(WEAVE_BOOTSTRAP_PORT, "port", "", "rendezvous port of weave_bootstrap_create_env (default: MASTER_PORT + 1)") \
-  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)") \
-  X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong") \
-  X(WEAVE_HGEMM_STREAMK, "0..2", "1", "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over") \
-  X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)") \
-  X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)") \
+#define WEAVE_ENV_TABLE(X)                                                                                            \
+  X(WEAVE_DEBUG, "level", "WARN", "log level: NONE, WARN, INFO or TRACE")                                             \
+  X(WEAVE_HEAP_SIZE, "size", "1G", "symmetric heap per rank in bytes (suffix K, M, G, T)")                            \
+  X(WEAVE_TIMEOUT_MS, "int", "10000", "bound of every host and device wait, in ms (1..3600000)")                      \
+  X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                                          \
+  X(WEAVE_TUNE_FILE, "path", "", "tuning cache (default $XDG_CACHE_HOME/weave/tune.tsv)")                             \
+  X(WEAVE_AUTOTUNE, "bool", "1",                                                                                      \
+    "AUTO plans time their candidates once per shape when nothing is cached (0: the cost model)")                     \
+  X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                                    \
+  X(WEAVE_SOCKET_ADDR, "address", "", "this host's address in a unique id (default: first non-loopback IPv4)")        \
+  X(WEAVE_BOOTSTRAP_PORT, "port", "", "rendezvous port of weave_bootstrap_create_env (default: MASTER_PORT + 1)")     \
+  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)")      \
+  X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong")       \
+  X(WEAVE_HGEMM_STREAMK, "0..2", "1",                                                                                 \
+    "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over")                                 \
+  X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)")             \
+  X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")       \
   X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)") \
   X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)")
 
@@ -50,10 +52,22 @@ int weave_parse_size(const char *s, size_t *out) {
   if (errno || end == s) return -1;
   unsigned long long mul = 1;
   switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1ull << 10; end++; break;
-    case 'M': mul = 1ull << 20; end++; break;
-    case 'G': mul = 1ull << 30; end++; break;
-    case 'T': mul = 1ull << 40; end++; break;
+    case 'K':
+      mul = 1ull << 10;
+      end++;
+      break;
+    case 'M':
+      mul = 1ull << 20;
+      end++;
+      break;
+    case 'G':
+      mul = 1ull << 30;
+      end++;
+      break;
+    case 'T':
+      mul = 1ull << 40;
+      end++;
+      break;
     default: break;
   }
   if (mul > 1 && toupper((unsigned char)*end) == 'B') end++; /* accept "64MB" */
@@ -80,8 +94,14 @@ int weave_parse_bool(const char *s, int *out) {
   if (!s || !out) return -1;
   static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
   for (int i = 0; i < 4; ++i) {
-    if (strcasecmp(s, yes[i]) == 0) { *out = 1; return 0; }
-    if (strcasecmp(s, no[i]) == 0) { *out = 0; return 0; }
+    if (strcasecmp(s, yes[i]) == 0) {
+      *out = 1;
+      return 0;
+    }
+    if (strcasecmp(s, no[i]) == 0) {
+      *out = 0;
+      return 0;
+    }
   }
   return -1;
 }
@@ -89,14 +109,15 @@ int weave_parse_bool(const char *s, int *out) {
 /* Integer knobs of the Hopper GEMM (their entries in WEAVE_ENV_TABLE document them), defaults
  * included: the GEMM's launcher takes every value from here (weave_hgemm_knob). WEAVE_HGEMM_GROUP_M,
  * the standalone kernel's tile-row group: 16 rows of 128 x ~8 columns of 256 per wave of 132 tiles, a
- * square footprint (2048 rows of A, ~2100 columns of B per wave); measured 0.978 / 1.005 / 1.009x
- * cuBLASLt at 8192^3 / 8192x8192x3584 / 16384x8192x3584 against 0.917 / 1.009 / 0.877x with 8
- * (docs/hopper_gemm.md). */
+ * square footprint (2048 rows of A, ~2100 columns of B per wave), faster than 8 on the target shapes
+ * (docs/hopper_gemm.md has the measurements). */
 static const struct {
   const char *name;
   long lo, hi, def;
-} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},  {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
-                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},   {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
+} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},
+                   {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
+                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},
+                   {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
                    {"WEAVE_HGEMM_GROUP_M", 2, 4096, 16}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 
@@ -107,8 +128,8 @@ int weave_hgemm_knob(const char *name) {
     long l;
     if (!v || !*v) return (int)hgemm_knobs[i].def;
     if (weave_parse_int(v, hgemm_knobs[i].lo, hgemm_knobs[i].hi, &l)) {
-      weave_log(WEAVE_LOG_WARN, NULL, "%s='%s': expected an integer in %ld..%ld; using %ld", name, v,
-                hgemm_knobs[i].lo, hgemm_knobs[i].hi, hgemm_knobs[i].def);
+      weave_log(WEAVE_LOG_WARN, NULL, "%s='%s': expected an integer in %ld..%ld; using %ld", name, v, hgemm_knobs[i].lo,
+                hgemm_knobs[i].hi, hgemm_knobs[i].def);
       return (int)hgemm_knobs[i].def;
     }
     return (int)l;
@@ -147,8 +168,7 @@ weave_result_t weave_env_load(weave_env_t *env) {
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_DEBUG='%s': expected NONE, WARN, INFO or TRACE", v);
   v = env_value("WEAVE_HEAP_SIZE", "1G");
   if (weave_parse_size(v, &env->heap_size) || env->heap_size < (1u << 20))
-    return weave_fail(NULL, WEAVE_ERROR_ENV,
-                      "WEAVE_HEAP_SIZE='%s': expected a size of at least 1M (e.g. 512M, 4G)", v);
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_HEAP_SIZE='%s': expected a size of at least 1M (e.g. 512M, 4G)", v);
   v = env_value("WEAVE_TIMEOUT_MS", "10000");
   if (weave_parse_int(v, 1, 3600000, &l))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TIMEOUT_MS='%s': expected an integer in 1..3600000", v);
@@ -190,7 +210,7 @@ void weave_print_env(void *file) {
   fprintf(f, "# weave environment (name = value  [type, default]  meaning)\n");
   for (int i = 0; i < ENV_COUNT; ++i) {
     const char *v = getenv(env_vars[i].name);
-    fprintf(f, "#   %-16s = %-10s [%s, default '%s']  %s\n", env_vars[i].name,
-            (v && *v) ? v : env_vars[i].def, env_vars[i].type, env_vars[i].def, env_vars[i].doc);
+    fprintf(f, "#   %-16s = %-10s [%s, default '%s']  %s\n", env_vars[i].name, (v && *v) ? v : env_vars[i].def,
+            env_vars[i].type, env_vars[i].def, env_vars[i].doc);
   }
 }

@@ -41,15 +41,16 @@ const char *weave_get_error_string(weave_result_t result) {
   return "unknown result code";
 }
 
-const char *weave_get_last_error(weave_team_t team) {
-  return team ? team->last_error : thread_last_error;
-}
+const char *weave_get_last_error(weave_team_t team) { return team ? team->last_error : thread_last_error; }
 
 int weave_parse_log_level(const char *s, weave_log_level_t *out) {
   if (!s || !out) return -1;
   static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
   for (int i = 0; i < 4; ++i)
-    if (strcasecmp(s, names[i]) == 0) { *out = (weave_log_level_t)i; return 0; }
+    if (strcasecmp(s, names[i]) == 0) {
+      *out = (weave_log_level_t)i;
+      return 0;
+    }
   return -1;
 }
 
@@ -67,8 +68,7 @@ static void log_prefix(FILE *f, const weave_team_t team, const char *level) {
   gethostname(host, sizeof(host) - 1);
   long tid = (long)syscall(SYS_gettid);
   if (team)
-    fprintf(f, "%s:%d:%ld [rank %d dev %d] weave %s ", host, (int)getpid(), tid, team->rank,
-            team->info.device, level);
+    fprintf(f, "%s:%d:%ld [rank %d dev %d] weave %s ", host, (int)getpid(), tid, team->rank, team->info.device, level);
   else
     fprintf(f, "%s:%d:%ld weave %s ", host, (int)getpid(), tid, level);
 }

@@ -89,7 +89,8 @@ static weave_result_t agree(weave_bootstrap_t *bs, int rank, weave_result_t mine
   for (int r = 0; r < bs->world && rc == WEAVE_SUCCESS; ++r)
     if (all[r].code != WEAVE_SUCCESS) {
       all[r].msg[sizeof(all[r].msg) - 1] = '\0';
-      weave_result_t code = all[r].code > 0 && all[r].code < WEAVE_NUM_RESULTS ? (weave_result_t)all[r].code : WEAVE_ERROR_BOOTSTRAP;
+      weave_result_t code =
+          all[r].code > 0 && all[r].code < WEAVE_NUM_RESULTS ? (weave_result_t)all[r].code : WEAVE_ERROR_BOOTSTRAP;
       rc = weave_fail(NULL, code, "fd exchange: rank %d failed %s: %s", r, stage, all[r].msg);
     }
   free(all);
@@ -152,8 +153,8 @@ static weave_result_t send_fd(const fdx_rec_t *peer_rec, int peer, int rank, int
       continue;
     }
     close(s);
-    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "fd exchange: rank %d could not send its fd to rank %d (pid %d): %s", rank, peer,
-                      (int)peer_rec->pid, strerror(e));
+    return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "fd exchange: rank %d could not send its fd to rank %d (pid %d): %s",
+                      rank, peer, (int)peer_rec->pid, strerror(e));
   }
   close(s);
   return WEAVE_SUCCESS;
@@ -178,14 +179,15 @@ static weave_result_t recv_fd(int s, int rank, int64_t deadline, int *sender, in
       struct pollfd p = {s, POLLIN, 0};
       if (poll(&p, 1, weave_remaining_ms(deadline)) == 0) {
         if (*fd >= 0) close(*fd);
-        return weave_fail(NULL, WEAVE_ERROR_TIMEOUT, "fd exchange: rank %d: a peer connected but sent nothing within the timeout",
-                          rank);
+        return weave_fail(NULL, WEAVE_ERROR_TIMEOUT,
+                          "fd exchange: rank %d: a peer connected but sent nothing within the timeout", rank);
       }
       continue;
     }
     if (k <= 0) {
       if (*fd >= 0) close(*fd);
-      return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "fd exchange: rank %d: a peer closed its connection before sending its fd", rank);
+      return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
+                        "fd exchange: rank %d: a peer closed its connection before sending its fd", rank);
     }
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -193,8 +195,10 @@ static weave_result_t recv_fd(int s, int rank, int64_t deadline, int *sender, in
       for (size_t i = 0; i < n; ++i) {
         int f;
         memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        if (*fd < 0) *fd = f;
-        else close(f); /* one fd per message: anything more is not ours to keep */
+        if (*fd < 0)
+          *fd = f;
+        else
+          close(f); /* one fd per message: anything more is not ours to keep */
       }
     }
     got += (size_t)k;
@@ -205,10 +209,12 @@ static weave_result_t recv_fd(int s, int rank, int64_t deadline, int *sender, in
 
 weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int fd, int *peer_fds) {
   if (!bs || !peer_fds)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_exchange_fds: %s is NULL", bs ? "peer_fds" : "bootstrap");
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_exchange_fds: %s is NULL",
+                      bs ? "peer_fds" : "bootstrap");
   int world = bs->world;
   if (rank < 0 || rank >= world)
-    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_exchange_fds: rank %d outside [0, %d)", rank, world);
+    return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_bootstrap_exchange_fds: rank %d outside [0, %d)", rank,
+                      world);
   fdx_rec_t me;
   memset(&me, 0, sizeof(me));
   weave_host_id(&me.host);
@@ -216,7 +222,8 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
   me.pid = (int32_t)getpid();
   me.has_fd = fd >= 0;
   unsigned long long nonce = 0;
-  if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != (ssize_t)sizeof(nonce)) nonce = (unsigned long long)weave_monotonic_ms() ^ (uint64_t)(uintptr_t)&me;
+  if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != (ssize_t)sizeof(nonce))
+    nonce = (unsigned long long)weave_monotonic_ms() ^ (uint64_t)(uintptr_t)&me;
   snprintf(me.name, sizeof(me.name), "weave-fdx-%d-%d-%016llx", (int)me.pid, rank, nonce);
 
   fdx_rec_t *all = (fdx_rec_t *)malloc((size_t)world * sizeof(fdx_rec_t));
@@ -246,8 +253,8 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
     socklen_t len = abstract_addr(me.name, &sa);
     lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, len) != 0 || listen(lfd, world) != 0)
-      local = weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "fd exchange: rank %d cannot listen on its abstract socket: %s", rank,
-                         strerror(errno));
+      local = weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "fd exchange: rank %d cannot listen on its abstract socket: %s",
+                         rank, strerror(errno));
   }
   /* every listener is up before anyone connects */
   rc = agree(bs, rank, local, "to open its socket");
@@ -262,9 +269,10 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
         char list[200] = "";
         size_t used = 0;
         for (int r = 0; r < world && used < sizeof(list) - 16; ++r)
-          if (sends_to(all, r, rank) && got[r] < 0) used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", used ? ", " : "", r);
-        local = weave_fail(NULL, WEAVE_ERROR_TIMEOUT, "fd exchange: rank %d got no fd from rank(s) %s within %d ms", rank, list,
-                           bs->timeout_ms);
+          if (sends_to(all, r, rank) && got[r] < 0)
+            used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d", used ? ", " : "", r);
+        local = weave_fail(NULL, WEAVE_ERROR_TIMEOUT, "fd exchange: rank %d got no fd from rank(s) %s within %d ms",
+                           rank, list, bs->timeout_ms);
         break;
       }
       int c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -281,10 +289,12 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
       socklen_t cred_len = sizeof(cred);
       if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) cred.pid = 0, cred.uid = (uid_t)-1;
       int owed = 0;
-      for (int r = 0; r < world; ++r) owed |= sends_to(all, r, rank) && got[r] < 0 && may_come_from(all, &me, r, cred.pid);
+      for (int r = 0; r < world; ++r)
+        owed |= sends_to(all, r, rank) && got[r] < 0 && may_come_from(all, &me, r, cred.pid);
       if (!owed) {
-        weave_log(WEAVE_LOG_WARN, NULL, "fd exchange: rank %d dropped a connection from pid %d (uid %d): no rank of this team",
-                  rank, (int)cred.pid, (int)cred.uid);
+        weave_log(WEAVE_LOG_WARN, NULL,
+                  "fd exchange: rank %d dropped a connection from pid %d (uid %d): no rank of this team", rank,
+                  (int)cred.pid, (int)cred.uid);
         close(c);
         continue;
       }
@@ -294,15 +304,17 @@ weave_result_t weave_bootstrap_exchange_fds(weave_bootstrap_t *bs, int rank, int
       if (local != WEAVE_SUCCESS) break;
       if (sender >= 0 && sender < world && !may_come_from(all, &me, sender, cred.pid)) {
         if (rfd >= 0) close(rfd);
-        weave_log(WEAVE_LOG_WARN, NULL, "fd exchange: rank %d dropped a descriptor from pid %d claiming to be rank %d (pid %d)", rank,
+        weave_log(WEAVE_LOG_WARN, NULL,
+                  "fd exchange: rank %d dropped a descriptor from pid %d claiming to be rank %d (pid %d)", rank,
                   (int)cred.pid, sender, (int)all[sender].pid);
         continue;
       }
       if (sender < 0 || sender >= world || !sends_to(all, sender, rank) || got[sender] >= 0 || rfd < 0) {
         if (rfd >= 0) close(rfd);
-        local = weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
-                           "fd exchange: rank %d got an unexpected message claiming to be from rank %d (%s)", rank, sender,
-                           rfd < 0 ? "no fd attached" : "not a same-host peer of another process, or a second time");
+        local =
+            weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP,
+                       "fd exchange: rank %d got an unexpected message claiming to be from rank %d (%s)", rank, sender,
+                       rfd < 0 ? "no fd attached" : "not a same-host peer of another process, or a second time");
         break;
       }
       got[sender] = rfd;

@@ -14,8 +14,8 @@ typedef struct {
 } weave_heap_block_t;
 
 typedef struct {
-  size_t size;      /* total bytes */
-  size_t align;     /* every offset and size is a multiple */
+  size_t size;                /* total bytes */
+  size_t align;               /* every offset and size is a multiple */
   weave_heap_block_t *blocks; /* sorted by offset, covering [reserved, size) */
   int count, capacity;
   size_t in_use;

@@ -8,7 +8,10 @@
 
 uint64_t weave_fnv1a(uint64_t h, const void *data, size_t n) {
   const unsigned char *p = (const unsigned char *)data;
-  for (size_t i = 0; i < n; ++i) { h ^= p[i]; h *= 1099511628211ull; }
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
   return h;
 }
 

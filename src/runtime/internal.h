@@ -29,21 +29,21 @@ weave_log_level_t weave_log_level(void);
 int weave_parse_log_level(const char *s, weave_log_level_t *out); /* NONE|WARN|INFO|TRACE: 0, or -1 */
 
 /* Returns a failed weave call's result (its message is already recorded). */
-#define WEAVE_CHECK(call)                                                                          \
-  do {                                                                                             \
-    weave_result_t weave_check_rc_ = (call);                                                       \
-    if (weave_check_rc_ != WEAVE_SUCCESS) return weave_check_rc_;                                  \
+#define WEAVE_CHECK(call)                                         \
+  do {                                                            \
+    weave_result_t weave_check_rc_ = (call);                      \
+    if (weave_check_rc_ != WEAVE_SUCCESS) return weave_check_rc_; \
   } while (0)
 
 /* The CUDA check of library code: a failed CUDA runtime call becomes the team's last error,
  * "<call> failed: <CUDA error string> (file:line)", and the caller returns WEAVE_ERROR_CUDA. Only
  * for files that include cuda_runtime_api.h (the host core builds without CUDA). */
-#define WEAVE_CUDA_CHECK(team, call)                                                               \
-  do {                                                                                             \
-    cudaError_t weave_cuda_err_ = (call);                                                          \
-    if (weave_cuda_err_ != cudaSuccess)                                                            \
-      return weave_fail((team), WEAVE_ERROR_CUDA, "%s failed: %s (%s:%d)", #call,                  \
-                        cudaGetErrorString(weave_cuda_err_), __FILE__, __LINE__);                  \
+#define WEAVE_CUDA_CHECK(team, call)                                                                                   \
+  do {                                                                                                                 \
+    cudaError_t weave_cuda_err_ = (call);                                                                              \
+    if (weave_cuda_err_ != cudaSuccess)                                                                                \
+      return weave_fail((team), WEAVE_ERROR_CUDA, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(weave_cuda_err_), \
+                        __FILE__, __LINE__);                                                                           \
   } while (0)
 
 /* ---- environment ---------------------------------------------------------------------------- */
@@ -55,7 +55,7 @@ typedef struct {
   char tune_file[512];
   char trace[512];
   int tma_epilogue;
-  int autotune;                 /* WEAVE_AUTOTUNE: AUTO plans time their candidates when nothing is cached */
+  int autotune;                    /* WEAVE_AUTOTUNE: AUTO plans time their candidates when nothing is cached */
   weave_strategy_t delay_strategy; /* WEAVE_TEST_DELAY=<strategy>:<us>: that strategy's calls start with a */
   int delay_us;                    /* delay of us microseconds (0: none), to test that auto avoids it */
 } weave_env_t;
@@ -64,12 +64,12 @@ typedef struct {
  * weave_get_last_error(NULL)), never a silent default. */
 weave_result_t weave_env_load(weave_env_t *env);
 /* Parsers, exposed for tests. Return 0 on success, -1 on a malformed value. */
-int weave_parse_size(const char *s, size_t *out);     /* 123, 64K, 512M, 2G, 1T */
+int weave_parse_size(const char *s, size_t *out); /* 123, 64K, 512M, 2G, 1T */
 int weave_parse_int(const char *s, long lo, long hi, long *out);
 /* A Hopper GEMM knob (WEAVE_HGEMM_*, runtime/env.c): its value, or its default when unset, empty or
  * invalid (with a warning). */
 int weave_hgemm_knob(const char *name);
-int weave_parse_bool(const char *s, int *out);        /* 0/1/true/false/yes/no/on/off */
+int weave_parse_bool(const char *s, int *out); /* 0/1/true/false/yes/no/on/off */
 
 /* ---- bootstrap ----------------------------------------------------------------------------- */
 struct weave_bootstrap {
@@ -121,7 +121,7 @@ weave_result_t weave_uid_bootstrap_create(const weave_uid_t *u, int world, int r
                                           int local_world, int64_t deadline_ms, const char *who,
                                           weave_bootstrap_t **bootstrap);
 int64_t weave_monotonic_ms(void);
-int weave_remaining_ms(int64_t deadline_ms); /* ms until a weave_monotonic_ms deadline, >= 0 */
+int weave_remaining_ms(int64_t deadline_ms);                  /* ms until a weave_monotonic_ms deadline, >= 0 */
 uint64_t weave_fnv1a(uint64_t h, const void *data, size_t n); /* FNV-1a 64, chained through h */
 #define WEAVE_FNV_OFFSET 1469598103934665603ull
 
@@ -149,13 +149,13 @@ struct weave_team {
   size_t heap_size;
   int timeout_ms;
   struct weave_symmetric_heap *symmetric; /* the memory behind the heaps (symmetric_heap.c) */
-  void *heap_base;                    /* this rank's heap (device memory) */
-  void *peer_bases[WEAVE_MAX_WORLD];  /* every rank's heap as addressable from this rank */
-  void **d_bases;                     /* device copy of peer_bases */
+  void *heap_base;                        /* this rank's heap (device memory) */
+  void *peer_bases[WEAVE_MAX_WORLD];      /* every rank's heap as addressable from this rank */
+  void **d_bases;                         /* device copy of peer_bases */
   weave_heap_t heap;
-  int threads_on_device;              /* ranks of this team in this process that share its GPU */
-  int abort_told;                     /* this rank's abort notice reached every rank's header */
-  int aborted_by;                     /* 0, or 1 + the rank that aborted the team (this one, by
+  int threads_on_device; /* ranks of this team in this process that share its GPU */
+  int abort_told;        /* this rank's abort notice reached every rank's header */
+  int aborted_by;        /* 0, or 1 + the rank that aborted the team (this one, by
                                        * weave_team_abort, or a peer, as weave_team_sync found; -1:
                                        * the record said aborted before the notice naming the rank) */
   char last_error[1024];

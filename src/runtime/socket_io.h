@@ -13,19 +13,27 @@
 #include "runtime/internal.h"
 
 #define WEAVE_UID_MAGIC 0x57564944u /* "WVID": a unique id of the socket bootstrap */
-#define WEAVE_UID_VERSION 1u         /* of the id and of the wire protocol (the hello carries it) */
+#define WEAVE_UID_VERSION 1u        /* of the id and of the wire protocol (the hello carries it) */
 
 /* listen() backlog, and the hub's accepted connections whose hello has not arrived yet */
 #define WEAVE_MAX_PENDING (2 * WEAVE_MAX_WORLD)
 
 static inline void weave_be_put32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
 }
 static inline uint32_t weave_be_get32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
-static inline void weave_be_put64(unsigned char *p, uint64_t v) { weave_be_put32(p, (uint32_t)(v >> 32)); weave_be_put32(p + 4, (uint32_t)v); }
-static inline uint64_t weave_be_get64(const unsigned char *p) { return (uint64_t)weave_be_get32(p) << 32 | weave_be_get32(p + 4); }
+static inline void weave_be_put64(unsigned char *p, uint64_t v) {
+  weave_be_put32(p, (uint32_t)(v >> 32));
+  weave_be_put32(p + 4, (uint32_t)v);
+}
+static inline uint64_t weave_be_get64(const unsigned char *p) {
+  return (uint64_t)weave_be_get32(p) << 32 | weave_be_get32(p + 4);
+}
 
 /* ---- deadline_io.c ----------------------------------------------------------------------------- */
 typedef enum { WEAVE_IO_OK = 0, WEAVE_IO_TIMEOUT, WEAVE_IO_CLOSED, WEAVE_IO_ERROR } weave_io_t;

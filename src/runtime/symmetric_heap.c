@@ -109,8 +109,8 @@ static void mapping_release(mapping_t *m) {
 }
 
 /* Reserves an address range for m->handle, maps it and lets `devices` access it. */
-static weave_result_t mapping_map(weave_team_t team, mapping_t *m, size_t granularity, const int *devices,
-                                  int ndevices, const char *whose) {
+static weave_result_t mapping_map(weave_team_t team, mapping_t *m, size_t granularity, const int *devices, int ndevices,
+                                  const char *whose) {
   char what[96];
   snprintf(what, sizeof what, "reserving addresses for %s heap", whose);
   WEAVE_CHECK(cu_check(team, vmm.reserve(&m->va, m->size, granularity, 0, 0), what));
@@ -204,10 +204,9 @@ static weave_result_t import_peers(weave_team_t team, weave_symmetric_heap_t *h,
       mapping_t *m = &h->peers[r];
       char whose[32];
       snprintf(whose, sizeof whose, "rank %d's", r);
-      WEAVE_CHECK(cu_check(team,
-                           vmm.import_handle(&m->handle, (void *)(uintptr_t)peer_fds[r],
-                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                           "importing a peer's heap"));
+      WEAVE_CHECK(cu_check(
+          team, vmm.import_handle(&m->handle, (void *)(uintptr_t)peer_fds[r], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+          "importing a peer's heap"));
       m->has_handle = 1;
       close(peer_fds[r]); /* the imported handle keeps the memory alive */
       peer_fds[r] = -1;
@@ -226,8 +225,8 @@ void weave_symmetric_heap_destroy(weave_symmetric_heap_t *h) {
   free(h);
 }
 
-weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weave_symmetric_heap_t **out,
-                                           void **bases, int *ranks_on_device, int *local_on_device) {
+weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weave_symmetric_heap_t **out, void **bases,
+                                           int *ranks_on_device, int *local_on_device) {
   pthread_once(&vmm_once, vmm_load_once);
   weave_symmetric_heap_t *h = (weave_symmetric_heap_t *)calloc(1, sizeof *h);
   size_t granularity = 0;
@@ -265,8 +264,7 @@ weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weav
   for (int r = 0; r < WEAVE_MAX_WORLD; ++r) peer_fds[r] = -1;
   if (rc == WEAVE_SUCCESS) {
     int exported = 0;
-    for (int r = 0; r < team->world; ++r)
-      exported |= !same_process(&cards[r], &mine) && same_host(&cards[r], &mine);
+    for (int r = 0; r < team->world; ++r) exported |= !same_process(&cards[r], &mine) && same_host(&cards[r], &mine);
     weave_result_t local = WEAVE_SUCCESS;
     if (exported) {
       CUresult e = vmm.export_handle(&fd, h->own.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);

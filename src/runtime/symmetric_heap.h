@@ -23,8 +23,8 @@ typedef struct weave_symmetric_heap weave_symmetric_heap_t;
  * on the team's device, makes every rank's heap addressable here: bases[r] for r in [0, world).
  * ranks_on_device gets the ranks of the team (in any process) whose device is this rank's GPU,
  * local_on_device those of them in this process. */
-weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weave_symmetric_heap_t **heap,
-                                           void **bases, int *ranks_on_device, int *local_on_device);
+weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weave_symmetric_heap_t **heap, void **bases,
+                                           int *ranks_on_device, int *local_on_device);
 /* Unmaps the peers' heaps and releases this rank's. The caller makes sure no kernel of any rank still
  * touches them (team destroy: device synchronize, then a barrier). NULL is a no-op. */
 void weave_symmetric_heap_destroy(weave_symmetric_heap_t *heap);

@@ -88,8 +88,10 @@ weave_device_scope_t weave_device_enter(int device) {
     return scope; /* the caller works on this device already (its context, primary or not) */
   cudaGetLastError();
   /* the call's own CUDA calls fail and say why when this does */
-  if (cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
-  else scope.context = caller;
+  if (cudaSetDevice(device) != cudaSuccess)
+    cudaGetLastError();
+  else
+    scope.context = caller;
 #else
   (void)device;
 #endif
@@ -122,12 +124,14 @@ static weave_result_t read_device(weave_team_t team, int device) {
                       e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
   }
   if (device < 0 || device >= count)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "rank %d: device %d outside [0, %d)", team->rank, device, count);
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "rank %d: device %d outside [0, %d)", team->rank, device,
+                      count);
   struct cudaDeviceProp p;
   WEAVE_CUDA_CHECK(team, cudaGetDeviceProperties(&p, device));
   if (p.major != 9 || p.minor != 0)
-    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED_DEVICE, "rank %d: device %d '%s' is sm_%d%d; weave is built for sm_90a",
-                      team->rank, device, p.name, p.major, p.minor);
+    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED_DEVICE,
+                      "rank %d: device %d '%s' is sm_%d%d; weave is built for sm_90a", team->rank, device, p.name,
+                      p.major, p.minor);
   weave_device_info_t *info = &team->info;
   snprintf(info->name, sizeof(info->name), "%s", p.name);
   info->device = device;
@@ -153,7 +157,8 @@ static weave_result_t heap_header_and_table(weave_team_t team) {
   team->heap_base = team->peer_bases[team->rank];
   WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, WEAVE_HEAP_RESERVED));
   WEAVE_CUDA_CHECK(team, cudaMalloc((void **)&team->d_bases, sizeof(void *) * (size_t)team->world));
-  WEAVE_CUDA_CHECK(team, cudaMemcpy(team->d_bases, team->peer_bases, sizeof(void *) * (size_t)team->world, cudaMemcpyHostToDevice));
+  WEAVE_CUDA_CHECK(
+      team, cudaMemcpy(team->d_bases, team->peer_bases, sizeof(void *) * (size_t)team->world, cudaMemcpyHostToDevice));
   WEAVE_CUDA_CHECK(team, cudaDeviceSynchronize());
   return WEAVE_SUCCESS;
 }
@@ -227,9 +232,9 @@ static weave_result_t team_create(weave_bootstrap_t *bootstrap, int rank, int de
                 "rank's spinning kernel (timeouts)",
                 local_on_device, device, local_on_device);
   }
-  weave_log(WEAVE_LOG_INFO, team, "team of %d ranks: device %d '%s', %d SMs, heap %zu bytes at %p, %d ranks on this GPU",
-            team->world, device, team->info.name, team->info.sm_count, team->heap_size, team->heap_base,
-            team->info.ranks_on_device);
+  weave_log(WEAVE_LOG_INFO, team,
+            "team of %d ranks: device %d '%s', %d SMs, heap %zu bytes at %p, %d ranks on this GPU", team->world, device,
+            team->info.name, team->info.sm_count, team->heap_size, team->heap_base, team->info.ranks_on_device);
   *team_out = team;
   return WEAVE_SUCCESS;
 #endif
@@ -402,8 +407,8 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
 #ifdef WEAVE_HAVE_CUDA
   WEAVE_CUDA_CHECK(team, cudaStreamSynchronize((cudaStream_t)stream));
   weave_heap_header_t head; /* the record and the abort notice: the header up to the barrier flags */
-  WEAVE_CUDA_CHECK(team, cudaMemcpy(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags),
-                                    cudaMemcpyDeviceToHost));
+  WEAVE_CUDA_CHECK(
+      team, cudaMemcpy(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags), cudaMemcpyDeviceToHost));
   const weave_device_error_t rec = head.error;
   if (rec.code == WEAVE_DEVICE_ABORTED || head.aborted_by) {
     /* kept: the team is of no further use, and every later call says so */
@@ -426,11 +431,12 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
   /* Two known causes when ranks are threads sharing a GPU: the awaited rank's thread sat in a CUDA
    * call that waits for the whole device (the waiting kernel included), so it never launched; or the
    * replays of a captured call enqueued without a sync between them (README, Limitations). */
-  const char *hint = team->threads_on_device > 1
-                         ? " (ranks that are threads sharing a GPU: did rank %d's thread call cudaMalloc, cudaFree, "
-                           "cudaDeviceSynchronize or another device-wide wait while a call was in flight? Or were graph "
-                           "replays enqueued without a sync between them? README, Limitations)"
-                         : "";
+  const char *hint =
+      team->threads_on_device > 1
+          ? " (ranks that are threads sharing a GPU: did rank %d's thread call cudaMalloc, cudaFree, "
+            "cudaDeviceSynchronize or another device-wide wait while a call was in flight? Or were graph "
+            "replays enqueued without a sync between them? README, Limitations)"
+          : "";
   char why[384];
   snprintf(why, sizeof(why), hint, (int)rec.peer);
   return weave_fail(team, WEAVE_ERROR_TIMEOUT,
@@ -458,7 +464,8 @@ void weave_team_refresh_abort(weave_team_t team) {
   if (team->aborted_by > 0 || !team->heap_base) return; /* known, or nothing to read; -1: the rank not yet named */
   uint32_t notice = 0;
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
-  if (header_notice(team, &notice) != cudaSuccess) cudaGetLastError();
+  if (header_notice(team, &notice) != cudaSuccess)
+    cudaGetLastError();
   else if (notice)
     team->aborted_by = (int)notice;
   weave_device_leave(caller);
@@ -487,7 +494,8 @@ weave_result_t weave_team_abort(weave_team_t team) {
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   for (int p = 0; e == cudaSuccess && p < team->world; ++p) {
     char *head = (char *)team->peer_bases[p];
-    e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, aborted_by), &notice, sizeof(notice), cudaMemcpyDefault, s);
+    e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, aborted_by), &notice, sizeof(notice), cudaMemcpyDefault,
+                        s);
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, error.code), &code, sizeof(code), cudaMemcpyDefault, s);
   }

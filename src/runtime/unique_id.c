@@ -106,8 +106,6 @@ static uint64_t random64(void) {
   return v ? v : 1;
 }
 
-
-
 int weave_resolve_ipv4(const char *host, uint32_t *addr, const char **why) {
   struct in_addr a;
   if (inet_pton(AF_INET, host, &a) == 1) {
@@ -136,8 +134,8 @@ static weave_result_t pick_address(uint32_t *addr) {
   if (v && *v) {
     const char *why = NULL;
     if (weave_resolve_ipv4(v, addr, &why) != 0)
-      return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_SOCKET_ADDR='%s': not an IPv4 address and cannot be resolved (%s)", v,
-                        why);
+      return weave_fail(NULL, WEAVE_ERROR_ENV,
+                        "WEAVE_SOCKET_ADDR='%s': not an IPv4 address and cannot be resolved (%s)", v, why);
     return WEAVE_SUCCESS;
   }
   struct ifaddrs *ifs = NULL;
@@ -176,7 +174,8 @@ weave_result_t weave_get_unique_id(weave_unique_id_t *id) {
     int e = errno;
     close(fd);
     return weave_fail(NULL, WEAVE_ERROR_BOOTSTRAP, "weave_get_unique_id: cannot listen on %s%s: %s", ip,
-                      getenv("WEAVE_SOCKET_ADDR") && *getenv("WEAVE_SOCKET_ADDR") ? " (WEAVE_SOCKET_ADDR)" : "", strerror(e));
+                      getenv("WEAVE_SOCKET_ADDR") && *getenv("WEAVE_SOCKET_ADDR") ? " (WEAVE_SOCKET_ADDR)" : "",
+                      strerror(e));
   }
   u.port = ntohs(sa.sin_port);
   u.nonce = random64();

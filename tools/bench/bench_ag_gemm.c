@@ -32,8 +32,8 @@ typedef struct {
   int Ms[AG_MAX_M], nM, N, K, world, rounds, warmup, comm_blocks;
   weave_dtype_t dtype;
   weave_layout_t layout;
-  int M; /* the one being run */
-  double ms[WEAVE_MAX_WORLD][AG_NSTRAT];  /* each rank's median */
+  int M;                                 /* the one being run */
+  double ms[WEAVE_MAX_WORLD][AG_NSTRAT]; /* each rank's median */
   long wrong[WEAVE_MAX_WORLD][AG_NSTRAT];
   int ok[WEAVE_MAX_WORLD][AG_NSTRAT];
   char why[AG_NSTRAT][160];
@@ -111,7 +111,8 @@ static int ag_rank(harness_rank_t *r) {
       if (!plan[s]) continue;
       harness_timer_start(tm, r->stream);
       if (weave_ag_gemm_execute(plan[s], rows ? A : NULL, B, bias, C[s], NULL, r->stream) != WEAVE_SUCCESS) {
-        fprintf(stderr, "# rank %d %s: %s\n", r->rank, weave_strategy_name(ag_strats[s]), weave_get_last_error(r->team));
+        fprintf(stderr, "# rank %d %s: %s\n", r->rank, weave_strategy_name(ag_strats[s]),
+                weave_get_last_error(r->team));
         rc = 1;
         break;
       }
@@ -144,43 +145,71 @@ static int ag_rank(harness_rank_t *r) {
     harness_dev_free(C[s]);
     free(t[s]);
   }
-  free(ref); free(got); free(refd);
+  free(ref);
+  free(got);
+  free(refd);
   harness_timer_destroy(tm);
-  harness_dev_free(A); harness_dev_free(B); harness_dev_free(bias);
+  harness_dev_free(A);
+  harness_dev_free(B);
+  harness_dev_free(bias);
   return rc;
 }
 
 int weave_bench_ag_main(int argc, char **argv) {
   static ag_bench_t b;
-  b.N = 8192; b.K = 8192; b.world = 0; b.rounds = 20; b.warmup = 5;
-  b.dtype = WEAVE_BF16; b.layout = WEAVE_LAYOUT_COL;
+  b.N = 8192;
+  b.K = 8192;
+  b.world = 0;
+  b.rounds = 20;
+  b.warmup = 5;
+  b.dtype = WEAVE_BF16;
+  b.layout = WEAVE_LAYOUT_COL;
   int first = 0, last = 0, factor = 2;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--op")) { ++i; continue; }
+    if (!strcmp(a, "--op")) {
+      ++i;
+      continue;
+    }
     int ok = 1, m;
     if (!strcmp(a, "-M")) {
       if ((ok = ag_int(a, v, 1, 1 << 24, &m)) && b.nM >= AG_MAX_M) return ag_usage("-M: at most 16 values");
       if (ok) b.Ms[b.nM++] = m;
-    } else if (!strcmp(a, "-b")) ok = ag_int(a, v, 1, 1 << 24, &first);
-    else if (!strcmp(a, "-e")) ok = ag_int(a, v, 1, 1 << 24, &last);
-    else if (!strcmp(a, "-f")) ok = ag_int(a, v, 2, 1024, &factor);
-    else if (!strcmp(a, "-N")) ok = ag_int(a, v, 1, 1 << 24, &b.N);
-    else if (!strcmp(a, "-K")) ok = ag_int(a, v, 1, 1 << 24, &b.K);
-    else if (!strcmp(a, "-g")) ok = ag_int(a, v, 1, WEAVE_MAX_WORLD, &b.world);
-    else if (!strcmp(a, "-n")) ok = ag_int(a, v, 1, AG_MAX_ROUNDS, &b.rounds);
-    else if (!strcmp(a, "-w")) ok = ag_int(a, v, 0, 1000, &b.warmup);
-    else if (!strcmp(a, "--comm-blocks")) ok = ag_int(a, v, 1, 1024, &b.comm_blocks);
+    } else if (!strcmp(a, "-b"))
+      ok = ag_int(a, v, 1, 1 << 24, &first);
+    else if (!strcmp(a, "-e"))
+      ok = ag_int(a, v, 1, 1 << 24, &last);
+    else if (!strcmp(a, "-f"))
+      ok = ag_int(a, v, 2, 1024, &factor);
+    else if (!strcmp(a, "-N"))
+      ok = ag_int(a, v, 1, 1 << 24, &b.N);
+    else if (!strcmp(a, "-K"))
+      ok = ag_int(a, v, 1, 1 << 24, &b.K);
+    else if (!strcmp(a, "-g"))
+      ok = ag_int(a, v, 1, WEAVE_MAX_WORLD, &b.world);
+    else if (!strcmp(a, "-n"))
+      ok = ag_int(a, v, 1, AG_MAX_ROUNDS, &b.rounds);
+    else if (!strcmp(a, "-w"))
+      ok = ag_int(a, v, 0, 1000, &b.warmup);
+    else if (!strcmp(a, "--comm-blocks"))
+      ok = ag_int(a, v, 1, 1024, &b.comm_blocks);
     else if (!strcmp(a, "-d")) {
-      if (v && !strcmp(v, "bf16")) b.dtype = WEAVE_BF16;
-      else if (v && !strcmp(v, "fp16")) b.dtype = WEAVE_FP16;
-      else return ag_usage("-d: bf16 or fp16");
+      if (v && !strcmp(v, "bf16"))
+        b.dtype = WEAVE_BF16;
+      else if (v && !strcmp(v, "fp16"))
+        b.dtype = WEAVE_FP16;
+      else
+        return ag_usage("-d: bf16 or fp16");
     } else if (!strcmp(a, "-l")) {
-      if (v && !strcmp(v, "col")) b.layout = WEAVE_LAYOUT_COL;
-      else if (v && !strcmp(v, "row")) b.layout = WEAVE_LAYOUT_ROW;
-      else return ag_usage("-l: col or row");
+      if (v && !strcmp(v, "col"))
+        b.layout = WEAVE_LAYOUT_COL;
+      else if (v && !strcmp(v, "row"))
+        b.layout = WEAVE_LAYOUT_ROW;
+      else
+        return ag_usage("-l: col or row");
     } else {
-      fprintf(stderr, "weave-bench --op ag_gemm: unknown option %s (-M -b -e -f -N -K -g -n -w -d -l --comm-blocks)\n", a);
+      fprintf(stderr, "weave-bench --op ag_gemm: unknown option %s (-M -b -e -f -N -K -g -n -w -d -l --comm-blocks)\n",
+              a);
       return 2;
     }
     if (!ok) return 2;
@@ -204,11 +233,12 @@ int weave_bench_ag_main(int argc, char **argv) {
   for (int r = 0; r < b.world; ++r) devices[r] = r % ndev;
   const int printer = harness_launched_rank() == 0;
   if (printer)
-    printf("# weave-bench --op ag_gemm: %d rank(s) on %d GPU(s), N %d per rank, K %d, %s, B %s, %d rounds (+%d "
-           "warm-up), strategies interleaved; ms = slowest rank's median\n"
-           "#      M   baseline_ms   fused_ms   bulk_ms   auto_ms  base/fused  base/auto  auto->  #wrong(f,b,a)\n",
-           b.world, ndev < b.world ? ndev : b.world, b.N, b.K, weave_dtype_name(b.dtype),
-           b.layout == WEAVE_LAYOUT_COL ? "[N,K]" : "[K,N]", b.rounds, b.warmup);
+    printf(
+        "# weave-bench --op ag_gemm: %d rank(s) on %d GPU(s), N %d per rank, K %d, %s, B %s, %d rounds (+%d "
+        "warm-up), strategies interleaved; ms = slowest rank's median\n"
+        "#      M   baseline_ms   fused_ms   bulk_ms   auto_ms  base/fused  base/auto  auto->  #wrong(f,b,a)\n",
+        b.world, ndev < b.world ? ndev : b.world, b.N, b.K, weave_dtype_name(b.dtype),
+        b.layout == WEAVE_LAYOUT_COL ? "[N,K]" : "[K,N]", b.rounds, b.warmup);
   int fail = 0;
   for (int mi = 0; mi < b.nM; ++mi) {
     b.M = b.Ms[mi];
@@ -217,7 +247,11 @@ int weave_bench_ag_main(int argc, char **argv) {
     weave_config_t cfg = WEAVE_CONFIG_INIT;
     cfg.heap_size = (size_t)AG_NSTRAT * ((size_t)b.M * b.K * weave_dtype_size(b.dtype) + (1u << 20)) + (64u << 20);
     const int rc = harness_run(b.world, devices, &cfg, ag_rank, &b);
-    if (rc) { fail = 1; if (printer) printf("# M %d: a rank failed\n", b.M); continue; }
+    if (rc) {
+      fail = 1;
+      if (printer) printf("# M %d: a rank failed\n", b.M);
+      continue;
+    }
     if (!printer) continue;
     double ms[AG_NSTRAT];
     long wrong[AG_NSTRAT];
@@ -226,8 +260,10 @@ int weave_bench_ag_main(int argc, char **argv) {
       ms[s] = 0;
       wrong[s] = 0;
       for (int r = r0; r < r1; ++r) {
-        if (b.ms[r][s] < 0) ms[s] = -1;
-        else if (ms[s] >= 0 && b.ms[r][s] > ms[s]) ms[s] = b.ms[r][s];
+        if (b.ms[r][s] < 0)
+          ms[s] = -1;
+        else if (ms[s] >= 0 && b.ms[r][s] > ms[s])
+          ms[s] = b.ms[r][s];
         wrong[s] += b.wrong[r][s] < 0 ? 0 : b.wrong[r][s];
       }
     }

@@ -33,35 +33,46 @@
 #include "plan/lt.h"
 #include "json_writer.h"
 
-#define BCK(x)                                                                             \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      fprintf(stderr, "bench_gemm: %s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
-              cudaGetErrorString(e_));                                                     \
-      return 1;                                                                            \
-    }                                                                                      \
+#define BCK(x)                                                                                        \
+  do {                                                                                                \
+    cudaError_t e_ = (x);                                                                             \
+    if (e_ != cudaSuccess) {                                                                          \
+      fprintf(stderr, "bench_gemm: %s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      return 1;                                                                                       \
+    }                                                                                                 \
   } while (0)
 
 /* fp8 e4m3 inputs: the same uniform values in [-1, 1), rounded to e4m3 */
 __global__ void bench_fill_fp8(uint8_t *p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
     float f = (float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f;
     p[i] = (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
   }
 }
 
 __global__ void bench_fill(uint16_t *p, size_t n, uint32_t seed, int bf16) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
     float f = (float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f;
     uint16_t v;
-    if (bf16) { __nv_bfloat16 b = __float2bfloat16(f); v = *(uint16_t *)&b; }
-    else { __half h = __float2half(f); v = *(uint16_t *)&h; }
+    if (bf16) {
+      __nv_bfloat16 b = __float2bfloat16(f);
+      v = *(uint16_t *)&b;
+    } else {
+      __half h = __float2half(f);
+      v = *(uint16_t *)&h;
+    }
     p[i] = v;
   }
 }
@@ -101,9 +112,9 @@ struct Ctx {
   int M, N, K, sets;
   weave_dtype_t dt;
   weave_layout_t ly;
-  int scale_mode;       /* fp8: weave_scale_mode_t of every launch (weave and cuBLASLt alike) */
-  int fast_accum;       /* fp8: WEAVE_FP8_ACCUM_FAST for weave and lt_def / lt_sm (else fp32 accumulation) */
-  float *sa, *sb;       /* fp8: device scales, [M] and [N] (TENSOR reads the first of each) */
+  int scale_mode; /* fp8: weave_scale_mode_t of every launch (weave and cuBLASLt alike) */
+  int fast_accum; /* fp8: WEAVE_FP8_ACCUM_FAST for weave and lt_def / lt_sm (else fp32 accumulation) */
+  float *sa, *sb; /* fp8: device scales, [M] and [N] (TENSOR reads the first of each) */
   std::vector<void *> A, B;
   void *C, *Cref;
   void *sk_ws; /* weave's stream-K workspace (zeroed once) */
@@ -117,9 +128,18 @@ static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *
   if (which != 1) {
     weave_hgemm_args_t a;
     memset(&a, 0, sizeof a);
-    a.M = c.M; a.N = c.N; a.K = c.K; a.dtype = c.dt; a.b_layout = c.ly; a.alpha = 1.f;
-    a.A = c.A[set]; a.B = c.B[set]; a.C = C; a.num_blocks = blocks;
-    a.workspace = c.sk_ws; a.workspace_bytes = c.sk_bytes;
+    a.M = c.M;
+    a.N = c.N;
+    a.K = c.K;
+    a.dtype = c.dt;
+    a.b_layout = c.ly;
+    a.alpha = 1.f;
+    a.A = c.A[set];
+    a.B = c.B[set];
+    a.C = C;
+    a.num_blocks = blocks;
+    a.workspace = c.sk_ws;
+    a.workspace_bytes = c.sk_bytes;
     if (c.dt == WEAVE_FP8_E4M3) {
       a.out_dtype = WEAVE_BF16;
       a.scales.mode = c.scale_mode;
@@ -131,7 +151,10 @@ static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *
     a.schedule = which == 2 ? WEAVE_HGEMM_SCHED_COOP : which == 3 ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_AUTO;
     char err[256];
     int r = weave_hgemm_launch(&a, c.st, err, sizeof err);
-    if (r) { fprintf(stderr, "bench_gemm: weave: %s\n", err); return 1; }
+    if (r) {
+      fprintf(stderr, "bench_gemm: weave: %s\n", err);
+      return 1;
+    }
     return 0;
   }
   if (weave_lt_run_scaled(lp, 1.f, c.A[set], c.B[set], c.scale_mode ? c.sa : NULL, c.scale_mode ? c.sb : NULL, C,
@@ -147,7 +170,9 @@ static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *
 __global__ void bench_spin(unsigned long long ns) {
   unsigned long long t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
 }
 
 /* One kernel to time: which as in launch(). */
@@ -159,8 +184,8 @@ struct TimedKernel {
 /* Times the kernels interleaved, one launch of each per iteration, so that clock and power drift
  * over the measurement hits them alike; med[k] = median of kernel k's `iters` launches. The order is
  * shuffled per iteration (fixed seed): a kernel's speed depends on the one before it (in a fixed
- * round-robin on the H200, cuBLASLt at SM_COUNT_TARGET = 132 in the last slot ran 0.5-1.8% faster
- * than cuBLASLt's default in the slot before it), so no kernel keeps one neighbour. */
+ * round-robin, the same cuBLASLt kernel ran faster in one slot than in the slot before it), so no
+ * kernel keeps one neighbour. */
 static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, double *med) {
   std::vector<cudaEvent_t> ev((size_t)iters * nk + 1);
   std::vector<int> order((size_t)iters * nk);
@@ -234,8 +259,15 @@ static int count_wrong(Ctx &c, int which, int blocks, weave_lt_t *def, unsigned 
 static weave_hgemm_args_t auto_args(int M, int N, int K, weave_dtype_t dt, int blocks, int fast_accum) {
   weave_hgemm_args_t q;
   memset(&q, 0, sizeof q);
-  q.M = M; q.N = N; q.K = K; q.dtype = dt; q.num_blocks = blocks; q.streamk = WEAVE_HGEMM_SK_AUTO;
-  q.schedule = WEAVE_HGEMM_SCHED_AUTO; q.out_dtype = WEAVE_BF16; q.fp8_fast_accum = fast_accum;
+  q.M = M;
+  q.N = N;
+  q.K = K;
+  q.dtype = dt;
+  q.num_blocks = blocks;
+  q.streamk = WEAVE_HGEMM_SK_AUTO;
+  q.schedule = WEAVE_HGEMM_SCHED_AUTO;
+  q.out_dtype = WEAVE_BF16;
+  q.fp8_fast_accum = fast_accum;
   return q;
 }
 
@@ -244,10 +276,11 @@ static weave_hgemm_args_t auto_args(int M, int N, int K, weave_dtype_t dt, int b
 static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist, weave_dtype_t dt,
                                       int fast_accum) {
   const int sms = 132;
-  printf("# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
-         "# %d-SM H100/H200 (WEAVE_HGEMM_* from the environment): schedule (cooperative or ping-pong), stream-K\n# tail tiles, and "
-         "the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md, steps 3 and 5)\n",
-         sms);
+  printf(
+      "# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
+      "# %d-SM H100/H200 (WEAVE_HGEMM_* from the environment): schedule (cooperative or ping-pong), stream-K\n# tail tiles, and "
+      "the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md, steps 3 and 5)\n",
+      sms);
   printf("#%7s %6s %6s %6s %6s %6s %10s %5s %9s %9s\n", "M", "N", "K", "blocks", "tiles", "kt", "schedule", "sk",
          "est_coop", "est_pp");
   for (size_t i = 0; i + 2 < shapes.size(); i += 3) {
@@ -287,7 +320,8 @@ static const cli_option_t gemm_options[] = {
     {"layout", 'l', "L", "B as row [K,N] or col [N,K] (default row; col for fp8)"},
     {"scales", OPT_SCALES, "S", "fp8 scales: none, tensor or row (default tensor; cuBLASLt gets the same)"},
     {"fp8-accum", OPT_ACCUM, "A", "fp8 accumulation: fp32 or fast (default fp32; cuBLASLt gets the same)"},
-    {"shape", 's', "MxNxK", "a shape, repeatable (default six: 8192^3, 8192x8192x{3584,1024}, {4096,16384,2048}x8192x3584)"},
+    {"shape", 's', "MxNxK",
+     "a shape, repeatable (default six: 8192^3, 8192x8192x{3584,1024}, {4096,16384,2048}x8192x3584)"},
     {"blocks", 'B', "b1,b2,..", "block counts, capped at the SM count (default 132,124,116,100)"},
     {"warmup", 'w', "N", "warm-up launches per kernel (default 5)"},
     {"iters", 'n', "N", "timed launches per kernel, median reported (default 20)"},
@@ -364,7 +398,8 @@ static void parse_options(int argc, char **argv, Options &o) {
     o.scales = WEAVE_SCALE_NONE;
   }
   if (o.shapes.empty())
-    o.shapes = {8192, 8192, 8192, 8192, 8192, 3584, 8192, 8192, 1024, 4096, 8192, 3584, 16384, 8192, 3584, 2048, 8192, 3584};
+    o.shapes = {8192, 8192, 8192, 8192,  8192, 3584, 8192, 8192, 1024,
+                4096, 8192, 3584, 16384, 8192, 3584, 2048, 8192, 3584};
   if (o.blist.empty()) o.blist = {132, 124, 116, 100};
 }
 
@@ -377,29 +412,33 @@ static void print_header(const Options &o, const cudaDeviceProp &prop) {
   printf("# weave-bench --op gemm: C[M,N] = A[M,K] . B, %s, B %s, fp32 accumulate\n", weave_dtype_name(o.dt),
          o.ly == WEAVE_LAYOUT_ROW ? "ROW [K,N]" : "COL [N,K]");
   if (o.dt == WEAVE_FP8_E4M3)
-    printf("# fp8: e4m3 in, bf16 out, %s scales, %s accumulation (weave, lt_def and lt_sm alike: cuBLASLt\n"
-           "# CUBLASLT_MATMUL_DESC_FAST_ACCUM = %d); cuBLASLt with the other accumulation is timed once per\n"
-           "# shape as lt_other, after the rows\n",
-           o.scales == WEAVE_SCALE_ROW ? "per-row" : o.scales == WEAVE_SCALE_TENSOR ? "per-tensor" : "no",
-           o.fast_accum ? "fast (the tensor cores' own)" : "fp32 (promoted every 128 of K)", o.fast_accum);
+    printf(
+        "# fp8: e4m3 in, bf16 out, %s scales, %s accumulation (weave, lt_def and lt_sm alike: cuBLASLt\n"
+        "# CUBLASLT_MATMUL_DESC_FAST_ACCUM = %d); cuBLASLt with the other accumulation is timed once per\n"
+        "# shape as lt_other, after the rows\n",
+        o.scales == WEAVE_SCALE_ROW      ? "per-row"
+        : o.scales == WEAVE_SCALE_TENSOR ? "per-tensor"
+                                         : "no",
+        o.fast_accum ? "fast (the tensor cores' own)" : "fp32 (promoted every 128 of K)", o.fast_accum);
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d\n", prop.name, prop.multiProcessorCount,
          prop.l2CacheSize >> 20, prop.major, prop.minor, rtv);
-  printf("# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
-         "rotated over > 2x L2, launches queued behind a GPU spin; per shape, every block count's weave / coop / pp / lt_sm and lt_def once per iteration, all in one shuffled order\n",
-         WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, weave_hgemm_bk(o.dt), WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
-         WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, o.warm, o.iters);
+  printf(
+      "# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
+      "rotated over > 2x L2, launches queued behind a GPU spin; per shape, every block count's weave / coop / pp / lt_sm and lt_def once per iteration, all in one shuffled order\n",
+      WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, weave_hgemm_bk(o.dt), WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
+      WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, o.warm, o.iters);
   const char *knobs[] = {"WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M", "WEAVE_HGEMM_STREAMK",
                          "WEAVE_HGEMM_PINGPONG"};
   printf("# knobs:");
   for (const char *k : knobs) printf(" %s=%s", k, getenv(k) ? getenv(k) : "-");
   printf(" (unset: defaults)\n");
-  printf("# TFLOP/s = 2MNK / time. weave: the plan's choice (sch: C cooperative, P ping-pong; sk = tiles in\n"
-         "# the stream-K tail, 0: none); coop / pp: the same call with the schedule forced (coop keeps its\n"
-         "# stream-K cost model); lt_def: cuBLASLt default heuristic; lt_sm: SM_COUNT_TARGET = blocks;\n"
-         "# scal: (TFLOP/s / TFLOP/s at first block count) / (blocks / first); #wrong: weave and pp vs lt_def\n");
-  printf("#%7s %6s %6s %6s %3s %4s %9s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "sch",
-         "sk", "time(ms)", "TFLOP/s", "coop", "pp", "lt_def", "lt_sm", "pp/coop", "vs_def", "vs_sm", "scal",
-         "#wrong");
+  printf(
+      "# TFLOP/s = 2MNK / time. weave: the plan's choice (sch: C cooperative, P ping-pong; sk = tiles in\n"
+      "# the stream-K tail, 0: none); coop / pp: the same call with the schedule forced (coop keeps its\n"
+      "# stream-K cost model); lt_def: cuBLASLt default heuristic; lt_sm: SM_COUNT_TARGET = blocks;\n"
+      "# scal: (TFLOP/s / TFLOP/s at first block count) / (blocks / first); #wrong: weave and pp vs lt_def\n");
+  printf("#%7s %6s %6s %6s %3s %4s %9s %8s %8s %8s %8s %8s %7s %7s %7s %6s %7s\n", "M", "N", "K", "blocks", "sch", "sk",
+         "time(ms)", "TFLOP/s", "coop", "pp", "lt_def", "lt_sm", "pp/coop", "vs_def", "vs_sm", "scal", "#wrong");
 }
 
 /* Bring the clocks up before anything is timed: about half a second of the first shape (the first
@@ -504,8 +543,7 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
   /* Every block count's weave, weave cooperative, weave ping-pong and cuBLASLt at SM_COUNT_TARGET =
    * blocks, plus cuBLASLt's default once, all interleaved launch by launch in one shuffled order
    * (time_ms): the rows of a shape and the scaling between them see the same clocks (timed one block
-   * count after another, cuBLASLt's default, the same kernel in both rows, ran 779 TFLOP/s in one
-   * row and 697 in the next). */
+   * count after another, the same cuBLASLt kernel in two rows was seen 10% apart). */
   const size_t nb = blist.size();
   std::vector<TimedKernel> tk;
   for (size_t bi = 0; bi < nb && !rc; ++bi) {

@@ -6,8 +6,8 @@
  * reading its 64 rows of A and the stage's B with wgmma (K-major, 128-byte swizzle descriptors, as
  * the library's kernels).
  *
- * Why: the library's promoted kernel (gemm_hopper_cooperative.cuh, PROMOTE) runs at 0.75-0.87x
- * cuBLASLt's promoted fp8 while its fast-accumulation sibling is at parity; docs/hopper_gemm.md lists
+ * Why: the library's promoted kernel (gemm_hopper_cooperative.cuh, PROMOTE) runs slower than
+ * cuBLASLt's promoted fp8 (docs/hopper_gemm.md) while its fast-accumulation sibling is at parity; docs/hopper_gemm.md lists
  * hypotheses (the two warpgroups' groups interleave in the tensor cores and so finish, and add, at
  * the same time; shared-memory operand reads of n128 halves). Each schedule below isolates one.
  *
@@ -48,10 +48,22 @@
 
 #include "gemm/hopper/ptx.cuh"
 
-enum { S_FAST256, S_FAST128, S_PROMO, S_TURNS, S_TURNHALF, S_ONE_WG, S_THREE_WG, S_P128, S_P192, S_P192T, S_FAST192,
-       S_COUNT };
-static const char *const kNames[S_COUNT] = {"fast256", "fast128",  "promo", "turns", "turnhalf",
-                                            "one_wg",  "three_wg", "p128",  "p192",  "p192t", "fast192"};
+enum {
+  S_FAST256,
+  S_FAST128,
+  S_PROMO,
+  S_TURNS,
+  S_TURNHALF,
+  S_ONE_WG,
+  S_THREE_WG,
+  S_P128,
+  S_P192,
+  S_P192T,
+  S_FAST192,
+  S_COUNT
+};
+static const char *const kNames[S_COUNT] = {"fast256",  "fast128", "promo", "turns", "turnhalf", "one_wg",
+                                            "three_wg", "p128",    "p192",  "p192t", "fast192"};
 
 #define PROBE_STAGES 4
 #define PROBE_A_WG_BYTES (64 * 128) /* a warpgroup's 64 rows of one k-block */
@@ -75,7 +87,9 @@ static constexpr __host__ __device__ int probe_consumer_regs(int s) {
 static constexpr __host__ __device__ int probe_stage_bytes(int s) {
   return probe_wgs(s) * PROBE_A_WG_BYTES + probe_bn(s) * 128;
 }
-static constexpr int probe_smem_bytes(int s) { return PROBE_STAGES * probe_stage_bytes(s) + 2 * PROBE_STAGES * 8 + 1024; }
+static constexpr int probe_smem_bytes(int s) {
+  return PROBE_STAGES * probe_stage_bytes(s) + 2 * PROBE_STAGES * 8 + 1024;
+}
 
 static __device__ __forceinline__ void probe_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
@@ -84,19 +98,19 @@ static __device__ __forceinline__ void probe_bulk_load(uint32_t dst, const void 
 }
 
 /* wgmma m64n192k32 e4m3, fp32 accumulators d[0..95] (the library has the n128 and n256 forms) */
-#define PROBE_WGMMA_M64N192K32_E4M3(d, desc_a, desc_b, scale_d)                                     \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                        \
-               "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {" WEAVE_HGEMM_ACC_OPERANDS_0_63 \
-               ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"        \
-               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"          \
-               "}, %96, %97, p, 1, 1;\n}\n"                                                           \
-               : WEAVE_HGEMM_ACC64_OUT(d, 0), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),        \
-                 "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]),           \
-                 "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),           \
-                 "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),           \
-                 "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),           \
-                 "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])                                     \
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define PROBE_WGMMA_M64N192K32_E4M3(d, desc_a, desc_b, scale_d)                                                    \
+  asm volatile(                                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                                                 \
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {" WEAVE_HGEMM_ACC_OPERANDS_0_63                      \
+      ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"                          \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"                             \
+      "}, %96, %97, p, 1, 1;\n}\n"                                                                                 \
+      : WEAVE_HGEMM_ACC64_OUT(d, 0), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),    \
+        "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),    \
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]),    \
+        "+f"(d[94]), "+f"(d[95])                                                                                   \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 /* 4 x m64nNk32 (N = 2 NACC: 128 or 192) into part (zeroed by the first), from stage descriptors
  * da / db; committed as one group, or as two groups of 2 (SPLIT) */
@@ -137,7 +151,8 @@ __global__ void __launch_bounds__(probe_threads(S), 1)
   constexpr int AB = NWG * PROBE_A_WG_BYTES;
   for (int i = tid * 16; i < PROBE_STAGES * SB; i += blockDim.x * 16) {
     const int s = i / SB, o = i % SB;
-    *(uint4 *)(smem + i) = *(const uint4 *)(src + (size_t)s * PROBE_SRC_STAGE_BYTES + (o < AB ? o : PROBE_SRC_B + o - AB));
+    *(uint4 *)(smem + i) =
+        *(const uint4 *)(src + (size_t)s * PROBE_SRC_STAGE_BYTES + (o < AB ? o : PROBE_SRC_B + o - AB));
   }
   if (tid == 0) {
     for (int s = 0; s < PROBE_STAGES; ++s) {
@@ -160,12 +175,13 @@ __global__ void __launch_bounds__(probe_threads(S), 1)
         weave_hgemm_mbar_expect_tx(full_bar + 8 * s, SB);
         const uint8_t *from = src + (size_t)((blockIdx.x * 7 + kb) % PROBE_SRC_STAGES) * PROBE_SRC_STAGE_BYTES;
         for (int off = 0; off < SB; off += 8192) /* A, then B; both multiples of 8 KiB */
-          probe_bulk_load(base + s * SB + off, from + (off < AB ? off : PROBE_SRC_B + off - AB), 8192, full_bar + 8 * s);
+          probe_bulk_load(base + s * SB + off, from + (off < AB ? off : PROBE_SRC_B + off - AB), 8192,
+                          full_bar + 8 * s);
       }
     }
   } else {
     if constexpr (NWG > 1) weave_hgemm_setmaxnreg_inc<probe_consumer_regs(S)>();
-    const int wg = (tid >> 7) - 1; /* consumer warpgroup: its 64 rows of A */
+    const int wg = (tid >> 7) - 1;        /* consumer warpgroup: its 64 rows of A */
     constexpr int NACC = probe_bn(S) / 2; /* fp32 accumulators a thread holds: 128 (n256), 96, 64 */
     float acc[NACC];
 #pragma unroll
@@ -238,13 +254,13 @@ __global__ void __launch_bounds__(probe_threads(S), 1)
 }
 
 /* ---------------- host ---------------- */
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
+#define CK(x)                                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) {                                                                      \
       fprintf(stderr, "probe_promote: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      exit(2);                                                                                 \
-    }                                                                                          \
+      exit(2);                                                                                    \
+    }                                                                                             \
   } while (0)
 
 typedef void (*probe_fn)(const uint8_t *, int, long long *, float *);
@@ -294,8 +310,8 @@ static void probe_reference(const uint8_t *src, int s, int kblocks, int t, doubl
       const uint8_t *a = src + (size_t)st * PROBE_SRC_STAGE_BYTES + w * PROBE_A_WG_BYTES + 128 * row;
       const uint8_t *b = src + (size_t)st * PROBE_SRC_STAGE_BYTES + PROBE_SRC_B + 128 * col;
       for (int k = 0; k < 128; ++k) {
-        const double x = e4m3_value(a[16 * ((k / 16) ^ (row % 8)) + k % 16]) *
-                         e4m3_value(b[16 * ((k / 16) ^ (col % 8)) + k % 16]);
+        const double x =
+            e4m3_value(a[16 * ((k / 16) ^ (row % 8)) + k % 16]) * e4m3_value(b[16 * ((k / 16) ^ (col % 8)) + k % 16]);
         sum += x;
         sum_abs += fabs(x);
       }
@@ -316,8 +332,8 @@ static int probe_check_reference(const uint8_t *src, int s, int kblocks, const f
     for (int blk = 0; blk < blocks; ++blk) {
       const float got = o[(size_t)blk * 384 + t];
       if (!(fabs((double)got - ref) <= tol * abs)) {
-        printf("FAIL %s load 0: block %d thread %d: %.9g, reference %.9g (bound %.3g)\n", kNames[s], blk, t, got,
-               ref, tol * abs);
+        printf("FAIL %s load 0: block %d thread %d: %.9g, reference %.9g (bound %.3g)\n", kNames[s], blk, t, got, ref,
+               tol * abs);
         return 1;
       }
     }
@@ -353,8 +369,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "probe_promote: needs a Hopper GPU (sm_90), found sm_%d%d\n", prop.major, prop.minor);
     return 2;
   }
-  printf("# %s, %d SMs; %d k-blocks of 128 per CTA, %d reps; util = flops per SM clock / 8192 (assumed dense fp8 peak)\n",
-         prop.name, sms, kblocks, reps);
+  printf(
+      "# %s, %d SMs; %d k-blocks of 128 per CTA, %d reps; util = flops per SM clock / 8192 (assumed dense fp8 peak)\n",
+      prop.name, sms, kblocks, reps);
 
   const size_t src_bytes = (size_t)PROBE_SRC_STAGES * PROBE_SRC_STAGE_BYTES;
   uint8_t *h_src = (uint8_t *)malloc(src_bytes), *d_src;
@@ -412,7 +429,8 @@ int main(int argc, char **argv) {
   float *h_out = (float *)malloc(sizeof(float) * out_n * ncfg);
   CK(cudaMemcpy(h_out, d_out, sizeof(float) * out_n * ncfg, cudaMemcpyDeviceToHost));
   int bad = 0;
-  for (int s = 0; s < S_COUNT; ++s) bad |= probe_check_reference(h_src, s, kblocks, h_out + (size_t)(2 * s) * out_n, sms);
+  for (int s = 0; s < S_COUNT; ++s)
+    bad |= probe_check_reference(h_src, s, kblocks, h_out + (size_t)(2 * s) * out_n, sms);
   for (int load = 0; load < 2; ++load) {
     const float *o[S_COUNT];
     for (int s = 0; s < S_COUNT; ++s) o[s] = h_out + (size_t)(2 * s + load) * out_n;

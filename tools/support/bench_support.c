@@ -17,12 +17,13 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
   int hopper = weave_kernel_hopper_ok(dtype, layout, N, K);
   weave_kernel_tile_shape(hopper, &tm, &tn);
   weave_tiling_t t = {M, N, world, tm, tn, (int)order};
-  fprintf(f, "# plan of the fused kernel: %s role, tiles %dx%d, each owner's rows tiled on their own, owners\n"
-         "# interleaved tile by tile in an order rotated per rank (%s)\n",
-         hopper ? "TMA + wgmma" : "mma.sync", t.tile_m, t.tile_n,
-         order == WEAVE_ORDER_OWN_FIRST ? "own tile first in each round" : "own tile last in each round");
+  fprintf(f,
+          "# plan of the fused kernel: %s role, tiles %dx%d, each owner's rows tiled on their own, owners\n"
+          "# interleaved tile by tile in an order rotated per rank (%s)\n",
+          hopper ? "TMA + wgmma" : "mma.sync", t.tile_m, t.tile_n,
+          order == WEAVE_ORDER_OWN_FIRST ? "own tile first in each round" : "own tile last in each round");
   fprintf(f, "#  rank  rows[begin,+n)     tiles_owned  owners in a round          bytes sent/call (%s slots)\n",
-         weave_dtype_name(weave_dtype_out(dtype, WEAVE_DTYPE_AUTO)));
+          weave_dtype_name(weave_dtype_out(dtype, WEAVE_DTYPE_AUTO)));
   for (int r = 0; r < world; ++r) {
     int rb, rows;
     weave_split_rows_of(M, world, r, &rb, &rows);
@@ -33,26 +34,25 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
       strncat(owners, x, sizeof(owners) - strlen(owners) - 1);
     }
     fprintf(f, "#  %4d  [%6d,+%6d)  %11d  %-25s  %zu\n", r, rb, rows, weave_owner_tiles(&t, r), owners,
-           weave_plan_bytes_sent(M, N, world, r, osz));
+            weave_plan_bytes_sent(M, N, world, r, osz));
   }
   fprintf(f, "#  total tiles %d; symmetric memory per rank (deterministic, %s slots): %.1f MB\n", weave_total_tiles(&t),
-         weave_dtype_name(weave_dtype_out(dtype, WEAVE_DTYPE_AUTO)),
-         (double)world * weave_cdiv(M, world) * N * osz / 1e6);
+          weave_dtype_name(weave_dtype_out(dtype, WEAVE_DTYPE_AUTO)),
+          (double)world * weave_cdiv(M, world) * N * osz / 1e6);
   /* The plan's split model with an H200's datasheet clock and bandwidth, one rank per GPU. */
   weave_split_inputs_t in;
   weave_split_inputs_from_device(132, 1.98e9, 4.8e12, dtype, 1, 132, &in);
   int c = weave_split_comm_blocks(&in, weave_plan_gemm_flops(M, N, K, world),
-                                  weave_plan_comm_bytes(M, N, world, osz, osz),
-                                  (double)weave_max_owner_tiles(&t));
+                                  weave_plan_comm_bytes(M, N, world, osz, osz), (double)weave_max_owner_tiles(&t));
   fprintf(f, "#  cost-model split on a 132-SM H200, one rank per GPU: %d GEMM + %d communication blocks\n", 132 - c, c);
   fprintf(f, "# roofline per GPU (datasheet rates; M=%d N=%d K_total=%d world=%d %s)\n", M, N, K_total, world,
-         weave_dtype_name(dtype));
+          weave_dtype_name(dtype));
   fprintf(f, "#  %-10s %10s %10s %14s %12s %8s\n", "device", "gemm_ms", "rs_ms", "gemm+rs_ms", "overlap_ms", "bound");
   for (int d = 0; d < 2; ++d) {
     weave_roofline_t r;
     weave_roofline(&weave_roofline_devices[d], M, N, K_total, world, dtype, osz, &r);
     fprintf(f, "#  %-10s %10.3f %10.3f %14.3f %12.3f %7.2fx\n", weave_roofline_devices[d].name, r.t_gemm_ms, r.t_rs_ms,
-           r.t_baseline_ms, r.t_fused_ms, r.t_fused_ms > 0 ? r.t_baseline_ms / r.t_fused_ms : 0);
+            r.t_baseline_ms, r.t_fused_ms, r.t_fused_ms > 0 ? r.t_baseline_ms / r.t_fused_ms : 0);
   }
 }
 

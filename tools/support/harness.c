@@ -208,7 +208,9 @@ void harness_upload(void *dst, const void *src, size_t bytes) {
 void harness_download(void *dst, const void *src, size_t bytes) {
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
-void harness_poison(void *p, size_t bytes, weave_stream_t s) { CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, (cudaStream_t)s)); }
+void harness_poison(void *p, size_t bytes, weave_stream_t s) {
+  CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, (cudaStream_t)s));
+}
 void harness_sync(weave_stream_t s) { CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s)); }
 
 struct harness_timer {
@@ -257,7 +259,8 @@ uint64_t harness_seed(void) {
     const char *ids[] = {"MASTER_ADDR", "MASTER_PORT", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID", "SLURM_STEP_ID"};
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < 5; ++i)
-      for (const char *c = getenv(ids[i]) ? getenv(ids[i]) : "-"; *c; ++c) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+      for (const char *c = getenv(ids[i]) ? getenv(ids[i]) : "-"; *c; ++c)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
     return h;
   }
   struct timespec ts;

@@ -1,6 +1,8 @@
 /* A small streaming JSON writer: see json_writer.h. */
 #include "json_writer.h"
 
+#include "common/json.h"
+
 #include <math.h>
 
 void json_open(json_writer_t *w, FILE *f) {
@@ -17,19 +19,6 @@ static void separate(json_writer_t *w) {
     return;
   }
   if (w->count[w->depth]++) fputs(",", w->f);
-}
-
-static void put_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; ++p) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p < 0x20)
-      fprintf(f, "\\u%04x", *p);
-    else
-      fputc(*p, f);
-  }
-  fputc('"', f);
 }
 
 static void open_level(json_writer_t *w, char c) {
@@ -51,14 +40,14 @@ void json_end_array(json_writer_t *w) { close_level(w, ']'); }
 
 void json_key(json_writer_t *w, const char *key) {
   separate(w);
-  put_string(w->f, key);
+  weave_json_put_string(w->f, key);
   fputc(':', w->f);
   w->after_key = 1;
 }
 
 void json_string(json_writer_t *w, const char *s) {
   separate(w);
-  put_string(w->f, s);
+  weave_json_put_string(w->f, s);
 }
 
 void json_int(json_writer_t *w, long long v) {

@@ -42,9 +42,9 @@ uint16_t weave_float_to_fp16(float f) {
   memcpy(&u, &f, 4);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00; /* NaN */
+  if (a > 0x7f800000u) return sign | 0x7e00;  /* NaN */
   if (a >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: inf */
-  if (a < 0x38800000u) { /* subnormal or zero in fp16: round |f| * 2^24 to an integer */
+  if (a < 0x38800000u) {                      /* subnormal or zero in fp16: round |f| * 2^24 to an integer */
     float m = fabsf(f) * 16777216.0f;
     return sign | (uint16_t)lrintf(m); /* lrint rounds to nearest even */
   }
@@ -59,8 +59,10 @@ float weave_fp8_e4m3_to_float(uint8_t v) {
   const int sign = v >> 7, e = (v >> 3) & 15, m = v & 7;
   float f;
   if (e == 15 && m == 7) return sign ? -NAN : NAN;
-  if (e == 0) f = ldexpf((float)m, -9);            /* subnormal: m/8 * 2^-6 */
-  else f = ldexpf((float)(8 + m), e - 10);         /* (1 + m/8) * 2^(e-7) */
+  if (e == 0)
+    f = ldexpf((float)m, -9); /* subnormal: m/8 * 2^-6 */
+  else
+    f = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) * 2^(e-7) */
   return sign ? -f : f;
 }
 
@@ -75,7 +77,7 @@ uint8_t weave_float_to_fp8_e4m3(float f) {
     return sign | (uint8_t)nearbyint(a * 512.0);
   }
   int E;
-  frexp(a, &E);                 /* a = f * 2^E, f in [0.5, 1): exponent of a is E - 1 */
+  frexp(a, &E); /* a = f * 2^E, f in [0.5, 1): exponent of a is E - 1 */
   int e = E - 1;
   int q = (int)nearbyint((ldexp(a, -e) - 1.0) * 8.0); /* mantissa 0..8 */
   if (q == 8) {
@@ -138,9 +140,9 @@ void weave_ref_gemm_rs(int M, int N, int K, int world, weave_dtype_t t, weave_la
   free(brow);
 }
 
-void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout,
-                             double alpha, const void *const *A, const void *const *B, const void *bias,
-                             int row_begin, int rows, double *out) {
+void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout, double alpha,
+                             const void *const *A, const void *const *B, const void *bias, int row_begin, int rows,
+                             double *out) {
   (void)M;
   for (int i = 0; i < rows; ++i)
     for (int n = 0; n < N; ++n) {
@@ -228,8 +230,10 @@ void weave_ref_gemm_rs_scaled(int M, int N, int K, int world, weave_dtype_t in_t
     for (int i = 0; i < rows; ++i)
       for (int n = 0; n < N; ++n) {
         double s = alpha;
-        if (mode == WEAVE_SCALE_TENSOR) s *= (double)sa[r][0] * (double)sb[r][0];
-        else if (mode == WEAVE_SCALE_ROW) s *= (double)sa[r][row_begin + i] * (double)sb[r][n];
+        if (mode == WEAVE_SCALE_TENSOR)
+          s *= (double)sa[r][0] * (double)sb[r][0];
+        else if (mode == WEAVE_SCALE_ROW)
+          s *= (double)sa[r][row_begin + i] * (double)sb[r][n];
         const size_t at = (size_t)i * N + n;
         out[at] += s * acc[at];
         if (bound)
@@ -298,9 +302,9 @@ int weave_sample_rows(int rows, int begins[3]) {
   return n;
 }
 
-size_t weave_check_sampled_rows(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout,
-                                double alpha, const void *const *A, const void *const *B, const void *bias,
-                                int row_begin, int rows, const void *got, weave_check_t res[3]) {
+size_t weave_check_sampled_rows(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout, double alpha,
+                                const void *const *A, const void *const *B, const void *bias, int row_begin, int rows,
+                                const void *got, weave_check_t res[3]) {
   int begins[3];
   const int n = weave_sample_rows(rows, begins);
   double atol, rtol;

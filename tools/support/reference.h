@@ -34,16 +34,16 @@ void weave_ref_gemm_rs(int M, int N, int K, int world, weave_dtype_t t, weave_la
                        const void *const *A, const void *const *B, const void *bias, int row_begin, int rows,
                        double *out);
 /* Same function by the textbook triple loop (dot product per element): checks the blocked one. */
-void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout,
-                             double alpha, const void *const *A, const void *const *B, const void *bias,
-                             int row_begin, int rows, double *out);
+void weave_ref_gemm_rs_naive(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout, double alpha,
+                             const void *const *A, const void *const *B, const void *bias, int row_begin, int rows,
+                             double *out);
 
 /* The same with dequantization scales and an output type (fp8 inputs): rows [row_begin, +rows) of
  *   C = alpha * sum_r sa_r[i] sb_r[j] (A_r . B_r)[i][j] (+ bias[j]) in fp64,
  * in_t: A and B; out_t: bias; sa[r], sb[r]: rank r's host scales (mode TENSOR: one each, ROW: [M] and
  * [N], NONE: unused, may be NULL). bound (NULL: not wanted): per element, what the fp8 tensor cores'
- * own accumulation may add to the error, summed over ranks and scaled. The model (measured on the
- * H200, tests/gpu_fp8_gemm_test.cu's accuracy cases): at each k32 step the tensor cores align the 32
+ * own accumulation may add to the error, summed over ranks and scaled. The model (checked against
+ * the GPU by tests/gpu_fp8_gemm_test.cu's accuracy cases): at each k32 step the tensor cores align the 32
  * products and their running sum d to the largest of them and keep 13 fraction bits, so each of the
  * 33 terms loses less than one ulp, u = 2^-13 max(|d| before, |d| after, largest |product|): a step
  * may lose 34 u (with the rounding of the result). d runs from k = 0 with WEAVE_REF_FP8_FAST in flags
@@ -87,9 +87,9 @@ int weave_sample_rows(int rows, int begins[3]);
 /* This rank's block of C (got: [rows, N] of dtype t, rows from row_begin) on the sampled ranges
  * against weave_ref_gemm_rs with weave_tolerance(t, K * world); A[r] needs only the sampled rows.
  * res[i] for range i (begins from weave_sample_rows); returns the wrong elements of all ranges. */
-size_t weave_check_sampled_rows(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout,
-                                double alpha, const void *const *A, const void *const *B, const void *bias,
-                                int row_begin, int rows, const void *got, weave_check_t res[3]);
+size_t weave_check_sampled_rows(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout, double alpha,
+                                const void *const *A, const void *const *B, const void *bias, int row_begin, int rows,
+                                const void *got, weave_check_t res[3]);
 
 /* Fills with uniform values in [-1, 1) of dtype t from a 64-bit seed (splitmix64). */
 void weave_fill_random(weave_dtype_t t, void *p, size_t n, uint64_t seed);

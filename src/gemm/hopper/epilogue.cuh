@@ -63,7 +63,6 @@ template <class S>
 struct weave_hgemm_sink_tma<S, std::void_t<decltype(S::kWeaveTmaStore)>>
     : std::integral_constant<bool, S::kWeaveTmaStore> {};
 
-
 /* The accumulators of 8-column group j of a m64nNk16 fragment (rows r and r + 8), through the role's
  * scale policy (scales.cuh) and the sink's alpha/bias; col = this thread's first column of the group. */
 template <class Sink, bool BIAS, class SC>
@@ -84,9 +83,9 @@ static __device__ __forceinline__ void weave_hgemm_epi_group(Sink &sink, const w
  * u ^ (r % 8): the warp's stores spread over all banks), one TMA store each. */
 template <class Sink, int NC, bool BIAS, class SC>
 static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, const weave_hgemm_params_t &p,
-                                                                   const SC &sc, const float *a, uint32_t ebuf,
-                                                                   int q0, int c0, int trow, int cw, int lrow,
-                                                                   int lane, int ltid, long long *prof) {
+                                                                   const SC &sc, const float *a, uint32_t ebuf, int q0,
+                                                                   int c0, int trow, int cw, int lrow, int lane,
+                                                                   int ltid, long long *prof) {
   typedef typename Sink::TmaElem E;
   constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
 #pragma unroll

@@ -30,11 +30,10 @@
  * fp8 accumulation promoted to fp32 (cooperative only). */
 template <int DT, int OUT, int BCOL, int CL, bool PP, class SC, bool PROMOTE>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
-    weave_hgemm_kernel(const __grid_constant__ weave_hgemm_params_t p,
-                       const __grid_constant__ CUtensorMap c_map, weave_hgemm_sink_args_t sa) {
+    weave_hgemm_kernel(const __grid_constant__ weave_hgemm_params_t p, const __grid_constant__ CUtensorMap c_map,
+                       weave_hgemm_sink_args_t sa) {
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
-  unsigned char *smem =
-      (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
+  unsigned char *smem = (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
   typedef weave_hgemm_standalone_sink_t<OUT, CL> sink_t;
   sink_t sink;
   sink.a = sa;
@@ -50,7 +49,7 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
     const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
     weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE, SC, PROMOTE>(p, smem, blockIdx.x, gridDim.x,
-                                                                                seq_count, sink);
+                                                                                  seq_count, sink);
   }
 }
 
@@ -68,18 +67,16 @@ static int weave_hgemm_fail(char *errmsg, size_t errlen, int code, const char *f
 }
 
 typedef CUresult (*weave_hgemm_encode_tiled_fn_t)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                          const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                          const cuuint32_t *, CUtensorMapInterleave,
-                                          CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                          CUtensorMapFloatOOBfill);
+                                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 static weave_hgemm_encode_tiled_fn_t weave_hgemm_encode_fn(void) {
   static weave_hgemm_encode_tiled_fn_t fn = NULL; /* benign race: every thread stores the same value */
   if (!fn) {
     void *p = NULL;
     cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
       return NULL;
     fn = (weave_hgemm_encode_tiled_fn_t)p;
@@ -88,13 +85,13 @@ static weave_hgemm_encode_tiled_fn_t weave_hgemm_encode_fn(void) {
 }
 
 /* 2-D tensor map: dims {inner, outer}, row pitch in bytes, box {box_inner, box_outer}, 128B swizzle */
-static int weave_hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void *ptr, uint64_t inner,
-                              uint64_t outer, uint64_t pitch, uint32_t box_inner, uint32_t box_outer,
-                              char *errmsg, size_t errlen) {
-  const CUtensorMapDataType dt = dtype == WEAVE_BF16       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                 : dtype == WEAVE_FP16     ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                 : dtype == WEAVE_FP8_E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 /* bytes: TMA only moves them */
-                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+static int weave_hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void *ptr, uint64_t inner, uint64_t outer,
+                              uint64_t pitch, uint32_t box_inner, uint32_t box_outer, char *errmsg, size_t errlen) {
+  const CUtensorMapDataType dt = dtype == WEAVE_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                 : dtype == WEAVE_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                 : dtype == WEAVE_FP8_E4M3
+                                     ? CU_TENSOR_MAP_DATA_TYPE_UINT8 /* bytes: TMA only moves them */
+                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   weave_hgemm_encode_tiled_fn_t fn = weave_hgemm_encode_fn();
   if (!fn)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
@@ -104,38 +101,34 @@ static int weave_hgemm_encode(CUtensorMap *map, weave_dtype_t dtype, const void 
   cuuint32_t box[2] = {box_inner, box_outer};
   cuuint32_t estr[2] = {1, 1};
   CUresult r = fn(map, dt, 2, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA,
                             "hopper gemm: cuTensorMapEncodeTiled failed (CUresult %d) for dims %llu x %llu "
                             "pitch %llu box %u x %u",
-                            (int)r, (unsigned long long)inner, (unsigned long long)outer,
-                            (unsigned long long)pitch, box_inner, box_outer);
+                            (int)r, (unsigned long long)inner, (unsigned long long)outer, (unsigned long long)pitch,
+                            box_inner, box_outer);
   return WEAVE_SUCCESS;
 }
 
-extern "C" int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base,
-                                            uint64_t cols, uint64_t rows, uint64_t pitch, char *errmsg,
-                                            size_t errlen) {
+extern "C" int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
+                                            uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen) {
   if (!map || !base || (elem != WEAVE_BF16 && elem != WEAVE_FP16 && elem != WEAVE_FP32))
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: store map needs a map, a base and a bf16/fp16/fp32 element type");
   if (((uintptr_t)base & 15) || (pitch & 15) || cols == 0 || rows == 0)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: store map: base %p and pitch %llu must be 16-byte aligned, %llu x %llu "
-                            "non-empty", base, (unsigned long long)pitch, (unsigned long long)rows,
-                            (unsigned long long)cols);
+                            "non-empty",
+                            base, (unsigned long long)pitch, (unsigned long long)rows, (unsigned long long)cols);
   const uint32_t eb = elem == WEAVE_FP32 ? 4 : 2;
   return weave_hgemm_encode(map, elem, base, cols, rows, pitch, 128 / eb, WEAVE_HGEMM_EPI_ROWS, errmsg, errlen);
 }
 
-extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
-                                       weave_layout_t b_layout, const void *A, const void *B,
-                                       weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
+extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
+                                       const void *B, weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
   if (!p || !A || !B)
-    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
-                            "hopper gemm: NULL params, A or B");
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL params, A or B");
   if (M <= 0 || N <= 0 || K <= 0)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: M, N, K must be positive (got %d, %d, %d)", M, N, K);
@@ -172,20 +165,19 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   /* a stage's rows are 128 bytes of K whatever the type: 64 16-bit or 128 fp8 elements */
   const uint32_t bk = (uint32_t)weave_hgemm_bk(dtype);
   const uint64_t krow = (uint64_t)K * (fp8 ? 1 : 2); /* bytes of a row of A (and of a COL B) */
-  int r = weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, krow, bk, WEAVE_HGEMM_BM, errmsg,
-                             errlen);
+  int r = weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, krow, bk, WEAVE_HGEMM_BM, errmsg, errlen);
   if (r) return r;
   if (b_layout == WEAVE_LAYOUT_COL) {
     r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN, errmsg, errlen);
     if (!r)
-      r = weave_hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN / 2,
-                             errmsg, errlen);
+      r = weave_hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN / 2, errmsg,
+                             errlen);
     if (!r)
       r = weave_hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN / 4,
                              errmsg, errlen);
   } else {
-    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64,
-                           WEAVE_HGEMM_BK, errmsg, errlen);
+    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64, WEAVE_HGEMM_BK, errmsg,
+                           errlen);
   }
   if (r) return r;
   /* MN-major, 128B swizzle: 64-column (128-byte) slabs of BK rows, LBO = distance between slabs
@@ -209,8 +201,7 @@ extern "C" int weave_hgemm_knob(const char *name); /* src/env.c: value in range,
 /* launches kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
 template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none, bool PROMOTE = false>
 static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
-                                           const weave_hgemm_sink_args_t &sa, int grid, int dev,
-                                           cudaStream_t stream) {
+                                           const weave_hgemm_sink_args_t &sa, int grid, int dev, cudaStream_t stream) {
   void (*kern)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t) =
       weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>;
   /* once per device and instantiation (ranks of one process may drive several devices) */
@@ -258,9 +249,9 @@ static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const 
   return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 
-/* Tuning knobs (documented in docs/hopper_gemm.md), read once per process. TMA-store epilogue on by
- * default (measured: 0.75 -> 0.97x cuBLASLt at 8192x8192x1024); 2-CTA clusters verified but off
- * (within noise at 132 blocks, slower at 116); stream-K tail by its cost model. */
+/* Tuning knobs (documented, with their measurements, in docs/hopper_gemm.md), read once per process:
+ * the TMA-store epilogue on by default (faster); 2-CTA clusters verified but off (no faster); the
+ * stream-K tail by its cost model. */
 typedef struct {
   int cluster, tma_store, group_m, streamk, pingpong;
 } weave_hgemm_knobs_t;
@@ -318,7 +309,9 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
 /* weave_hgemm_plan for a call's arguments: fp8 with promoted accumulation runs the cooperative
  * schedule without stream-K (its 192 accumulator registers leave none for the fixup), fp8 with fp32
  * output the cooperative schedule; else the call's requests. sms: the device's SM count. */
-static int weave_hgemm_promotes(const weave_hgemm_args_t *a) { return a->dtype == WEAVE_FP8_E4M3 && !a->fp8_fast_accum; }
+static int weave_hgemm_promotes(const weave_hgemm_args_t *a) {
+  return a->dtype == WEAVE_FP8_E4M3 && !a->fp8_fast_accum;
+}
 
 static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int sms, int *grid_out, int *cl_out,
                                               int *pp_out) {
@@ -374,11 +367,9 @@ extern "C" int weave_hgemm_profile_save(const char *path) {
 }
 #endif
 
-extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stream,
-                                  char *errmsg, size_t errlen) {
+extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stream, char *errmsg, size_t errlen) {
   if (!a) return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL args");
-  if (!a->C)
-    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL C");
+  if (!a->C) return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL C");
   const int fp8 = a->dtype == WEAVE_FP8_E4M3;
   const weave_dtype_t out = fp8 ? a->out_dtype : a->dtype;
   if (fp8 && out != WEAVE_BF16 && out != WEAVE_FP16 && out != WEAVE_FP32)
@@ -406,8 +397,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_UNSUPPORTED_DEVICE,
                             "hopper gemm: needs an sm_90 device (device %d is sm_%d%d)", dev, major, minor);
   weave_hgemm_params_t p;
-  int r = weave_hgemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p,
-                                  errmsg, errlen);
+  int r = weave_hgemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p, errmsg, errlen);
   if (r) return r;
   p.scales = sc;
   const weave_hgemm_knobs_t knobs = weave_hgemm_knobs();
@@ -445,19 +435,19 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   cudaError_t e;
-#define WEAVE_HGEMM_LAUNCH(DT, BC)                                                            \
-  (pp ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)        \
-               : weave_hgemm_launch_impl<DT, DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))         \
-      : cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)          \
-                : weave_hgemm_launch_impl<DT, DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
+#define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                       \
+  (pp        ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)  \
+                        : weave_hgemm_launch_impl<DT, DT, BC, 1, true>(p, c_map, sa, grid, dev, stream)) \
+   : cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)            \
+             : weave_hgemm_launch_impl<DT, DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
   /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
    * no ping-pong kernel is built for it. */
-#define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                 \
-  (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream)   \
+#define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                      \
+  (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream) \
            : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
-#define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                                      \
-  (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream)           \
+#define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                               \
+  (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream) \
       : WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC))
   if (fp8) {
     const bool row = sc.mode == WEAVE_SCALE_ROW;
@@ -479,7 +469,6 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
 #undef WEAVE_HGEMM_LAUNCH_FP8
 #undef WEAVE_HGEMM_LAUNCH_FP8_COOP
   if (e != cudaSuccess)
-    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s",
-                            cudaGetErrorString(e));
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s", cudaGetErrorString(e));
   return WEAVE_SUCCESS;
 }

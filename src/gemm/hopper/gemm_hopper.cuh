@@ -71,8 +71,8 @@ __device__ __forceinline__ void weave_hgemm_role(const weave_hgemm_params_t &p, 
 template <int CL, bool PROMOTE, class Sink>
 __device__ __forceinline__ void weave_hgemm_role_fp8(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
                                                      int seq_stride, int seq_count, Sink &sink) {
-  weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8, PROMOTE>(p, smem, seq_begin,
-                                                                                            seq_stride, seq_count, sink);
+  weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8, PROMOTE>(
+      p, smem, seq_begin, seq_stride, seq_count, sink);
 }
 
 #endif /* WEAVE_GEMM_HOPPER_CUH */

@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <cuda.h>            /* CUtensorMap (type only) */
+#include <cuda.h> /* CUtensorMap (type only) */
 #include <cuda_runtime_api.h>
 
 #include "weave.h"
@@ -32,18 +32,19 @@ extern "C" {
 #endif
 
 /* Tile shape and block shape of the GEMM role (the fused kernel sizes itself from these). */
-#define WEAVE_HGEMM_BM 128           /* rows of C per tile (2 consumer warpgroups x 64) */
-#define WEAVE_HGEMM_BN 256           /* cols of C per tile (one wgmma m64n256k16 per k16 step) */
-#define WEAVE_HGEMM_BK 64            /* K per smem stage (64 x 2 bytes = one 128-byte swizzle row) */
-#define WEAVE_HGEMM_BK_FP8 128       /* fp8: K per smem stage (128 x 1 byte: the same 128-byte rows, the
+#define WEAVE_HGEMM_BM 128 /* rows of C per tile (2 consumer warpgroups x 64) */
+#define WEAVE_HGEMM_BN 256 /* cols of C per tile (one wgmma m64n256k16 per k16 step) */
+#define WEAVE_HGEMM_BK 64  /* K per smem stage (64 x 2 bytes = one 128-byte swizzle row) */
+#define WEAVE_HGEMM_BK_FP8 \
+  128 /* fp8: K per smem stage (128 x 1 byte: the same 128-byte rows, the
                                       * same stage bytes; 4 wgmma k32 a stage as 4 k16 for 16-bit) */
 #ifndef WEAVE_HGEMM_STAGES
-#define WEAVE_HGEMM_STAGES 4         /* smem pipeline depth */
+#define WEAVE_HGEMM_STAGES 4 /* smem pipeline depth */
 #endif
-#define WEAVE_HGEMM_THREADS 384      /* 1 producer warpgroup + 2 consumer warpgroups */
+#define WEAVE_HGEMM_THREADS 384 /* 1 producer warpgroup + 2 consumer warpgroups */
 #define WEAVE_HGEMM_CONSUMER_THREADS 256
-#define WEAVE_HGEMM_A_STAGE_BYTES (WEAVE_HGEMM_BM * WEAVE_HGEMM_BK * 2)  /* 16 KiB */
-#define WEAVE_HGEMM_B_STAGE_BYTES (WEAVE_HGEMM_BN * WEAVE_HGEMM_BK * 2)  /* 32 KiB */
+#define WEAVE_HGEMM_A_STAGE_BYTES (WEAVE_HGEMM_BM * WEAVE_HGEMM_BK * 2) /* 16 KiB */
+#define WEAVE_HGEMM_B_STAGE_BYTES (WEAVE_HGEMM_BN * WEAVE_HGEMM_BK * 2) /* 32 KiB */
 #define WEAVE_HGEMM_STAGE_BYTES (WEAVE_HGEMM_A_STAGE_BYTES + WEAVE_HGEMM_B_STAGE_BYTES)
 /* Bytes the role needs at a 1024-byte aligned `smem` pointer: stages + 2*STAGES mbarriers. */
 #define WEAVE_HGEMM_SMEM_BYTES (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES + 2 * WEAVE_HGEMM_STAGES * 8)
@@ -57,7 +58,7 @@ extern "C" {
 #define WEAVE_HGEMM_EPI_ROWS 64
 #define WEAVE_HGEMM_EPI_BUF_BYTES (WEAVE_HGEMM_EPI_ROWS * 128)
 #ifndef WEAVE_HGEMM_EPI_BUFS
-#define WEAVE_HGEMM_EPI_BUFS 2       /* staging buffers per consumer warpgroup */
+#define WEAVE_HGEMM_EPI_BUFS 2 /* staging buffers per consumer warpgroup */
 #endif
 #define WEAVE_HGEMM_EPI_BYTES (2 * WEAVE_HGEMM_EPI_BUFS * WEAVE_HGEMM_EPI_BUF_BYTES)
 #define WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES (WEAVE_HGEMM_EPI_OFFSET + WEAVE_HGEMM_EPI_BYTES + 1024)
@@ -90,33 +91,33 @@ typedef struct {
 /* Everything the device role needs. Must live in kernel-parameter space (a __grid_constant__
  * parameter, or a member of one) because the TMA unit reads the tensor maps from there. */
 typedef struct weave_hgemm_params {
-  CUtensorMap tmap_a;      /* A [M, K]: box {BK, BM}, 128B swizzle */
-  CUtensorMap tmap_b;      /* COL: [N, K] box {BK, BN}; ROW: [K, N] box {64, BK} (4 per stage) */
-  CUtensorMap tmap_b_half; /* COL only: [N, K] box {BK, BN/2}: 2-CTA clusters, ping-pong halves */
+  CUtensorMap tmap_a;         /* A [M, K]: box {BK, BM}, 128B swizzle */
+  CUtensorMap tmap_b;         /* COL: [N, K] box {BK, BN}; ROW: [K, N] box {64, BK} (4 per stage) */
+  CUtensorMap tmap_b_half;    /* COL only: [N, K] box {BK, BN/2}: 2-CTA clusters, ping-pong halves */
   CUtensorMap tmap_b_quarter; /* COL only: [N, K] box {BK, BN/4}: ping-pong with 2-CTA clusters */
-  uint64_t b_desc_base;    /* wgmma smem-descriptor bits of B without the address (LBO/SBO/swizzle) */
+  uint64_t b_desc_base;       /* wgmma smem-descriptor bits of B without the address (LBO/SBO/swizzle) */
   int M, N, K;
-  int tiles_m, tiles_n;    /* ceil(M / BM), ceil(N / BN) */
-  int k_blocks;            /* ceil(K / weave_hgemm_bk(dtype)) */
-  int dtype;               /* weave_dtype_t of A and B: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP8_E4M3 */
-  int b_layout;            /* weave_layout_t */
+  int tiles_m, tiles_n; /* ceil(M / BM), ceil(N / BN) */
+  int k_blocks;         /* ceil(K / weave_hgemm_bk(dtype)) */
+  int dtype;            /* weave_dtype_t of A and B: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP8_E4M3 */
+  int b_layout;         /* weave_layout_t */
   /* stream-K tail (tile_scheduler.h); sk.sk_tiles == 0: data-parallel only (what the fused kernel
    * uses: make_params leaves it so). Set by the standalone launcher. */
   weave_hgemm_sk_t sk;
-  float *sk_partials;      /* 2 * sk.sk_blocks slots of WEAVE_HGEMM_SK_SLOT_FLOATS */
-  unsigned *sk_counters;   /* sk.sk_tiles counters, zero between calls */
+  float *sk_partials;          /* 2 * sk.sk_blocks slots of WEAVE_HGEMM_SK_SLOT_FLOATS */
+  unsigned *sk_counters;       /* sk.sk_tiles counters, zero between calls */
   weave_hgemm_scales_t scales; /* fp8 (make_params: none; the caller sets this call's) */
 } weave_hgemm_params_t;
 
 typedef struct {
   int M, N, K;
-  weave_dtype_t dtype;       /* WEAVE_BF16 or WEAVE_FP16 (A, B, C, bias), or WEAVE_FP8_E4M3 (A, B) */
+  weave_dtype_t dtype; /* WEAVE_BF16 or WEAVE_FP16 (A, B, C, bias), or WEAVE_FP8_E4M3 (A, B) */
   weave_layout_t b_layout;
   float alpha;
   const void *A, *B;
-  const void *bias;          /* [N] or NULL */
+  const void *bias; /* [N] or NULL */
   void *C;
-  int num_blocks;            /* persistent CTAs; <= 0: SM count; clamped to SM count and tile count */
+  int num_blocks; /* persistent CTAs; <= 0: SM count; clamped to SM count and tile count */
   /* Stream-K tail (tile_scheduler.h): used when the workspace is large enough for the schedule
    * (weave_hgemm_workspace_size), else data-parallel tiles only. The workspace must be zeroed
    * once before its first use (cudaMemset) and used by one stream at a time; every call leaves it
@@ -141,16 +142,15 @@ typedef struct {
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
  * Used by the standalone launcher and by the fused kernel's host code. Returns a weave_result_t. */
-int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                            const void *A, const void *B, weave_hgemm_params_t *params,
-                            char *errmsg, size_t errlen);
+int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
+                            const void *B, weave_hgemm_params_t *params, char *errmsg, size_t errlen);
 
 /* Tensor map for the TMA-store epilogue: a row-major [rows, cols] matrix of `elem` (bf16, fp16 or
  * fp32) at `base` with `pitch` bytes per row, box = one staging buffer (128 bytes x 64 rows), 128B
  * swizzle. base and pitch must be 16-byte aligned. Stores outside [rows, cols] are dropped by the TMA
  * unit, which is how partial tiles (and tiles that cross an owner's last row) are clipped. */
-int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols,
-                                 uint64_t rows, uint64_t pitch, char *errmsg, size_t errlen);
+int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *base, uint64_t cols, uint64_t rows,
+                                 uint64_t pitch, char *errmsg, size_t errlen);
 
 /* What a call with these arguments would run on the current device, as the launcher plans it (only
  * M, N, K, dtype, out_dtype, fp8_fast_accum, num_blocks, streamk and schedule are read): its stream-K
@@ -171,8 +171,7 @@ int weave_hgemm_profile_save(const char *path);
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond
  * of host time; no cache, so pointers may change freely between calls). */
-int weave_hgemm_launch(const weave_hgemm_args_t *args, cudaStream_t stream, char *errmsg,
-                       size_t errlen);
+int weave_hgemm_launch(const weave_hgemm_args_t *args, cudaStream_t stream, char *errmsg, size_t errlen);
 
 #ifdef __cplusplus
 }

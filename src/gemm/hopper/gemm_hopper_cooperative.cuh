@@ -34,7 +34,8 @@
 #include "gemm/hopper/register_split.cuh"
 #include "gemm/hopper/streamk_fixup.cuh"
 
-static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
+static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024,
+              "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
 
 /* ---------------------------------------------------------------------------------------------
  * The role, for one (dtype, B layout, cluster size).
@@ -52,8 +53,8 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024, "stages + epilogue
  * ------------------------------------------------------------------------------------------- */
 template <class Sink, int DT, int BCOL, int CL, bool SK = false, class SC = weave_hgemm_scale_none,
           bool PROMOTE = false>
-__device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t &p, unsigned char *smem,
-                                                      int seq_begin, int seq_stride, int seq_count, Sink &sink) {
+__device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
+                                                      int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
   static_assert(!SK || CL == 1, "stream-K runs without clusters");
   static_assert(DT != WEAVE_FP8_E4M3 || BCOL, "fp8 reads B K-major only ([N, K])");
@@ -73,8 +74,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
   /* data-parallel tiles seq_begin, +seq_stride, ... < seq_count; with SK, then this block's
    * stream-K range (tile_scheduler.h). Producer and consumers walk the same items. */
   const weave_hgemm_sk_t sk_off = weave_hgemm_sk_plan(0, 0, p.k_blocks, WEAVE_HGEMM_SK_OFF);
-  weave_hgemm_walk_t walk =
-      weave_hgemm_walk_begin(SK ? &p.sk : &sk_off, seq_begin, seq_begin, seq_stride, seq_count);
+  weave_hgemm_walk_t walk = weave_hgemm_walk_begin(SK ? &p.sk : &sk_off, seq_begin, seq_begin, seq_stride, seq_count);
   int seq, kb0, kb1;
 
   if (!weave_hgemm_regs_split()) {
@@ -111,7 +111,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
     }
   } else {
     /* ---------------- consumers ---------------- */
-    const int cw = wg - 1;            /* 0 or 1: which 64-row half of the tile */
+    const int cw = wg - 1; /* 0 or 1: which 64-row half of the tile */
     const int ltid = tid & 127;
     const int warp = ltid >> 5, lane = ltid & 31;
     const uint64_t b_base = BCOL ? WEAVE_HGEMM_DESC_KMAJOR_SW128 : p.b_desc_base;
@@ -145,7 +145,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
            * of K) goes into a zeroed 64 x 128 half-tile `part` and is added to acc in fp32, one half
            * after the other: 64 more registers, where a second full set (128) would not fit. The
            * wait before each add costs this warpgroup its queued group, and the tensor cores idle
-           * while both warpgroups add (docs/hopper_gemm.md: 0.75-0.87x cuBLASLt). The stage is
+           * while both warpgroups add (docs/hopper_gemm.md measures the cost). The stage is
            * released as soon as both halves are read. */
           float part[64];
 #pragma unroll

@@ -60,7 +60,8 @@
  * smem layout (barriers and epilogue staging where the cooperative role has them) */
 #define WEAVE_HGEMM_PP_STAGES (WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES / WEAVE_HGEMM_PP_STAGE_BYTES)
 #define WEAVE_HGEMM_PP_ORDER_BARRIER_ID 5 /* and 6 */
-static_assert(2 * WEAVE_HGEMM_PP_STAGES * 8 + 8 <= 1024, "ping-pong mbarriers and join counters exceed the barrier area");
+static_assert(2 * WEAVE_HGEMM_PP_STAGES * 8 + 8 <= 1024,
+              "ping-pong mbarriers and join counters exceed the barrier area");
 
 /* DT, BCOL, CL, SC: as for the cooperative role (fp8: B [N, K] only, k-blocks of 128 elements). */
 template <class Sink, int DT, int BCOL, int CL, class SC = weave_hgemm_scale_none>
@@ -99,8 +100,8 @@ __device__ __forceinline__ void weave_hgemm_role_pingpong(const weave_hgemm_para
             weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
             const uint32_t fb = full_bar + 8 * pipe.stage;
             weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_PP_STAGE_BYTES);
-            weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_PP_BN, CL>(p, smem_base + pipe.stage * WEAVE_HGEMM_PP_STAGE_BYTES, fb,
-                                                                kb * BKE, m0, nh, cta_rank);
+            weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_PP_BN, CL>(p, smem_base + pipe.stage * WEAVE_HGEMM_PP_STAGE_BYTES,
+                                                                fb, kb * BKE, m0, nh, cta_rank);
             weave_hgemm_pipe_skip(&pipe, 1, S);
           }
         }

@@ -43,9 +43,8 @@ static __device__ __forceinline__ void weave_hgemm_ring_init(uint32_t full_bar, 
  * 8 KiB apart). CL == 2: this CTA loads its half of the W columns (cta_rank's) and multicasts it to
  * both CTAs of the cluster, whose producers do the same with the other half. */
 template <int BCOL, int W, int CL>
-static __device__ __forceinline__ void weave_hgemm_load_stage(const weave_hgemm_params_t &p, uint32_t sa,
-                                                              uint32_t bar, int k0, int m0, int n,
-                                                              uint32_t cta_rank) {
+static __device__ __forceinline__ void weave_hgemm_load_stage(const weave_hgemm_params_t &p, uint32_t sa, uint32_t bar,
+                                                              int k0, int m0, int n, uint32_t cta_rank) {
   constexpr int WL = W / CL; /* columns this CTA loads */
   static_assert(WL == 256 || WL == 128 || WL == 64, "B boxes of 256, 128 or 64 columns");
   constexpr uint32_t SLAB = 64 * WEAVE_HGEMM_BK * 2; /* 64 columns (ROW) or 64 rows (COL) of B */

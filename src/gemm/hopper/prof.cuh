@@ -21,7 +21,8 @@
 #if WEAVE_HGEMM_PROFILE
 #include "weave_trace.h" /* weave_trace_now: %globaltimer */
 /* [block][0, 1: consumer warpgroup, 2: producer][tile][event] */
-static __device__ long long weave_hgemm_prof[WEAVE_HGEMM_PROF_BLOCKS][3][WEAVE_HGEMM_PROF_TILES][WEAVE_HGEMM_PROF_EVENTS];
+static __device__ long long weave_hgemm_prof[WEAVE_HGEMM_PROF_BLOCKS][3][WEAVE_HGEMM_PROF_TILES]
+                                            [WEAVE_HGEMM_PROF_EVENTS];
 static __device__ __forceinline__ long long *weave_hgemm_prof_slot(int who, int tile) {
   if (blockIdx.x >= WEAVE_HGEMM_PROF_BLOCKS || tile >= WEAVE_HGEMM_PROF_TILES - (who == 2)) return nullptr;
   return weave_hgemm_prof[blockIdx.x][who][tile];
@@ -34,22 +35,22 @@ static __device__ __forceinline__ void weave_hgemm_prof_edge(int i) {
   e[2 * i] = (long long)weave_trace_now();
   e[2 * i + 1] = clock64();
 }
-#define WEAVE_HGEMM_PROF_STAMP(slot, e)                                                              \
-  do {                                                                                            \
-    if (slot) (slot)[e] = clock64();                                                              \
+#define WEAVE_HGEMM_PROF_STAMP(slot, e) \
+  do {                                  \
+    if (slot) (slot)[e] = clock64();    \
   } while (0)
-#define WEAVE_HGEMM_PROF_STAMP_NS(slot, e)                                                           \
-  do {                                                                                            \
-    if (slot) (slot)[e] = (long long)weave_trace_now();                                           \
+#define WEAVE_HGEMM_PROF_STAMP_NS(slot, e)              \
+  do {                                                  \
+    if (slot) (slot)[e] = (long long)weave_trace_now(); \
   } while (0)
 #else /* everything below compiles to nothing: the slot is a constant null pointer */
 static __device__ __forceinline__ long long *weave_hgemm_prof_slot(int, int) { return nullptr; }
 static __device__ __forceinline__ void weave_hgemm_prof_edge(int) {}
 #define WEAVE_HGEMM_PROF_STAMP(slot, e) \
-  do {                               \
+  do {                                  \
   } while (0)
 #define WEAVE_HGEMM_PROF_STAMP_NS(slot, e) \
-  do {                                  \
+  do {                                     \
   } while (0)
 #endif
 

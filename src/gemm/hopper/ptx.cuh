@@ -28,8 +28,7 @@ static __device__ __forceinline__ void weave_hgemm_mbar_init(uint32_t bar, uint3
 }
 
 static __device__ __forceinline__ void weave_hgemm_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
 static __device__ __forceinline__ void weave_hgemm_mbar_arrive(uint32_t bar) {
@@ -49,8 +48,8 @@ static __device__ __forceinline__ void weave_hgemm_mbar_wait(uint32_t bar, uint3
 }
 
 /* ---- TMA loads ---- */
-static __device__ __forceinline__ void weave_hgemm_tma_load_2d(uint32_t dst, const CUtensorMap *map,
-                                                               uint32_t bar, int c0, int c1) {
+static __device__ __forceinline__ void weave_hgemm_tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                               int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
@@ -96,11 +95,10 @@ static __device__ __forceinline__ void weave_hgemm_named_barrier_arrive(int id, 
  * without shared memory */
 static __device__ __forceinline__ bool weave_hgemm_named_barrier_or(int id, int threads, bool pred) {
   uint32_t r;
-  asm volatile(
-      "{\n.reg .pred q, p;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(r)
-      : "r"((uint32_t)pred), "r"(id), "r"(threads)
-      : "memory");
+  asm volatile("{\n.reg .pred q, p;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(r)
+               : "r"((uint32_t)pred), "r"(id), "r"(threads)
+               : "memory");
   return r != 0;
 }
 
@@ -121,9 +119,8 @@ static __device__ __forceinline__ void weave_hgemm_mbar_arrive_cluster(uint32_t 
 }
 /* TMA load written to the same smem offset (and signalling the same mbarrier offset) in every CTA
  * of `mask` */
-static __device__ __forceinline__ void weave_hgemm_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map,
-                                                                  uint32_t bar, int c0, int c1,
-                                                                  uint16_t mask) {
+static __device__ __forceinline__ void weave_hgemm_tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                                                  int c0, int c1, uint16_t mask) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
       " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
@@ -132,10 +129,8 @@ static __device__ __forceinline__ void weave_hgemm_tma_load_2d_mc(uint32_t dst, 
 }
 
 /* ---- TMA stores, bulk groups, shared-memory stores (epilogue) ---- */
-static __device__ __forceinline__ void weave_hgemm_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0,
-                                                                int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   (uint64_t)map),
+static __device__ __forceinline__ void weave_hgemm_tma_store_2d(const CUtensorMap *map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"((uint64_t)map),
                "r"(src), "r"(c0), "r"(c1)
                : "memory");
 }
@@ -213,67 +208,72 @@ static __device__ __forceinline__ uint64_t weave_hgemm_desc(uint32_t smem_addr, 
 }
 
 /* the 64 accumulator operands d[b] .. d[b + 63] of a wgmma (d: an array name, not an expression) */
-#define WEAVE_HGEMM_ACC64_OUT(d, b) \
-  "+f"(d[(b) + 0]), "+f"(d[(b) + 1]), "+f"(d[(b) + 2]), "+f"(d[(b) + 3]), "+f"(d[(b) + 4]), "+f"(d[(b) + 5]), "+f"(d[(b) + 6]), "+f"(d[(b) + 7]), \
-  "+f"(d[(b) + 8]), "+f"(d[(b) + 9]), "+f"(d[(b) + 10]), "+f"(d[(b) + 11]), "+f"(d[(b) + 12]), "+f"(d[(b) + 13]), "+f"(d[(b) + 14]), "+f"(d[(b) + 15]), \
-  "+f"(d[(b) + 16]), "+f"(d[(b) + 17]), "+f"(d[(b) + 18]), "+f"(d[(b) + 19]), "+f"(d[(b) + 20]), "+f"(d[(b) + 21]), "+f"(d[(b) + 22]), "+f"(d[(b) + 23]), \
-  "+f"(d[(b) + 24]), "+f"(d[(b) + 25]), "+f"(d[(b) + 26]), "+f"(d[(b) + 27]), "+f"(d[(b) + 28]), "+f"(d[(b) + 29]), "+f"(d[(b) + 30]), "+f"(d[(b) + 31]), \
-  "+f"(d[(b) + 32]), "+f"(d[(b) + 33]), "+f"(d[(b) + 34]), "+f"(d[(b) + 35]), "+f"(d[(b) + 36]), "+f"(d[(b) + 37]), "+f"(d[(b) + 38]), "+f"(d[(b) + 39]), \
-  "+f"(d[(b) + 40]), "+f"(d[(b) + 41]), "+f"(d[(b) + 42]), "+f"(d[(b) + 43]), "+f"(d[(b) + 44]), "+f"(d[(b) + 45]), "+f"(d[(b) + 46]), "+f"(d[(b) + 47]), \
-  "+f"(d[(b) + 48]), "+f"(d[(b) + 49]), "+f"(d[(b) + 50]), "+f"(d[(b) + 51]), "+f"(d[(b) + 52]), "+f"(d[(b) + 53]), "+f"(d[(b) + 54]), "+f"(d[(b) + 55]), \
-  "+f"(d[(b) + 56]), "+f"(d[(b) + 57]), "+f"(d[(b) + 58]), "+f"(d[(b) + 59]), "+f"(d[(b) + 60]), "+f"(d[(b) + 61]), "+f"(d[(b) + 62]), "+f"(d[(b) + 63])
+#define WEAVE_HGEMM_ACC64_OUT(d, b)                                                                                 \
+  "+f"(d[(b) + 0]), "+f"(d[(b) + 1]), "+f"(d[(b) + 2]), "+f"(d[(b) + 3]), "+f"(d[(b) + 4]), "+f"(d[(b) + 5]),       \
+      "+f"(d[(b) + 6]), "+f"(d[(b) + 7]), "+f"(d[(b) + 8]), "+f"(d[(b) + 9]), "+f"(d[(b) + 10]), "+f"(d[(b) + 11]), \
+      "+f"(d[(b) + 12]), "+f"(d[(b) + 13]), "+f"(d[(b) + 14]), "+f"(d[(b) + 15]), "+f"(d[(b) + 16]),                \
+      "+f"(d[(b) + 17]), "+f"(d[(b) + 18]), "+f"(d[(b) + 19]), "+f"(d[(b) + 20]), "+f"(d[(b) + 21]),                \
+      "+f"(d[(b) + 22]), "+f"(d[(b) + 23]), "+f"(d[(b) + 24]), "+f"(d[(b) + 25]), "+f"(d[(b) + 26]),                \
+      "+f"(d[(b) + 27]), "+f"(d[(b) + 28]), "+f"(d[(b) + 29]), "+f"(d[(b) + 30]), "+f"(d[(b) + 31]),                \
+      "+f"(d[(b) + 32]), "+f"(d[(b) + 33]), "+f"(d[(b) + 34]), "+f"(d[(b) + 35]), "+f"(d[(b) + 36]),                \
+      "+f"(d[(b) + 37]), "+f"(d[(b) + 38]), "+f"(d[(b) + 39]), "+f"(d[(b) + 40]), "+f"(d[(b) + 41]),                \
+      "+f"(d[(b) + 42]), "+f"(d[(b) + 43]), "+f"(d[(b) + 44]), "+f"(d[(b) + 45]), "+f"(d[(b) + 46]),                \
+      "+f"(d[(b) + 47]), "+f"(d[(b) + 48]), "+f"(d[(b) + 49]), "+f"(d[(b) + 50]), "+f"(d[(b) + 51]),                \
+      "+f"(d[(b) + 52]), "+f"(d[(b) + 53]), "+f"(d[(b) + 54]), "+f"(d[(b) + 55]), "+f"(d[(b) + 56]),                \
+      "+f"(d[(b) + 57]), "+f"(d[(b) + 58]), "+f"(d[(b) + 59]), "+f"(d[(b) + 60]), "+f"(d[(b) + 61]),                \
+      "+f"(d[(b) + 62]), "+f"(d[(b) + 63])
 
 /* The accumulator operands of a wgmma's inline asm, %0 .. %63 (n128) and %0 .. %127 (n256), in the
  * order WEAVE_HGEMM_ACC64_OUT binds them. */
-#define WEAVE_HGEMM_ACC_OPERANDS_0_63 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define WEAVE_HGEMM_ACC_OPERANDS_64_127 \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define WEAVE_HGEMM_ACC_OPERANDS_0_63                                               \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WEAVE_HGEMM_ACC_OPERANDS_64_127                                                         \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"             \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"             \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define WEAVE_HGEMM_ACC_OPERANDS_0_127 WEAVE_HGEMM_ACC_OPERANDS_0_63 "," WEAVE_HGEMM_ACC_OPERANDS_64_127
 
 /* wgmma m64n256k16, fp32 accumulators d[0..127] (an array name), TY "bf16" or "f16"; scale_d 0 starts
  * the sum; TNSPB 1 reads B MN-major (ROW layout) */
-#define WEAVE_HGEMM_WGMMA_M64N256K16(TY, d, desc_a, desc_b, scale_d, TNSPB) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" \
-    WEAVE_HGEMM_ACC_OPERANDS_0_127 \
-    "}, %128, %129, p, 1, 1, 0, %131;\n}\n" \
-    : WEAVE_HGEMM_ACC64_OUT(d, 0), WEAVE_HGEMM_ACC64_OUT(d, 64) \
-    : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
+#define WEAVE_HGEMM_WGMMA_M64N256K16(TY, d, desc_a, desc_b, scale_d, TNSPB)                        \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" WEAVE_HGEMM_ACC_OPERANDS_0_127 \
+      "}, %128, %129, p, 1, 1, 0, %131;\n}\n"                                                      \
+      : WEAVE_HGEMM_ACC64_OUT(d, 0), WEAVE_HGEMM_ACC64_OUT(d, 64)                                  \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
 
 /* d: a 64-float array (not an expression: the macro indexes it) */
-#define WEAVE_HGEMM_WGMMA_M64N128K16(TY, d, desc_a, desc_b, scale_d, TNSPB) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
-    WEAVE_HGEMM_ACC_OPERANDS_0_63 \
-    "}, %64, %65, p, 1, 1, 0, %67;\n}\n" \
-    : WEAVE_HGEMM_ACC64_OUT(d, 0) \
-    : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
+#define WEAVE_HGEMM_WGMMA_M64N128K16(TY, d, desc_a, desc_b, scale_d, TNSPB)                       \
+  asm volatile(                                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" WEAVE_HGEMM_ACC_OPERANDS_0_63 \
+      "}, %64, %65, p, 1, 1, 0, %67;\n}\n"                                                        \
+      : WEAVE_HGEMM_ACC64_OUT(d, 0)                                                               \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TNSPB))
 
 /* fp8 (e4m3 x e4m3, fp32 accumulators): k = 32 per instruction (32 bytes of a K-major 128-byte
  * row, like k16 of a 16-bit type), both operands K-major (the fp8 forms have no transpose
  * immediates); the trailing 1, 1 are imm-scale-a/b (+1: no negation). The accumulator fragment is
  * that of the 16-bit forms. */
-#define WEAVE_HGEMM_WGMMA_M64N256K32_E4M3(d, desc_a, desc_b, scale_d) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" \
-    WEAVE_HGEMM_ACC_OPERANDS_0_127 \
-    "}, %128, %129, p, 1, 1;\n}\n" \
-    : WEAVE_HGEMM_ACC64_OUT(d, 0), WEAVE_HGEMM_ACC64_OUT(d, 64) \
-    : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define WEAVE_HGEMM_WGMMA_M64N256K32_E4M3(d, desc_a, desc_b, scale_d)                          \
+  asm volatile(                                                                                \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                            \
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" WEAVE_HGEMM_ACC_OPERANDS_0_127 \
+      "}, %128, %129, p, 1, 1;\n}\n"                                                           \
+      : WEAVE_HGEMM_ACC64_OUT(d, 0), WEAVE_HGEMM_ACC64_OUT(d, 64)                              \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-#define WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(d, desc_a, desc_b, scale_d) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-    "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" \
-    WEAVE_HGEMM_ACC_OPERANDS_0_63 \
-    "}, %64, %65, p, 1, 1;\n}\n" \
-    : WEAVE_HGEMM_ACC64_OUT(d, 0) \
-    : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(d, desc_a, desc_b, scale_d)                         \
+  asm volatile(                                                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                            \
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" WEAVE_HGEMM_ACC_OPERANDS_0_63 \
+      "}, %64, %65, p, 1, 1;\n}\n"                                                            \
+      : WEAVE_HGEMM_ACC64_OUT(d, 0)                                                           \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 #endif /* WEAVE_HGEMM_PTX_CUH */

@@ -35,7 +35,7 @@ __device__ __forceinline__ bool weave_hgemm_regs_split() {
  * Order matters: warpgroup 0 may take its registers back only after warpgroups 1-2 have taken theirs
  * (split) and given them back (here). Were its setmaxnreg.inc first, it could take back what it had
  * just released while warpgroups 1-2 still wait in their own inc, for ever (without the barrier, one
- * rank's kernel of the 1000-call GPU test hung so on an H200). Warpgroups 1-2 give back, then arrive;
+ * rank's kernel of the 1000-call GPU test was seen to hang so). Warpgroups 1-2 give back, then arrive;
  * warpgroup 0 waits for them, then takes. */
 __device__ __forceinline__ void weave_hgemm_regs_restore() {
   if ((threadIdx.x >> 7) == 0) {

@@ -31,9 +31,8 @@ struct weave_hgemm_standalone_sink_t {
   static constexpr bool kWeaveTmaStore = true;
   static constexpr bool kWeaveTmaPublish = false; /* nothing waits for a tile: no completion wait */
   static constexpr bool kWeaveNoEnd = true;       /* and nothing happens at its end */
-  typedef typename std::conditional<
-      OUT == WEAVE_BF16, __nv_bfloat16,
-      typename std::conditional<OUT == WEAVE_FP16, __half, float>::type>::type TmaElem;
+  typedef typename std::conditional<OUT == WEAVE_BF16, __nv_bfloat16,
+                                    typename std::conditional<OUT == WEAVE_FP16, __half, float>::type>::type TmaElem;
   weave_hgemm_sink_args_t a;
   const CUtensorMap *cmap; /* in kernel-parameter space */
 

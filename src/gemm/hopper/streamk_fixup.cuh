@@ -22,16 +22,16 @@ static __device__ __forceinline__ bool weave_hgemm_consumer_bar_or(bool pred) {
  * k-blocks from kb0) with the item's accumulators. Returns false if another segment of the tile is
  * still to come (this one's accumulators are in its workspace slot); true for the last segment, with
  * acc = the sum of all segments in k order (bitwise the same whoever is last). Never waits. */
-static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const weave_hgemm_params_t &p, float *acc, int t,
-                                                             int b, int kb0, int cw, int ltid) {
+static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const weave_hgemm_params_t &p, float *acc, int t, int b,
+                                                             int kb0, int cw, int ltid) {
   int first, segs;
   weave_hgemm_sk_segments(&p.sk, t, &first, &segs);
   const int s = b - first;
   unsigned *cnt = p.sk_counters + t;
   const bool leader = cw == 0 && ltid == 0;
   /* every other segment already arrived: last without writing the slot */
-  bool last =
-      weave_hgemm_consumer_bar_or(leader && weave_hgemm_sk_is_last(weave_ld<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU>(cnt), segs));
+  bool last = weave_hgemm_consumer_bar_or(
+      leader && weave_hgemm_sk_is_last(weave_ld<WEAVE_SEM_ACQUIRE, WEAVE_SCOPE_GPU>(cnt), segs));
   if (!last) {
     float4 *dst = (float4 *)(p.sk_partials + (size_t)weave_hgemm_sk_slot(b, kb0) * WEAVE_HGEMM_SK_SLOT_FLOATS) +
                   cw * 32 * 128 + ltid;
@@ -65,13 +65,19 @@ static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const weave_hgemm_p
         for (int j = 0; j < 4; ++j) v[j] = __ldcg(src + j * 128);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          pre[j].x += v[j].x; pre[j].y += v[j].y; pre[j].z += v[j].z; pre[j].w += v[j].w;
+          pre[j].x += v[j].x;
+          pre[j].y += v[j].y;
+          pre[j].z += v[j].z;
+          pre[j].w += v[j].w;
         }
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float *a = acc + 4 * (c + j);
-        a[0] = pre[j].x + a[0]; a[1] = pre[j].y + a[1]; a[2] = pre[j].z + a[2]; a[3] = pre[j].w + a[3];
+        a[0] = pre[j].x + a[0];
+        a[1] = pre[j].y + a[1];
+        a[2] = pre[j].z + a[2];
+        a[3] = pre[j].w + a[3];
       }
     }
   }
@@ -85,7 +91,10 @@ static __device__ __forceinline__ bool weave_hgemm_sk_reduce(const weave_hgemm_p
 #pragma unroll
       for (int j = 0; j < WEAVE_HGEMM_SK_CHUNK; ++j) {
         float *a = acc + 4 * (c + j);
-        a[0] += v[j].x; a[1] += v[j].y; a[2] += v[j].z; a[3] += v[j].w;
+        a[0] += v[j].x;
+        a[1] += v[j].y;
+        a[2] += v[j].z;
+        a[3] += v[j].w;
       }
     }
   }

@@ -43,19 +43,18 @@
 #include "common/schedule.h" /* weave_grouped_tile_coords, WEAVE_HOST_DEVICE */
 
 /* per-call choice */
-#define WEAVE_HGEMM_SK_AUTO 0  /* cost model below; WEAVE_HGEMM_STREAMK=0|1|2 overrides (off|auto|on) */
+#define WEAVE_HGEMM_SK_AUTO 0 /* cost model below; WEAVE_HGEMM_STREAMK=0|1|2 overrides (off|auto|on) */
 #define WEAVE_HGEMM_SK_OFF 1
-#define WEAVE_HGEMM_SK_ON 2    /* whenever T % P != 0 and kt >= 2 (tests) */
+#define WEAVE_HGEMM_SK_ON 2 /* whenever T % P != 0 and kt >= 2 (tests) */
 
 /* Fewest units (k-blocks) an SK block should get: below this the fixed cost of a split tile (one
  * partial written, read back by the last segment) outweighs the work. */
 #define WEAVE_HGEMM_SK_MIN_UNITS 4
 /* Cost of the stream-K tail beyond its units, in k-blocks of main loop: a block's split tiles write
  * and read 128 KiB of partials through L2, and the data-parallel last round it replaces runs faster
- * than a full one (fewer SMs busy, higher clocks). Fitted on an H200 (24 shapes x block counts,
- * stream-K against data-parallel round-robin; docs/hopper_gemm.md): 16 puts every measured loss
- * (K = 1024, 2048x8192x3584 and 4096x8192x3584 at 132 blocks) on the data-parallel side and every
- * gain of more than 1% on the stream-K side. */
+ * than a full one (fewer SMs busy, higher clocks). Fitted to measurements of stream-K against
+ * data-parallel tiles (docs/hopper_gemm.md): 16 puts every measured loss on the data-parallel side and
+ * every gain of more than 1% on the stream-K side. */
 #define WEAVE_HGEMM_SK_FIXUP_UNITS 16
 /* ... and stream-K must win by at least this share of the data-parallel time (1/100). */
 #define WEAVE_HGEMM_SK_MARGIN_PCT 1
@@ -66,11 +65,11 @@
 #define WEAVE_HGEMM_SK_SLOTS_OFFSET (WEAVE_HGEMM_SK_COUNTERS * 4)
 
 typedef struct {
-  int tiles, blocks, kt;  /* inputs: tiles, persistent blocks, k-blocks per tile */
-  int dp_tiles;           /* whole tiles handed out round-robin first (multiple of blocks) */
-  int sk_tiles;           /* tiles handed out as units after them (0: data-parallel only) */
-  int sk_blocks;          /* blocks that take SK units: 0 .. sk_blocks-1 */
-  long long units;        /* sk_tiles * kt */
+  int tiles, blocks, kt; /* inputs: tiles, persistent blocks, k-blocks per tile */
+  int dp_tiles;          /* whole tiles handed out round-robin first (multiple of blocks) */
+  int sk_tiles;          /* tiles handed out as units after them (0: data-parallel only) */
+  int sk_blocks;         /* blocks that take SK units: 0 .. sk_blocks-1 */
+  long long units;       /* sk_tiles * kt */
 } weave_hgemm_sk_t;
 
 /* The schedule for T tiles on P blocks with kt k-blocks per tile under `mode`. */
@@ -95,8 +94,7 @@ static inline WEAVE_HOST_DEVICE weave_hgemm_sk_t weave_hgemm_sk_plan(int tiles, 
     /* time in units of one k-block: rounds x kt for data-parallel, against the same for the dp
      * part plus the longest SK range plus the split tiles' fixed cost */
     const long long t_dp = (long long)((tiles + blocks - 1) / blocks) * kt;
-    const long long t_sk =
-        (long long)((tiles - sk) / blocks) * kt + (U + pb - 1) / pb + WEAVE_HGEMM_SK_FIXUP_UNITS;
+    const long long t_sk = (long long)((tiles - sk) / blocks) * kt + (U + pb - 1) / pb + WEAVE_HGEMM_SK_FIXUP_UNITS;
     if (100 * t_sk > (100 - WEAVE_HGEMM_SK_MARGIN_PCT) * t_dp) return s;
   }
   s.dp_tiles = tiles - sk;
@@ -127,8 +125,7 @@ static inline WEAVE_HOST_DEVICE int weave_hgemm_sk_is_last(unsigned arrivals_bef
 /* bytes of workspace the schedule needs (counters, then the slots); 0 without a stream-K tail */
 static inline WEAVE_HOST_DEVICE size_t weave_hgemm_sk_workspace_bytes(const weave_hgemm_sk_t *s) {
   if (!s->sk_tiles) return 0;
-  return (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET +
-         (size_t)2 * s->sk_blocks * WEAVE_HGEMM_SK_SLOT_FLOATS * sizeof(float);
+  return (size_t)WEAVE_HGEMM_SK_SLOTS_OFFSET + (size_t)2 * s->sk_blocks * WEAVE_HGEMM_SK_SLOT_FLOATS * sizeof(float);
 }
 
 /* The largest workspace any shape needs on `blocks` blocks (what a caller allocates once). */
@@ -144,8 +141,9 @@ typedef struct {
   int u, hi; /* this block's SK units still to do: [u, hi) */
 } weave_hgemm_walk_t;
 
-static inline WEAVE_HOST_DEVICE weave_hgemm_walk_t weave_hgemm_walk_begin(const weave_hgemm_sk_t *s, int b, int seq_begin,
-                                                      int seq_stride, int seq_count) {
+static inline WEAVE_HOST_DEVICE weave_hgemm_walk_t weave_hgemm_walk_begin(const weave_hgemm_sk_t *s, int b,
+                                                                          int seq_begin, int seq_stride,
+                                                                          int seq_count) {
   weave_hgemm_walk_t w;
   w.seq = seq_begin;
   w.stride = seq_stride;
@@ -197,11 +195,9 @@ static inline WEAVE_HOST_DEVICE void weave_hgemm_sk_segments(const weave_hgemm_s
 
 /* Ping-pong's time against the cooperative schedule's, per tile of kt k-blocks, in 1/32 k-block:
  * kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32. Each of its k-blocks costs ~3% more (A is
- * loaded twice: 1.33x the L2 -> SM bytes, and on this power-limited card a lower clock: 1.56 against
- * 1.62 GHz under ncu), and it hides ~1.75 k-blocks of epilogue a tile. Measured on H200 (two runs):
- * ping-pong at 1.05-1.12x at K = 1024, 0.97-0.98x at K = 8192, and within about 1% either way at
- * K = 3584 except 4096x8192x3584 on 132 blocks (0.973-0.981x) and 2048x8192x3584 on 132
- * (1.001-1.031x); so the model calls K = 3584 a tie (56 * 33 - 56 = 56 * 32), and a tie goes to the
+ * loaded twice, so more L2 -> SM bytes and, on a power-limited card, a lower clock), and it hides
+ * ~1.75 k-blocks of epilogue a tile. Fitted to measurements (docs/hopper_gemm.md): ping-pong wins at
+ * K = 1024, loses at K = 8192 and ties at K = 3584 (56 * 33 - 56 = 56 * 32); a tie goes to the
  * cooperative schedule. */
 #define WEAVE_HGEMM_PP_KBLOCK_32 33
 #define WEAVE_HGEMM_PP_SAVED_32 56
@@ -212,8 +208,7 @@ static inline WEAVE_HOST_DEVICE long long weave_hgemm_coop_units(int tiles, int 
   const weave_hgemm_sk_t s = weave_hgemm_sk_plan(tiles, blocks, kt, sk_mode);
   if (blocks < 1) blocks = 1;
   if (!s.sk_tiles) return (long long)((tiles + blocks - 1) / blocks) * kt;
-  return (long long)(s.dp_tiles / blocks) * kt + (s.units + s.sk_blocks - 1) / s.sk_blocks +
-         WEAVE_HGEMM_SK_FIXUP_UNITS;
+  return (long long)(s.dp_tiles / blocks) * kt + (s.units + s.sk_blocks - 1) / s.sk_blocks + WEAVE_HGEMM_SK_FIXUP_UNITS;
 }
 
 /* Time of the ping-pong schedule (whole rounds of tiles, no stream-K) in 1/32 k-block of the
@@ -230,7 +225,8 @@ static inline WEAVE_HOST_DEVICE long long weave_hgemm_pp_units32(int tiles, int 
  * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). AUTO: ping-pong
  * only where its estimate is strictly shorter than the cooperative plan's (with that plan's
  * stream-K tail where one is planned). */
-static inline WEAVE_HOST_DEVICE int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt, int sk_mode) {
+static inline WEAVE_HOST_DEVICE int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt,
+                                                              int sk_mode) {
   if (schedule == WEAVE_HGEMM_SCHED_PINGPONG || schedule == WEAVE_HGEMM_SCHED_COOP)
     return schedule == WEAVE_HGEMM_SCHED_PINGPONG;
   if (knob == 0 || knob == 2) return knob == 2;

@@ -43,7 +43,8 @@ __device__ __forceinline__ void weave_mma_cp_async16(uint32_t dst, const void *s
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void weave_mma_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void weave_mma_cp_async_wait() {
+template <int N>
+__device__ __forceinline__ void weave_mma_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
@@ -60,18 +61,23 @@ __device__ __forceinline__ void weave_mma_ldmatrix_x4_trans(uint32_t addr, uint3
                : "r"(addr));
 }
 
-template <typename T> __device__ __forceinline__ void weave_mma_m16n8k16(float *c, const uint32_t *a, const uint32_t *b);
-template <> __device__ __forceinline__ void weave_mma_m16n8k16<__nv_bfloat16>(float *c, const uint32_t *a, const uint32_t *b) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+template <typename T>
+__device__ __forceinline__ void weave_mma_m16n8k16(float *c, const uint32_t *a, const uint32_t *b);
+template <>
+__device__ __forceinline__ void weave_mma_m16n8k16<__nv_bfloat16>(float *c, const uint32_t *a, const uint32_t *b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-template <> __device__ __forceinline__ void weave_mma_m16n8k16<__half>(float *c, const uint32_t *a, const uint32_t *b) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+template <>
+__device__ __forceinline__ void weave_mma_m16n8k16<__half>(float *c, const uint32_t *a, const uint32_t *b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* Byte offset of 16-byte chunk `c` of row `r` in a tile whose rows hold `chunks` chunks. */
@@ -87,7 +93,7 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    int idx = tid + i * WEAVE_MMA_THREADS;   /* 512 chunks per operand */
+    int idx = tid + i * WEAVE_MMA_THREADS; /* 512 chunks per operand */
     /* A: row = idx / 4, chunk = idx % 4 */
     {
       int r = idx >> 2, c = idx & 3;
@@ -99,8 +105,7 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
       } else {
         T v[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-          v[e] = (gr < a.M && gk + e < a.K) ? A[(size_t)gr * a.K + gk + e] : T(0.0f);
+        for (int e = 0; e < 8; ++e) v[e] = (gr < a.M && gk + e < a.K) ? A[(size_t)gr * a.K + gk + e] : T(0.0f);
         *(uint4 *)dst = *(uint4 *)v;
       }
     }
@@ -114,8 +119,7 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
       } else {
         T v[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-          v[e] = (gn < a.N && gk + e < a.K) ? B[(size_t)gn * a.K + gk + e] : T(0.0f);
+        for (int e = 0; e < 8; ++e) v[e] = (gn < a.N && gk + e < a.K) ? B[(size_t)gn * a.K + gk + e] : T(0.0f);
         *(uint4 *)dst = *(uint4 *)v;
       }
     } else { /* B [K][N]: row k, 16 chunks of n */
@@ -128,8 +132,7 @@ __device__ __forceinline__ void weave_mma_load_stage(const weave_mma_args_t &a, 
       } else {
         T v[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-          v[e] = (gk < a.K && gn + e < a.N) ? B[(size_t)gk * a.N + gn + e] : T(0.0f);
+        for (int e = 0; e < 8; ++e) v[e] = (gk < a.K && gn + e < a.N) ? B[(size_t)gk * a.N + gn + e] : T(0.0f);
         *(uint4 *)dst = *(uint4 *)v;
       }
     }
@@ -158,7 +161,8 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
 
 #pragma unroll
     for (int s = 0; s < WEAVE_MMA_STAGES - 1; ++s) {
-      if (s < ksteps) weave_mma_load_stage<T>(a, sA + s * stage_bytes, sB + s * stage_bytes, row0, col0, s * WEAVE_MMA_BK);
+      if (s < ksteps)
+        weave_mma_load_stage<T>(a, sA + s * stage_bytes, sB + s * stage_bytes, row0, col0, s * WEAVE_MMA_BK);
       weave_mma_cp_async_commit();
     }
     for (int ks = 0; ks < ksteps; ++ks) {
@@ -179,7 +183,8 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
           int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-          weave_mma_ldmatrix_x4(weave_mma_smem(tA + weave_mma_swz(r, c, 4)), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+          weave_mma_ldmatrix_x4(weave_mma_smem(tA + weave_mma_swz(r, c, 4)), af[mi][0], af[mi][1], af[mi][2],
+                                af[mi][3]);
         }
 #pragma unroll
         for (int nj = 0; nj < 2; ++nj) {
@@ -225,8 +230,8 @@ __device__ void weave_mma_gemm_role(const weave_mma_args_t &a, unsigned char *sm
 template <class Sink>
 __device__ void weave_mma_simt_gemm_role(const weave_mma_args_t &a, unsigned char *smem, int seq_begin, int seq_stride,
                                          int seq_count, Sink &sink) {
-  float *sA = (float *)smem;                           /* [BK][128] (k-major, for broadcasts) */
-  float *sB = sA + WEAVE_SIMT_BK * WEAVE_MMA_BM;       /* [BK][128] */
+  float *sA = (float *)smem;                     /* [BK][128] (k-major, for broadcasts) */
+  float *sB = sA + WEAVE_SIMT_BK * WEAVE_MMA_BM; /* [BK][128] */
   const float *A = (const float *)a.A, *B = (const float *)a.B;
   const int tid = threadIdx.x, tr = tid / 16, tc = tid % 16;
   for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
@@ -243,8 +248,13 @@ __device__ void weave_mma_simt_gemm_role(const weave_mma_args_t &a, unsigned cha
         int gr = row0 + r, gk = k0 + k;
         sA[k * 128 + r] = (gr < a.M && gk < a.K) ? A[(size_t)gr * a.K + gk] : 0.f;
         int n, kb;
-        if (a.b_col) { n = idx / WEAVE_SIMT_BK; kb = idx % WEAVE_SIMT_BK; }
-        else { kb = idx / 128; n = idx % 128; }
+        if (a.b_col) {
+          n = idx / WEAVE_SIMT_BK;
+          kb = idx % WEAVE_SIMT_BK;
+        } else {
+          kb = idx / 128;
+          n = idx % 128;
+        }
         int gn = col0 + n, gkb = k0 + kb;
         float bv = 0.f;
         if (gn < a.N && gkb < a.K) bv = a.b_col ? B[(size_t)gn * a.K + gkb] : B[(size_t)gkb * a.N + gn];
