@@ -143,6 +143,13 @@ WEAVE_API weave_result_t weave_barrier(weave_team_t team);
  * aborted the team (weave_team_abort); once this rank knows it, at once, without waiting. */
 WEAVE_API weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream);
 
+/* For a watchdog: reads this rank's device error record without waiting for any stream (a copy on a
+ * stream of its own) and changes nothing. WEAVE_SUCCESS while no kernel's wait has failed and no rank
+ * has aborted; else WEAVE_ERROR_TIMEOUT or WEAVE_ERROR_ABORTED, described in msg (len bytes; may be
+ * NULL). The team's last error is not written, so another thread (the watchdog's) may call it while
+ * the rank's own thread runs calls; weave_team_sync still reports (and clears) the record. */
+WEAVE_API weave_result_t weave_team_poll(weave_team_t team, char *msg, size_t len);
+
 /* Gives up on the team from this rank, for a rank that fails alone (a refused call, an exception)
  * while the others may already wait for it: every rank's waits on this team, in weave's kernels
  * running now or launched later, stop at once instead of running out WEAVE_TIMEOUT_MS, and

@@ -566,3 +566,64 @@ def test_column_parallel_linear(team: SimpleNamespace) -> None:
     # the sequence-parallel MLP: column-parallel up, row-parallel down, this rank's tokens in and out
     down = weave_tp.nn.RowParallelLinear(24, 8, device="meta", dtype=torch.bfloat16)
     assert down(layer(meta(3, 8))).shape == (3, 8)
+
+
+# ---- the watchdog ---------------------------------------------------------------------------------
+class _PollingTeam:
+    """A stand-in for a team's poll(): quiet for `quiet` polls, then `code` and `message`."""
+
+    def __init__(self, quiet: int, code: int, message: str) -> None:
+        self.polls, self.quiet, self.code, self.message = 0, quiet, code, message
+
+    def poll(self):  # noqa: ANN201
+        self.polls += 1
+        return (self.code, self.message) if self.polls > self.quiet else (0, "")
+
+
+def _wait_for_watchdog(seconds: float) -> float:
+    """Python instructions in a loop (where an asynchronous exception lands) for at most `seconds`."""
+    import time
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        time.sleep(0.001)
+    return time.monotonic() - start
+
+
+def test_watchdog_raises_in_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed wait seen by the watchdog's poll is raised in the thread that made it, within a few
+    intervals, and stays: later calls on the team raise it, abort and sync still reach the team."""
+    message = "rank 1 timed out after 50 ms waiting for rank 2 on item 3"
+    dog = _torch.Watchdog(_PollingTeam(3, int(weave_tp.Result.TIMEOUT), message), 0.01)
+    with pytest.raises(weave_tp.WeaveTimeoutError, match="waiting for rank 2 on item 3"):
+        dog.start()
+        _wait_for_watchdog(5.0)
+    dog.stop()
+    assert isinstance(dog.failure, weave_tp.WeaveTimeoutError) and dog.team.polls == 4
+    stand_in = use_team(monkeypatch, 4, 1)
+    _torch._state.teams[7].watchdog = dog
+    with pytest.raises(weave_tp.WeaveTimeoutError, match="watchdog.*waiting for rank 2"):
+        weave_tp.gemm_rs(meta(10, 8), meta(6, 8))
+    with pytest.raises(weave_tp.WeaveTimeoutError):
+        weave_tp.ag_gemm(meta(3, 8), meta(6, 8))
+    assert weave_tp.get_team(failed_ok=True) is stand_in
+
+
+def test_watchdog_abort_and_quiet() -> None:
+    dog = _torch.Watchdog(_PollingTeam(0, int(weave_tp.Result.ABORTED), "rank 0 aborted the team"), 0.01)
+    with pytest.raises(weave_tp.WeaveAbortedError, match="rank 0 aborted"):
+        dog.start()
+        _wait_for_watchdog(5.0)
+    dog.stop()
+    quiet = _torch.Watchdog(_PollingTeam(10**9, 0, ""), 0.005).start()
+    assert _wait_for_watchdog(0.1) >= 0.1 and quiet.failure is None
+    quiet.stop()
+    assert quiet.team.polls >= 5
+    for bad in (0, -1.0, True, "1"):
+        with pytest.raises(ValueError, match="interval must be"):
+            _torch.Watchdog(quiet.team, bad)
+
+
+def test_init_watchdog_argument() -> None:
+    for bad in (0, -2, True, "5"):
+        with pytest.raises(ValueError, match="watchdog must be None or seconds > 0"):
+            weave_tp.init(watchdog=bad)

@@ -152,6 +152,7 @@ _PROTOTYPES = {
     "weave_team_destroy": (c_int, [c_void_p]),
     "weave_team_device_info": (c_int, [c_void_p, _P(_DeviceInfo)]),
     "weave_team_sync": (c_int, [c_void_p, c_void_p]),
+    "weave_team_poll": (c_int, [c_void_p, c_char_p, c_size_t]),
     "weave_team_abort": (c_int, [c_void_p]),
     "weave_gemm_rs_plan_create": (c_int, [c_void_p, c_int, c_int, c_int, _P(_Desc), _P(c_void_p)]),
     "weave_gemm_rs_plan_info": (c_int, [c_void_p, _P(_Info)]),
@@ -589,6 +590,17 @@ class Team:
         rc = lib().weave_team_sync(self.handle, stream or None)
         if rc:
             _raise(rc, "weave_team_sync", self.handle)
+
+    def poll(self) -> Tuple[int, str]:
+        """weave_team_poll: (0, "") while no kernel's wait has failed and no rank has aborted, else (the
+        Result, what happened). Waits for no stream and changes nothing; safe from another thread than
+        the rank's (the watchdog's) while calls run."""
+        handle = self.handle
+        if handle is None:
+            return 0, ""
+        msg = ctypes.create_string_buffer(512)
+        rc = lib().weave_team_poll(handle, msg, len(msg))
+        return rc, msg.value.decode(errors="replace")
 
     def abort(self) -> None:
         """weave_team_abort: this rank gives up on the team. Every rank's waits on it, in kernels now or

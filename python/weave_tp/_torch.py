@@ -5,8 +5,10 @@ hands weave the pointers and torch's current stream.
 """
 
 import atexit
+import ctypes
 import os
 import sys
+import threading
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -20,8 +22,11 @@ from ._capi import (
     LibraryNotFoundError,
     Plan,
     PlanInfo,
+    Result,
     Team,
+    WeaveAbortedError,
     WeaveError,
+    WeaveTimeoutError,
     ag_gemm_options,
     gemm_rs_options,
     get_unique_id,
@@ -38,6 +43,51 @@ class _Entry:
 
     def __init__(self, team: Team, group: Optional[dist.ProcessGroup]) -> None:
         self.team, self.group = team, group
+        self.watchdog: Optional[Watchdog] = None
+
+
+class Watchdog:
+    """Polls a team's device error record (Team.poll, weave_team_poll) every `interval` seconds on a
+    daemon thread. When a kernel's wait has expired or a rank has aborted, it raises that error
+    (WeaveTimeoutError or WeaveAbortedError, as weave_tp.sync would) in the thread that made it, at
+    that thread's next Python instruction (a thread inside a C call, e.g. torch.cuda.synchronize, gets
+    it when the call returns), keeps it in `failure`, and stops; every later weave_tp call on the team
+    but abort, sync and finalize raises it too. The bound: the team's timeout plus one interval.
+    weave_tp.init(watchdog=interval) makes one; finalize stops it."""
+
+    def __init__(self, team: object, interval: float, thread_id: Optional[int] = None) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
+            raise ValueError(f"weave_tp watchdog: interval must be a number of seconds > 0 (got {interval!r})")
+        self.team, self.interval = team, float(interval)
+        self.thread_id = threading.get_ident() if thread_id is None else thread_id
+        self.failure: Optional[WeaveError] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="weave_tp watchdog", daemon=True)
+
+    def start(self) -> "Watchdog":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            code, message = self.team.poll()
+            if code in (Result.TIMEOUT, Result.ABORTED):
+                base = WeaveAbortedError if code == Result.ABORTED else WeaveTimeoutError
+                self.failure = base(int(code), "weave_tp watchdog", message)
+                failure = self.failure
+
+                class WeaveWatchdogError(base):  # raised asynchronously: made without arguments
+                    def __init__(self) -> None:
+                        base.__init__(self, int(failure.code), failure.call, failure.detail)
+
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread_id),
+                                                           ctypes.py_object(WeaveWatchdogError))
+                return
 
 
 class _State:
@@ -76,21 +126,28 @@ def _team_id(call: str, group: Optional[dist.ProcessGroup]) -> int:
     raise RuntimeError(f"{call}: no weave team over this process group: call weave_tp.init(group) first")
 
 
-def _team(call: str, team_id: int) -> Team:
+def _team(call: str, team_id: int, failed_ok: bool = False) -> Team:
     entry = _state.teams.get(team_id)
     if entry is None:
         raise RuntimeError(f"{call}: weave team {team_id} does not exist (finalized?): a graph traced before "
                            "weave_tp.finalize() cannot run after it")
+    if not failed_ok and entry.watchdog is not None and entry.watchdog.failure is not None:
+        raise entry.watchdog.failure  # what the watchdog saw, for every call after it (as NCCL's)
     return entry.team
 
 
-def init(group: Optional[dist.ProcessGroup] = None) -> Team:
+def init(group: Optional[dist.ProcessGroup] = None, *, watchdog: Optional[float] = None) -> Team:
     """Creates a weave team over the ranks of `group` (default: the world group of torch.distributed,
     which must be initialized). Collective over the group: group rank 0 makes a unique id, the group
     broadcasts it (a CUDA tensor for nccl, a CPU tensor otherwise), and every process joins on
     torch.cuda.current_device() (set it first, e.g. to LOCAL_RANK % device_count). A process may make
     one team for each of several groups (e.g. one per dimension of a DeviceMesh); calls take the
-    first one made unless they name a group."""
+    first one made unless they name a group. watchdog: seconds between polls of the team's error
+    record by a Watchdog, which raises a failed wait or an abort in this thread (None: no watchdog;
+    the errors then show at weave_tp.sync())."""
+    if watchdog is not None and (isinstance(watchdog, bool) or not isinstance(watchdog, (int, float)) or
+                                 not watchdog > 0):
+        raise ValueError(f"weave_tp.init: watchdog must be None or seconds > 0 (got {watchdog!r})")
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("weave_tp.init: torch.distributed is not initialized: call "
                            "torch.distributed.init_process_group() first")
@@ -124,7 +181,9 @@ def init(group: Optional[dist.ProcessGroup] = None) -> Team:
     if buf[0].item():
         raise RuntimeError("weave_tp.init: group rank 0 could not create a unique id (its error says why)")
     team = Team(bytes(buf[1:].tolist()), world, rank, device)
-    _register(team, group)
+    team_id = _register(team, group)
+    if watchdog is not None:
+        _state.teams[team_id].watchdog = Watchdog(team, watchdog).start()
     return team
 
 
@@ -150,6 +209,8 @@ def finalize(group: Optional[dist.ProcessGroup] = None) -> None:
         entry = _state.teams.pop(team_id)
         if _state.default == team_id:
             _state.default = min(_state.teams) if _state.teams else None
+        if entry.watchdog is not None:
+            entry.watchdog.stop()
         entry.team.destroy()
 
 
@@ -172,9 +233,10 @@ def is_initialized(group: Optional[dist.ProcessGroup] = None) -> bool:
     return any(_same_group(entry.group, group) for entry in _state.teams.values())
 
 
-def get_team(call: str = "weave_tp", group: Optional[dist.ProcessGroup] = None) -> Team:
-    """The team over `group` (weave_tp.init(group)'s), by default the first one made."""
-    return _team(call, _team_id(call, group))
+def get_team(call: str = "weave_tp", group: Optional[dist.ProcessGroup] = None, failed_ok: bool = False) -> Team:
+    """The team over `group` (weave_tp.init(group)'s), by default the first one made; once its watchdog
+    has seen a failure, that error instead (unless failed_ok)."""
+    return _team(call, _team_id(call, group), failed_ok)
 
 
 def abort(group: Optional[dist.ProcessGroup] = None) -> None:
@@ -182,14 +244,14 @@ def abort(group: Optional[dist.ProcessGroup] = None) -> None:
     wait for it in a weave call: their waits stop at once instead of running out WEAVE_TIMEOUT_MS, and
     their weave_tp.sync() raises WeaveAbortedError naming this rank. Then call weave_tp.finalize() on every
     rank (and weave_tp.init() to go on)."""
-    get_team("weave_tp.abort", group).abort()
+    get_team("weave_tp.abort", group, failed_ok=True).abort()
 
 
 def sync(group: Optional[dist.ProcessGroup] = None) -> None:
     """Waits for torch's current stream, then raises WeaveTimeoutError if a weave kernel's bounded wait
     expired since the last sync (weave_team_sync: such a kernel's output is wrong, and only this tells),
     WeaveAbortedError once a rank has aborted the team (weave_tp.abort)."""
-    team = get_team("weave_tp.sync", group)
+    team = get_team("weave_tp.sync", group, failed_ok=True)
     team.sync(torch.cuda.current_stream(torch.device("cuda", team.device)).cuda_stream)
 
 

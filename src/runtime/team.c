@@ -450,6 +450,52 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
 #endif
 }
 
+weave_result_t weave_team_poll(weave_team_t team, char *msg, size_t len) {
+  if (msg && len) msg[0] = 0;
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_poll: team is NULL");
+  /* written by the rank's own thread: read atomically (the watchdog's is another) */
+  const int aborted_by = __atomic_load_n(&team->aborted_by, __ATOMIC_RELAXED);
+  if (aborted_by) { /* -1: an abort whose rank is not known yet */
+    if (msg && len)
+      snprintf(msg, len, "rank %d aborted the team (weave_team_abort)", aborted_by > 0 ? aborted_by - 1 : -1);
+    return WEAVE_ERROR_ABORTED;
+  }
+#ifdef WEAVE_HAVE_CUDA
+  /* A copy on a non-blocking stream of its own: it waits for none of the caller's streams, and the
+   * record can be read while kernels run (a failing wait writes it with a system-scope fence). */
+  const weave_device_scope_t caller = weave_device_enter(team->info.device);
+  weave_heap_header_t head;
+  cudaStream_t s = NULL;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags), cudaMemcpyDeviceToHost,
+                        s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (s) cudaStreamDestroy(s);
+  weave_device_leave(caller);
+  if (e != cudaSuccess) {
+    if (msg && len) snprintf(msg, len, "weave_team_poll: reading the error record: %s", cudaGetErrorString(e));
+    return WEAVE_ERROR_CUDA;
+  }
+  const weave_device_error_t rec = head.error;
+  if (head.aborted_by || rec.code == WEAVE_DEVICE_ABORTED) {
+    if (msg && len)
+      snprintf(msg, len, "rank %d aborted the team (weave_team_abort)",
+               head.aborted_by ? (int)head.aborted_by - 1 : -1);
+    return WEAVE_ERROR_ABORTED;
+  }
+  if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
+  if (msg && len)
+    snprintf(msg, len,
+             "rank %d timed out after %d ms waiting for rank %d on item %d: flag at 0x%llx was %llu, expected %s %llu",
+             rec.rank, team->timeout_ms, rec.peer, rec.item, (unsigned long long)rec.flag_addr,
+             (unsigned long long)rec.observed, cmp_name(rec.cmp), (unsigned long long)rec.expected);
+  return WEAVE_ERROR_TIMEOUT;
+#else
+  return WEAVE_ERROR_INTERNAL;
+#endif
+}
+
 weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CHECK(check_team(team, "weave_team_sync"));
   WEAVE_CHECK(weave_team_check_live(team, "weave_team_sync"));
