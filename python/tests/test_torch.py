@@ -627,3 +627,37 @@ def test_init_watchdog_argument() -> None:
     for bad in (0, -2, True, "5"):
         with pytest.raises(ValueError, match="watchdog must be None or seconds > 0"):
             weave_tp.init(watchdog=bad)
+
+
+def test_colwise_parallel_style(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """parallelize_module with weave_tp.parallel.ColwiseParallel: the nn.Linear keeps its rank's rows of
+    the weight and bias, its forward is ag_gemm over the mesh's group's team (a stand-in, rank 1 of 2)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        monkeypatch.setattr(_torch._state, "teams", {})
+        monkeypatch.setattr(_torch._state, "default", None)
+        _torch._register(SimpleNamespace(world=2, rank=1, device=0), mesh.get_group())
+        model = torch.nn.Sequential(torch.nn.Linear(8, 6, dtype=torch.bfloat16), torch.nn.ReLU())
+        weight, bias = model[0].weight.detach().clone(), model[0].bias.detach().clone()
+        parallelize_module(model, mesh, {"0": weave_tp.parallel.ColwiseParallel(strategy="bulk")})
+        assert torch.equal(model[0].weight, weight[3:]) and torch.equal(model[0].bias, bias[3:])
+        assert model[0].weight.is_contiguous() and isinstance(model[0].bias, torch.nn.Parameter)
+        seen = []
+        monkeypatch.setattr(weave_tp.parallel, "ag_gemm", lambda *a, **k: seen.append((a, k)) or a[0])
+        model[0](torch.zeros(2, 3, 8, dtype=torch.bfloat16))
+        model[0](torch.zeros(5, 8, dtype=torch.bfloat16), tokens=9)
+        (x, w, b), options = seen[0]
+        assert w is model[0].weight and b is model[0].bias and options["group"] is mesh.get_group()
+        assert options["strategy"] == "bulk" and options["M"] is None and seen[1][1]["M"] == 9
+        with pytest.raises(ValueError, match=r"x must be this rank's tokens \[\*, 8\]"):
+            model[0](torch.zeros(5, 7, dtype=torch.bfloat16))
+        with pytest.raises(ValueError, match="out_features 7 must be a multiple of the mesh's size 2"):
+            parallelize_module(torch.nn.Linear(8, 7), mesh, weave_tp.parallel.ColwiseParallel())
+        with pytest.raises(TypeError, match="applies to nn.Linear"):
+            parallelize_module(torch.nn.ReLU(), mesh, weave_tp.parallel.ColwiseParallel())
+    finally:
+        dist.destroy_process_group()
