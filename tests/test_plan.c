@@ -485,6 +485,18 @@ static void test_bytes_roofline(void) {
   weave_roofline(&weave_roofline_devices[0], 8192, 8192, 8192, 8, WEAVE_BF16, 2, &r8);
   CHECK(fabs(r8.t_gemm_ms * 8 - r.t_gemm_ms) < 1e-9);
   CHECK(fabs(r8.t_rs_ms - 8192.0 * 8192 * 2 * 7 / 8 / 450e9 * 1e3) < 1e-9);
+  /* AllGather + GEMM: one rank gathers nothing; the GEMM is all M rows with the rank's N columns
+   * whatever the world; the gather is (world - 1) / world of A over NVLink; overlap = the larger. */
+  weave_roofline_t ag1, ag8;
+  weave_roofline_ag(&weave_roofline_devices[0], 8192, 3584, 8192, 1, WEAVE_BF16, &ag1);
+  weave_roofline_ag(&weave_roofline_devices[0], 8192, 3584, 8192, 8, WEAVE_BF16, &ag8);
+  CHECK(ag1.t_rs_ms == 0.0 && ag1.t_fused_ms == ag1.t_gemm_ms && ag1.t_baseline_ms == ag1.t_gemm_ms);
+  CHECK(fabs(ag8.t_gemm_ms - 2.0 * 8192.0 * 3584 * 8192 / 989e12 * 1e3) < 1e-9 && ag8.t_gemm_ms == ag1.t_gemm_ms);
+  CHECK(fabs(ag8.t_rs_ms - 8192.0 * 8192 * 2 * 7 / 8 / 450e9 * 1e3) < 1e-9);
+  CHECK(ag8.t_baseline_ms == ag8.t_gemm_ms + ag8.t_rs_ms &&
+        ag8.t_fused_ms == (ag8.t_gemm_ms > ag8.t_rs_ms ? ag8.t_gemm_ms : ag8.t_rs_ms));
+  weave_roofline_ag(&weave_roofline_devices[0], 8192, 3584, 8192, 8, WEAVE_FP8_E4M3, &ag8);
+  CHECK(fabs(ag8.t_rs_ms - 8192.0 * 8192 * 1 * 7 / 8 / 450e9 * 1e3) < 1e-9); /* fp8 rows: one byte */
 }
 
 /* ---- the model past one node -------------------------------------------------------------------- */

@@ -73,6 +73,16 @@ void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total,
   out->t_fused_ms = out->t_gemm_ms > out->t_rs_ms ? out->t_gemm_ms : out->t_rs_ms;
 }
 
+void weave_roofline_ag(const weave_roofline_device_t *d, int M, int N, int K, int world, weave_dtype_t in,
+                       weave_roofline_t *out) {
+  /* the GEMM of one rank: weave_roofline's of a K_total spread over one rank */
+  weave_roofline(d, M, N, K, 1, in, 0, out);
+  const double bytes = (double)M * K * weave_dtype_size(in) * (world - 1) / world;
+  out->t_rs_ms = world > 1 ? bytes / (d->nvlink_gbps * 1e9) * 1e3 : 0.0;
+  out->t_baseline_ms = out->t_gemm_ms + out->t_rs_ms;
+  out->t_fused_ms = out->t_gemm_ms > out->t_rs_ms ? out->t_gemm_ms : out->t_rs_ms;
+}
+
 void weave_roofline_nodes(const weave_cluster_t *c, int M, int N, int K_total, weave_dtype_t in, size_t elt_bytes,
                           int max_chunks, weave_roofline_nodes_t *out) {
   const int n = c->nodes > 0 ? c->nodes : 1, g = c->gpus_per_node > 0 ? c->gpus_per_node : 1;

@@ -78,6 +78,12 @@ typedef struct {
 void weave_roofline(const weave_roofline_device_t *d, int M, int N, int K_total, int world, weave_dtype_t in,
                     size_t elt_bytes, weave_roofline_t *out);
 
+/* AllGather + GEMM on one GPU of `world`: the GEMM of all M rows with this rank's N columns
+ * (t_gemm_ms), and the gather of the other ranks' rows, (world - 1) / world of A [M, K], over NVLink
+ * (in t_rs_ms); the baseline does one after the other, the fused kernel overlaps them. */
+void weave_roofline_ag(const weave_roofline_device_t *d, int M, int N, int K, int world, weave_dtype_t in,
+                       weave_roofline_t *out);
+
 /* Past one node (docs/multinode.md): nodes of gpus_per_node GPUs, NVLink inside a node (one NVLink
  * domain; NVL72: 72 GPUs and one node), one NIC per GPU between nodes. K_total is split over all
  * nodes * gpus_per_node ranks; rank r keeps M / world rows of C.

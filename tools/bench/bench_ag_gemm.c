@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "bench_support.h"
 #include "reference.h"
 #include "weave.h"
 
@@ -222,7 +223,9 @@ int weave_bench_ag_main(int argc, char **argv) {
   if (!b.nM) b.Ms[b.nM++] = 8192;
   const int ndev = harness_device_count();
   if (ndev == 0) {
-    printf("weave-bench --op ag_gemm: no CUDA device: nothing to time\n");
+    const int world = b.world ? b.world : 8;
+    printf("weave-bench --op ag_gemm: no CUDA device: nothing to time; the roofline instead\n");
+    bench_print_ag_roofline(stdout, b.Ms, b.nM, b.N, b.K, world, b.dtype);
     return 0;
   }
   const int launched = harness_launched_world();

@@ -85,3 +85,18 @@ int bench_check_env(void) {
   weave_env_t env;
   return weave_env_load(&env) == WEAVE_SUCCESS ? 0 : -1;
 }
+
+void bench_print_ag_roofline(FILE *f, const int *Ms, int nM, int N, int K, int world, weave_dtype_t dtype) {
+  fprintf(f,
+          "# AllGather + GEMM roofline per GPU (datasheet rates; N %d per rank, K %d, %s, %d ranks on GPUs of "
+          "their own)\n#  %-10s %6s %10s %10s %15s %11s %7s\n",
+          N, K, weave_dtype_name(dtype), world, "device", "M", "gemm_ms", "gather_ms", "gather+gemm_ms", "overlap_ms",
+          "bound");
+  for (int d = 0; d < 2; ++d)
+    for (int i = 0; i < nM; ++i) {
+      weave_roofline_t r;
+      weave_roofline_ag(&weave_roofline_devices[d], Ms[i], N, K, world, dtype, &r);
+      fprintf(f, "#  %-10s %6d %10.3f %10.3f %15.3f %11.3f %6.2fx\n", weave_roofline_devices[d].name, Ms[i],
+              r.t_gemm_ms, r.t_rs_ms, r.t_baseline_ms, r.t_fused_ms, r.t_baseline_ms / r.t_fused_ms);
+    }
+}
