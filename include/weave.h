@@ -134,6 +134,13 @@ WEAVE_API weave_result_t weave_team_rank(weave_team_t team, int *rank);
 WEAVE_API weave_result_t weave_team_world(weave_team_t team, int *world);
 WEAVE_API weave_result_t weave_team_device_info(weave_team_t team, weave_device_info_t *info);
 
+/* The team's nodes: the ranks of one host form a node, numbered in the order of their first rank
+ * (WEAVE_RANKS_PER_NODE=n: pretend nodes of n consecutive ranks, each on one host, so that tests can
+ * split ranks sharing a GPU). This rank's node, the number of nodes, this rank's index among its
+ * node's ranks and their number. Any pointer may be NULL. (For the plans past one node that
+ * docs/multinode.md designs; today's plans need every rank on one host.) */
+WEAVE_API weave_result_t weave_team_node(weave_team_t team, int *node, int *nodes, int *node_rank, int *node_size);
+
 /* Host barrier across ranks (does not synchronize any stream). */
 WEAVE_API weave_result_t weave_barrier(weave_team_t team);
 

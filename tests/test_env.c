@@ -120,11 +120,12 @@ static void test_parse_bool_level(void) {
   CHECK(weave_parse_log_level("INFO", NULL) == -1);
 }
 
-static const char *const vars[] = {
-    "WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",      "WEAVE_TIMEOUT_MS",      "WEAVE_INFO",
-    "WEAVE_TUNE_FILE",     "WEAVE_TRACE",          "WEAVE_TMA_EPILOGUE",    "WEAVE_HGEMM_PINGPONG",
-    "WEAVE_HGEMM_STREAMK", "WEAVE_HGEMM_CLUSTER",  "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
-    "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT", "WEAVE_AUTOTUNE",        "WEAVE_TEST_DELAY"};
+static const char *const vars[] = {"WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",       "WEAVE_TIMEOUT_MS",
+                                   "WEAVE_INFO",          "WEAVE_TUNE_FILE",       "WEAVE_TRACE",
+                                   "WEAVE_TMA_EPILOGUE",  "WEAVE_HGEMM_PINGPONG",  "WEAVE_HGEMM_STREAMK",
+                                   "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
+                                   "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT",  "WEAVE_AUTOTUNE",
+                                   "WEAVE_TEST_DELAY",    "WEAVE_RANKS_PER_NODE"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -162,7 +163,9 @@ static void test_env_load(void) {
   setenv("WEAVE_HGEMM_GROUP_M", "4096", 1);
   setenv("WEAVE_AUTOTUNE", "off", 1);
   setenv("WEAVE_TEST_DELAY", "bulk:250", 1);
+  setenv("WEAVE_RANKS_PER_NODE", "2", 1);
   CHECK(weave_env_load(&env) == WEAVE_SUCCESS);
+  CHECK(env.ranks_per_node == 2);
   CHECK(env.autotune == 0 && env.delay_strategy == WEAVE_STRATEGY_BULK && env.delay_us == 250);
   CHECK(env.tma_epilogue == 0);
   CHECK(env.debug == WEAVE_LOG_TRACE);
@@ -218,6 +221,9 @@ static void test_env_load(void) {
       {"WEAVE_TEST_DELAY", "fused:10000001"},
       {"WEAVE_TEST_DELAY", "fusedx:5"},
       {"WEAVE_TEST_DELAY", "bulk:5ms"},
+      {"WEAVE_RANKS_PER_NODE", "-1"},
+      {"WEAVE_RANKS_PER_NODE", "65"},
+      {"WEAVE_RANKS_PER_NODE", "two"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     const char *value = bad[i].value ? bad[i].value : longpath;

@@ -32,6 +32,8 @@
   X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)")             \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")       \
   X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)") \
+  X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                                 \
+    "ranks per node of a team (0: the ranks of one host; n: pretend nodes of n consecutive ranks, for tests)")        \
   X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)")
 
 typedef struct {
@@ -191,6 +193,11 @@ weave_result_t weave_env_load(weave_env_t *env) {
   if (*v && parse_delay(v, &env->delay_strategy, &env->delay_us))
     return weave_fail(NULL, WEAVE_ERROR_ENV,
                       "WEAVE_TEST_DELAY='%s': expected <fused|bulk|baseline>:<microseconds 1..10000000>", v);
+  v = env_value("WEAVE_RANKS_PER_NODE", "0");
+  if (weave_parse_int(v, 0, WEAVE_MAX_WORLD, &l))
+    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_RANKS_PER_NODE='%s': expected an integer in 0..%d", v,
+                      WEAVE_MAX_WORLD);
+  env->ranks_per_node = (int)l;
   v = env_value("WEAVE_TMA_EPILOGUE", "1");
   if (weave_parse_bool(v, &env->tma_epilogue))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TMA_EPILOGUE='%s': expected 0/1/true/false/yes/no/on/off", v);

@@ -58,6 +58,7 @@ typedef struct {
   int autotune;                    /* WEAVE_AUTOTUNE: AUTO plans time their candidates when nothing is cached */
   weave_strategy_t delay_strategy; /* WEAVE_TEST_DELAY=<strategy>:<us>: that strategy's calls start with a */
   int delay_us;                    /* delay of us microseconds (0: none), to test that auto avoids it */
+  int ranks_per_node;              /* WEAVE_RANKS_PER_NODE: pretend nodes of that many ranks (0: by host) */
 } weave_env_t;
 
 /* Reads every WEAVE_* variable (at each team/plan creation); a bad value is WEAVE_ERROR_ENV (message in
@@ -99,6 +100,12 @@ typedef struct {
 } weave_host_id_t;
 void weave_host_id(weave_host_id_t *id);
 int weave_same_host(const weave_host_id_t *a, const weave_host_id_t *b);
+/* The node of every rank from the ranks' host ids: ranks of one host form a node, nodes numbered in
+ * the order of their first rank. With ranks_per_node > 0 (WEAVE_RANKS_PER_NODE: tests split ranks that
+ * share a host, or a GPU, into pretend nodes) ranks [k n, (k + 1) n) form node k instead, each on one
+ * host. Returns the number of nodes, or -1 with why (a pretend node across hosts, a bad argument). */
+int weave_node_split(const weave_host_id_t *ids, int world, int ranks_per_node, int *node_of_rank, char *why,
+                     size_t why_len);
 /* This process's pid namespace, hashed (0 when unknown): with the host id and the pid it tells
  * whether two ranks share an address space (two containers of one host may both have a pid 1). */
 uint64_t weave_pid_namespace(void);
@@ -158,6 +165,8 @@ struct weave_team {
   int aborted_by;        /* 0, or 1 + the rank that aborted the team (this one, by
                                        * weave_team_abort, or a peer, as weave_team_sync found; -1:
                                        * the record said aborted before the notice naming the rank) */
+  int nodes;             /* the team's nodes (weave_node_split) */
+  int node_of_rank[WEAVE_MAX_WORLD];
   char last_error[1024];
 };
 

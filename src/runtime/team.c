@@ -170,6 +170,17 @@ static weave_result_t map_heaps(weave_team_t team, int *local_on_device) {
   return weave_team_agree(team, heap_header_and_table(team));
 }
 
+/* Collective: every rank's host id, the same WEAVE_RANKS_PER_NODE on every rank, and the node split. */
+static weave_result_t team_nodes(weave_team_t team, int ranks_per_node) {
+  weave_host_id_t mine, ids[WEAVE_MAX_WORLD];
+  weave_host_id(&mine);
+  WEAVE_CHECK(team->bootstrap->allgather(team->bootstrap, team->rank, &mine, ids, sizeof(mine)));
+  WEAVE_CHECK(weave_team_check_same(team, &ranks_per_node, sizeof(ranks_per_node), "WEAVE_RANKS_PER_NODE"));
+  char why[256];
+  team->nodes = weave_node_split(ids, team->world, ranks_per_node, team->node_of_rank, why, sizeof(why));
+  return team->nodes > 0 ? WEAVE_SUCCESS : weave_fail(team, WEAVE_ERROR_ENV, "weave_team_create: %s", why);
+}
+
 static void team_release(weave_team_t team) {
   if (team->d_bases) cudaFree(team->d_bases);
   weave_symmetric_heap_destroy(team->symmetric);
@@ -214,7 +225,8 @@ static weave_result_t team_create(weave_bootstrap_t *bootstrap, int rank, int de
     all = weave_team_check_same(team, &sz, sizeof(sz), "heap size");
   }
   int local_on_device = 1;
-  if (all == WEAVE_SUCCESS) all = map_heaps(team, &local_on_device); /* collective, agreed inside */
+  if (all == WEAVE_SUCCESS) all = map_heaps(team, &local_on_device);    /* collective, agreed inside */
+  if (all == WEAVE_SUCCESS) all = team_nodes(team, env.ranks_per_node); /* collective, the same on every rank */
   if (all != WEAVE_SUCCESS) {
     weave_fail(NULL, all, "%s", strchr(team->last_error, ':') ? strchr(team->last_error, ':') + 2 : team->last_error);
     team_release(team);
@@ -238,6 +250,22 @@ static weave_result_t team_create(weave_bootstrap_t *bootstrap, int rank, int de
   *team_out = team;
   return WEAVE_SUCCESS;
 #endif
+}
+
+weave_result_t weave_team_node(weave_team_t team, int *node, int *nodes, int *node_rank, int *node_size) {
+  WEAVE_CHECK(check_team(team, "weave_team_node"));
+  const int me = team->node_of_rank[team->rank];
+  int before = 0, size = 0;
+  for (int r = 0; r < team->world; ++r)
+    if (team->node_of_rank[r] == me) {
+      before += r < team->rank;
+      ++size;
+    }
+  if (node) *node = me;
+  if (nodes) *nodes = team->nodes;
+  if (node_rank) *node_rank = before;
+  if (node_size) *node_size = size;
+  return WEAVE_SUCCESS;
 }
 
 weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int device, const weave_config_t *config,
