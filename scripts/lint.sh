@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Formatting and lint, run by scripts/test.sh: every C/CUDA file of the tree against .clang-format
 # (clang-format 14, Debian 12's: other versions lay out some constructs differently, so they are not
-# used to check) and the Python package with ruff (its rules in python/pyproject.toml). A missing tool
+# used to check) and the Python package and examples with ruff (its rules in python/pyproject.toml). A missing tool
 # is named and its check skipped; a file that does not conform fails. Fix with
 #   clang-format -i FILE...     ruff check --fix python
 set -euo pipefail
@@ -25,8 +25,8 @@ elif command -v ruff >/dev/null; then ruff=(ruff)
 else ruff=(); fi
 if [ ${#ruff[@]} = 0 ]; then
   echo "lint: no ruff: Python not linted (pip install ruff)"
-elif "${ruff[@]}" check --quiet python; then
-  echo "lint: python/ passes ruff ($("${ruff[@]}" --version))"
+elif "${ruff[@]}" check --quiet --config python/pyproject.toml python examples; then
+  echo "lint: python/ and examples/ pass ruff ($("${ruff[@]}" --version))"
 else
   rc=1
 fi
