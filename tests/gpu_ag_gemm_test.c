@@ -6,7 +6,9 @@
  * Each rank has its own B and bias; C of every rank is compared with an fp64 reference of
  * alpha * A . B_r + bias_r. Every call flips the sign of A (exactly), so a call that reads a
  * previous call's rows fails. Outputs are poisoned (NaN) before every call; inputs are fresh random
- * numbers per case. Refusals: fused on fp32 (UNSUPPORTED), a bad desc, NULL B.
+ * numbers per case. Refusals: fused on fp32 (UNSUPPORTED), a bad desc, NULL B. A rank that never
+ * calls: the others' fused and bulk calls end in WEAVE_ERROR_TIMEOUT naming the wait, and a new plan
+ * then computes the right C.
  * Usage: gpu_ag_gemm [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -232,6 +234,77 @@ static int run_case(ag_case_t *c, int world) {
   return rc;
 }
 
+/* A rank that never calls (the last): every other rank's call times out (300 ms) with a message naming
+ * the wait; after that a new plan of the same strategy computes the right C on every rank. */
+static int missing_fn(harness_rank_t *r) {
+  const int M = 300, N = 256, K = 128, skip = r->world - 1;
+  ag_case_t *c = (ag_case_t *)r->user;
+  int rb, rows, bad = 0;
+  weave_row_split(M, r->world, r->rank, &rb, &rows);
+  void *A = rows ? harness_dev_alloc((size_t)rows * K * 2) : NULL, *B = harness_dev_alloc((size_t)N * K * 2);
+  void *C = harness_dev_alloc((size_t)M * N * 2);
+  uint16_t *a_host = (uint16_t *)calloc((size_t)M * K, 2), *b_host = (uint16_t *)calloc((size_t)N * K, 2);
+  uint16_t *got = (uint16_t *)malloc((size_t)M * N * 2);
+  weave_fill_random(WEAVE_BF16, a_host, (size_t)M * K, c->seed);
+  weave_fill_random(WEAVE_BF16, b_host, (size_t)N * K, c->seed + 1u + (uint64_t)r->rank);
+  if (rows) harness_upload(A, a_host + (size_t)rb * K, (size_t)rows * K * 2);
+  harness_upload(B, b_host, (size_t)N * K * 2);
+  weave_ag_gemm_desc_t d = WEAVE_AG_GEMM_DESC_INIT;
+  d.strategy = c->strategy;
+  weave_ag_gemm_plan_t plan = NULL;
+  weave_result_t rc = weave_ag_gemm_plan_create(r->team, M, N, K, &d, &plan);
+  if (rc == WEAVE_SUCCESS && r->rank != skip) {
+    weave_ag_gemm_execute(plan, A, B, NULL, C, NULL, r->stream);
+    rc = weave_team_sync(r->team, r->stream);
+    const char *m = weave_get_last_error(r->team);
+    if (rc != WEAVE_ERROR_TIMEOUT || !strstr(m, "timed out") || !strstr(m, "rank")) {
+      printf("FAIL [missing rank, %s] rank %d: got %s: %s\n", weave_strategy_name(c->strategy), r->rank,
+             weave_get_error_string(rc), m);
+      bad = 1;
+    } else if (r->rank == 0) {
+      printf("  rank 0 got the expected timeout: %s\n", m);
+    }
+    rc = WEAVE_SUCCESS;
+  }
+  weave_barrier(r->team);
+  if (plan) weave_ag_gemm_plan_destroy(plan);
+  if (rc == WEAVE_SUCCESS) rc = weave_ag_gemm_plan_create(r->team, M, N, K, &d, &plan);
+  if (rc == WEAVE_SUCCESS) {
+    harness_poison(C, (size_t)M * N * 2, r->stream);
+    rc = weave_ag_gemm_execute(plan, A, B, NULL, C, NULL, r->stream);
+    if (rc == WEAVE_SUCCESS) rc = weave_team_sync(r->team, r->stream);
+    weave_ag_gemm_plan_destroy(plan);
+  }
+  if (rc != WEAVE_SUCCESS) {
+    printf("FAIL [missing rank, %s] rank %d: the plan after the timeout: %s\n", weave_strategy_name(c->strategy),
+           r->rank, weave_get_last_error(r->team));
+    bad = 1;
+  } else {
+    double *ref = (double *)malloc((size_t)M * N * sizeof(double)), atol, rtol;
+    const void *Av[1] = {a_host}, *Bv[1] = {b_host};
+    weave_ref_gemm_rs(M, N, K, 1, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, Av, Bv, NULL, 0, M, ref);
+    weave_tolerance(WEAVE_BF16, K, &atol, &rtol);
+    harness_download(got, C, (size_t)M * N * 2);
+    weave_check_t chk;
+    weave_check_result(WEAVE_BF16, got, ref, (size_t)M * N, atol, rtol, &chk);
+    if (chk.wrong) {
+      printf("FAIL [missing rank, %s] rank %d: %zu wrong after the timeout\n", weave_strategy_name(c->strategy),
+             r->rank, chk.wrong);
+      bad = 1;
+    }
+    free(ref);
+  }
+  harness_dev_free(A);
+  harness_dev_free(B);
+  harness_dev_free(C);
+  free(a_host);
+  free(b_host);
+  free(got);
+  if (r->rank == 0 && !bad)
+    printf("missing rank -> timeout            world %d %s: passed\n", r->world, weave_strategy_name(c->strategy));
+  return bad;
+}
+
 /* Refusals that write nothing: a bad desc, fused without the Hopper role, NULL B. */
 static int refusal_fn(harness_rank_t *r) {
   int bad = 0;
@@ -326,6 +399,19 @@ int main(int argc, char **argv) {
         failed += rc != 0;
         total++;
       }
+    }
+    /* a rank that never calls: the others time out, then a new plan works */
+    for (int st = 0; st < 2 && world >= 2 && !quick; ++st) {
+      ag_case_t mc;
+      memset(&mc, 0, sizeof(mc));
+      mc.strategy = st == 0 ? WEAVE_STRATEGY_FUSED : WEAVE_STRATEGY_BULK;
+      mc.seed = seed + 77u * (uint64_t)world + (uint64_t)st;
+      weave_config_t cfg = WEAVE_CONFIG_INIT;
+      cfg.timeout_ms = 300;
+      rc = harness_run(world, NULL, &cfg, missing_fn, &mc);
+      if (rc == HARNESS_SKIP) return rc;
+      failed += rc != 0;
+      total++;
     }
     /* 40 calls on one fused plan: no reset between calls, the same bits for the same inputs */
     ag_case_t c;
