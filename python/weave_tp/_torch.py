@@ -312,8 +312,7 @@ def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], 
     gemm_rs_options(_DTYPE_NAMES[a.dtype], b_layout=b_layout, strategy=strategy, reduce=reduce,
                     fp32_slots=fp32_slots, alpha=alpha, has_bias=bias is not None, call=call)  # names a bad option
     # a transposed view of a contiguous matrix is that matrix in the other layout: no copy
-    view = isinstance(b, Tensor) and b.dim() == 2 and not b.is_contiguous() and b.t().is_contiguous()
-    _check_tensor(call, "b", b.t() if view else b, 2, a.dtype, device, meta_ok)
+    _check_weight(call, b, a, device, meta_ok)
     options = gemm_rs_options(_DTYPE_NAMES[a.dtype], b_layout=_storage_layout(b, b_layout), strategy=strategy,
                               reduce=reduce, fp32_slots=fp32_slots, alpha=alpha, has_bias=bias is not None, call=call)
     M, K = a.shape
@@ -330,6 +329,13 @@ def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], 
         if bias.shape[0] != N:
             raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
     return options, M, N, K
+
+
+def _check_weight(call: str, b: Tensor, a: Tensor, device: torch.device, meta_ok: bool) -> None:
+    """b as _check_tensor wants it, 2-D of a's dtype, where a transposed view of a contiguous matrix
+    counts as contiguous (it is that matrix in the other layout: _storage_layout, no copy)."""
+    view = isinstance(b, Tensor) and b.dim() == 2 and not b.is_contiguous() and b.t().is_contiguous()
+    _check_tensor(call, "b", b.t() if view else b, 2, a.dtype, device, meta_ok)
 
 
 def _storage_layout(b: Tensor, b_layout: str) -> str:
@@ -691,8 +697,7 @@ def _check_ag(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor
     _check_tensor(call, "a", a, 2, None, device, meta_ok)
     ag_gemm_options(_DTYPE_NAMES[a.dtype], b_layout=b_layout, strategy=strategy, alpha=alpha,
                     has_bias=bias is not None, call=call)  # names a bad option
-    view = isinstance(b, Tensor) and b.dim() == 2 and not b.is_contiguous() and b.t().is_contiguous()
-    _check_tensor(call, "b", b.t() if view else b, 2, a.dtype, device, meta_ok)
+    _check_weight(call, b, a, device, meta_ok)
     options = ag_gemm_options(_DTYPE_NAMES[a.dtype], b_layout=_storage_layout(b, b_layout), strategy=strategy,
                               alpha=alpha, has_bias=bias is not None, call=call)
     rows, K = a.shape

@@ -3,7 +3,7 @@ weave, for parallelize_module on a DeviceMesh: RowwiseParallel (GEMM + ReduceSca
 sequence parallelism, ColwiseParallel (AllGather + GEMM)."""
 
 import types
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -12,6 +12,23 @@ from torch.distributed.tensor.parallel import ParallelStyle
 
 from ._torch import ag_gemm, gemm_rs, get_team, init, is_initialized
 from .nn import _check_shard
+
+
+def _team_of(call: str, module: nn.Module, device_mesh: DeviceMesh) -> Tuple[object, int, int]:
+    """A style's checks of the module and mesh, and the mesh's group with its weave team's world and
+    rank (the team made on first use: collectively, every rank parallelizes the same modules in the
+    same order)."""
+    if not isinstance(module, nn.Linear):
+        raise TypeError(f"{call}: applies to nn.Linear (got {type(module).__name__})")
+    if device_mesh.ndim != 1:
+        raise ValueError(f"{call}: needs the 1-D tensor-parallel mesh (e.g. mesh['tp']), got {device_mesh.ndim}-D")
+    if type(module.weight.data) is not torch.Tensor:  # a DTensor: parallelized already
+        raise TypeError(f"{call}: the weight is already distributed ({type(module.weight.data).__name__})")
+    group = device_mesh.get_group()
+    if not is_initialized(group):
+        init(group)
+    team = get_team(call, group)
+    return group, team.world, team.rank
 
 
 class RowwiseParallel(ParallelStyle):
@@ -39,17 +56,7 @@ class RowwiseParallel(ParallelStyle):
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         call = "weave_tp.parallel.RowwiseParallel"
-        if not isinstance(module, nn.Linear):
-            raise TypeError(f"{call}: applies to nn.Linear (got {type(module).__name__})")
-        if device_mesh.ndim != 1:
-            raise ValueError(f"{call}: needs the 1-D tensor-parallel mesh (e.g. mesh['tp']), got {device_mesh.ndim}-D")
-        if type(module.weight.data) is not torch.Tensor:  # a DTensor: parallelized already
-            raise TypeError(f"{call}: the weight is already distributed ({type(module.weight.data).__name__})")
-        group = device_mesh.get_group()
-        if not is_initialized(group):
-            init(group)
-        team = get_team(call, group)
-        world, rank = team.world, team.rank
+        group, world, rank = _team_of(call, module, device_mesh)
         if module.in_features % world:
             raise ValueError(f"{call}: in_features {module.in_features} must be a multiple of the mesh's size {world}")
         k = module.in_features // world
@@ -87,17 +94,7 @@ class ColwiseParallel(ParallelStyle):
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         call = "weave_tp.parallel.ColwiseParallel"
-        if not isinstance(module, nn.Linear):
-            raise TypeError(f"{call}: applies to nn.Linear (got {type(module).__name__})")
-        if device_mesh.ndim != 1:
-            raise ValueError(f"{call}: needs the 1-D tensor-parallel mesh (e.g. mesh['tp']), got {device_mesh.ndim}-D")
-        if type(module.weight.data) is not torch.Tensor:  # a DTensor: parallelized already
-            raise TypeError(f"{call}: the weight is already distributed ({type(module.weight.data).__name__})")
-        group = device_mesh.get_group()
-        if not is_initialized(group):
-            init(group)
-        team = get_team(call, group)
-        world, rank = team.world, team.rank
+        group, world, rank = _team_of(call, module, device_mesh)
         if module.out_features % world:
             raise ValueError(f"{call}: out_features {module.out_features} must be a multiple of the mesh's size "
                              f"{world}")

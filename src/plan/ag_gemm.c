@@ -18,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "kernels/kernels.h"
+#include "plan/lockstep.h"
 #include "plan/lt.h"
 #include "plan/nccl_rt.h"
 #include "plan/plan.h" /* weave_plan_cuda_fail */
@@ -40,7 +41,7 @@ struct weave_ag_gemm_plan {
   weave_nccl_t *nccl;       /* baseline's all-gather where NCCL runs */
   void *gemm_ws;            /* bulk: its GEMM's stream-K workspace (NULL: none) */
   size_t gemm_ws_bytes;
-  void *lockstep_ev; /* ranks sharing a GPU: each call waits for itself (as gemm_rs) */
+  void *lockstep_ev; /* ranks sharing a GPU: each call waits for itself (plan/lockstep.h) */
   int pageable_access;
 };
 
@@ -244,14 +245,7 @@ static weave_result_t ag_acquire(weave_ag_gemm_plan_t p) {
       ag_lt_warm(p);
   }
   if (local == WEAVE_SUCCESS) ag_gemm_workspace(p);
-  if (local == WEAVE_SUCCESS && team->world > 1 && team->info.ranks_on_device > 1) {
-    cudaEvent_t ev;
-    e = (int)cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e)
-      local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: creating the lockstep event");
-    else
-      p->lockstep_ev = ev;
-  }
+  if (local == WEAVE_SUCCESS) local = weave_lockstep_create(team, &p->lockstep_ev);
   if (local == WEAVE_SUCCESS && (e = (int)cudaDeviceSynchronize()) != 0)
     local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags and workspace");
   weave_result_t rc = weave_team_agree(team, local);
@@ -270,7 +264,7 @@ static weave_result_t ag_acquire(weave_ag_gemm_plan_t p) {
     p->mem = NULL;
     cudaFree(p->gemm_ws);
     p->gemm_ws = NULL;
-    if (p->lockstep_ev) cudaEventDestroy((cudaEvent_t)p->lockstep_ev);
+    weave_lockstep_destroy(p->lockstep_ev);
     p->lockstep_ev = NULL;
   }
   return rc;
@@ -482,26 +476,13 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
   return WEAVE_SUCCESS;
 }
 
-/* Ranks sharing a GPU: the call returns once it has finished (plan_execute.c says why). */
-static weave_result_t ag_lockstep(weave_ag_gemm_plan_t p, weave_stream_t stream) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (!p->lockstep_ev) return WEAVE_SUCCESS;
-  int e = (int)cudaStreamIsCapturing((cudaStream_t)stream, &cap);
-  if (!e && cap != cudaStreamCaptureStatusNone) return WEAVE_SUCCESS;
-  if (!e) e = (int)cudaEventRecord((cudaEvent_t)p->lockstep_ev, (cudaStream_t)stream);
-  if (!e) e = (int)cudaEventSynchronize((cudaEvent_t)p->lockstep_ev);
-  return e ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: waiting for the call (ranks sharing a GPU): %s", fn_exec,
-                        weave_cuda_error_string(e))
-           : WEAVE_SUCCESS;
-}
-
 weave_result_t weave_ag_gemm_execute(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
                                      void *A_gathered, weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn_exec);
   WEAVE_CHECK(weave_team_check_live(p->team, fn_exec));
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
   weave_result_t rc = ag_enqueue(p, A, B, bias, C, A_gathered, stream);
-  if (rc == WEAVE_SUCCESS) rc = ag_lockstep(p, stream);
+  if (rc == WEAVE_SUCCESS) rc = weave_lockstep_wait(p->team, p->lockstep_ev, fn_exec, stream);
   weave_device_leave(caller);
   return rc;
 }
@@ -527,7 +508,7 @@ weave_result_t weave_ag_gemm_plan_destroy(weave_ag_gemm_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ag_gemm_plan_destroy: plan is NULL");
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
   cudaFree(p->gemm_ws);
-  if (p->lockstep_ev) cudaEventDestroy((cudaEvent_t)p->lockstep_ev);
+  weave_lockstep_destroy(p->lockstep_ev);
   weave_team_refresh_abort(p->team);
   weave_result_t rc = p->team->aborted_by ? WEAVE_SUCCESS : weave_free(p->team, p->mem);
   ag_free_host(p);

@@ -56,7 +56,7 @@ struct weave_gemm_rs_plan {
   char why[320];
   int delay_us;      /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */
   void *lockstep_ev; /* cudaEvent_t when ranks share this GPU: each call waits for itself
-                      * (plan_execute.c, execute_lockstep); NULL otherwise */
+                      * (plan/lockstep.h); NULL otherwise */
 };
 
 /* Argument checks that need no device (the CPU tests call it directly); messages name

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include "plan/autotune.h"
+#include "plan/lockstep.h"
 #include "plan/plan.h"
 #include "plan/plan_model.h"
 
@@ -333,25 +334,9 @@ static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
   p->gemm_ws_bytes = need;
 }
 
-/* Ranks sharing a GPU run their calls in lockstep (plan_execute.c, execute_lockstep): the event each
- * call records and waits for. */
-static weave_result_t plan_lockstep_event(weave_gemm_rs_plan_t p) {
-  if (p->team->world < 2 || p->team->info.ranks_on_device < 2) return WEAVE_SUCCESS;
-  cudaEvent_t ev;
-  const int e = (int)cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (e) return weave_plan_cuda_fail(p->team, e, "plan: creating the lockstep event");
-  p->lockstep_ev = ev;
-  return WEAVE_SUCCESS;
-}
-
-static void plan_destroy_lockstep_event(weave_gemm_rs_plan_t p) {
-  if (p->lockstep_ev) cudaEventDestroy((cudaEvent_t)p->lockstep_ev);
-  p->lockstep_ev = NULL;
-}
-
 /* Collective: the heap allocation (zeroed head), the trace buffer, the bulk GEMM's workspace, the
- * lockstep event, and the baseline's cuBLASLt and NCCL. Every CUDA call that may wait for the whole device (allocation, cudaDeviceSynchronize) comes
- * before the agreement: after it, a faster rank may already launch a kernel that spins until this
+ * lockstep event, and the baseline's cuBLASLt and NCCL. Every CUDA call that may wait for the whole
+ * device (allocation, cudaDeviceSynchronize) comes before the agreement: after it, a faster rank may already launch a kernel that spins until this
  * rank launches too, and ranks that are threads sharing a GPU would stall each other until the
  * timeout. On failure the allocations are freed again (p->lt and p->nccl are the caller's to
  * destroy). */
@@ -363,7 +348,7 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
   if (local == WEAVE_SUCCESS && baseline && !p->lt) local = plan_create_lt(p);
   if (local == WEAVE_SUCCESS) plan_trace_buffer(p, env);
   if (local == WEAVE_SUCCESS) plan_gemm_workspace(p);
-  if (local == WEAVE_SUCCESS) local = plan_lockstep_event(p);
+  if (local == WEAVE_SUCCESS) local = weave_lockstep_create(team, &p->lockstep_ev);
   if (local == WEAVE_SUCCESS) { /* the flags' and the workspace's zeroing done */
     const int e = (int)cudaDeviceSynchronize();
     if (e) local = weave_plan_cuda_fail(team, e, "plan: zeroing flags and workspace");
@@ -376,7 +361,8 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
     cudaFree(p->gemm_ws);
     p->trace = NULL;
     p->gemm_ws = NULL;
-    plan_destroy_lockstep_event(p);
+    weave_lockstep_destroy(p->lockstep_ev);
+    p->lockstep_ev = NULL;
   }
   return rc;
 }
@@ -608,7 +594,8 @@ weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   /* cudaFree waits for this plan's last calls; every rank has enqueued its own before coming here */
   cudaFree(p->trace);
   cudaFree(p->gemm_ws);
-  plan_destroy_lockstep_event(p);
+  weave_lockstep_destroy(p->lockstep_ev);
+  p->lockstep_ev = NULL;
   /* a peer's abort that this rank's weave_team_sync has not reported yet: the aborting rank frees
    * nothing collectively, so neither may this one */
   weave_team_refresh_abort(p->team);

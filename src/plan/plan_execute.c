@@ -11,13 +11,14 @@
  * Every call is a new epoch of the plan's flags, so nothing is reset between calls. The epoch is
  * counted on the device (weave_plan_ctl_t), and nothing here allocates or, on ranks with a GPU of
  * their own, waits for the device: a call can be captured in a CUDA graph and replayed (see
- * weave.h). Ranks sharing a GPU wait for each call (execute_lockstep).
+ * weave.h). Ranks sharing a GPU wait for each call (plan/lockstep.h).
  */
 #include <stdint.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
+#include "plan/lockstep.h"
 #include "plan/plan.h"
 
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
@@ -152,24 +153,6 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, c
   return WEAVE_SUCCESS;
 }
 
-/* Ranks sharing a GPU (threads of a process, or processes under MPS) run in lockstep: a call returns
- * once it has finished, so that no rank's stream holds work queued behind a kernel that spins on its
- * peers. Seen with four rank threads (gpu_lifecycle_test): with calls queued behind a spinning kernel, a late rank's first kernel sometimes did not start until its
- * peers timed out (CUDA promises no concurrency between streams); in lockstep it always started.
- * Not while the stream is captured into a graph (a captured call is not run). The wait is bounded:
- * every wait of the kernels is. */
-static weave_result_t execute_lockstep(weave_gemm_rs_plan_t p, const char *fn, weave_stream_t stream) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (!p->lockstep_ev) return WEAVE_SUCCESS;
-  int e = (int)cudaStreamIsCapturing((cudaStream_t)stream, &cap);
-  if (!e && cap != cudaStreamCaptureStatusNone) return WEAVE_SUCCESS;
-  if (!e) e = (int)cudaEventRecord((cudaEvent_t)p->lockstep_ev, (cudaStream_t)stream);
-  if (!e) e = (int)cudaEventSynchronize((cudaEvent_t)p->lockstep_ev);
-  return e ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: waiting for the call (ranks sharing a GPU): %s", fn,
-                        weave_cuda_error_string(e))
-           : WEAVE_SUCCESS;
-}
-
 static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void *A, const void *B,
                               const float *scale_a, const float *scale_b, const void *bias, void *C_out,
                               weave_stream_t stream) {
@@ -228,7 +211,7 @@ static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void
                               weave_stream_t stream) {
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
   weave_result_t rc = enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream);
-  if (rc == WEAVE_SUCCESS) rc = execute_lockstep(p, fn, stream);
+  if (rc == WEAVE_SUCCESS) rc = weave_lockstep_wait(p->team, p->lockstep_ev, fn, stream);
   weave_device_leave(caller);
   return rc;
 }
