@@ -661,3 +661,16 @@ def test_colwise_parallel_style(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
             parallelize_module(torch.nn.ReLU(), mesh, weave_tp.parallel.ColwiseParallel())
     finally:
         dist.destroy_process_group()
+
+
+def test_ag_plan_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ag_plan_info looks the plan up by the call's shape and options (None before the first call) and
+    checks the arguments as ag_gemm does."""
+    asked = []
+    stand_in = use_team(monkeypatch, 4, 1)
+    stand_in.find_plan = lambda *key: asked.append(key)
+    assert weave_tp.ag_plan_info(meta(3, 8), meta(6, 8), M=10, strategy="bulk") is None
+    (M, N, K, options), = asked
+    assert (M, N, K) == (10, 6, 8) and options == _torch.ag_gemm_options("bf16", strategy="bulk")
+    with pytest.raises(ValueError, match="a has 3 rows but rank 1 of 4 holds 2 of M = 9"):
+        weave_tp.ag_plan_info(meta(3, 8), meta(6, 8), M=9)

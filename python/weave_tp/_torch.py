@@ -785,6 +785,21 @@ def _ag_backward(ctx, grad_c: Tensor, grad_g: Optional[Tensor]):  # noqa: ANN001
 _ag_gemm_op.register_autograd(_ag_backward, setup_context=_ag_setup_context)
 
 
+def ag_plan_info(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, M: Optional[int] = None,
+                 b_layout: str = "col", strategy: str = "auto", alpha: float = 1.0,
+                 group: Optional[dist.ProcessGroup] = None):  # noqa: ANN201 (AgPlanInfo or None)
+    """The plan an ag_gemm call with these arguments uses (its resolved strategy and why, this rank's
+    rows, the blocks, the heap it holds), or None before the first such call has made it."""
+    call = "weave_tp.ag_plan_info"
+    _check_types(call, dict(a=a, b=b), dict(bias=bias), dict(b_layout=b_layout, strategy=strategy), False, alpha)
+    a = _tokens(call, a)
+    team = get_team(call, group)
+    M = a.shape[0] * team.world if M is None else M
+    options, N, K = _check_ag(call, team, a, b, bias, b_layout, strategy, alpha, M, meta_ok=True)
+    plan = team.find_plan(M, N, K, options)
+    return None if plan is None else plan.info
+
+
 def ag_gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, M: Optional[int] = None, b_layout: str = "col",
             strategy: str = "auto", alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None,
             return_gathered: bool = False):  # noqa: ANN201 (Tensor, or (Tensor, Tensor))
