@@ -20,7 +20,7 @@
 #include "kernels/kernels.h"
 #include "plan/lockstep.h"
 #include "plan/lt.h"
-#include "plan/nccl_rt.h"
+#include "runtime/nccl_rt.h"
 #include "plan/plan.h" /* weave_plan_cuda_fail */
 #include "runtime/arg_checks.h"
 #include "runtime/internal.h"

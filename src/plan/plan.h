@@ -19,7 +19,7 @@
 
 #include "common/dtype.h"
 #include "plan/lt.h"
-#include "plan/nccl_rt.h"
+#include "runtime/nccl_rt.h"
 #include "kernels/kernels.h"
 #include "runtime/arg_checks.h"
 #include "runtime/internal.h"

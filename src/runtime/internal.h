@@ -160,12 +160,13 @@ struct weave_team {
   void *peer_bases[WEAVE_MAX_WORLD];      /* every rank's heap as addressable from this rank */
   void **d_bases;                         /* device copy of peer_bases */
   weave_heap_t heap;
-  int threads_on_device; /* ranks of this team in this process that share its GPU */
-  int abort_told;        /* this rank's abort notice reached every rank's header */
-  int aborted_by;        /* 0, or 1 + the rank that aborted the team (this one, by
+  int threads_on_device;              /* ranks of this team in this process that share its GPU */
+  int abort_told;                     /* this rank's abort notice reached every rank's header */
+  int aborted_by;                     /* 0, or 1 + the rank that aborted the team (this one, by
                                        * weave_team_abort, or a peer, as weave_team_sync found; -1:
                                        * the record said aborted before the notice naming the rank) */
-  int nodes;             /* the team's nodes (weave_node_split) */
+  weave_bootstrap_t *owned_bootstrap; /* made for the team, destroyed with it (weave_team_create_from_nccl) */
+  int nodes;                          /* the team's nodes (weave_node_split) */
   int node_of_rank[WEAVE_MAX_WORLD];
   char last_error[1024];
 };

@@ -278,6 +278,7 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
 
 static weave_result_t team_destroy(weave_team_t team) {
 #ifdef WEAVE_HAVE_CUDA
+  weave_bootstrap_t *owned = team->owned_bootstrap; /* host sockets only: freed on either path below */
   cudaDeviceSynchronize();
   /* Peers may still read this heap until every rank got here. */
   weave_result_t rc = team->bootstrap->barrier(team->bootstrap, team->rank);
@@ -290,9 +291,11 @@ static weave_result_t team_destroy(weave_team_t team) {
               weave_get_error_string(rc), team->heap_size);
     weave_heap_fini(&team->heap);
     free(team);
+    if (owned) weave_bootstrap_destroy(owned);
     return rc;
   }
   team_release(team);
+  if (owned) weave_bootstrap_destroy(owned);
   return rc;
 #else
   return WEAVE_ERROR_INTERNAL;
