@@ -52,6 +52,7 @@ expect_bad "-d" --op ag_gemm -d fp8
 expect_bad "-l" --op ag_gemm -l diag
 expect_bad "--bogus" --op ag_gemm --bogus 1
 expect_bad "-e" --op ag_gemm -b 1024 -e 512
+expect_bad "-J" --op ag_gemm -J
 expect_bad "--fp8-accum" -d bf16 --fp8-accum fast
 expect_bad "--fp8-accum" --op gemm -d bf16 --fp8-accum fast
 expect_bad "--scales" -d bf16 --scales row

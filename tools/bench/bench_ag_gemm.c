@@ -7,7 +7,8 @@
  * off by more than the dtype's tolerance for K; NaN counts). A is random, B and bias too, different
  * per rank.
  * Usage: weave-bench --op ag_gemm [-M m]... [-b first -e last -f factor] [-N n_local] [-K k] [-g ranks]
- *        [-d bf16|fp16] [-l col|row] [-n rounds] [-w warmup] [--comm-blocks c]   (one GPU per rank
+ *        [-d bf16|fp16] [-l col|row] [-n rounds] [-w warmup] [--comm-blocks c] [-J file.json]
+ *        (-J: the table as JSON, one object a row; one GPU per rank
  *        where there are enough, else ranks share GPU 0.. round robin)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -17,6 +18,7 @@
 
 #include "harness.h"
 #include "bench_support.h"
+#include "json_writer.h"
 #include "reference.h"
 #include "weave.h"
 
@@ -166,6 +168,7 @@ int weave_bench_ag_main(int argc, char **argv) {
   b.dtype = WEAVE_BF16;
   b.layout = WEAVE_LAYOUT_COL;
   int first = 0, last = 0, factor = 2;
+  const char *json_path = NULL;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--op")) {
@@ -194,7 +197,10 @@ int weave_bench_ag_main(int argc, char **argv) {
       ok = ag_int(a, v, 0, 1000, &b.warmup);
     else if (!strcmp(a, "--comm-blocks"))
       ok = ag_int(a, v, 1, 1024, &b.comm_blocks);
-    else if (!strcmp(a, "-d")) {
+    else if (!strcmp(a, "-J")) {
+      if (!v || !*v) return ag_usage("-J: a file name");
+      json_path = v;
+    } else if (!strcmp(a, "-d")) {
       if (v && !strcmp(v, "bf16"))
         b.dtype = WEAVE_BF16;
       else if (v && !strcmp(v, "fp16"))
@@ -209,8 +215,8 @@ int weave_bench_ag_main(int argc, char **argv) {
       else
         return ag_usage("-l: col or row");
     } else {
-      fprintf(stderr, "weave-bench --op ag_gemm: unknown option %s (-M -b -e -f -N -K -g -n -w -d -l --comm-blocks)\n",
-              a);
+      fprintf(stderr,
+              "weave-bench --op ag_gemm: unknown option %s (-M -b -e -f -N -K -g -n -w -d -l --comm-blocks -J)\n", a);
       return 2;
     }
     if (!ok) return 2;
@@ -243,6 +249,26 @@ int weave_bench_ag_main(int argc, char **argv) {
         b.world, ndev < b.world ? ndev : b.world, b.N, b.K, weave_dtype_name(b.dtype),
         b.layout == WEAVE_LAYOUT_COL ? "[N,K]" : "[K,N]", b.rounds, b.warmup);
   int fail = 0;
+  FILE *jf = NULL;
+  json_writer_t jw;
+  if (json_path && printer) {
+    if (!(jf = fopen(json_path, "w"))) {
+      fprintf(stderr, "weave-bench --op ag_gemm: -J %s: cannot write it\n", json_path);
+      return 2;
+    }
+    json_open(&jw, jf);
+    json_begin_object(&jw);
+    json_kv_string(&jw, "op", "ag_gemm");
+    json_kv_int(&jw, "ranks", b.world);
+    json_kv_int(&jw, "gpus", ndev < b.world ? ndev : b.world);
+    json_kv_int(&jw, "N", b.N);
+    json_kv_int(&jw, "K", b.K);
+    json_kv_string(&jw, "dtype", weave_dtype_name(b.dtype));
+    json_kv_string(&jw, "b_layout", b.layout == WEAVE_LAYOUT_COL ? "col" : "row");
+    json_kv_int(&jw, "rounds", b.rounds);
+    json_key(&jw, "rows");
+    json_begin_array(&jw);
+  }
   for (int mi = 0; mi < b.nM; ++mi) {
     b.M = b.Ms[mi];
     memset(b.ms, 0, sizeof(b.ms));
@@ -274,6 +300,27 @@ int weave_bench_ag_main(int argc, char **argv) {
            ms[0] > 0 && ms[1] > 0 ? ms[0] / ms[1] : 0, ms[0] > 0 && ms[3] > 0 ? ms[0] / ms[3] : 0,
            weave_strategy_name(b.resolved[3]), wrong[1], wrong[2], wrong[3]);
     if (wrong[1] || wrong[2] || wrong[3]) fail = 1;
+    if (jf) {
+      static const char *const names[AG_NSTRAT] = {"baseline", "fused", "bulk", "auto"};
+      json_begin_object(&jw);
+      json_kv_int(&jw, "M", b.M);
+      for (int s = 0; s < AG_NSTRAT; ++s) {
+        char key[32];
+        snprintf(key, sizeof(key), "%s_ms", names[s]);
+        json_kv_number(&jw, key, ms[s]);
+        snprintf(key, sizeof(key), "%s_wrong", names[s]);
+        json_kv_int(&jw, key, wrong[s]);
+      }
+      json_kv_string(&jw, "auto_strategy", weave_strategy_name(b.resolved[3]));
+      json_kv_string(&jw, "auto_why", b.why[3]);
+      json_end_object(&jw);
+    }
+  }
+  if (jf) {
+    json_end_array(&jw);
+    json_end_object(&jw);
+    fputc('\n', jf);
+    fclose(jf);
   }
   return fail;
 }
