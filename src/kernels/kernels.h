@@ -158,6 +158,10 @@ typedef struct {
 weave_result_t weave_gemm_dispatch(const weave_gemm_call_t *c, weave_stream_t stream, char *msg, size_t msglen);
 /* The stream-K workspace such a call needs (0: none, or not the Hopper role); its pointers unused. */
 size_t weave_gemm_workspace_need(const weave_gemm_call_t *c);
+/* That workspace for a plan's GEMM, zeroed (the plan's calls are ordered, so one serves them on any
+ * stream); NULL with *bytes 0 where none is needed or none is to be had (then whole tiles only, and
+ * a warning on `team`). */
+void *weave_gemm_workspace_alloc(weave_team_t team, const weave_gemm_call_t *c, size_t *bytes);
 
 #ifdef __cplusplus
 }

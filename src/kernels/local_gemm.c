@@ -133,6 +133,21 @@ size_t weave_gemm_workspace_need(const weave_gemm_call_t *c) {
   return weave_hgemm_workspace_size(&a);
 }
 
+void *weave_gemm_workspace_alloc(weave_team_t team, const weave_gemm_call_t *c, size_t *bytes) {
+  *bytes = 0;
+  const size_t need = weave_gemm_workspace_need(c);
+  void *ws = NULL;
+  if (!need) return NULL;
+  if (cudaMalloc(&ws, need) != cudaSuccess || cudaMemset(ws, 0, need) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(ws);
+    weave_log(WEAVE_LOG_WARN, team, "plan: no device memory for the GEMM's stream-K workspace: whole tiles only");
+    return NULL;
+  }
+  *bytes = need;
+  return ws;
+}
+
 static int device_reads(int pageable, const void *ptr) {
   if (pageable) return 1;
   struct cudaPointerAttributes a;

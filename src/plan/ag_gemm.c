@@ -173,26 +173,31 @@ static void ag_size_memory(weave_ag_gemm_plan_t p) {
   p->mem_bytes = p->head_bytes + (ag_needs_gathered(p) ? (size_t)p->M * p->K * weave_dtype_size(p->desc.dtype) : 0);
 }
 
-static void ag_gemm_workspace(weave_ag_gemm_plan_t p) {
-  if (p->strategy != WEAVE_STRATEGY_BULK) return;
+/* The local GEMM of the bulk strategy (or of any strategy on one rank): all rows of A (gathered, or
+ * this rank's own on one rank) with this rank's B, alpha and bias, on the plan's blocks. */
+static weave_gemm_call_t ag_gemm_call(const weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias,
+                                      void *C) {
   const weave_gemm_call_t c = {.M = p->M,
                                .N = p->N,
                                .K = p->K,
                                .dtype = p->desc.dtype,
                                .b_layout = p->desc.b_layout,
                                .out_dtype = p->desc.dtype,
-                               .num_blocks = p->gemm_blocks};
-  const size_t need = weave_gemm_workspace_need(&c);
-  if (!need) return;
-  if (cudaMalloc(&p->gemm_ws, need) != cudaSuccess || cudaMemset(p->gemm_ws, 0, need) != cudaSuccess) {
-    cudaGetLastError();
-    cudaFree(p->gemm_ws);
-    p->gemm_ws = NULL;
-    weave_log(WEAVE_LOG_WARN, p->team,
-              "AllGather + GEMM plan: no memory for the GEMM's stream-K workspace: whole tiles only");
-    return;
-  }
-  p->gemm_ws_bytes = need;
+                               .alpha = p->desc.alpha,
+                               .A = A,
+                               .B = B,
+                               .bias = bias,
+                               .C = C,
+                               .num_blocks = p->gemm_blocks,
+                               .ws = p->gemm_ws,
+                               .ws_bytes = p->gemm_ws_bytes};
+  return c;
+}
+
+static void ag_gemm_workspace(weave_ag_gemm_plan_t p) {
+  if (p->strategy != WEAVE_STRATEGY_BULK) return;
+  const weave_gemm_call_t c = ag_gemm_call(p, NULL, NULL, NULL, NULL);
+  p->gemm_ws = weave_gemm_workspace_alloc(p->team, &c, &p->gemm_ws_bytes);
 }
 
 /* row_info (kernels.h): for each block of gathered rows, the ranks whose rows meet it | the first of
@@ -249,16 +254,9 @@ static weave_result_t ag_acquire(weave_ag_gemm_plan_t p) {
   if (local == WEAVE_SUCCESS && (e = (int)cudaDeviceSynchronize()) != 0)
     local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags and workspace");
   weave_result_t rc = weave_team_agree(team, local);
-  if (rc == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE && team->world > 1 && p->M % team->world == 0) {
-    /* NCCL refuses two ranks on one GPU: only where no rank shares its GPU; never fails the plan */
-    int shared[WEAVE_MAX_WORLD], any = 0;
-    if (weave_team_allgather_int(team, team->info.ranks_on_device > 1, shared) == WEAVE_SUCCESS) {
-      for (int r = 0; r < team->world; ++r) any |= shared[r];
-      if (!any && weave_nccl_create(team, &p->nccl) != WEAVE_SUCCESS)
-        weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan: baseline without NCCL (%s): weave's gather instead",
-                  weave_get_last_error(team));
-    }
-  }
+  /* the baseline's all-gather through NCCL where it runs (a GPU per rank; equal chunks) */
+  if (rc == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE && team->world > 1 && p->M % team->world == 0)
+    p->nccl = weave_nccl_try_create(team, "AllGather + GEMM plan", "weave's gather instead");
   if (rc != WEAVE_SUCCESS) {
     weave_free(team, p->mem);
     p->mem = NULL;
@@ -380,20 +378,7 @@ static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const
 static weave_result_t ag_weave_gemm(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
                                     weave_stream_t stream) {
   char msg[256] = "";
-  const weave_gemm_call_t c = {.M = p->M,
-                               .N = p->N,
-                               .K = p->K,
-                               .dtype = p->desc.dtype,
-                               .b_layout = p->desc.b_layout,
-                               .out_dtype = p->desc.dtype,
-                               .alpha = p->desc.alpha,
-                               .A = A,
-                               .B = B,
-                               .bias = bias,
-                               .C = C,
-                               .num_blocks = p->gemm_blocks,
-                               .ws = p->gemm_ws,
-                               .ws_bytes = p->gemm_ws_bytes};
+  const weave_gemm_call_t c = ag_gemm_call(p, A, B, bias, C);
   weave_result_t rc = weave_gemm_dispatch(&c, stream, msg, sizeof(msg));
   return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "%s: %s", fn_exec, msg);
 }

@@ -275,19 +275,6 @@ static weave_result_t plan_create_lt(weave_gemm_rs_plan_t p) {
   return rc;
 }
 
-/* The baseline's reduce-scatter through NCCL where it can run: NCCL refuses two ranks on one GPU and
- * wants equal chunks; otherwise (or when NCCL cannot start) weave's reduce-scatter. Collective; never
- * fails the plan. */
-static void plan_try_nccl(weave_gemm_rs_plan_t p) {
-  weave_team_t team = p->team;
-  int any_shared = 0, all_shared[WEAVE_MAX_WORLD];
-  if (weave_team_allgather_int(team, team->info.ranks_on_device > 1, all_shared) != WEAVE_SUCCESS) return;
-  for (int r = 0; r < team->world; ++r) any_shared |= all_shared[r];
-  if (!any_shared && weave_nccl_create(team, &p->nccl) != WEAVE_SUCCESS)
-    weave_log(WEAVE_LOG_INFO, team, "plan: baseline without NCCL (%s): weave's reduce-scatter instead",
-              weave_get_last_error(team));
-}
-
 /* The fused kernel's per-tile trace (desc.trace or WEAVE_TRACE): without device memory for it, the
  * plan runs untraced. */
 static _Thread_local int untraced; /* weave_plan_untraced: a candidate of auto's being created */
@@ -322,16 +309,7 @@ static void plan_gemm_workspace(weave_gemm_rs_plan_t p) {
                                .out_dtype = out,
                                .fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST,
                                .num_blocks = p->gemm_blocks};
-  const size_t need = weave_gemm_workspace_need(&c);
-  if (!need) return;
-  if (cudaMalloc(&p->gemm_ws, need) != cudaSuccess || cudaMemset(p->gemm_ws, 0, need) != cudaSuccess) {
-    cudaGetLastError();
-    cudaFree(p->gemm_ws);
-    p->gemm_ws = NULL;
-    weave_log(WEAVE_LOG_WARN, p->team, "plan: no device memory for the GEMM's stream-K workspace: whole tiles only");
-    return;
-  }
-  p->gemm_ws_bytes = need;
+  p->gemm_ws = weave_gemm_workspace_alloc(p->team, &c, &p->gemm_ws_bytes);
 }
 
 /* Collective: the heap allocation (zeroed head), the trace buffer, the bulk GEMM's workspace, the
@@ -354,7 +332,9 @@ static weave_result_t plan_acquire(weave_gemm_rs_plan_t p, const weave_env_t *en
     if (e) local = weave_plan_cuda_fail(team, e, "plan: zeroing flags and workspace");
   }
   weave_result_t rc = weave_team_agree(team, local);
-  if (rc == WEAVE_SUCCESS && baseline && team->world > 1 && p->M % team->world == 0) plan_try_nccl(p);
+  /* the baseline's reduce-scatter through NCCL where it runs (a GPU per rank; equal chunks) */
+  if (rc == WEAVE_SUCCESS && baseline && team->world > 1 && p->M % team->world == 0)
+    p->nccl = weave_nccl_try_create(team, "plan", "weave's reduce-scatter instead");
   if (rc != WEAVE_SUCCESS) {
     weave_free(team, p->mem);
     cudaFree(p->trace);

@@ -86,6 +86,16 @@ weave_result_t weave_nccl_create(weave_team_t team, weave_nccl_t **out) {
   return WEAVE_SUCCESS;
 }
 
+weave_nccl_t *weave_nccl_try_create(weave_team_t team, const char *what, const char *instead) {
+  int shared[WEAVE_MAX_WORLD], any = 0;
+  if (weave_team_allgather_int(team, team->info.ranks_on_device > 1, shared) != WEAVE_SUCCESS) return NULL;
+  for (int r = 0; r < team->world; ++r) any |= shared[r];
+  weave_nccl_t *n = NULL;
+  if (!any && weave_nccl_create(team, &n) != WEAVE_SUCCESS)
+    weave_log(WEAVE_LOG_INFO, team, "%s: baseline without NCCL (%s): %s", what, weave_get_last_error(team), instead);
+  return n;
+}
+
 static int nccl_type(weave_dtype_t dtype) {
   return dtype == WEAVE_BF16 ? NCCL_BFLOAT16 : dtype == WEAVE_FP16 ? NCCL_FLOAT16 : NCCL_FLOAT32;
 }
