@@ -125,7 +125,7 @@ static const char *const vars[] = {"WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",    
                                    "WEAVE_TMA_EPILOGUE",  "WEAVE_HGEMM_PINGPONG",  "WEAVE_HGEMM_STREAMK",
                                    "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
                                    "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT",  "WEAVE_AUTOTUNE",
-                                   "WEAVE_TEST_DELAY",    "WEAVE_RANKS_PER_NODE"};
+                                   "WEAVE_TEST_DELAY",    "WEAVE_RANKS_PER_NODE",  "WEAVE_HGEMM_PROMOTE_WGS"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -161,6 +161,7 @@ static void test_env_load(void) {
   setenv("WEAVE_HGEMM_CLUSTER", "2", 1);
   setenv("WEAVE_HGEMM_TMA_STORE", "0", 1);
   setenv("WEAVE_HGEMM_GROUP_M", "4096", 1);
+  setenv("WEAVE_HGEMM_PROMOTE_WGS", "2", 1);
   setenv("WEAVE_AUTOTUNE", "off", 1);
   setenv("WEAVE_TEST_DELAY", "bulk:250", 1);
   setenv("WEAVE_RANKS_PER_NODE", "2", 1);
@@ -212,6 +213,7 @@ static void test_env_load(void) {
       {"WEAVE_HGEMM_CLUSTER", "4"},
       {"WEAVE_HGEMM_TMA_STORE", "2"},
       {"WEAVE_HGEMM_GROUP_M", "1"},
+      {"WEAVE_HGEMM_PROMOTE_WGS", "4"},
       {"WEAVE_HGEMM_GROUP_M", "16x"},
       {"WEAVE_AUTOTUNE", "2"},
       {"WEAVE_AUTOTUNE", "sometimes"},
@@ -265,11 +267,8 @@ static void test_hgemm_knobs(void) {
   static const struct {
     const char *name;
     long lo, hi;
-  } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},
-               {"WEAVE_HGEMM_STREAMK", 0, 2},
-               {"WEAVE_HGEMM_CLUSTER", 1, 2},
-               {"WEAVE_HGEMM_TMA_STORE", 0, 1},
-               {"WEAVE_HGEMM_GROUP_M", 2, 4096}};
+  } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},  {"WEAVE_HGEMM_STREAMK", 0, 2},    {"WEAVE_HGEMM_CLUSTER", 1, 2},
+               {"WEAVE_HGEMM_TMA_STORE", 0, 1}, {"WEAVE_HGEMM_GROUP_M", 2, 4096}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3}};
   for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
     const char *n = knobs[i].name;
     char v[32];

@@ -48,3 +48,10 @@ def test_example() -> None:
                    "--out-features", "2048", "--iters", "20", "--warmup", "5")
     assert "# check: OK" in out
     assert "weave fused (plan: fused" in out and "F.linear + dist.reduce_scatter_tensor" in out
+
+
+@pytest.mark.parametrize("world", [max(WORLDS)])
+def test_tp_mlp_example(world: int) -> None:
+    out = torchrun(world, str(REPO / "examples" / "tp_mlp.py"), "--tokens", "1024", "--hidden", "1024",
+                   "--ffn", "2048", "--iters", "10", "--warmup", "3")
+    assert "# check (forward and backward against float64 on the CPU): OK" in out

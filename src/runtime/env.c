@@ -32,6 +32,8 @@
   X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)")             \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")       \
   X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)") \
+  X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                             \
+    "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")                 \
   X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                                 \
     "ranks per node of a team (0: the ranks of one host; n: pretend nodes of n consecutive ranks, for tests)")        \
   X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)")
@@ -116,11 +118,9 @@ int weave_parse_bool(const char *s, int *out) {
 static const struct {
   const char *name;
   long lo, hi, def;
-} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},
-                   {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
-                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},
-                   {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
-                   {"WEAVE_HGEMM_GROUP_M", 2, 4096, 16}};
+} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},    {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
+                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},     {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
+                   {"WEAVE_HGEMM_GROUP_M", 2, 4096, 16}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 
 int weave_hgemm_knob(const char *name) {

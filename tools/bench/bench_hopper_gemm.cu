@@ -420,15 +420,19 @@ static void print_header(const Options &o, const cudaDeviceProp &prop) {
         : o.scales == WEAVE_SCALE_TENSOR ? "per-tensor"
                                          : "no",
         o.fast_accum ? "fast (the tensor cores' own)" : "fp32 (promoted every 128 of K)", o.fast_accum);
+  /* fp8 with fp32 accumulation runs the three-warpgroup kernel unless WEAVE_HGEMM_PROMOTE_WGS=2 */
+  const bool p3 = o.dt == WEAVE_FP8_E4M3 && !o.fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3;
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d\n", prop.name, prop.multiProcessorCount,
          prop.l2CacheSize >> 20, prop.major, prop.minor, rtv);
   printf(
       "# weave tile %dx%dx%d, %d stages, %d threads, %d B smem; warm-up %d, median of %d, inputs "
       "rotated over > 2x L2, launches queued behind a GPU spin; per shape, every block count's weave / coop / pp / lt_sm and lt_def once per iteration, all in one shuffled order\n",
-      WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, weave_hgemm_bk(o.dt), WEAVE_HGEMM_STAGES, WEAVE_HGEMM_THREADS,
-      WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, o.warm, o.iters);
-  const char *knobs[] = {"WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M", "WEAVE_HGEMM_STREAMK",
-                         "WEAVE_HGEMM_PINGPONG"};
+      p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN, weave_hgemm_bk(o.dt),
+      p3 ? WEAVE_HGEMM_P3_STAGES : WEAVE_HGEMM_STAGES, p3 ? WEAVE_HGEMM_P3_THREADS : WEAVE_HGEMM_THREADS,
+      p3 ? WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES : WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, o.warm, o.iters);
+  if (p3) printf("# promoted fp8: three consumer warpgroups, one schedule (coop and pp run the same kernel)\n");
+  const char *knobs[] = {"WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
+                         "WEAVE_HGEMM_STREAMK", "WEAVE_HGEMM_PINGPONG",  "WEAVE_HGEMM_PROMOTE_WGS"};
   printf("# knobs:");
   for (const char *k : knobs) printf(" %s=%s", k, getenv(k) ? getenv(k) : "-");
   printf(" (unset: defaults)\n");

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm/hopper/gemm_hopper.cuh"
+#include "gemm/hopper/gemm_hopper_promote3.cuh"
 #include "gemm/hopper/standalone_sink.cuh"
 
 /* DT: A and B; OUT: C and bias (DT itself for 16-bit inputs); CL: 1 or 2 CTAs per cluster; PP: the
@@ -51,6 +52,24 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE, SC, PROMOTE>(p, smem, blockIdx.x, gridDim.x,
                                                                                   seq_count, sink);
   }
+}
+
+/* fp8 with promoted accumulation on three consumer warpgroups (gemm_hopper_promote3.cuh): 192 x 128
+ * tiles, data-parallel; OUT and SC as above. */
+template <int OUT, class SC>
+__global__ void __launch_bounds__(WEAVE_HGEMM_P3_THREADS, 1)
+    weave_hgemm_kernel_p3(const __grid_constant__ weave_hgemm_params_t p, const __grid_constant__ CUtensorMap c_map,
+                          weave_hgemm_sink_args_t sa) {
+  extern __shared__ unsigned char weave_hgemm_smem_raw[];
+  unsigned char *smem = (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
+  typedef weave_hgemm_standalone_sink_t<OUT, 1, WEAVE_HGEMM_P3_BM, WEAVE_HGEMM_P3_BN> sink_t;
+  sink_t sink;
+  sink.a = sa;
+  sink.cmap = &c_map;
+  if constexpr (std::is_same<SC, weave_hgemm_scale_none>::value) {
+    if (p.scales.mode == WEAVE_SCALE_TENSOR) sink.a.alpha *= __ldg(p.scales.a) * __ldg(p.scales.b);
+  }
+  weave_hgemm_role_promote3<sink_t, SC>(p, smem, blockIdx.x, gridDim.x, p.tiles_m * p.tiles_n, sink);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -196,22 +215,23 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   return WEAVE_SUCCESS;
 }
 
-extern "C" int weave_hgemm_knob(const char *name); /* src/env.c: value in range, else the default */
+typedef void (*weave_hgemm_kernel_fn_t)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t);
 
-/* launches kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>; *grid is trimmed to what runs at once (CL == 2: whole clusters) */
-template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none, bool PROMOTE = false>
-static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
-                                           const weave_hgemm_sink_args_t &sa, int grid, int dev, cudaStream_t stream) {
-  void (*kern)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t) =
-      weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>;
-  /* once per device and instantiation (ranks of one process may drive several devices) */
+/* launches KERN (THREADS threads, SMEM bytes of dynamic smem, CL CTAs a cluster) on `grid` blocks,
+ * trimmed to whole clusters that run at once */
+template <weave_hgemm_kernel_fn_t KERN, int THREADS, int SMEM, int CL>
+static cudaError_t weave_hgemm_launch_kernel(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
+                                             const weave_hgemm_sink_args_t &sa, int grid, int dev,
+                                             cudaStream_t stream) {
+  const weave_hgemm_kernel_fn_t kern = KERN;
+  /* once per device and kernel (ranks of one process may drive several devices) */
   static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
   static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
   unsigned long long bit = dev < 64 ? 1ull << dev : 0;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  cfg.blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES;
+  cfg.blockDim = dim3(THREADS, 1, 1);
+  cfg.dynamicSmemBytes = SMEM;
   cfg.stream = stream;
   if (CL == 2) {
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -224,8 +244,7 @@ static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const 
   cudaError_t e;
   int mc = 0;
   if (!bit || !(__atomic_load_n(&attr_set, __ATOMIC_ACQUIRE) & bit)) {
-    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES);
+    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (e != cudaSuccess) return e;
     if (CL == 2) {
       cfg.gridDim = dim3(2, 1, 1);
@@ -242,18 +261,34 @@ static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const 
     if (mc > 0 && grid > 2 * mc) grid = 2 * mc;
   }
   if (CL == 1) {
-    kern<<<grid, WEAVE_HGEMM_THREADS, WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, stream>>>(p, c_map, sa);
+    kern<<<grid, THREADS, SMEM, stream>>>(p, c_map, sa);
     return cudaGetLastError();
   }
   cfg.gridDim = dim3(grid, 1, 1);
   return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 
+/* the standalone kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE> */
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none, bool PROMOTE = false>
+static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
+                                           const weave_hgemm_sink_args_t &sa, int grid, int dev, cudaStream_t stream) {
+  return weave_hgemm_launch_kernel<weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>, WEAVE_HGEMM_THREADS,
+                                   WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, CL>(p, c_map, sa, grid, dev, stream);
+}
+
+/* the three-warpgroup promoted fp8 kernel<OUT, SC> */
+template <int OUT, class SC>
+static cudaError_t weave_hgemm_launch_p3(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
+                                         const weave_hgemm_sink_args_t &sa, int grid, int dev, cudaStream_t stream) {
+  return weave_hgemm_launch_kernel<weave_hgemm_kernel_p3<OUT, SC>, WEAVE_HGEMM_P3_THREADS,
+                                   WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES, 1>(p, c_map, sa, grid, dev, stream);
+}
+
 /* Tuning knobs (documented, with their measurements, in docs/hopper_gemm.md), read once per process:
  * the TMA-store epilogue on by default (faster); 2-CTA clusters verified but off (no faster); the
  * stream-K tail by its cost model. */
 typedef struct {
-  int cluster, tma_store, group_m, streamk, pingpong;
+  int cluster, tma_store, group_m, streamk, pingpong, promote_wgs;
 } weave_hgemm_knobs_t;
 
 static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
@@ -265,6 +300,7 @@ static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
     k.group_m = weave_hgemm_knob("WEAVE_HGEMM_GROUP_M") & ~1;
     k.streamk = weave_hgemm_knob("WEAVE_HGEMM_STREAMK");
     k.pingpong = weave_hgemm_knob("WEAVE_HGEMM_PINGPONG");
+    k.promote_wgs = weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS");
     __atomic_store_n(&read, 1, __ATOMIC_RELEASE);
   }
   return k;
@@ -432,6 +468,16 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     p.sk_counters = (unsigned *)a->workspace;
     p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
   }
+  /* fp8 with promoted accumulation: three consumer warpgroups on 192 x 128 tiles (A's map re-encoded
+   * for a 192-row box, B read through its 128-row map), unless WEAVE_HGEMM_PROMOTE_WGS=2 */
+  const bool p3 = promote && knobs.promote_wgs == 3;
+  if (p3) {
+    r = weave_hgemm_encode(&p.tmap_a, a->dtype, a->A, (uint64_t)p.K, (uint64_t)p.M, (uint64_t)p.K, WEAVE_HGEMM_BK_FP8,
+                           WEAVE_HGEMM_P3_BM, errmsg, errlen);
+    if (r) return r;
+    p.tiles_m = sa.tiles_m = (p.M + WEAVE_HGEMM_P3_BM - 1) / WEAVE_HGEMM_P3_BM;
+    p.tiles_n = sa.tiles_n = (p.N + WEAVE_HGEMM_P3_BN - 1) / WEAVE_HGEMM_P3_BN;
+  }
   const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   cudaError_t e;
@@ -443,9 +489,10 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
    * no ping-pong kernel is built for it. */
-#define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                      \
-  (promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream) \
-           : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
+#define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                        \
+  (p3        ? weave_hgemm_launch_p3<OUT, SC>(p, c_map, sa, grid, dev, stream)                                      \
+   : promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream) \
+             : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
 #define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                               \
   (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream) \
       : WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC))

@@ -6,6 +6,8 @@
  *   gemm_hopper.cuh              this file: the Sink contract and weave_hgemm_role, the entry point
  *   gemm_hopper_cooperative.cuh  cooperative schedule: both consumer warpgroups on one 128 x 256 tile
  *   gemm_hopper_pingpong.cuh     ping-pong schedule: each consumer warpgroup a 128 x 128 half, in turns
+ *   gemm_hopper_promote3.cuh     fp8 with fp32 accumulation on three consumer warpgroups, 192 x 128
+ *                                tiles, 512 threads (the standalone kernel; included by gemm_hopper.cu)
  *   epilogue.cuh                 optional sink capabilities and the TMA-store epilogue
  *   scales.cuh                   scale policies: fp8 dequantization of a tile's accumulators
  *   streamk_fixup.cuh            stream-K: the sum of a split tile's segments

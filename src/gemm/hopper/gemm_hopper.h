@@ -63,6 +63,20 @@ extern "C" {
 #define WEAVE_HGEMM_EPI_BYTES (2 * WEAVE_HGEMM_EPI_BUFS * WEAVE_HGEMM_EPI_BUF_BYTES)
 #define WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES (WEAVE_HGEMM_EPI_OFFSET + WEAVE_HGEMM_EPI_BYTES + 1024)
 #define WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES
+/* fp8 with accumulation promoted to fp32 on three consumer warpgroups (gemm_hopper_promote3.cuh):
+ * 192 x 128 tiles, 512 threads, A [192 x 128] + B [128 x 128] a stage (40 KiB), the barriers in the
+ * 1024 bytes after the stages, then the TMA-store staging of three warpgroups (48 KiB). */
+#define WEAVE_HGEMM_P3_BM 192
+#define WEAVE_HGEMM_P3_BN 128
+#define WEAVE_HGEMM_P3_THREADS 512
+#define WEAVE_HGEMM_P3_STAGES 4
+#define WEAVE_HGEMM_P3_PRODUCER_REGS 40
+#define WEAVE_HGEMM_P3_CONSUMER_REGS 152
+#define WEAVE_HGEMM_P3_A_STAGE_BYTES (WEAVE_HGEMM_P3_BM * WEAVE_HGEMM_BK_FP8)
+#define WEAVE_HGEMM_P3_STAGE_BYTES (WEAVE_HGEMM_P3_A_STAGE_BYTES + WEAVE_HGEMM_P3_BN * WEAVE_HGEMM_BK_FP8)
+#define WEAVE_HGEMM_P3_EPI_OFFSET (WEAVE_HGEMM_P3_STAGES * WEAVE_HGEMM_P3_STAGE_BYTES + 1024)
+#define WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES \
+  (WEAVE_HGEMM_P3_EPI_OFFSET + 3 * WEAVE_HGEMM_EPI_BUFS * WEAVE_HGEMM_EPI_BUF_BYTES + 1024)
 /* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads); the
  * TMA-store epilogue also uses ids 2 and 3 (128 threads each). */
 #define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
@@ -167,6 +181,9 @@ size_t weave_hgemm_workspace_max(int num_blocks);
 /* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, prof.cuh): saves the last cooperative
  * launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
 int weave_hgemm_profile_save(const char *path);
+
+/* A knob of this GEMM (WEAVE_HGEMM_*: runtime/env.c documents them): its value, or its default. */
+int weave_hgemm_knob(const char *name);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond

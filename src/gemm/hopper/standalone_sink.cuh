@@ -25,8 +25,9 @@ typedef struct {
   int tma_store; /* C 16-byte aligned and N*2 % 16 == 0: smem + TMA-store epilogue */
 } weave_hgemm_sink_args_t;
 
-/* OUT: the type of C and bias (WEAVE_BF16, WEAVE_FP16; WEAVE_FP32 for fp8 inputs only) */
-template <int OUT, int CL>
+/* OUT: the type of C and bias (WEAVE_BF16, WEAVE_FP16; WEAVE_FP32 for fp8 inputs only); TBM x TBN:
+ * the role's tile (the three-warpgroup fp8 role's is 192 x 128) */
+template <int OUT, int CL, int TBM = WEAVE_HGEMM_BM, int TBN = WEAVE_HGEMM_BN>
 struct weave_hgemm_standalone_sink_t {
   static constexpr bool kWeaveTmaStore = true;
   static constexpr bool kWeaveTmaPublish = false; /* nothing waits for a tile: no completion wait */
@@ -46,8 +47,8 @@ struct weave_hgemm_standalone_sink_t {
       weave_grouped_tile_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, &tn);
       tm = 2 * pm + (seq & 1);
     }
-    *row0 = tm * WEAVE_HGEMM_BM;
-    *col0 = tn * WEAVE_HGEMM_BN;
+    *row0 = tm * TBM;
+    *col0 = tn * TBN;
   }
   __device__ __forceinline__ void begin(int) {}
   __device__ __forceinline__ void end(int) {}
