@@ -282,12 +282,41 @@ def linear_case(tokens: int, in_features: int, out_features: int, dtype: torch.d
     check(f"{what} grad bias", layer.bias.grad, bd.grad, tokens, dtype)
 
 
+def gemm_rs_backward_case(tokens: int, k_local: int, n: int, layout: str, alpha: float) -> None:
+    """weave_tp.gemm_rs with autograd, b as [K, N] ("row") or [N, K], alpha: the gradients of a (one
+    AllGather + GEMM of the output gradient with several ranks), b and bias against fp64 autograd of the
+    whole sum."""
+    team = weave_tp.get_team()
+    world, rank = team.world, team.rank
+    dtype, key = torch.bfloat16, ("gemm_rs backward", tokens, k_local, n, layout)
+    As = [rand((tokens, k_local), key, "A", r, dtype=dtype) for r in range(world)]
+    Bs = [rand((k_local, n) if layout == "row" else (n, k_local), key, "B", r, dtype=dtype) for r in range(world)]
+    bias, G = rand((n,), key, "bias", dtype=dtype), rand((tokens, n), key, "G", dtype=dtype)
+    a, b, bb = (t.clone().requires_grad_() for t in (As[rank], Bs[rank], bias))
+    y = weave_tp.gemm_rs(a, b, bb, b_layout=layout, alpha=alpha)
+    begin, rows = weave_tp.row_split(tokens, world, rank)
+    y.backward(G[begin:begin + rows])
+
+    Ad, Bd = [t.double().requires_grad_() for t in As], [t.double().requires_grad_() for t in Bs]
+    bd = bias.double().requires_grad_()
+    Yd = alpha * sum(x @ (w if layout == "row" else w.t()) for x, w in zip(Ad, Bd)) + bd
+    (Yd * G.double()).sum().backward()
+    what = f"gemm_rs backward {tokens}x{k_local}x{n} b {layout} alpha {alpha}"
+    check(f"{what} forward", y, Yd[begin:begin + rows].detach(), k_local * world, dtype)
+    check(f"{what} grad a", a.grad, Ad[rank].grad, n, dtype)
+    check(f"{what} grad b", b.grad, Bd[rank].grad, tokens, dtype)
+    check(f"{what} grad bias", bb.grad, bd.grad, tokens, dtype)
+
+
 def case_nn() -> None:
     world = weave_tp.get_team().world
     for dtype in (torch.bfloat16, torch.float16):
         linear_case(3000, 777 * world, 1000, dtype)
         linear_case(1, 777 * world, 1000, dtype)
     say("  RowParallelLinear: forward and backward, bf16 and fp16, 3000 and 1 tokens")
+    for layout, alpha in (("row", 0.5), ("col", 1.0)):
+        gemm_rs_backward_case(1001, 320, 264, layout, alpha)
+    say("  gemm_rs backward (a by AllGather + GEMM): b [K, N] alpha 0.5 and [N, K], 1001 tokens")
 
 
 def case_parallel() -> None:

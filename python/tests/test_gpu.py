@@ -55,3 +55,10 @@ def test_tp_mlp_example(world: int) -> None:
     out = torchrun(world, str(REPO / "examples" / "tp_mlp.py"), "--tokens", "1024", "--hidden", "1024",
                    "--ffn", "2048", "--iters", "10", "--warmup", "3")
     assert "# check (forward and backward against float64 on the CPU): OK" in out
+
+
+@pytest.mark.parametrize("world", [max(WORLDS)])
+def test_parallelize_block_example(world: int) -> None:
+    out = torchrun(world, str(REPO / "examples" / "parallelize_block.py"), "--tokens", "256", "--hidden", "256",
+                   "--heads", "8")
+    assert "# check (forward, input and parameter gradients against the unparallelized block): OK" in out

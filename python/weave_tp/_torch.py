@@ -595,29 +595,37 @@ def _all_gather_rows_fake(rows: Tensor, M: int, team_id: int) -> Tensor:
 
 
 def _setup_context(ctx, inputs, output) -> None:  # noqa: ANN001 (torch's ctx)
-    a, b, bias, b_layout, _strategy, _reduce, _fp32_slots, alpha, world, _rank, team_id = inputs
+    a, b, bias, b_layout, _strategy, _reduce, _fp32_slots, alpha, world, rank, team_id = inputs
     ctx.save_for_backward(a, b)
-    ctx.b_layout, ctx.alpha, ctx.M, ctx.world, ctx.team_id = b_layout, alpha, a.shape[0], world, team_id
+    ctx.b_layout, ctx.alpha, ctx.M, ctx.world, ctx.rank, ctx.team_id = b_layout, alpha, a.shape[0], world, rank, team_id
 
 
 def _backward(ctx, grad: Tensor):  # noqa: ANN001, ANN201
     """C_rows = alpha * (sum_r A_r B_r)[my rows] + bias. With G the gradient of all M rows (gathered):
     dA = alpha G B^T, dB = alpha A^T G (B [K, N]; for B [N, K] its transpose, alpha G^T A) and
     dbias = sum of G over all rows: the bias is one parameter replicated on the ranks, every rank's
-    copy gets the whole gradient, so the copies stay equal without an all-reduce."""
+    copy gets the whole gradient, so the copies stay equal without an all-reduce.
+    On CUDA with several ranks dA is one AllGather + GEMM (weave_tp's ag_gemm, which also hands back
+    the gathered G for dB and dbias); elsewhere (CPU tensors of a stand-in team in the tests) G is
+    gathered over the process group and multiplied by torch."""
     a, b = ctx.saved_tensors
     g = grad.contiguous()
-    if ctx.world > 1:
-        g = torch.ops.weave_tp.all_gather_rows(g, ctx.M, ctx.team_id)
     need_a, need_b, need_bias = ctx.needs_input_grad[:3]
     ga = gb = gbias = None
-    if need_a:
-        ga = g @ (b.t() if ctx.b_layout == "row" else b)
+    if need_a and ctx.world > 1 and g.is_cuda:
+        other = "col" if ctx.b_layout == "row" else "row"  # B^T as ag_gemm's b: the same memory
+        ga, gathered = torch.ops.weave_tp.ag_gemm(g, b, None, other, "auto", float(ctx.alpha), ctx.M,
+                                                  need_b or need_bias, ctx.world, ctx.rank, ctx.team_id)
+        g = gathered if gathered.shape[0] else g
+    else:
+        if ctx.world > 1:
+            g = torch.ops.weave_tp.all_gather_rows(g, ctx.M, ctx.team_id)
+        if need_a:
+            ga = g @ (b.t() if ctx.b_layout == "row" else b)
+            ga = ga * ctx.alpha if ctx.alpha != 1.0 else ga
     if need_b:
         gb = a.t() @ g if ctx.b_layout == "row" else g.t() @ a
-    if ctx.alpha != 1.0:
-        ga = None if ga is None else ga * ctx.alpha
-        gb = None if gb is None else gb * ctx.alpha
+        gb = gb * ctx.alpha if ctx.alpha != 1.0 else gb
     if need_bias:
         gbias = g.sum(0)
     return ga, gb, gbias, None, None, None, None, None, None, None, None

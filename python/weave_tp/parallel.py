@@ -43,8 +43,8 @@ class RowwiseParallel(ParallelStyle):
     a plain tensor, split as torch's Shard(0) and torch.chunk split (row_split="torch", the
     default: ceil(tokens / world) each, the last ranks fewer; uneven token counts are padded to a
     multiple of the world, a copy of the input) or as weave_row_split (row_split="weave": the
-    first tokens % world ranks one more, no copy). The backward gathers the output gradient's rows
-    over the group.
+    first tokens % world ranks one more, no copy). The backward computes the input's gradient by
+    AllGather + GEMM (weave_tp.ag_gemm) of the output gradient's rows.
     """
 
     def __init__(self, *, strategy: str = "auto", row_split: str = "torch") -> None:
