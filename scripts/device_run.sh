@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -178,8 +178,8 @@ PY
       echo "probe rc=$?"; cat "$out/probe_promote.log"
       ;;
     fp8acc) # builds of the promoted fp8 accumulation against each other: FP8ACC_DIRS names folders,
-            # each with a weave-bench and a gpu_fp8_gemm_test (e.g. main's and the branches'
-            # fp8-promote-turns / -pairs); each folder's quick fp8 test (correctness, the accuracy
+            # each with a weave-bench and a gpu_fp8_gemm_test (e.g. main's and a branch's); each
+            # folder's quick fp8 test (correctness, the accuracy
             # case), then the five target shapes with fp32 accumulation, folders alternating, twice
       for d in ${FP8ACC_DIRS:-}; do
         FP8_TEST_QUICK=1 timeout 120 $d/gpu_fp8_gemm_test > "$out/fp8acc_test_$(basename $d).log" 2>&1
@@ -192,6 +192,28 @@ PY
         echo "fp8acc $d $i rc=$?"
       done; done
       grep -E "^===|^ +[0-9]+ +[0-9]+ +[0-9]+ " "$out/bench_fp8acc.log"
+      ;;
+    fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
+            # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes, alternating, twice; the
+            # linear share (132 and 128 blocks); then GEMM + ReduceScatter fp8 at 4 and 8 ranks
+      S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
+      for i in 1 2; do for w in 3 2; do
+        echo "=== fp8wgs wgs $w run $i" >> "$out/bench_fp8wgs.log"
+        WEAVE_HGEMM_PROMOTE_WGS=$w timeout 100 $b/weave-bench --op gemm -d fp8 --fp8-accum fp32 $S -B 132 -n 20 -w 5 \
+          -c 1 >> "$out/bench_fp8wgs.log" 2>&1
+        echo "fp8wgs wgs=$w run $i rc=$?"
+      done; done
+      echo "=== fp8wgs linear share" >> "$out/bench_fp8wgs.log"
+      timeout 100 $b/weave-bench --op gemm -d fp8 --fp8-accum fp32 $S -B 132,128 -n 20 -w 5 -c 0 \
+        >> "$out/bench_fp8wgs.log" 2>&1
+      echo "fp8wgs share rc=$?"
+      grep -E "^===|^ +[0-9]+ +[0-9]+ +[0-9]+ " "$out/bench_fp8wgs.log"
+      for g in 4 8; do
+        timeout ${BENCH_TIMEOUT:-200} $b/weave-bench -M 8192 -N 8192 -K 28672 -g $g -d fp8 --fp8-accum fp32 --strategy all \
+          -n 10 -w 3 -c 1 >> "$out/bench_fp8wgs.log" 2>&1
+        echo "fp8 gemm_rs g=$g rc=$?"
+      done
+      grep -v "^#" "$out/bench_fp8wgs.log" | tail -4
       ;;
     ab) # A/B of two builds of the local GEMM in one run: build/weave-bench (this build) against
         # build/weave-bench-base (a copy of another build's, e.g. the default one; carry it), on the

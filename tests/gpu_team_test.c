@@ -7,11 +7,14 @@
  * Threads mode: world 2 and 4 on GPU 0. Under a launcher (scripts/launch.sh -n N --mps): one rank per
  * process, heaps exchanged as file descriptors. With two GPUs or more (threads mode), also: a team
  * on GPU 0 driven from a thread whose current device is GPU 1 leaves GPU 1 current after every call
- * (create, malloc, plan, execute, sync, free, destroy). Usage: gpu_team_test [cycles] (default 1000).
+ * (create, malloc, plan, execute, sync, free, destroy). Threads mode also makes a team over a
+ * one-rank NCCL communicator (weave_team_create_from_nccl; libnccl.so.2 found at run time, the case
+ * skipped with a line saying so when it is not). Usage: gpu_team_test [cycles] (default 1000).
  * Exit 0 pass, 1 fail, 77 no device.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -158,6 +161,58 @@ done:
   return bad;
 }
 
+/* weave_team_create_from_nccl over a communicator of one rank (NCCL refuses two ranks on one GPU):
+ * the team's world, rank and node, its heap used as every team's, then destroyed before the
+ * communicator it came from. */
+typedef struct {
+  char internal[128];
+} nccl_unique_id_t;
+
+static int from_nccl_one_rank(void) {
+  void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    printf("from_nccl: libnccl.so.2 not found (%s): case skipped\n", dlerror());
+    return 0;
+  }
+  int (*get_id)(nccl_unique_id_t *) = (int (*)(nccl_unique_id_t *))dlsym(lib, "ncclGetUniqueId");
+  int (*init_rank)(void **, int, nccl_unique_id_t, int) =
+      (int (*)(void **, int, nccl_unique_id_t, int))dlsym(lib, "ncclCommInitRank");
+  int (*destroy)(void *) = (int (*)(void *))dlsym(lib, "ncclCommDestroy");
+  nccl_unique_id_t id;
+  void *comm = NULL;
+  int rc = 1;
+  if (cudaSetDevice(0) != cudaSuccess || !get_id || !init_rank || !destroy || get_id(&id) != 0 ||
+      init_rank(&comm, 1, id, 0) != 0) {
+    fprintf(stderr, "from_nccl: could not make a one-rank NCCL communicator\n");
+    dlclose(lib);
+    return 1;
+  }
+  harness_rank_t r = {0};
+  r.world = 1;
+  cudaStream_t stream = NULL;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) stream = NULL;
+  r.stream = (weave_stream_t)stream;
+  weave_result_t res = weave_team_create_from_nccl(comm, 0, NULL, r.stream, &r.team);
+  if (res != WEAVE_SUCCESS) {
+    fprintf(stderr, "from_nccl: weave_team_create_from_nccl: %s (%s)\n", weave_get_error_string(res),
+            weave_get_last_error(NULL));
+  } else {
+    int world = -1, rank = -1, nodes = -1, node_size = -1;
+    weave_team_world(r.team, &world);
+    weave_team_rank(r.team, &rank);
+    weave_team_node(r.team, NULL, &nodes, NULL, &node_size);
+    rc = world != 1 || rank != 0 || nodes != 1 || node_size != 1;
+    if (rc) fprintf(stderr, "from_nccl: world %d rank %d nodes %d node size %d\n", world, rank, nodes, node_size);
+    rc |= use_team(&r);
+    rc |= weave_team_destroy(r.team) != WEAVE_SUCCESS;
+  }
+  rc |= destroy(comm) != 0;
+  if (stream) cudaStreamDestroy(stream);
+  dlclose(lib);
+  printf("from_nccl: one-rank communicator: %s\n", rc ? "FAILED" : "ok");
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) cycles = atoi(argv[1]);
   if (harness_time_sliced() && cycles > 20) {
@@ -180,6 +235,7 @@ int main(int argc, char **argv) {
   else {
     for (int w = 2; w <= 4; w *= 2) failed |= run_world(w);
     failed |= caller_device_kept();
+    failed |= from_nccl_one_rank();
   }
   printf("gpu_team_test: %s\n", failed ? "FAILED" : "PASSED");
   return failed ? 1 : 0;

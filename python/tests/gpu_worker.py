@@ -27,6 +27,8 @@ inputs from one seed (WEAVE_TEST_SEED), so each checks its own rows against an f
   abort         (2+ ranks) the last rank calls weave_tp.abort() instead of gemm_rs: the others' calls
                 end within 5 s (test_gpu.py's WEAVE_TIMEOUT_MS: 120 s), weave_tp.sync() raises WeaveAbortedError naming
                 it, gemm_rs then refuses on every rank; finalize, init again, one call
+  watchdog      (2+ ranks) weave_tp.init(watchdog=0.05); the last rank aborts: the others, which never
+                call sync, get WeaveAbortedError naming it in their own thread within 5 s
   lifecycle     finalize, init again, one call, and exit without finalize (atexit tears down)
 
 Rank 0 prints a line per case. A failure raises, and torchrun stops every rank.
@@ -595,6 +597,39 @@ def case_abort() -> None:
     say(f"  rank {aborting} aborted: the others stopped and raised WeaveAbortedError; finalize, init, one call")
 
 
+def case_watchdog() -> None:
+    team = weave_tp.get_team()
+    if team.world < 2:
+        say("  (one rank: nothing to abort against)")
+        return
+    aborting = team.world - 1
+    a, b = rand((256, 64), "watchdog a", team.rank), rand((64, 128), "watchdog b", team.rank)
+    weave_tp.finalize()
+    team = weave_tp.init(watchdog=0.05)
+    weave_tp.gemm_rs(a, b, b_layout="row", strategy="fused")  # the plan, made by every rank
+    weave_tp.sync()
+    dist.barrier()
+    if team.rank == aborting:
+        weave_tp.abort()
+    else:
+        t0 = time.perf_counter()
+        try:
+            # the call's kernel stops at the abort; ranks sharing a GPU return from it only then. No
+            # sync: the watchdog raises in this thread, during the call's return or the loop below
+            weave_tp.gemm_rs(a, b, b_layout="row", strategy="fused")
+            while time.perf_counter() - t0 < 10.0:
+                time.sleep(0.001)
+            raise AssertionError("the watchdog did not raise within 10 s of a peer's abort")
+        except weave_tp.WeaveAbortedError as e:
+            waited = time.perf_counter() - t0
+            assert f"rank {aborting} aborted the team" in str(e), str(e)
+            assert waited < 5.0, f"the watchdog raised {waited:.1f} s after the call"
+    weave_tp.finalize()
+    weave_tp.init()
+    gemm_case("after the watchdog's abort and init again", 100, 64, 32, strategy="fused")
+    say(f"  rank {aborting} aborted: the watchdog raised WeaveAbortedError in the others' threads without a sync")
+
+
 def case_lifecycle() -> None:
     world = weave_tp.get_team().world
     weave_tp.finalize()
@@ -609,7 +644,7 @@ def case_lifecycle() -> None:
 CASES: Dict[str, Callable[[], None]] = {"gemm_rs": case_gemm_rs, "scaled": case_scaled, "nn": case_nn,
                                         "parallel": case_parallel, "ag": case_ag, "compile": case_compile,
                                         "graph": case_graph, "opcheck": case_opcheck, "abort": case_abort,
-                                        "lifecycle": case_lifecycle}
+                                        "watchdog": case_watchdog, "lifecycle": case_lifecycle}
 
 
 def main(argv: List[str]) -> int:

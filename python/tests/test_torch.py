@@ -674,3 +674,15 @@ def test_ag_plan_info(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (M, N, K) == (10, 6, 8) and options == _torch.ag_gemm_options("bf16", strategy="bulk")
     with pytest.raises(ValueError, match="a has 3 rows but rank 1 of 4 holds 2 of M = 9"):
         weave_tp.ag_plan_info(meta(3, 8), meta(6, 8), M=9)
+
+
+def test_abort_stops_this_ranks_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """weave_tp.abort() stops the team's watchdog before it aborts: the abort is this rank's own, and its
+    record (which the watchdog would poll next) must not come back as an exception in this thread."""
+    stand_in = use_team(monkeypatch, 4, 1)
+    order = []
+    dog = _torch.Watchdog(_PollingTeam(10**9, 0, ""), 0.005).start()
+    stand_in.abort = lambda: order.append(("abort", dog._thread.is_alive()))
+    _torch._state.teams[7].watchdog = dog
+    weave_tp.abort()
+    assert order == [("abort", False)] and dog.failure is None

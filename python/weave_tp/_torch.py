@@ -243,8 +243,13 @@ def abort(group: Optional[dist.ProcessGroup] = None) -> None:
     """This rank gives up on a team (weave_team_abort), e.g. where it fails alone while the others may
     wait for it in a weave call: their waits stop at once instead of running out WEAVE_TIMEOUT_MS, and
     their weave_tp.sync() raises WeaveAbortedError naming this rank. Then call weave_tp.finalize() on every
-    rank (and weave_tp.init() to go on)."""
-    get_team("weave_tp.abort", group, failed_ok=True).abort()
+    rank (and weave_tp.init() to go on). The team's watchdog on this rank stops first: the abort is this
+    rank's own doing, not news to raise in its thread."""
+    team_id = _team_id("weave_tp.abort", group)
+    entry = _state.teams[team_id]
+    if entry.watchdog is not None:
+        entry.watchdog.stop()
+    _team("weave_tp.abort", team_id, failed_ok=True).abort()
 
 
 def sync(group: Optional[dist.ProcessGroup] = None) -> None:

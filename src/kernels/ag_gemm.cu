@@ -208,8 +208,6 @@ __global__ void weave_ag_finish_kernel(const __grid_constant__ weave_ag_params_t
   if (threadIdx.x == 0) weave_ag_publish_done(p, epoch);
 }
 
-extern "C" int weave_hgemm_knob(const char *name); /* runtime/env.c */
-
 /* ---- launchers ----------------------------------------------------------------------------------- */
 template <int DT, int BCOL>
 static int weave_ag_launch_t(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, const CUtensorMap &c_map,
