@@ -378,24 +378,36 @@ WEAVE_API weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, we
  *   FUSED     one persistent kernel: communication blocks push this rank's rows into every rank's
  *             copy of A on the symmetric heap (own rows first, then rank r+1, r+2, ...), GEMM blocks
  *             wait for the rows of each tile as they arrive (this rank's own tiles first). Needs the
- *             Hopper GEMM role: bf16 or fp16, rows of A and B of 16-byte multiples.
+ *             Hopper GEMM role: bf16, fp16 or fp8, rows of A and B of 16-byte multiples.
  *   BULK      weave's gather (the same pushes), then weave's GEMM over the gathered A.
- *   BASELINE  ncclAllGather where every rank has a GPU of its own, M % world == 0 and libnccl.so.2
- *             loads, else weave's gather; then cuBLASLt.
+ *   BASELINE  ncclAllGather where every rank has a GPU of its own, M % world == 0, libnccl.so.2 loads
+ *             and the inputs are not fp8, else weave's gather; then cuBLASLt.
  *   AUTO      the cost model (weave_ag_gemm_info_t.why): FUSED where it runs and every rank has a GPU
- *             of its own, else BULK (on one GPU shared by the ranks bulk was measured faster). */
+ *             of its own, else BULK (on one GPU shared by the ranks bulk was measured faster).
+ * fp8 (dtype WEAVE_FP8_E4M3, B [N, K], K % 16 == 0): C and bias in out_dtype (bf16 or fp16), the
+ * accumulation fp8_accum, and scale_mode's dequantization scales, passed to
+ * weave_ag_gemm_execute_scaled: TENSOR, one float each: scale_a the scale of this rank's rows (ranks
+ * may differ: each row keeps its owner's), scale_b this rank's B's; ROW: scale_a [rows] (this rank's
+ * rows), scale_b [N]. The scales travel with the rows: C[i][j] = alpha * sa(i) * sb(j) * (A . B)[i][j]
+ * (+ bias[j]). The baseline runs cuBLASLt with per-row scales (its outer-vector mode) there. */
 typedef struct {
   size_t struct_size;      /* sizeof(weave_ag_gemm_desc_t) */
-  weave_dtype_t dtype;     /* A, B, C and bias: WEAVE_BF16, WEAVE_FP16 or WEAVE_FP32 */
-  weave_layout_t b_layout; /* B [K, N] (ROW) or [N, K] (COL: an nn.Linear weight shard) */
+  weave_dtype_t dtype;     /* A and B (C and bias too, unless fp8): bf16, fp16, fp32 or fp8 e4m3 */
+  weave_layout_t b_layout; /* B [K, N] (ROW) or [N, K] (COL: an nn.Linear weight shard; fp8: COL only) */
   weave_strategy_t strategy;
   float alpha;
   int has_bias;
-  int gemm_blocks, comm_blocks; /* fused: both 0 (the default split) or both given */
+  int gemm_blocks, comm_blocks;  /* fused: both 0 (the default split) or both given */
+  weave_dtype_t out_dtype;       /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8 bf16/fp16 */
+  weave_scale_mode_t scale_mode; /* fp8 only: the scales of weave_ag_gemm_execute_scaled */
+  weave_fp8_accum_t fp8_accum;   /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST, the baseline's too */
 } weave_ag_gemm_desc_t;
 
-#define WEAVE_AG_GEMM_DESC_INIT \
-  { sizeof(weave_ag_gemm_desc_t), WEAVE_BF16, WEAVE_LAYOUT_COL, WEAVE_STRATEGY_AUTO, 1.0f, 0, 0, 0 }
+#define WEAVE_AG_GEMM_DESC_INIT                                                                                       \
+  {                                                                                                                   \
+    sizeof(weave_ag_gemm_desc_t), WEAVE_BF16, WEAVE_LAYOUT_COL, WEAVE_STRATEGY_AUTO, 1.0f, 0, 0, 0, WEAVE_DTYPE_AUTO, \
+        WEAVE_SCALE_NONE, WEAVE_FP8_ACCUM_FP32                                                                        \
+  }
 
 typedef struct weave_ag_gemm_plan *weave_ag_gemm_plan_t;
 
@@ -421,6 +433,12 @@ WEAVE_API weave_result_t weave_ag_gemm_plan_create(weave_team_t team, int M, int
  * once the call has finished. */
 WEAVE_API weave_result_t weave_ag_gemm_execute(weave_ag_gemm_plan_t plan, const void *A, const void *B,
                                                const void *bias, void *C, void *A_gathered, weave_stream_t stream);
+/* The same for a plan with scales (desc.scale_mode, fp8; see above for what they mean): device
+ * pointers, read by the call's kernels (keep them unchanged until it ends). A_gathered receives the
+ * rows only. A plan with scale_mode WEAVE_SCALE_NONE takes NULL for both. */
+WEAVE_API weave_result_t weave_ag_gemm_execute_scaled(weave_ag_gemm_plan_t plan, const void *A, const void *B,
+                                                      const float *scale_a, const float *scale_b, const void *bias,
+                                                      void *C, void *A_gathered, weave_stream_t stream);
 WEAVE_API weave_result_t weave_ag_gemm_plan_info(weave_ag_gemm_plan_t plan, weave_ag_gemm_info_t *info);
 WEAVE_API weave_result_t weave_ag_gemm_plan_destroy(weave_ag_gemm_plan_t plan); /* collective (aborted team: local) */
 

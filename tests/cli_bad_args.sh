@@ -48,7 +48,10 @@ expect_bad "-n" --op ag_gemm -n 0
 expect_bad "-g" --op ag_gemm -g -1
 expect_bad "-w" --op ag_gemm -w -1
 expect_bad "--comm-blocks" --op ag_gemm --comm-blocks 0
-expect_bad "-d" --op ag_gemm -d fp8
+expect_bad "-d" --op ag_gemm -d fp4
+expect_bad "-l col" --op ag_gemm -d fp8 -l row
+expect_bad "--fp8-accum" --op ag_gemm -d fp8 --fp8-accum exact
+expect_bad "for -d fp8 only" --op ag_gemm --fp8-accum fast
 expect_bad "-l" --op ag_gemm -l diag
 expect_bad "--bogus" --op ag_gemm --bogus 1
 expect_bad "-e" --op ag_gemm -b 1024 -e 512

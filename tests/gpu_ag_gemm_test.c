@@ -6,7 +6,10 @@
  * Each rank has its own B and bias; C of every rank is compared with an fp64 reference of
  * alpha * A . B_r + bias_r. Every call flips the sign of A (exactly), so a call that reads a
  * previous call's rows fails. Outputs are poisoned (NaN) before every call; inputs are fresh random
- * numbers per case. Refusals: fused on fp32 (UNSUPPORTED), a bad desc, NULL B. A rank that never
+ * numbers per case. fp8 (e4m3, B [N, K]): every strategy with per-tensor scales that differ by rank
+ * and per-row scales (they travel with the rows), fp32 and fast accumulation, bf16 and fp16 output,
+ * against the fp64 reference within the stated bound of the tensor cores' accumulation (as
+ * gpu_fp8_gemm_test). Refusals: fused on fp32 (UNSUPPORTED), a bad desc, NULL B. A rank that never
  * calls: the others' fused and bulk calls end in WEAVE_ERROR_TIMEOUT naming the wait, and a new plan
  * then computes the right C.
  * Usage: gpu_ag_gemm [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
@@ -41,6 +44,11 @@ typedef struct {
 } ag_case_t;
 
 static size_t esz(weave_dtype_t t) { return weave_dtype_size(t); }
+
+/* fp8 e4m3 values with their sign flipped, exactly (0x80 of every byte; e4m3's NaN stays NaN). */
+static void flip_bytes_sign(uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] ^= 0x80u;
+}
 
 /* A with its sign flipped, exactly: the sign bit of every element. */
 static void flip_sign(weave_dtype_t t, void *p, size_t n) {
@@ -305,6 +313,159 @@ static int missing_fn(harness_rank_t *r) {
   return bad;
 }
 
+/* fp8: every rank's rows of A (e4m3) with their scales, its B [N, K] and bias of out_dtype; TENSOR
+ * scales differ by rank (each gathered row keeps its owner's), ROW scales per row and column. Two
+ * calls (the second with A's sign flipped, bits exactly), each against the fp64 reference of
+ * weave_ref_gemm_rs_scaled (the scales as per-row and per-column vectors) within the stated bound of
+ * the tensor cores' accumulation (gpu_fp8_gemm_test's), the gathered rows written out on the second. */
+typedef struct {
+  const char *name;
+  int M, N, K;
+  weave_dtype_t out;
+  weave_scale_mode_t mode;
+  int fast;
+  weave_strategy_t strategy;
+  uint64_t seed;
+} ag_fp8_case_t;
+
+static float fp8_scale(uint64_t seed, size_t i) { /* in [0.5, 1.5): exact in fp32 */
+  uint64_t h = (seed + i) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return 0.5f + (float)(h % 1024) / 1024.0f;
+}
+
+static int fp8_fn(harness_rank_t *r) {
+  const ag_fp8_case_t *c = (const ag_fp8_case_t *)r->user;
+  const int M = c->M, N = c->N, K = c->K, world = r->world;
+  int rb, rows, bad = 0;
+  weave_row_split(M, world, r->rank, &rb, &rows);
+  const size_t osz = esz(c->out);
+  uint8_t *a_host = (uint8_t *)malloc((size_t)M * K), *b_host = (uint8_t *)malloc((size_t)N * K);
+  void *bias_host = malloc((size_t)N * osz), *got = malloc((size_t)M * N * osz);
+  uint8_t *gath = (uint8_t *)malloc((size_t)M * K);
+  float *sa_rows = (float *)malloc((size_t)M * 4), *sb_cols = (float *)malloc((size_t)N * 4);
+  float sa_mine[1], sb_mine[1];
+  weave_fill_random(WEAVE_FP8_E4M3, a_host, (size_t)M * K, c->seed);
+  weave_fill_random(WEAVE_FP8_E4M3, b_host, (size_t)N * K, c->seed + 31u * (uint64_t)(r->rank + 1));
+  weave_fill_random(c->out, bias_host, (size_t)N, c->seed + 57u * (uint64_t)(r->rank + 1));
+  /* the scales every row and column gets: TENSOR each rank's one (they differ), ROW per row / column */
+  for (int s = 0, i = 0; s < world; ++s) {
+    int sb_, sr;
+    weave_row_split(M, world, s, &sb_, &sr);
+    for (int k = 0; k < sr; ++k, ++i)
+      sa_rows[i] = c->mode == WEAVE_SCALE_ROW      ? fp8_scale(c->seed, (size_t)i)
+                   : c->mode == WEAVE_SCALE_TENSOR ? 0.5f + 0.25f * (float)s
+                                                   : 1.0f;
+  }
+  for (int j = 0; j < N; ++j)
+    sb_cols[j] = c->mode == WEAVE_SCALE_ROW      ? fp8_scale(c->seed + 7777u * (uint64_t)(r->rank + 1), (size_t)j)
+                 : c->mode == WEAVE_SCALE_TENSOR ? 0.75f + 0.125f * (float)r->rank
+                                                 : 1.0f;
+  sa_mine[0] = sa_rows[rb < M ? rb : 0];
+  sb_mine[0] = sb_cols[0];
+  void *A = rows ? harness_dev_alloc((size_t)rows * K) : NULL, *B = harness_dev_alloc((size_t)N * K);
+  void *bias = harness_dev_alloc((size_t)N * osz), *C = harness_dev_alloc((size_t)M * N * osz);
+  void *A_out = harness_dev_alloc((size_t)M * K);
+  const int row_mode = c->mode == WEAVE_SCALE_ROW;
+  float *sa = (float *)harness_dev_alloc((size_t)(row_mode ? (rows ? rows : 1) : 1) * 4);
+  float *sb = (float *)harness_dev_alloc((size_t)(row_mode ? N : 1) * 4);
+  harness_upload(B, b_host, (size_t)N * K);
+  harness_upload(bias, bias_host, (size_t)N * osz);
+  harness_upload(sa, row_mode ? sa_rows + rb : sa_mine, (size_t)(row_mode ? rows : 1) * 4);
+  harness_upload(sb, row_mode ? sb_cols : sb_mine, (size_t)(row_mode ? N : 1) * 4);
+
+  weave_ag_gemm_desc_t d = WEAVE_AG_GEMM_DESC_INIT;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.out_dtype = c->out;
+  d.scale_mode = c->mode;
+  d.fp8_accum = c->fast ? WEAVE_FP8_ACCUM_FAST : WEAVE_FP8_ACCUM_FP32;
+  d.strategy = c->strategy;
+  d.alpha = 0.75f;
+  d.has_bias = 1;
+  weave_ag_gemm_plan_t plan = NULL;
+  weave_ag_gemm_info_t info;
+  memset(&info, 0, sizeof(info));
+  weave_result_t rc = weave_ag_gemm_plan_create(r->team, M, N, K, &d, &plan);
+  if (rc != WEAVE_SUCCESS) {
+    printf("FAIL [fp8 %s] rank %d: plan: %s\n", c->name, r->rank, weave_get_last_error(r->team));
+    bad = 1;
+  } else {
+    weave_ag_gemm_plan_info(plan, &info);
+  }
+  double *ref = (double *)malloc((size_t)M * N * sizeof(double)), *bound = (double *)malloc((size_t)M * N * 8);
+  double *want = (double *)malloc((size_t)M * N * sizeof(double)), atol, rtol, smax = 0;
+  {
+    const float *psa = sa_rows, *psb = sb_cols;
+    const void *pa = a_host, *pb = b_host;
+    weave_ref_gemm_rs_scaled(M, N, K, 1, WEAVE_FP8_E4M3, c->out, WEAVE_LAYOUT_COL, d.alpha, WEAVE_SCALE_ROW,
+                             WEAVE_REF_FP8_RANDOM_SIGNS | (c->fast ? WEAVE_REF_FP8_FAST : 0), &psa, &psb, &pa, &pb,
+                             NULL, 0, M, ref, bound);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) smax = fmax(smax, fabs((double)d.alpha * sa_rows[i] * sb_cols[j]));
+  }
+  weave_tolerance(c->out, K, &atol, &rtol);
+  atol *= smax;
+  for (int call = 0; call < 2 && !bad; ++call) {
+    if (call) flip_bytes_sign(a_host, (size_t)M * K);
+    if (rows) harness_upload(A, a_host + (size_t)rb * K, (size_t)rows * K);
+    harness_poison(C, (size_t)M * N * osz, r->stream);
+    harness_poison(A_out, (size_t)M * K, r->stream);
+    rc = c->mode == WEAVE_SCALE_NONE ? weave_ag_gemm_execute(plan, A, B, bias, C, call ? A_out : NULL, r->stream)
+                                     : weave_ag_gemm_execute_scaled(plan, A, B, rows || !row_mode ? sa : NULL, sb, bias,
+                                                                    C, call ? A_out : NULL, r->stream);
+    if (rc == WEAVE_SUCCESS) rc = weave_team_sync(r->team, r->stream);
+    if (rc != WEAVE_SUCCESS) {
+      printf("FAIL [fp8 %s] rank %d call %d: %s\n", c->name, r->rank, call, weave_get_last_error(r->team));
+      bad = 1;
+      break;
+    }
+    harness_download(got, C, (size_t)M * N * osz);
+    for (size_t e = 0; e < (size_t)M * N; ++e)
+      want[e] = (call ? -ref[e] : ref[e]) + weave_host_get(c->out, bias_host, e % (size_t)N);
+    weave_check_t chk;
+    weave_check_result_ex(c->out, got, want, bound, (size_t)M * N, atol, rtol, &chk);
+    if (chk.wrong) {
+      const size_t f = chk.first_bad;
+      printf("FAIL [fp8 %s] rank %d call %d: %zu wrong (%zu non-finite), first C[%zu][%zu] = %g, want %g\n", c->name,
+             r->rank, call, chk.wrong, chk.nonfinite, f / N, f % N, weave_host_get(c->out, got, f), want[f]);
+      bad = 1;
+    }
+    if (call) {
+      harness_download(gath, A_out, (size_t)M * K);
+      if (memcmp(gath, a_host, (size_t)M * K)) {
+        printf("FAIL [fp8 %s] rank %d: the gathered A differs from every rank's rows\n", c->name, r->rank);
+        bad = 1;
+      }
+    }
+  }
+  if (plan) weave_ag_gemm_plan_destroy(plan);
+  harness_dev_free(A);
+  harness_dev_free(B);
+  harness_dev_free(bias);
+  harness_dev_free(C);
+  harness_dev_free(A_out);
+  harness_dev_free(sa);
+  harness_dev_free(sb);
+  free(a_host);
+  free(b_host);
+  free(bias_host);
+  free(got);
+  free(gath);
+  free(sa_rows);
+  free(sb_cols);
+  free(ref);
+  free(bound);
+  free(want);
+  if (r->rank == 0 || bad)
+    printf("fp8 %-30s world %d %s %s %s %s: rank %d %s (%s)\n", c->name, world, weave_dtype_name(c->out),
+           c->mode == WEAVE_SCALE_ROW      ? "row"
+           : c->mode == WEAVE_SCALE_TENSOR ? "tensor"
+                                           : "none",
+           c->fast ? "fast" : "fp32-acc", weave_strategy_name(info.strategy), r->rank, bad ? "FAILED" : "passed",
+           info.why);
+  return bad;
+}
+
 /* Refusals that write nothing: a bad desc, fused without the Hopper role, NULL B. */
 static int refusal_fn(harness_rank_t *r) {
   int bad = 0;
@@ -325,8 +486,38 @@ static int refusal_fn(harness_rank_t *r) {
     weave_ag_gemm_plan_destroy(plan);
     harness_dev_free(buf);
   }
-  if (bad) printf("FAIL [refusals] rank %d: %s\n", r->rank, weave_get_last_error(r->team));
-  return bad;
+  /* fp8: B [K, N], K % 16, out_dtype fp32 refused at creation; a scaled plan refuses the unscaled call
+   * and missing scales, an unscaled one refuses scales */
+  d = (weave_ag_gemm_desc_t)WEAVE_AG_GEMM_DESC_INIT;
+  d.dtype = WEAVE_FP8_E4M3;
+  d.b_layout = WEAVE_LAYOUT_ROW;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_ERROR_INVALID_ARGUMENT || plan) bad |= 2;
+  d.b_layout = WEAVE_LAYOUT_COL;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 72, &d, &plan) != WEAVE_ERROR_INVALID_ARGUMENT || plan) bad |= 4;
+  d.out_dtype = WEAVE_FP32;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_ERROR_INVALID_ARGUMENT || plan) bad |= 8;
+  d.out_dtype = WEAVE_DTYPE_AUTO;
+  d.scale_mode = WEAVE_SCALE_TENSOR;
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_SUCCESS) {
+    bad |= 16;
+  } else {
+    void *buf = harness_dev_alloc(64 * 64 * 2);
+    const float *one = (const float *)buf;
+    if (weave_ag_gemm_execute(plan, buf, buf, NULL, buf, NULL, r->stream) != WEAVE_ERROR_INVALID_ARGUMENT) bad |= 32;
+    if (weave_ag_gemm_execute_scaled(plan, buf, buf, one, NULL, NULL, buf, NULL, r->stream) !=
+        WEAVE_ERROR_INVALID_ARGUMENT)
+      bad |= 64;
+    weave_ag_gemm_plan_destroy(plan);
+    d.scale_mode = WEAVE_SCALE_NONE;
+    if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_SUCCESS ||
+        weave_ag_gemm_execute_scaled(plan, buf, buf, one, one, NULL, buf, NULL, r->stream) !=
+            WEAVE_ERROR_INVALID_ARGUMENT)
+      bad |= 128;
+    if (plan) weave_ag_gemm_plan_destroy(plan);
+    harness_dev_free(buf);
+  }
+  if (bad) printf("FAIL [refusals %#x] rank %d: %s\n", bad, r->rank, weave_get_last_error(r->team));
+  return bad != 0;
 }
 
 int main(int argc, char **argv) {
@@ -431,6 +622,28 @@ int main(int argc, char **argv) {
     if (rc == HARNESS_SKIP) return rc;
     failed += rc != 0;
     total++;
+    /* fp8: every strategy x per-tensor / per-row scales x (fp32 accumulation, bf16 out | fast, fp16
+     * out), on tails; no scales once; M < world */
+    const ag_fp8_case_t fp8_shapes[] = {
+        {"tails 1003x1000x304", 1003, 1000, 304, WEAVE_BF16, WEAVE_SCALE_TENSOR, 0, WEAVE_STRATEGY_AUTO, 0},
+        {"M = world - 1, 264x64", world > 1 ? world - 1 : 1, 264, 64, WEAVE_BF16, WEAVE_SCALE_ROW, 0,
+         WEAVE_STRATEGY_AUTO, 0},
+    };
+    for (int si = 0; si < 2; ++si)
+      for (int st = 0; st < 4; ++st)
+        for (int v = 0; v < 5; ++v) {
+          if ((quick || si == 1) && v >= 2 && v != 4) continue;
+          ag_fp8_case_t fc = fp8_shapes[si];
+          fc.strategy = all[st];
+          fc.mode = v == 4 ? WEAVE_SCALE_NONE : v % 2 ? WEAVE_SCALE_ROW : WEAVE_SCALE_TENSOR;
+          fc.fast = v >= 2 && v < 4;
+          fc.out = fc.fast ? WEAVE_FP16 : WEAVE_BF16;
+          fc.seed = seed + (uint64_t)(7000 * world + 100 * si + 10 * st + v) * 1000003ull;
+          rc = harness_run(world, NULL, NULL, fp8_fn, &fc);
+          if (rc == HARNESS_SKIP) return rc;
+          failed += rc != 0;
+          total++;
+        }
   }
   printf("gpu_ag_gemm: %d of %d cases passed\n", total - failed, total);
   return failed ? 1 : 0;

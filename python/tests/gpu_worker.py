@@ -11,8 +11,12 @@ inputs from one seed (WEAVE_TEST_SEED), so each checks its own rows against an f
                 atomic reduction, fp32 slots; 3000 x 784 per rank x 1000 and an aligned shape, 1 token
                 and M < world (scale_a [M, 1] on ranks without rows), a and scales changed between
                 calls of one plan, the plan cache not growing; against fp64 of the dequantized inputs
-  nn            RowParallelLinear forward and backward against autograd of the whole layer
+  nn            RowParallelLinear forward and backward against autograd of the whole layer; gemm_rs's
+                backward (the input's gradient by ag_gemm) with b [K, N] and alpha, and b [N, K]
   parallel      parallelize_module with weave_tp.parallel.RowwiseParallel on a 1-D DeviceMesh, 3-D input
+  ag            ag_gemm, every strategy, both layouts, even and uneven rows; ColumnParallelLinear forward
+                and backward; ag_gemm_scaled (fp8) with per-tensor scales that differ by rank and per-row
+                scales, fp32 and fast accumulation
   compile       a two-layer tensor-parallel MLP under torch.compile(fullgraph=True), forward and
                 backward, at two token counts (the second traced with a symbolic count); a compiled
                 gemm_rs_scaled call (per-row scales, bias, alpha) the same way, against the reference
@@ -389,6 +393,31 @@ def case_ag() -> None:
     check("ColumnParallelLinear db", layer.bias.grad, Gs[rank].double().sum(0), tokens, dtype)
     say(f"  ag_gemm: every strategy, both layouts, M {1000 * world} and 1003; ColumnParallelLinear forward and "
         f"backward, {tokens} tokens")
+    # fp8: ag_gemm_scaled, every strategy, per-tensor scales that differ by rank and per-row scales
+    M, N, K = 1003, 264, 320
+    A = rand((M, K), "ag8.a", dtype=F8)
+    W = rand((N, K), "ag8.w", rank, dtype=F8)
+    bias = rand((N,), "ag8.bias", rank, dtype=torch.bfloat16)
+    begin, rows = weave_tp.row_split(M, world, rank)
+    # every scale below 1, so that the products stay within scaled_slack's bound
+    owner = torch.tensor([r for r in range(world) for _ in range(weave_tp.row_split(M, world, r)[1])], device=DEVICE)
+    for per_row in (False, True):
+        if per_row:
+            sa_all = 0.5 + 0.5 * torch.rand((M, 1), generator=torch.Generator(device=DEVICE).manual_seed(5),
+                                            device=DEVICE)
+            sa, sb = sa_all[begin:begin + rows].contiguous(), torch.linspace(0.5, 1.0, N, device=DEVICE)[None, :]
+        else:
+            sa_all = (0.5 + 0.0625 * owner.float())[:, None]
+            sa, sb = torch.tensor([0.5 + 0.0625 * rank], device=DEVICE), torch.tensor([0.75 + rank / 32], device=DEVICE)
+        want = 0.5 * (A.double() @ W.double().t()) * sa_all.double() * sb.double() + bias.double()
+        for strategy in ("fused", "bulk", "baseline", "auto"):
+            for fast in (False, True):
+                c, g = weave_tp.ag_gemm_scaled(A[begin:begin + rows], W, sa, sb, bias, M=M, use_fast_accum=fast,
+                                               strategy=strategy, alpha=0.5, return_gathered=True)
+                check(f"ag_gemm_scaled {strategy} row={per_row} fast={fast}", c, want, K, torch.bfloat16,
+                      slack=scaled_slack(fast))
+                assert torch.equal(g.view(torch.uint8), A.view(torch.uint8)), "ag_gemm_scaled: the gathered a differs"
+    say("  ag_gemm_scaled: every strategy, per-tensor scales that differ by rank and per-row scales, fp32 and fast")
 
 
 # ---- torch.compile ------------------------------------------------------------------------------------

@@ -376,6 +376,61 @@ def test_scaled_options(team: SimpleNamespace, sa: tuple, sb: tuple, fast: bool,
     assert (d.scale_mode, d.fp8_accum, d.out_dtype) == want
 
 
+@pytest.mark.parametrize("world", [1, 4, 5])
+def test_ag_scaled_shapes(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
+    """ag_gemm_scaled's output: every row [M, N] of out_dtype, whatever this rank holds; the gathered
+    A [M, K] e4m3 with return_gathered."""
+    for rank in range(world):
+        use_team(monkeypatch, world, rank)
+        for M in (1, 3, 23):
+            rows = weave_tp.row_split(M, world, rank)[1]
+            y = weave_tp.ag_gemm_scaled(f8(rows, 32), f8(6, 32), f32(1), f32(1), M=M)
+            assert (y.shape, y.dtype) == ((M, 6), torch.bfloat16)
+            y, g = weave_tp.ag_gemm_scaled(f8(rows, 32), f8(6, 32), f32(rows, 1), f32(1, 6),
+                                           meta(6, dtype=torch.float16), M=M, out_dtype=torch.float16,
+                                           use_fast_accum=True, return_gathered=True)
+            assert (y.shape, y.dtype, g.shape, g.dtype) == ((M, 6), torch.float16, (M, 32), torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(a=meta(10, 16)), TypeError, "a is torch.bfloat16; it must be torch.float8_e4m3fn"),
+    (dict(scale_a=meta(1)), TypeError, "scale_a is torch.bfloat16; it must be torch.float32"),
+    (dict(out_dtype=torch.float32), TypeError, "out_dtype must be torch.bfloat16 or torch.float16"),
+    (dict(M=True), TypeError, "M must be an int or None"),
+    (dict(M=44), ValueError, "a has 10 rows but rank 1 of 4 holds 11 of M = 44"),
+    (dict(b=f8(6, 32)), ValueError, "b has shape (6, 32); it must be [N, K] with K = a.shape[1] = 16"),
+    (dict(a=f8(10, 24), b=f8(6, 24)), ValueError, "K = a.shape[1] = 24 must be a multiple of 16"),
+    (dict(scale_a=f32(40, 1), scale_b=f32(1, 6)), ValueError, "[rows, 1] = [10, 1] (this rank's rows)"),
+    (dict(bias=meta(5)), ValueError, "bias has shape (5,); it must be [N] = [6]"),
+    (dict(strategy="fast"), ValueError, "strategy must be one of 'auto', 'fused', 'bulk', 'baseline'"),
+])
+def test_ag_scaled_argument_errors_name_the_argument(team: SimpleNamespace, change: dict, error: type,
+                                                     words: str) -> None:
+    args = dict(a=f8(10, 16), b=f8(6, 16), scale_a=f32(1), scale_b=f32(1), bias=None, M=40, out_dtype=torch.bfloat16,
+                use_fast_accum=False, strategy="auto", alpha=1.0)
+    args.update(change)
+    with pytest.raises(error) as e:
+        weave_tp.ag_gemm_scaled(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"),
+                                args.pop("bias"), **args)
+    assert words in str(e.value)
+    assert str(e.value).startswith("weave_tp.ag_gemm_scaled: ")
+
+
+@pytest.mark.parametrize("sa, sb, fast, out, want", [
+    ((1,), (1,), False, torch.bfloat16, (1, 0, 0)),
+    ((10, 1), (1, 6), True, torch.float16, (2, 1, 1)),
+])
+def test_ag_scaled_options(team: SimpleNamespace, sa: tuple, sb: tuple, fast: bool, out: torch.dtype,
+                           want: tuple) -> None:
+    """The AllGather + GEMM plan's desc: fp8, B [N, K], the scale mode from the scales' shapes, the
+    accumulation and the output type."""
+    options, N, K = _torch._check_ag_scaled("t", team, f8(10, 16), f8(6, 16), f32(*sa), f32(*sb), None, out, fast,
+                                            "auto", 1.0, 40, meta_ok=True)
+    d = options.desc()
+    assert (N, K, d.dtype, d.b_layout) == (6, 16, 3, 1)
+    assert (d.scale_mode, d.fp8_accum, d.out_dtype) == want
+
+
 class TwoLayers(torch.nn.Module):
     """A tensor-parallel MLP: a column-parallel nn.Linear (the input replicated, this rank's hidden
     units), gelu, then weave's RowParallelLinear (this rank's rows of the output)."""

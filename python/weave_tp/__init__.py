@@ -26,8 +26,8 @@ from ._version import __version__
 try:
     import torch  # noqa: F401
 except ModuleNotFoundError:
-    _NEEDS_TORCH = ("abort", "ag_gemm", "ag_plan_info", "init", "finalize", "is_initialized", "get_team", "gemm_rs",
-                    "gemm_rs_scaled", "plan_info", "sync", "nn", "parallel")
+    _NEEDS_TORCH = ("abort", "ag_gemm", "ag_gemm_scaled", "ag_plan_info", "init", "finalize", "is_initialized",
+                    "get_team", "gemm_rs", "gemm_rs_scaled", "plan_info", "sync", "nn", "parallel")
 
     def __getattr__(name: str) -> object:
         if name in _NEEDS_TORCH:
@@ -39,6 +39,7 @@ else:
     from ._torch import (
         abort,
         ag_gemm,
+        ag_gemm_scaled,
         ag_plan_info,
         finalize,
         gemm_rs,
@@ -52,9 +53,9 @@ else:
 
 __all__ = [
     "LibraryNotFoundError", "PlanInfo", "Result", "Team", "WeaveAbortedError", "WeaveArgumentError", "WeaveError",
-    "WeaveTimeoutError", "__version__", "abort", "ag_gemm", "ag_plan_info", "finalize", "gemm_rs", "gemm_rs_scaled",
-    "get_team", "get_unique_id", "init", "is_initialized", "library_path", "library_version", "nn", "parallel",
-    "plan_info", "row_split", "sync",
+    "WeaveTimeoutError", "__version__", "abort", "ag_gemm", "ag_gemm_scaled", "ag_plan_info", "finalize", "gemm_rs",
+    "gemm_rs_scaled", "get_team", "get_unique_id", "init", "is_initialized", "library_path", "library_version", "nn",
+    "parallel", "plan_info", "row_split", "sync",
 ]
 if "_NEEDS_TORCH" in globals():  # without torch: `from weave_tp import *` takes the library layer (not an ImportError)
     __all__ = [name for name in __all__ if name not in _NEEDS_TORCH]

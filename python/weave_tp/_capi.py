@@ -118,7 +118,8 @@ class _Info(ctypes.Structure):  # weave_gemm_rs_info_t
 
 class _AgDesc(ctypes.Structure):  # weave_ag_gemm_desc_t
     _fields_ = [("struct_size", c_size_t), ("dtype", c_int), ("b_layout", c_int), ("strategy", c_int),
-                ("alpha", c_float), ("has_bias", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int)]
+                ("alpha", c_float), ("has_bias", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int),
+                ("out_dtype", c_int), ("scale_mode", c_int), ("fp8_accum", c_int)]
 
 
 class _AgInfo(ctypes.Structure):  # weave_ag_gemm_info_t
@@ -163,6 +164,8 @@ _PROTOTYPES = {
     "weave_ag_gemm_plan_create": (c_int, [c_void_p, c_int, c_int, c_int, _P(_AgDesc), _P(c_void_p)]),
     "weave_ag_gemm_plan_info": (c_int, [c_void_p, _P(_AgInfo)]),
     "weave_ag_gemm_execute": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
+    "weave_ag_gemm_execute_scaled": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                             c_void_p, c_void_p]),
     "weave_ag_gemm_plan_destroy": (c_int, [c_void_p]),
 }
 
@@ -342,19 +345,25 @@ class AgGemmOptions:
     strategy: int
     alpha: float
     has_bias: bool
+    out_dtype: int = DTYPE_AUTO  # fp8 inputs: bf16 or fp16 (AUTO: bf16)
+    scale_mode: int = 0          # fp8 inputs: SCALE_MODES
+    fp8_accum: int = 0           # fp8 inputs: FP8_ACCUMS
 
     def desc(self) -> _AgDesc:
         return _AgDesc(ctypes.sizeof(_AgDesc), self.dtype, self.b_layout, self.strategy, self.alpha,
-                       int(self.has_bias), 0, 0)
+                       int(self.has_bias), 0, 0, self.out_dtype, self.scale_mode, self.fp8_accum)
 
 
 def ag_gemm_options(dtype: str, *, b_layout: str = "col", strategy: str = "auto", alpha: float = 1.0,
-                    has_bias: bool = False, call: str = "weave_tp.ag_gemm") -> AgGemmOptions:
+                    has_bias: bool = False, out_dtype: str = "auto", scales: str = "none", fp8_accum: str = "fp32",
+                    call: str = "weave_tp.ag_gemm") -> AgGemmOptions:
     """The options by name (errors name the argument) as enum values; weave checks the rest."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise TypeError(f"{call}: alpha must be a float (got {type(alpha).__name__})")
+    out = DTYPE_AUTO if out_dtype == "auto" else _pick(call, "out_dtype", out_dtype, dtype_names())
     return AgGemmOptions(_pick(call, "dtype", dtype, dtype_names()), _pick(call, "b_layout", b_layout, B_LAYOUTS),
-                         _pick(call, "strategy", strategy, strategy_names()), float(alpha), bool(has_bias))
+                         _pick(call, "strategy", strategy, strategy_names()), float(alpha), bool(has_bias), out,
+                         _pick(call, "scales", scales, SCALE_MODES), _pick(call, "fp8_accum", fp8_accum, FP8_ACCUMS))
 
 
 # ---- functions without a team --------------------------------------------------------------------
@@ -499,13 +508,22 @@ class AgPlan:
                                info.gemm_blocks, info.comm_blocks, info.heap_bytes, info.bytes_sent, chosen,
                                info.why.decode(errors="replace"))
         self._execute = lib().weave_ag_gemm_execute
+        self._execute_scaled = lib().weave_ag_gemm_execute_scaled
         self.called = False
 
-    def execute(self, a: int, b: int, bias: int, c: int, a_gathered: int, stream: int) -> None:
-        """Enqueues one call on `stream` (device pointers as ints; 0 for no rows / no bias / no gathered A)."""
-        rc = self._execute(self.handle, a or None, b, bias or None, c, a_gathered or None, stream or None)
+    def execute(self, a: int, b: int, bias: int, c: int, a_gathered: int, stream: int, scale_a: int = 0,
+                scale_b: int = 0) -> None:
+        """Enqueues one call on `stream` (device pointers as ints; 0 for no rows / no bias / no gathered A;
+        the scales of an fp8 plan with scales: weave_ag_gemm_execute_scaled)."""
+        if self.options.scale_mode:
+            name = "weave_ag_gemm_execute_scaled"
+            rc = self._execute_scaled(self.handle, a or None, b, scale_a or None, scale_b or None, bias or None, c,
+                                      a_gathered or None, stream or None)
+        else:
+            name = "weave_ag_gemm_execute"
+            rc = self._execute(self.handle, a or None, b, bias or None, c, a_gathered or None, stream or None)
         if rc:
-            _raise(rc, "weave_ag_gemm_execute", self.team.handle)
+            _raise(rc, name, self.team.handle)
         self.called = True
 
     def _destroy(self) -> None:

@@ -842,6 +842,114 @@ def ag_gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, *, M: Optional[
     return (c, g) if return_gathered else c
 
 
+# ---- fp8: ag_gemm_scaled ---------------------------------------------------------------------------
+def _check_ag_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
+                     bias: Optional[Tensor], out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, alpha: float,
+                     M: int, meta_ok: bool) -> Tuple[AgGemmOptions, int, int]:
+    """The options and (N, K) of an fp8 ag_gemm call, or the error naming the bad argument."""
+    device = torch.device("cuda", team.device)
+
+    def tensor(name: str, t: Tensor, dtype: torch.dtype, what: str) -> None:
+        _check_tensor(call, name, t, None, None, device, meta_ok, exact=(dtype, what))
+
+    _check_fp8_options(call, out_dtype, use_fast_accum)
+    fp8 = torch.float8_e4m3fn
+    tensor("a", a, fp8, "this rank's rows [rows, K] e4m3")
+    tensor("b", b, fp8, "[N, K] e4m3, an nn.Linear weight's layout")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"{call}: a and b must be 2-D (got shapes {tuple(a.shape)} and {tuple(b.shape)})")
+    (rows, K), (N, Kb) = a.shape, b.shape
+    if Kb != K:
+        raise ValueError(f"{call}: b has shape {tuple(b.shape)}; it must be [N, K] with K = a.shape[1] = {K}")
+    if M < 1 or N < 1 or K < 1:
+        raise ValueError(f"{call}: M = {M}, a {tuple(a.shape)} and b {tuple(b.shape)} must not be empty")
+    if rows != _rows(M, team.world, team.rank):
+        raise ValueError(f"{call}: a has {rows} rows but rank {team.rank} of {team.world} holds "
+                         f"{_rows(M, team.world, team.rank)} of M = {M} (weave_row_split): pass M")
+    _check_int_sizes(call, a, b, M, N, K)
+    if K % 16:
+        raise ValueError(f"{call}: K = a.shape[1] = {K} must be a multiple of 16 (fp8 rows of a and b are 16-byte "
+                         "multiples for the TMA loads)")
+    tensor("scale_a", scale_a, torch.float32, "the dequantization scale of a")
+    tensor("scale_b", scale_b, torch.float32, "the dequantization scale of b")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        scales = "tensor"
+    elif tuple(scale_a.shape) in ((rows, 1), (rows,)) and tuple(scale_b.shape) in ((1, N), (N,)):
+        scales = "row"
+    else:
+        raise ValueError(f"{call}: scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)} must be one "
+                         f"element each (per tensor) or [rows, 1] = [{rows}, 1] (this rank's rows) and [1, N] = "
+                         f"[1, {N}]")
+    if bias is not None:
+        tensor("bias", bias, out_dtype, "out_dtype")
+        if bias.dim() != 1 or bias.shape[0] != N:
+            raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
+    options = ag_gemm_options("fp8_e4m3", b_layout="col", strategy=strategy, alpha=alpha, has_bias=bias is not None,
+                              out_dtype=_FP8_OUT_NAMES[out_dtype], scales=scales,
+                              fp8_accum="fast" if use_fast_accum else "fp32", call=call)
+    return options, N, K
+
+
+@torch.library.custom_op("weave_tp::ag_gemm_scaled", mutates_args=())
+def _ag_gemm_scaled_op(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
+                       out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, alpha: float, M: int, gather: bool,
+                       world: int, rank: int, team_id: int) -> Tuple[Tensor, Tensor]:
+    call = "weave_tp.ag_gemm_scaled"
+    team = _team(call, team_id)
+    _check_team(call, team, world, rank)
+    options, N, K = _check_ag_scaled(call, team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy,
+                                     alpha, M, meta_ok=False)
+    plan = _plan(call, team, M, N, K, options)
+    c = a.new_empty((M, N), dtype=out_dtype)
+    g = a.new_empty((M if gather else 0, K))
+    plan.execute(a.data_ptr() if a.shape[0] else 0, b.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                 c.data_ptr(), g.data_ptr() if gather else 0, torch.cuda.current_stream(a.device).cuda_stream,
+                 scale_a.data_ptr(), scale_b.data_ptr())
+    return c, g
+
+
+@_ag_gemm_scaled_op.register_fake
+def _ag_gemm_scaled_fake(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
+                         out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, alpha: float, M: int,
+                         gather: bool, world: int, rank: int, team_id: int) -> Tuple[Tensor, Tensor]:
+    call = "weave_tp.ag_gemm_scaled"
+    team = _team(call, team_id)
+    _check_team(call, team, world, rank)
+    _, N, K = _check_ag_scaled(call, team, a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy, alpha, M,
+                               meta_ok=True)
+    return a.new_empty((M, N), dtype=out_dtype), a.new_empty((M if gather else 0, K))
+
+
+def ag_gemm_scaled(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None, *,
+                   M: Optional[int] = None, out_dtype: torch.dtype = torch.bfloat16, use_fast_accum: bool = False,
+                   strategy: str = "auto", alpha: float = 1.0, group: Optional[dist.ProcessGroup] = None,
+                   return_gathered: bool = False):  # noqa: ANN201 (Tensor, or (Tensor, Tensor))
+    """fp8 AllGather + GEMM, as torch._scaled_mm of the gathered rows: C = alpha * (A @ b.T) * sa * sb
+    (+ bias) over all M rows of A, [M, N] of out_dtype. a: this rank's rows [rows, K] and b: its [N, K]
+    (an nn.Linear weight's layout), both torch.float8_e4m3fn, K a multiple of 16; scale_a, scale_b:
+    float32 on the device, one element each (per tensor: this rank's rows' scale, which may differ
+    from the other ranks', and its b's) or [rows, 1] and [1, N] (per row of this rank's a and per
+    column of the output). The scales travel with the rows. bias: [N] of out_dtype (bf16 or fp16).
+    M: the rows of all ranks (default rows x world); use_fast_accum: the tensor cores' own
+    accumulation (faster, less exact), else fp32. return_gathered: also the gathered A [M, K] (e4m3).
+    No autograd. Plans as ag_gemm."""
+    call = "weave_tp.ag_gemm_scaled"
+    _check_types(call, dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b), dict(bias=bias), dict(strategy=strategy),
+                 False, alpha)
+    _check_fp8_options(call, out_dtype, use_fast_accum)
+    if M is not None and (isinstance(M, bool) or not isinstance(M, int)):
+        raise TypeError(f"{call}: M must be an int or None (got {type(M).__name__})")
+    if not isinstance(return_gathered, bool):
+        raise TypeError(f"{call}: return_gathered must be a bool (got {type(return_gathered).__name__})")
+    team_id = _team_id(call, group)
+    team = _team(call, team_id)
+    if M is None:
+        M = a.shape[0] * team.world
+    c, g = torch.ops.weave_tp.ag_gemm_scaled(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, strategy,
+                                             float(alpha), M, return_gathered, team.world, team.rank, team_id)
+    return (c, g) if return_gathered else c
+
+
 def _torch_split(call: str, a: Tensor, row_split: str, world: int, rank: int) -> Tuple[Tensor, Optional[int]]:
     """row_split="torch" where it differs from weave's (M % world != 0): a padded with zero rows to a
     multiple of the world, where weave's split is torch's, and this rank's row count under torch's

@@ -2,11 +2,12 @@
  * AllGather + GEMM: kernels and their launchers.
  *
  * Protocol (per call; e = the plan's epoch + 1, read by every kernel of the call at its start):
- *   push    rank r copies its rows of A, block by block of WEAVE_AG_BLOCK_ROWS gathered rows, into the
- *           gathered A of ranks r, r+1, ..., r-1 in that order (so at any moment the ranks write to
- *           different peers), each destination only once it has finished reading the previous call's
- *           rows (done[dst] >= e - 1 in r's heap), and after each block adds 1 to the destination's
- *           row_flags[b] with a release at system scope (after a barrier of the copying threads).
+ *   push    rank r copies its rows of A (fp8 with scales: and their scales), block by block of
+ *           WEAVE_AG_BLOCK_ROWS gathered rows, into the gathered A of ranks r, r+1, ..., r-1 in that
+ *           order (so at any moment the ranks write to different peers), each destination only once it
+ *           has finished reading the previous call's rows (done[dst] >= e - 1 in r's heap), and after
+ *           each block adds 1 to the destination's row_flags[b] with a release at system scope (after
+ *           a barrier of the copying threads).
  *   GEMM    a tile whose rows start at row0 waits (acquire, system scope; bounded) until
  *           row_flags[row0 / 128] = e x (ranks whose rows meet that block: row_info), then fences the async
  *           proxy and loads the tile with TMA from the local gathered A. Tile rows run in the order
@@ -85,6 +86,11 @@ __device__ void weave_ag_push(const weave_ag_params_t &p, const weave_threads &g
     char *to = weave_peer_ptr(&p.team, (char *)p.gathered + (size_t)r0 * row_bytes, dst);
     const char *from = (const char *)p.A + (size_t)(r0 - p.row_begin) * row_bytes;
     weave_ag_copy(to, from, (size_t)(r1 - r0) * row_bytes, g);
+    if (p.gathered_scales) { /* fp8: the rows' scales go with them (TENSOR: this rank's one for each) */
+      float *sto = weave_peer_ptr(&p.team, p.gathered_scales + r0, dst);
+      for (int i = g.tid; i < r1 - r0; i += g.n)
+        sto[i] = p.scale_mode == WEAVE_SCALE_ROW ? p.scale_a[r0 - p.row_begin + i] : p.scale_a[0];
+    }
     g.sync();
     if (g.tid == 0)
       weave_atomic_add<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p.team, p.row_flags + b, dst), 1u);
@@ -132,10 +138,10 @@ __device__ __forceinline__ bool weave_ag_gate(const weave_ag_params_t *ap, int b
   return false;
 }
 
-/* The GEMM blocks' sink: the standalone GEMM's stores (alpha, bias, TMA-store epilogue) over the
- * tiles in arrival order, each tile's loads gated on its rows. */
-template <int DT>
-struct weave_ag_sink : weave_hgemm_standalone_sink_t<DT, 1> {
+/* The GEMM blocks' sink: the standalone GEMM's stores (alpha, bias, TMA-store epilogue) of C in OUT
+ * over the tiles in arrival order, each tile's loads gated on its rows. */
+template <int OUT>
+struct weave_ag_sink : weave_hgemm_standalone_sink_t<OUT, 1> {
   static constexpr bool kWeaveWaitInputs = true;
   const weave_ag_params_t *ap;
   uint32_t epoch;
@@ -156,7 +162,9 @@ struct weave_ag_sink : weave_hgemm_standalone_sink_t<DT, 1> {
   }
 };
 
-template <int DT, int BCOL>
+/* DT: A and B; OUT: C and bias (DT unless fp8); PROMOTE: fp8's promoted accumulation (fp8 reads its
+ * scales, hg.scales, through the role's scale policy). */
+template <int DT, int OUT, int BCOL, bool PROMOTE>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_ag_fused_kernel(const __grid_constant__ weave_hgemm_params_t hg, const __grid_constant__ CUtensorMap c_map,
                           weave_hgemm_sink_args_t sa, const __grid_constant__ weave_ag_params_t p) {
@@ -164,15 +172,19 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
   unsigned char *smem = (unsigned char *)(((uintptr_t)weave_ag_smem_raw + 1023) & ~(uintptr_t)1023);
   const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   if ((int)blockIdx.x < p.gemm_blocks) {
-    weave_ag_sink<DT> sink;
+    typedef weave_ag_sink<OUT> sink_t;
+    sink_t sink;
     sink.a = sa;
     sink.cmap = &c_map;
     sink.ap = &p;
     sink.epoch = epoch;
     sink.dead = false;
     weave_ag_own_blocks(p.row_begin, p.rows, p.blocks_m, WEAVE_AG_BLOCK_ROWS, &sink.first, &sink.n_own);
-    weave_hgemm_role_coop<weave_ag_sink<DT>, DT, BCOL, 1>(hg, smem, blockIdx.x, p.gemm_blocks, hg.tiles_m * hg.tiles_n,
-                                                          sink);
+    if constexpr (DT == WEAVE_FP8_E4M3)
+      weave_hgemm_role_coop<sink_t, DT, 1, 1, false, weave_hgemm_scale_fp8, PROMOTE>(
+          hg, smem, blockIdx.x, p.gemm_blocks, hg.tiles_m * hg.tiles_n, sink);
+    else
+      weave_hgemm_role_coop<sink_t, DT, BCOL, 1>(hg, smem, blockIdx.x, p.gemm_blocks, hg.tiles_m * hg.tiles_n, sink);
   } else if (weave_hgemm_regs_split()) {
     /* the GEMM blocks' register split here too: warpgroup 0 idles, warpgroups 1-2 push */
     weave_ag_push(p,
@@ -209,14 +221,14 @@ __global__ void weave_ag_finish_kernel(const __grid_constant__ weave_ag_params_t
 }
 
 /* ---- launchers ----------------------------------------------------------------------------------- */
-template <int DT, int BCOL>
+template <int DT, int OUT, int BCOL, bool PROMOTE = false>
 static int weave_ag_launch_t(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, const CUtensorMap &c_map,
                              const weave_hgemm_sink_args_t &sa, cudaStream_t s) {
   const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
-  int e = (int)cudaFuncSetAttribute(weave_ag_fused_kernel<DT, BCOL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)smem);
+  int e = (int)cudaFuncSetAttribute(weave_ag_fused_kernel<DT, OUT, BCOL, PROMOTE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e) return e;
-  weave_ag_fused_kernel<DT, BCOL>
+  weave_ag_fused_kernel<DT, OUT, BCOL, PROMOTE>
       <<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*hg, c_map, sa, *p);
   return (int)cudaGetLastError();
 }
@@ -225,19 +237,22 @@ extern "C" int weave_ag_fused_blocks_per_sm(size_t *smem_bytes) {
   const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
   if (smem_bytes) *smem_bytes = smem;
   int n = 0;
-  if (cudaFuncSetAttribute(weave_ag_fused_kernel<WEAVE_BF16, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           (int)smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, weave_ag_fused_kernel<WEAVE_BF16, 1>, WEAVE_HGEMM_THREADS,
-                                                    smem) != cudaSuccess) {
+  void (*kern)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t, const weave_ag_params_t) =
+      weave_ag_fused_kernel<WEAVE_BF16, WEAVE_BF16, 1, false>;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, WEAVE_HGEMM_THREADS, smem) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   return n;
 }
 
-extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, float alpha,
-                                     const void *bias, void *C, struct CUstream_st *stream) {
-  if (p->dtype != WEAVE_BF16 && p->dtype != WEAVE_FP16) return (int)cudaErrorInvalidValue;
+extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hgemm_params_t *hg,
+                                     weave_dtype_t out_dtype, int fast_accum, float alpha, const void *bias, void *C,
+                                     struct CUstream_st *stream) {
+  const int fp8 = p->dtype == WEAVE_FP8_E4M3;
+  if (p->dtype != WEAVE_BF16 && p->dtype != WEAVE_FP16 && !fp8) return (int)cudaErrorInvalidValue;
+  if (out_dtype != WEAVE_BF16 && out_dtype != WEAVE_FP16) return (int)cudaErrorInvalidValue;
   const size_t osz = 2;
   weave_hgemm_sink_args_t sa;
   memset(&sa, 0, sizeof sa);
@@ -257,16 +272,23 @@ extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hge
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);
   if (((uintptr_t)C & 15) == 0 && ((size_t)hg->N * osz) % 16 == 0 &&
-      weave_hgemm_encode_store_map(&c_map, p->dtype, C, (uint64_t)hg->N, (uint64_t)hg->M, (uint64_t)hg->N * osz, NULL,
+      weave_hgemm_encode_store_map(&c_map, out_dtype, C, (uint64_t)hg->N, (uint64_t)hg->M, (uint64_t)hg->N * osz, NULL,
                                    0) == 0)
     sa.tma_store = 1;
   cudaStream_t s = (cudaStream_t)stream;
+  if (fp8) { /* B [N, K] only (the plan checked) */
+    if (out_dtype == WEAVE_BF16)
+      return fast_accum ? weave_ag_launch_t<WEAVE_FP8_E4M3, WEAVE_BF16, 1, false>(p, hg, c_map, sa, s)
+                        : weave_ag_launch_t<WEAVE_FP8_E4M3, WEAVE_BF16, 1, true>(p, hg, c_map, sa, s);
+    return fast_accum ? weave_ag_launch_t<WEAVE_FP8_E4M3, WEAVE_FP16, 1, false>(p, hg, c_map, sa, s)
+                      : weave_ag_launch_t<WEAVE_FP8_E4M3, WEAVE_FP16, 1, true>(p, hg, c_map, sa, s);
+  }
   const int bcol = hg->b_layout == WEAVE_LAYOUT_COL;
   if (p->dtype == WEAVE_BF16)
-    return bcol ? weave_ag_launch_t<WEAVE_BF16, 1>(p, hg, c_map, sa, s)
-                : weave_ag_launch_t<WEAVE_BF16, 0>(p, hg, c_map, sa, s);
-  return bcol ? weave_ag_launch_t<WEAVE_FP16, 1>(p, hg, c_map, sa, s)
-              : weave_ag_launch_t<WEAVE_FP16, 0>(p, hg, c_map, sa, s);
+    return bcol ? weave_ag_launch_t<WEAVE_BF16, WEAVE_BF16, 1>(p, hg, c_map, sa, s)
+                : weave_ag_launch_t<WEAVE_BF16, WEAVE_BF16, 0>(p, hg, c_map, sa, s);
+  return bcol ? weave_ag_launch_t<WEAVE_FP16, WEAVE_FP16, 1>(p, hg, c_map, sa, s)
+              : weave_ag_launch_t<WEAVE_FP16, WEAVE_FP16, 0>(p, hg, c_map, sa, s);
 }
 
 extern "C" int weave_launch_ag_push(const weave_ag_params_t *p, int blocks, struct CUstream_st *stream) {

@@ -71,9 +71,12 @@ typedef struct {
 #define WEAVE_AG_BLOCK_ROWS 128
 typedef struct {
   int M, N, K;         /* N: this rank's columns of C */
-  weave_dtype_t dtype; /* A, B, C and bias */
+  weave_dtype_t dtype; /* A and B (C and bias too unless fp8) */
   weave_device_team_t team;
   const void *A;            /* this rank's rows of A, [rows, K] (the call's) */
+  const float *scale_a;     /* fp8 with scales (the call's): TENSOR [1], ROW [rows]; else NULL */
+  int scale_mode;           /* weave_scale_mode_t of scale_a */
+  float *gathered_scales;   /* heap [M]: every gathered row's scale, pushed with the rows (NULL: none) */
   int row_begin, rows;      /* weave_row_split of this rank */
   void *gathered;           /* heap [M, K]: this rank's copy of every rank's rows */
   uint32_t *row_flags;      /* heap [blocks_m] */
@@ -88,9 +91,11 @@ typedef struct {
 
 /* The fused kernel: comm_blocks push this rank's rows into every rank's gathered A while
  * gemm_blocks compute C[M, N] = alpha * gathered . B (+ bias) on the Hopper role, each tile's loads
- * waiting for its rows. hg: tensor maps of the gathered A and the call's B. 16-bit inputs only. */
-int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, float alpha, const void *bias,
-                          void *C, struct CUstream_st *stream);
+ * waiting for its rows. hg: tensor maps of the gathered A and the call's B, and for fp8 the scales
+ * (hg->scales: the gathered ones); out_dtype: C and bias (the inputs' type unless fp8); fast_accum:
+ * fp8's tensor-core accumulation instead of the promoted one. bf16, fp16 and fp8 inputs. */
+int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, weave_dtype_t out_dtype,
+                          int fast_accum, float alpha, const void *bias, void *C, struct CUstream_st *stream);
 /* Blocks per SM of the fused kernel (0: it cannot run here) and its dynamic shared memory. */
 int weave_ag_fused_blocks_per_sm(size_t *smem_bytes);
 /* The gather in pieces (bulk and baseline): push this rank's rows on `blocks` blocks; one block
@@ -126,6 +131,8 @@ const char *weave_cuda_error_string(int err);
 /* tune_kernels.cu. count elements of dtype (weave_dtype_t) with random values in [-1, 1) from seed. */
 int weave_launch_fill_random(void *p, size_t count, weave_dtype_t dtype, uint32_t seed, struct CUstream_st *stream);
 int weave_launch_fill_value(float *p, size_t count, float v, struct CUstream_st *stream);
+/* p[0..count) = *from (a device scalar, read by the kernel). */
+int weave_launch_fill_from(float *p, size_t count, const float *from, struct CUstream_st *stream);
 /* One thread that returns after `us` microseconds (WEAVE_TEST_DELAY). */
 int weave_launch_delay(unsigned us, struct CUstream_st *stream);
 

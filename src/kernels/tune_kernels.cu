@@ -1,6 +1,7 @@
 /*
- * Kernels of the online tuner (plan/autotune.c) and of its test knob: random inputs for the
- * candidates' timed calls, and a delay that makes one strategy slower on purpose (WEAVE_TEST_DELAY).
+ * Fills and a delay: random inputs for the online tuner's timed calls (plan/autotune.c), a float
+ * vector set to one value (given, or read from a device scalar: AllGather + GEMM's fp8 baseline), and
+ * the delay that makes one strategy slower on purpose (WEAVE_TEST_DELAY).
  */
 #include <stdint.h>
 
@@ -36,7 +37,9 @@ __global__ void weave_fill_random_kernel(void *p, size_t count, int dtype, uint3
   }
 }
 
-__global__ void weave_fill_value_kernel(float *p, size_t count, float v) {
+/* p[0..count) = v, or *from where from is not NULL (a device scalar) */
+__global__ void weave_fill_value_kernel(float *p, size_t count, float v, const float *from) {
+  if (from) v = *from;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
     p[i] = v;
 }
@@ -50,11 +53,19 @@ extern "C" int weave_launch_fill_random(void *p, size_t count, weave_dtype_t dty
   return (int)cudaGetLastError();
 }
 
-extern "C" int weave_launch_fill_value(float *p, size_t count, float v, struct CUstream_st *stream) {
+static int fill_value(float *p, size_t count, float v, const float *from, struct CUstream_st *stream) {
   if (!count) return 0;
   const size_t want = (count + 255) / 256;
-  weave_fill_value_kernel<<<(unsigned)(want < 8192 ? want : 8192), 256, 0, (cudaStream_t)stream>>>(p, count, v);
+  weave_fill_value_kernel<<<(unsigned)(want < 8192 ? want : 8192), 256, 0, (cudaStream_t)stream>>>(p, count, v, from);
   return (int)cudaGetLastError();
+}
+
+extern "C" int weave_launch_fill_value(float *p, size_t count, float v, struct CUstream_st *stream) {
+  return fill_value(p, count, v, NULL, stream);
+}
+
+extern "C" int weave_launch_fill_from(float *p, size_t count, const float *from, struct CUstream_st *stream) {
+  return fill_value(p, count, 0.f, from, stream);
 }
 
 /* One thread sleeping on the global timer until `ns` have passed since it started. */

@@ -5,8 +5,8 @@
  *
  * Memory per rank (one weave_malloc): control words (weave_plan_ctl_t), one u32 arrival counter per
  * block of 128 gathered rows, one u32 row_info per block (kernels.h), then the gathered A [M, K]
- * (256-byte aligned). One rank: no gathered A
- * unless the plan is fused (the other strategies run their GEMM on A itself).
+ * (256-byte aligned) and, fp8 with scales, its rows' scales [M] (256-byte aligned). One rank: no
+ * gathered A unless the plan is fused (the other strategies run their GEMM on A itself).
  */
 #include <math.h>
 #include <stdint.h>
@@ -43,6 +43,9 @@ struct weave_ag_gemm_plan {
   size_t gemm_ws_bytes;
   void *lockstep_ev; /* ranks sharing a GPU: each call waits for itself (plan/lockstep.h) */
   int pageable_access;
+  weave_dtype_t out_dtype; /* C and bias (desc.out_dtype resolved) */
+  float *lt_scale_b;       /* fp8 baseline with TENSOR scales: [N] copies of the call's scale_b (cuBLASLt's
+                            * per-row mode wants a vector; the rows' scales differ by owner) */
 };
 
 static const char *const fn_create = "weave_ag_gemm_plan_create";
@@ -56,12 +59,12 @@ static weave_result_t ag_check_args(weave_team_t team, int M, int N, int K, cons
                       "%s: desc.struct_size %zu is not %zu (use WEAVE_AG_GEMM_DESC_INIT)", fn, d->struct_size,
                       sizeof(weave_ag_gemm_desc_t));
   WEAVE_CHECK(weave_check_gemm_shape(team, fn, M, N, K, "K"));
-  if (d->dtype == WEAVE_FP8_E4M3)
-    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED, "%s: fp8 inputs are not supported by AllGather + GEMM yet", fn);
-  if ((unsigned)d->dtype > WEAVE_FP32)
-    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32", fn, (int)d->dtype);
+  if ((unsigned)d->dtype > WEAVE_FP8_E4M3)
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: dtype %d is not bf16/fp16/fp32/fp8_e4m3", fn,
+                      (int)d->dtype);
   if ((unsigned)d->b_layout > WEAVE_LAYOUT_COL)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: b_layout %d is not ROW/COL", fn, (int)d->b_layout);
+  WEAVE_CHECK(weave_check_fp8_args(team, fn, d->dtype, d->out_dtype, d->b_layout, d->scale_mode, d->fp8_accum, K, "K"));
   if ((unsigned)d->strategy > WEAVE_STRATEGY_BASELINE)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: strategy %d unknown", fn, (int)d->strategy);
   if (!isfinite(d->alpha)) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
@@ -73,7 +76,7 @@ static weave_result_t ag_check_args(weave_team_t team, int M, int N, int K, cons
                       d->comm_blocks);
   if (d->strategy == WEAVE_STRATEGY_FUSED && !weave_kernel_hopper_ok(d->dtype, d->b_layout, N, K))
     return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
-                      "%s: the fused strategy runs on the Hopper GEMM role: bf16/fp16 with rows of A and B of "
+                      "%s: the fused strategy runs on the Hopper GEMM role: bf16/fp16/fp8 with rows of A and B of "
                       "16-byte multiples (K%s a multiple of 8); use bulk or baseline",
                       fn, d->b_layout == WEAVE_LAYOUT_ROW ? " and N" : "");
   return WEAVE_SUCCESS;
@@ -84,9 +87,19 @@ static weave_result_t ag_check_team_args(weave_team_t team, int M, int N, int K,
   WEAVE_CHECK(weave_team_agree(team, ag_check_args(team, M, N, K, d)));
   uint32_t alpha_bits;
   memcpy(&alpha_bits, &d->alpha, sizeof(alpha_bits));
-  const uint32_t same[] = {
-      (uint32_t)M,           (uint32_t)N, (uint32_t)K,           (uint32_t)d->dtype,       (uint32_t)d->b_layout,
-      (uint32_t)d->strategy, alpha_bits,  (uint32_t)d->has_bias, (uint32_t)d->gemm_blocks, (uint32_t)d->comm_blocks};
+  const uint32_t same[] = {(uint32_t)M,
+                           (uint32_t)N,
+                           (uint32_t)K,
+                           (uint32_t)d->dtype,
+                           (uint32_t)d->b_layout,
+                           (uint32_t)d->strategy,
+                           alpha_bits,
+                           (uint32_t)d->has_bias,
+                           (uint32_t)d->gemm_blocks,
+                           (uint32_t)d->comm_blocks,
+                           (uint32_t)d->out_dtype,
+                           (uint32_t)d->scale_mode,
+                           (uint32_t)d->fp8_accum};
   return weave_team_check_same(team, same, sizeof(same), "AllGather + GEMM plan arguments (M, N, K, desc)");
 }
 
@@ -167,36 +180,59 @@ static int ag_needs_gathered(const weave_ag_gemm_plan_t p) {
   return p->team->world > 1 || p->strategy == WEAVE_STRATEGY_FUSED;
 }
 
+/* Bytes of the gathered A, and where its rows' scales start after it (fp8 with scales). */
+static size_t ag_gathered_bytes(const weave_ag_gemm_plan_t p) {
+  return ag_needs_gathered(p) ? (size_t)p->M * p->K * weave_dtype_size(p->desc.dtype) : 0;
+}
+static int ag_gathers_scales(const weave_ag_gemm_plan_t p) {
+  return ag_needs_gathered(p) && p->desc.scale_mode != WEAVE_SCALE_NONE;
+}
+
 static void ag_size_memory(weave_ag_gemm_plan_t p) {
   const int blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
   p->head_bytes = (sizeof(weave_plan_ctl_t) + (size_t)blocks_m * 8 + 255) / 256 * 256; /* + flags, row_info */
-  p->mem_bytes = p->head_bytes + (ag_needs_gathered(p) ? (size_t)p->M * p->K * weave_dtype_size(p->desc.dtype) : 0);
+  p->mem_bytes =
+      p->head_bytes + (ag_gathered_bytes(p) + 255) / 256 * 256 + (ag_gathers_scales(p) ? (size_t)p->M * 4 : 0);
 }
 
 /* The local GEMM of the bulk strategy (or of any strategy on one rank): all rows of A (gathered, or
  * this rank's own on one rank) with this rank's B, alpha and bias, on the plan's blocks. */
 static weave_gemm_call_t ag_gemm_call(const weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias,
-                                      void *C) {
+                                      void *C, weave_hgemm_scales_t scales) {
   const weave_gemm_call_t c = {.M = p->M,
                                .N = p->N,
                                .K = p->K,
                                .dtype = p->desc.dtype,
                                .b_layout = p->desc.b_layout,
-                               .out_dtype = p->desc.dtype,
+                               .out_dtype = p->out_dtype,
                                .alpha = p->desc.alpha,
                                .A = A,
                                .B = B,
                                .bias = bias,
                                .C = C,
+                               .scales = scales,
+                               .fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST,
                                .num_blocks = p->gemm_blocks,
                                .ws = p->gemm_ws,
                                .ws_bytes = p->gemm_ws_bytes};
   return c;
 }
 
+/* The scales a weave GEMM over all M rows reads: over the gathered A its rows' scales (TENSOR: each
+ * row its owner's, with this rank's scale_b; ROW: with scale_b [N]); over A itself (one rank, not
+ * fused) the call's own. */
+static weave_hgemm_scales_t ag_scales(const weave_ag_gemm_plan_t p, int gathered, const float *scale_a,
+                                      const float *scale_b) {
+  const int mode = p->desc.scale_mode;
+  if (mode == WEAVE_SCALE_NONE) return (weave_hgemm_scales_t){WEAVE_SCALE_NONE, NULL, NULL};
+  if (!gathered) return (weave_hgemm_scales_t){mode, scale_a, scale_b};
+  return (weave_hgemm_scales_t){mode == WEAVE_SCALE_TENSOR ? WEAVE_HGEMM_SCALE_ROW_A : WEAVE_SCALE_ROW,
+                                p->params.gathered_scales, scale_b};
+}
+
 static void ag_gemm_workspace(weave_ag_gemm_plan_t p) {
   if (p->strategy != WEAVE_STRATEGY_BULK) return;
-  const weave_gemm_call_t c = ag_gemm_call(p, NULL, NULL, NULL, NULL);
+  const weave_gemm_call_t c = ag_gemm_call(p, NULL, NULL, NULL, NULL, ag_scales(p, 0, NULL, NULL));
   p->gemm_ws = weave_gemm_workspace_alloc(p->team, &c, &p->gemm_ws_bytes);
 }
 
@@ -220,15 +256,40 @@ static int ag_write_row_info(weave_ag_gemm_plan_t p) {
  * effort: a failure only leaves the load to the first call. */
 static void ag_lt_warm(weave_ag_gemm_plan_t p) {
   if (!ag_needs_gathered(p)) return;
-  const size_t e = weave_dtype_size(p->desc.dtype);
+  const size_t e = weave_dtype_size(p->desc.dtype), o = weave_dtype_size(p->out_dtype);
   const void *A = (char *)p->mem + p->head_bytes;
   void *B = NULL, *C = NULL;
+  float *ones = NULL; /* scales of 1: M for A's rows, then N for B's columns */
+  const int scaled = p->desc.scale_mode != WEAVE_SCALE_NONE;
   if (cudaMalloc(&B, (size_t)p->K * p->N * e) == cudaSuccess &&
-      cudaMalloc(&C, (size_t)p->M * p->N * e) == cudaSuccess && weave_lt_select(p->lt, A, B, C) == WEAVE_SUCCESS)
-    weave_lt_run(p->lt, 1.0f, A, B, C, NULL);
+      cudaMalloc(&C, (size_t)p->M * p->N * o) == cudaSuccess &&
+      (!scaled || (cudaMalloc((void **)&ones, ((size_t)p->M + p->N) * 4) == cudaSuccess &&
+                   weave_launch_fill_value(ones, (size_t)p->M + p->N, 1.0f, NULL) == 0)) &&
+      weave_lt_select(p->lt, A, B, C) == WEAVE_SUCCESS)
+    weave_lt_run_scaled(p->lt, 1.0f, A, B, ones, ones ? ones + p->M : NULL, C, NULL);
   cudaGetLastError();
   cudaFree(B);
   cudaFree(C);
+  cudaFree(ones);
+}
+
+/* The baseline's cuBLASLt: fp8 over the gathered A takes per-row scales (each row's owner's), its
+ * outer-vector mode; over A itself (one rank) the call's own mode. */
+static weave_result_t ag_lt_create(weave_ag_gemm_plan_t p, char *msg, size_t len) {
+  weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
+  o.fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST;
+  o.scale_mode = p->desc.scale_mode == WEAVE_SCALE_NONE ? WEAVE_SCALE_NONE
+                 : ag_needs_gathered(p)                 ? WEAVE_SCALE_ROW
+                                                        : (int)p->desc.scale_mode;
+  weave_result_t rc =
+      weave_lt_create_ex(p->M, p->N, p->K, p->desc.dtype, p->out_dtype, p->desc.b_layout, &o, &p->lt, msg, len);
+  if (rc == WEAVE_SUCCESS && ag_needs_gathered(p) && p->desc.scale_mode == WEAVE_SCALE_TENSOR &&
+      cudaMalloc((void **)&p->lt_scale_b, (size_t)p->N * 4) != cudaSuccess) {
+    cudaGetLastError();
+    snprintf(msg, len, "no device memory for %d column scales", p->N);
+    rc = WEAVE_ERROR_OUT_OF_MEMORY;
+  }
+  return rc;
 }
 
 /* Collective: everything that may wait for the whole device comes before the agreement (see
@@ -242,8 +303,7 @@ static weave_result_t ag_acquire(weave_ag_gemm_plan_t p) {
   if (e) local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags");
   if (local == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE) {
     char msg[256] = "";
-    local =
-        weave_lt_create(p->M, p->N, p->K, p->desc.dtype, p->desc.dtype, p->desc.b_layout, 0, &p->lt, msg, sizeof(msg));
+    local = ag_lt_create(p, msg, sizeof(msg));
     if (local != WEAVE_SUCCESS)
       weave_fail(team, local, "AllGather + GEMM plan: cuBLASLt: %s", msg);
     else
@@ -255,7 +315,8 @@ static weave_result_t ag_acquire(weave_ag_gemm_plan_t p) {
     local = weave_plan_cuda_fail(team, e, "AllGather + GEMM plan: zeroing flags and workspace");
   weave_result_t rc = weave_team_agree(team, local);
   /* the baseline's all-gather through NCCL where it runs (a GPU per rank; equal chunks) */
-  if (rc == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE && team->world > 1 && p->M % team->world == 0)
+  if (rc == WEAVE_SUCCESS && p->strategy == WEAVE_STRATEGY_BASELINE && team->world > 1 && p->M % team->world == 0 &&
+      !weave_dtype_is_fp8(p->desc.dtype)) /* fp8: weave's gather, which carries the rows' scales */
     p->nccl = weave_nccl_try_create(team, "AllGather + GEMM plan", "weave's gather instead");
   if (rc != WEAVE_SUCCESS) {
     weave_free(team, p->mem);
@@ -282,6 +343,10 @@ static void ag_fill_params(weave_ag_gemm_plan_t p) {
   ap->row_flags = (uint32_t *)((char *)p->mem + sizeof(weave_plan_ctl_t));
   ap->row_info = ap->row_flags + weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
   ap->gathered = ag_needs_gathered(p) ? (char *)p->mem + p->head_bytes : NULL;
+  ap->scale_mode = p->desc.scale_mode;
+  ap->gathered_scales = ag_gathers_scales(p)
+                            ? (float *)((char *)p->mem + p->head_bytes + (ag_gathered_bytes(p) + 255) / 256 * 256)
+                            : NULL;
   ap->blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
   ap->gemm_blocks = p->gemm_blocks;
   ap->comm_blocks = p->comm_blocks;
@@ -289,6 +354,7 @@ static void ag_fill_params(weave_ag_gemm_plan_t p) {
 }
 
 static void ag_free_host(weave_ag_gemm_plan_t p) {
+  cudaFree(p->lt_scale_b);
   weave_lt_destroy(p->lt);
   weave_nccl_destroy(p->nccl);
   free(p);
@@ -304,6 +370,7 @@ static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const we
   p->N = N;
   p->K = K;
   p->desc = *desc;
+  p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
   weave_split_rows_of(M, team->world, team->rank, &p->row_begin, &p->rows);
   if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
     cudaGetLastError();
@@ -349,8 +416,8 @@ weave_result_t weave_ag_gemm_plan_create(weave_team_t team, int M, int N, int K,
 /* ---- execute ----------------------------------------------------------------------------------- */
 static const char *const fn_exec = "weave_ag_gemm_execute";
 
-static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias,
-                                    const void *C, const void *A_out) {
+static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const void *B, const float *scale_a,
+                                    const float *scale_b, const void *bias, const void *C, const void *A_out) {
   weave_team_t team = p->team;
   if ((!A && p->rows > 0) || !B || !C)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
@@ -360,34 +427,52 @@ static weave_result_t ag_check_call(weave_ag_gemm_plan_t p, const void *A, const
         team, WEAVE_ERROR_INVALID_ARGUMENT,
         p->desc.has_bias ? "%s: the plan has a bias but bias is NULL" : "%s: bias given to a plan without bias",
         fn_exec);
-  const void *ptrs[5] = {A, B, bias, C, A_out};
-  static const char *const names[5] = {"A", "B", "bias", "C", "A_gathered"};
-  if (!p->pageable_access) WEAVE_CHECK(weave_check_device_reads(team, fn_exec, team->info.device, ptrs, names, 5));
-  const size_t e = weave_dtype_size(p->desc.dtype);
-  for (int i = 0; i < 5; ++i)
-    if ((uintptr_t)ptrs[i] % e)
-      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %s %p is not %zu-byte aligned", fn_exec, names[i],
-                        ptrs[i], e);
-  if (p->strategy == WEAVE_STRATEGY_FUSED && ((uintptr_t)B & 15))
+  const int scaled = p->desc.scale_mode != WEAVE_SCALE_NONE;
+  if (scaled && ((!scale_a && p->rows > 0) || !scale_b))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "%s: the fused plan reads B %p with TMA: it must be 16-byte aligned", fn_exec, B);
+                      "%s: the plan's scale_mode %d needs scale_a %p (this rank holds %d rows) and scale_b %p", fn_exec,
+                      (int)p->desc.scale_mode, (const void *)scale_a, p->rows, (const void *)scale_b);
+  if (!scaled && (scale_a || scale_b))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: scale_a / scale_b given to a plan without scales (scale_mode NONE)", fn_exec);
+  const void *ptrs[7] = {A, B, bias, C, A_out, scale_a, scale_b};
+  static const char *const names[7] = {"A", "B", "bias", "C", "A_gathered", "scale_a", "scale_b"};
+  if (!p->pageable_access) WEAVE_CHECK(weave_check_device_reads(team, fn_exec, team->info.device, ptrs, names, 7));
+  const size_t in = weave_dtype_size(p->desc.dtype), out = weave_dtype_size(p->out_dtype);
+  const size_t align[7] = {in, in, out, out, in, 4, 4};
+  for (int i = 0; i < 7; ++i)
+    if ((uintptr_t)ptrs[i] % align[i])
+      return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: %s %p is not %zu-byte aligned", fn_exec, names[i],
+                        ptrs[i], align[i]);
+  if ((p->strategy == WEAVE_STRATEGY_FUSED || weave_dtype_is_fp8(p->desc.dtype)) && ((uintptr_t)B & 15))
+    return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: the %s plan reads B %p with TMA: it must be 16-byte aligned", fn_exec,
+                      weave_strategy_name(p->strategy), B);
   return WEAVE_SUCCESS;
 }
 
-/* One rank's GEMM (bulk's, or any strategy's on one rank): weave's, with alpha and bias. */
+/* One rank's GEMM (bulk's, or any strategy's on one rank): weave's, with alpha, bias and scales. */
 static weave_result_t ag_weave_gemm(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
-                                    weave_stream_t stream) {
+                                    weave_hgemm_scales_t scales, weave_stream_t stream) {
   char msg[256] = "";
-  const weave_gemm_call_t c = ag_gemm_call(p, A, B, bias, C);
+  const weave_gemm_call_t c = ag_gemm_call(p, A, B, bias, C, scales);
   weave_result_t rc = weave_gemm_dispatch(&c, stream, msg, sizeof(msg));
   return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "%s: %s", fn_exec, msg);
 }
 
-static weave_result_t ag_lt_gemm(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
-                                 weave_stream_t stream) {
-  if (weave_lt_run(p->lt, p->desc.alpha, A, B, C, stream) != WEAVE_SUCCESS)
+/* cuBLASLt's GEMM with the scales ag_lt_create set it up for (over the gathered A: per row), then the
+ * bias. */
+static weave_result_t ag_lt_gemm(weave_ag_gemm_plan_t p, const void *A, const void *B, weave_hgemm_scales_t sc,
+                                 const void *bias, void *C, weave_stream_t stream) {
+  const float *sb = sc.b;
+  if (sc.mode == WEAVE_HGEMM_SCALE_ROW_A) { /* cuBLASLt's per-row mode takes B's scales as a vector */
+    const int e = weave_launch_fill_from(p->lt_scale_b, (size_t)p->N, sc.b, stream);
+    if (e) return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: scale_b: %s", fn_exec, weave_cuda_error_string(e));
+    sb = p->lt_scale_b;
+  }
+  if (weave_lt_run_scaled(p->lt, p->desc.alpha, A, B, sc.a, sb, C, stream) != WEAVE_SUCCESS)
     return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: cublasLtMatmul failed", fn_exec);
-  const int err = bias ? weave_launch_add_bias(C, p->M, p->N, p->desc.dtype, bias, stream) : 0;
+  const int err = bias ? weave_launch_add_bias(C, p->M, p->N, p->out_dtype, bias, stream) : 0;
   return err ? weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: bias: %s", fn_exec, weave_cuda_error_string(err))
              : WEAVE_SUCCESS;
 }
@@ -403,26 +488,29 @@ static weave_result_t ag_launch_fail(weave_ag_gemm_plan_t p, int err) {
   return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: kernel launch: %s", fn_exec, weave_cuda_error_string(err));
 }
 
-static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
-                                 void *A_out, weave_stream_t stream) {
-  WEAVE_CHECK(ag_check_call(p, A, B, bias, C, A_out));
+static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const void *B, const float *scale_a,
+                                 const float *scale_b, const void *bias, void *C, void *A_out, weave_stream_t stream) {
+  WEAVE_CHECK(ag_check_call(p, A, B, scale_a, scale_b, bias, C, A_out));
   weave_ag_params_t ap = p->params;
   ap.A = A;
+  ap.scale_a = scale_a;
   const weave_strategy_t s = p->strategy;
   const void *gathered = ap.gathered;
 
   /* one rank, not fused: the gather is the identity */
   if (!gathered) {
+    const weave_hgemm_scales_t own = ag_scales(p, 0, scale_a, scale_b);
     if (s == WEAVE_STRATEGY_BASELINE) {
       if (weave_lt_select(p->lt, A, B, C) != WEAVE_SUCCESS)
         return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p, C %p",
                           fn_exec, A, B, C);
-      WEAVE_CHECK(ag_lt_gemm(p, A, B, bias, C, stream));
+      WEAVE_CHECK(ag_lt_gemm(p, A, B, own, bias, C, stream));
     } else {
-      WEAVE_CHECK(ag_weave_gemm(p, A, B, bias, C, stream));
+      WEAVE_CHECK(ag_weave_gemm(p, A, B, bias, C, own, stream));
     }
     return ag_copy_out(p, A_out, A, stream);
   }
+  const weave_hgemm_scales_t rows = ag_scales(p, 1, scale_a, scale_b);
   if (s == WEAVE_STRATEGY_BASELINE && weave_lt_select(p->lt, gathered, B, C) != WEAVE_SUCCESS)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for A %p, B %p, C %p", fn_exec,
                       gathered, B, C);
@@ -432,8 +520,10 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
     int rc =
         weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, gathered, B, &hg, msg, sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(p->team, (weave_result_t)rc, "%s: %s", fn_exec, msg);
+    hg.scales = rows;
     ap.signal_done = A_out == NULL;
-    int err = weave_launch_ag_fused(&ap, &hg, p->desc.alpha, bias, C, stream);
+    int err = weave_launch_ag_fused(&ap, &hg, p->out_dtype, p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST, p->desc.alpha,
+                                    bias, C, stream);
     if (err) return ag_launch_fail(p, err);
     if (A_out) {
       WEAVE_CHECK(ag_copy_out(p, A_out, gathered, stream));
@@ -445,7 +535,7 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
     if (weave_nccl_all_gather(p->nccl, A, (void *)gathered, (size_t)p->rows * p->K, p->desc.dtype, stream) !=
         WEAVE_SUCCESS)
       return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: ncclAllGather failed", fn_exec);
-    WEAVE_CHECK(ag_lt_gemm(p, gathered, B, bias, C, stream));
+    WEAVE_CHECK(ag_lt_gemm(p, gathered, B, rows, bias, C, stream));
     return ag_copy_out(p, A_out, gathered, stream);
   }
   /* bulk, or baseline without NCCL: weave's gather, then the GEMM */
@@ -453,23 +543,39 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
   if (!err) err = weave_launch_ag_wait(&ap, stream);
   if (err) return ag_launch_fail(p, err);
   if (s == WEAVE_STRATEGY_BULK)
-    WEAVE_CHECK(ag_weave_gemm(p, gathered, B, bias, C, stream));
+    WEAVE_CHECK(ag_weave_gemm(p, gathered, B, bias, C, rows, stream));
   else
-    WEAVE_CHECK(ag_lt_gemm(p, gathered, B, bias, C, stream));
+    WEAVE_CHECK(ag_lt_gemm(p, gathered, B, rows, bias, C, stream));
   WEAVE_CHECK(ag_copy_out(p, A_out, gathered, stream));
   if ((err = weave_launch_ag_finish(&ap, stream)) != 0) return ag_launch_fail(p, err);
   return WEAVE_SUCCESS;
 }
 
-weave_result_t weave_ag_gemm_execute(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
-                                     void *A_gathered, weave_stream_t stream) {
+static weave_result_t ag_execute(weave_ag_gemm_plan_t p, const void *A, const void *B, const float *scale_a,
+                                 const float *scale_b, const void *bias, void *C, void *A_gathered,
+                                 weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn_exec);
   WEAVE_CHECK(weave_team_check_live(p->team, fn_exec));
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
-  weave_result_t rc = ag_enqueue(p, A, B, bias, C, A_gathered, stream);
+  weave_result_t rc = ag_enqueue(p, A, B, scale_a, scale_b, bias, C, A_gathered, stream);
   if (rc == WEAVE_SUCCESS) rc = weave_lockstep_wait(p->team, p->lockstep_ev, fn_exec, stream);
   weave_device_leave(caller);
   return rc;
+}
+
+weave_result_t weave_ag_gemm_execute(weave_ag_gemm_plan_t p, const void *A, const void *B, const void *bias, void *C,
+                                     void *A_gathered, weave_stream_t stream) {
+  if (p && p->desc.scale_mode != WEAVE_SCALE_NONE)
+    return weave_fail(p->team, WEAVE_ERROR_INVALID_ARGUMENT,
+                      "%s: the plan has scales (scale_mode %d): use weave_ag_gemm_execute_scaled", fn_exec,
+                      (int)p->desc.scale_mode);
+  return ag_execute(p, A, B, NULL, NULL, bias, C, A_gathered, stream);
+}
+
+weave_result_t weave_ag_gemm_execute_scaled(weave_ag_gemm_plan_t p, const void *A, const void *B, const float *scale_a,
+                                            const float *scale_b, const void *bias, void *C, void *A_gathered,
+                                            weave_stream_t stream) {
+  return ag_execute(p, A, B, scale_a, scale_b, bias, C, A_gathered, stream);
 }
 
 /* ---- info, destroy ----------------------------------------------------------------------------- */
@@ -483,7 +589,9 @@ weave_result_t weave_ag_gemm_plan_info(weave_ag_gemm_plan_t p, weave_ag_gemm_inf
   info->gemm_blocks = p->gemm_blocks;
   info->comm_blocks = p->comm_blocks;
   info->heap_bytes = p->mem_bytes;
-  info->bytes_sent = (size_t)p->rows * p->K * weave_dtype_size(p->desc.dtype) * (size_t)(p->team->world - 1);
+  info->bytes_sent = (size_t)p->rows *
+                     ((size_t)p->K * weave_dtype_size(p->desc.dtype) + (ag_gathers_scales(p) ? 4 : 0)) *
+                     (size_t)(p->team->world - 1);
   info->chosen_by = p->chosen_by;
   snprintf(info->why, sizeof(info->why), "%s", p->why);
   return WEAVE_SUCCESS;

@@ -5,9 +5,11 @@
  * once per round (interleaved), timed with CUDA events on each rank's stream; the time of a strategy
  * is the slowest rank's median. Every strategy's C is compared with the baseline's (#wrong: elements
  * off by more than the dtype's tolerance for K; NaN counts). A is random, B and bias too, different
- * per rank.
+ * per rank. fp8 (-d fp8): e4m3 A and B [N, K], per-tensor scales that differ by rank, bf16 output,
+ * fp32 accumulation unless --fp8-accum fast.
  * Usage: weave-bench --op ag_gemm [-M m]... [-b first -e last -f factor] [-N n_local] [-K k] [-g ranks]
- *        [-d bf16|fp16] [-l col|row] [-n rounds] [-w warmup] [--comm-blocks c] [-J file.json]
+ *        [-d bf16|fp16|fp8] [--fp8-accum fp32|fast] [-l col|row] [-n rounds] [-w warmup]
+ *        [--comm-blocks c] [-J file.json]
  *        (-J: the table as JSON, one object a row; one GPU per rank
  *        where there are enough, else ranks share GPU 0.. round robin)
  */
@@ -32,8 +34,8 @@ static const weave_strategy_t ag_strats[AG_NSTRAT] = {WEAVE_STRATEGY_BASELINE, W
                                                       WEAVE_STRATEGY_BULK, WEAVE_STRATEGY_AUTO};
 
 typedef struct {
-  int Ms[AG_MAX_M], nM, N, K, world, rounds, warmup, comm_blocks;
-  weave_dtype_t dtype;
+  int Ms[AG_MAX_M], nM, N, K, world, rounds, warmup, comm_blocks, fast_accum;
+  weave_dtype_t dtype, out; /* out: C and bias (bf16 for fp8) */
   weave_layout_t layout;
   int M;                                 /* the one being run */
   double ms[WEAVE_MAX_WORLD][AG_NSTRAT]; /* each rank's median */
@@ -64,19 +66,26 @@ static int ag_int(const char *flag, const char *v, long lo, long hi, int *out) {
 static int ag_rank(harness_rank_t *r) {
   ag_bench_t *b = (ag_bench_t *)r->user;
   const int M = b->M, N = b->N, K = b->K;
-  const size_t e = weave_dtype_size(b->dtype);
+  const size_t e = weave_dtype_size(b->dtype), o = weave_dtype_size(b->out);
+  const int fp8 = b->dtype == WEAVE_FP8_E4M3;
   int rb, rows;
   weave_row_split(M, r->world, r->rank, &rb, &rows);
   void *A = harness_dev_alloc(rows ? (size_t)rows * K * e : 16), *B = harness_dev_alloc((size_t)N * K * e);
-  void *bias = harness_dev_alloc((size_t)N * e), *C[AG_NSTRAT];
-  void *h = malloc((size_t)(rows ? rows : 1) * K * e + (size_t)N * K * e);
+  void *bias = harness_dev_alloc((size_t)N * o), *C[AG_NSTRAT];
+  void *h = malloc((size_t)(rows ? rows : 1) * K * e + (size_t)N * K * e + (size_t)N * o);
   weave_fill_random(b->dtype, h, (size_t)rows * K, 1000u + (uint64_t)r->rank);
   harness_upload(A, h, (size_t)rows * K * e);
   weave_fill_random(b->dtype, h, (size_t)N * K, 2000u + (uint64_t)r->rank);
   harness_upload(B, h, (size_t)N * K * e);
-  weave_fill_random(b->dtype, h, (size_t)N, 3000u + (uint64_t)r->rank);
-  harness_upload(bias, h, (size_t)N * e);
+  weave_fill_random(b->out, h, (size_t)N, 3000u + (uint64_t)r->rank);
+  harness_upload(bias, h, (size_t)N * o);
   free(h);
+  /* fp8: per-tensor scales, a rank's own (they differ by rank: each gathered row keeps its owner's) */
+  float *scales = fp8 ? (float *)harness_dev_alloc(8) : NULL;
+  if (scales) {
+    const float s2[2] = {0.5f + 0.25f * (float)(r->rank % 4), 0.75f};
+    harness_upload(scales, s2, sizeof s2);
+  }
   weave_ag_gemm_plan_t plan[AG_NSTRAT];
   int rc = 0;
   for (int s = 0; s < AG_NSTRAT; ++s) {
@@ -85,6 +94,11 @@ static int ag_rank(harness_rank_t *r) {
     d.b_layout = b->layout;
     d.strategy = ag_strats[s];
     d.has_bias = 1;
+    if (fp8) {
+      d.out_dtype = b->out;
+      d.scale_mode = WEAVE_SCALE_TENSOR;
+      d.fp8_accum = b->fast_accum ? WEAVE_FP8_ACCUM_FAST : WEAVE_FP8_ACCUM_FP32;
+    }
     if (b->comm_blocks > 0 && ag_strats[s] == WEAVE_STRATEGY_FUSED) {
       weave_device_info_t info;
       weave_team_device_info(r->team, &info);
@@ -92,7 +106,7 @@ static int ag_rank(harness_rank_t *r) {
       d.gemm_blocks = (info.sm_count - (info.ranks_on_device > 1 ? info.ranks_on_device : 0)) / info.ranks_on_device -
                       b->comm_blocks;
     }
-    C[s] = harness_dev_alloc((size_t)M * N * e);
+    C[s] = harness_dev_alloc((size_t)M * N * o);
     b->ok[r->rank][s] = weave_ag_gemm_plan_create(r->team, M, N, K, &d, &plan[s]) == WEAVE_SUCCESS;
     if (!b->ok[r->rank][s]) {
       if (r->rank == 0) fprintf(stderr, "# %s: %s\n", weave_strategy_name(ag_strats[s]), weave_get_last_error(r->team));
@@ -113,7 +127,10 @@ static int ag_rank(harness_rank_t *r) {
     for (int s = 0; s < AG_NSTRAT && !rc; ++s) {
       if (!plan[s]) continue;
       harness_timer_start(tm, r->stream);
-      if (weave_ag_gemm_execute(plan[s], rows ? A : NULL, B, bias, C[s], NULL, r->stream) != WEAVE_SUCCESS) {
+      const weave_result_t ex = fp8 ? weave_ag_gemm_execute_scaled(plan[s], rows ? A : NULL, B, scales, scales + 1,
+                                                                   bias, C[s], NULL, r->stream)
+                                    : weave_ag_gemm_execute(plan[s], rows ? A : NULL, B, bias, C[s], NULL, r->stream);
+      if (ex != WEAVE_SUCCESS) {
         fprintf(stderr, "# rank %d %s: %s\n", r->rank, weave_strategy_name(ag_strats[s]),
                 weave_get_last_error(r->team));
         rc = 1;
@@ -128,20 +145,20 @@ static int ag_rank(harness_rank_t *r) {
     rc = 1;
   }
   /* every strategy's C against the baseline's */
-  void *ref = malloc((size_t)M * N * e), *got = malloc((size_t)M * N * e);
+  void *ref = malloc((size_t)M * N * o), *got = malloc((size_t)M * N * o);
   double *refd = (double *)malloc((size_t)M * N * sizeof(double)), atol, rtol;
-  weave_tolerance(b->dtype, K, &atol, &rtol);
+  weave_tolerance(b->out, K, &atol, &rtol);
   if (plan[0]) {
-    harness_download(ref, C[0], (size_t)M * N * e);
-    for (size_t i = 0; i < (size_t)M * N; ++i) refd[i] = weave_host_get(b->dtype, ref, i);
+    harness_download(ref, C[0], (size_t)M * N * o);
+    for (size_t i = 0; i < (size_t)M * N; ++i) refd[i] = weave_host_get(b->out, ref, i);
   }
   for (int s = 0; s < AG_NSTRAT; ++s) {
     b->ms[r->rank][s] = plan[s] && !rc ? harness_median(t[s], b->rounds) : -1;
     b->wrong[r->rank][s] = -1;
     if (plan[s] && plan[0] && !rc) {
       weave_check_t chk;
-      harness_download(got, C[s], (size_t)M * N * e);
-      weave_check_result(b->dtype, got, refd, (size_t)M * N, 2 * atol, 2 * rtol, &chk);
+      harness_download(got, C[s], (size_t)M * N * o);
+      weave_check_result(b->out, got, refd, (size_t)M * N, 2 * atol, 2 * rtol, &chk);
       b->wrong[r->rank][s] = (long)chk.wrong;
     }
     if (plan[s]) weave_ag_gemm_plan_destroy(plan[s]);
@@ -155,6 +172,7 @@ static int ag_rank(harness_rank_t *r) {
   harness_dev_free(A);
   harness_dev_free(B);
   harness_dev_free(bias);
+  harness_dev_free(scales);
   return rc;
 }
 
@@ -205,8 +223,15 @@ int weave_bench_ag_main(int argc, char **argv) {
         b.dtype = WEAVE_BF16;
       else if (v && !strcmp(v, "fp16"))
         b.dtype = WEAVE_FP16;
+      else if (v && !strcmp(v, "fp8"))
+        b.dtype = WEAVE_FP8_E4M3;
       else
-        return ag_usage("-d: bf16 or fp16");
+        return ag_usage("-d: bf16, fp16 or fp8");
+    } else if (!strcmp(a, "--fp8-accum")) {
+      if (v && (!strcmp(v, "fp32") || !strcmp(v, "fast")))
+        b.fast_accum = !strcmp(v, "fast");
+      else
+        return ag_usage("--fp8-accum: fp32 or fast");
     } else if (!strcmp(a, "-l")) {
       if (v && !strcmp(v, "col"))
         b.layout = WEAVE_LAYOUT_COL;
@@ -216,12 +241,17 @@ int weave_bench_ag_main(int argc, char **argv) {
         return ag_usage("-l: col or row");
     } else {
       fprintf(stderr,
-              "weave-bench --op ag_gemm: unknown option %s (-M -b -e -f -N -K -g -n -w -d -l --comm-blocks -J)\n", a);
+              "weave-bench --op ag_gemm: unknown option %s (-M -b -e -f -N -K -g -n -w -d --fp8-accum -l "
+              "--comm-blocks -J)\n",
+              a);
       return 2;
     }
     if (!ok) return 2;
     ++i;
   }
+  b.out = b.dtype == WEAVE_FP8_E4M3 ? WEAVE_BF16 : b.dtype;
+  if (b.dtype == WEAVE_FP8_E4M3 && b.layout != WEAVE_LAYOUT_COL) return ag_usage("-d fp8: B [N, K] only (-l col)");
+  if (b.fast_accum && b.dtype != WEAVE_FP8_E4M3) return ag_usage("--fp8-accum: for -d fp8 only");
   if (first > 0) {
     if (last < first) return ag_usage("-b/-e: -e (last M) must be >= -b (first M)");
     for (long m = first; m <= last && b.nM < AG_MAX_M; m *= factor) b.Ms[b.nM++] = (int)m;

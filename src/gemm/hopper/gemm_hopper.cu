@@ -416,7 +416,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: C and bias must be %zu-byte aligned", osz);
   const weave_hgemm_scales_t sc = fp8 ? a->scales : weave_hgemm_scales_t{WEAVE_SCALE_NONE, NULL, NULL};
-  if ((unsigned)sc.mode > WEAVE_SCALE_ROW || (sc.mode != WEAVE_SCALE_NONE && (!sc.a || !sc.b)) ||
+  if ((unsigned)sc.mode > WEAVE_HGEMM_SCALE_ROW_A || (sc.mode != WEAVE_SCALE_NONE && (!sc.a || !sc.b)) ||
       ((uintptr_t)sc.a & 3) || ((uintptr_t)sc.b & 3))
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
                             "hopper gemm: scale mode %d needs 4-byte aligned scale_a and scale_b (got %p, %p)", sc.mode,
@@ -497,7 +497,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream) \
       : WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC))
   if (fp8) {
-    const bool row = sc.mode == WEAVE_SCALE_ROW;
+    const bool row = sc.mode == WEAVE_SCALE_ROW || sc.mode == WEAVE_HGEMM_SCALE_ROW_A; /* scales per row of A */
     if (out == WEAVE_FP32)
       e = row ? WEAVE_HGEMM_LAUNCH_FP8_COOP(WEAVE_FP32, weave_hgemm_scale_fp8)
               : WEAVE_HGEMM_LAUNCH_FP8_COOP(WEAVE_FP32, weave_hgemm_scale_none);

@@ -94,13 +94,17 @@ static inline WEAVE_HOST_DEVICE int weave_hgemm_k_blocks(int K, int dtype) {
 }
 
 /* fp8 dequantization scales of one call (device pointers): mode WEAVE_SCALE_NONE (pointers unused),
- * WEAVE_SCALE_TENSOR (a[0], b[0]) or WEAVE_SCALE_ROW (a[M]: rows of A; b[N]: columns of C). The role
+ * WEAVE_SCALE_TENSOR (a[0], b[0]), WEAVE_SCALE_ROW (a[M]: rows of A; b[N]: columns of C) or
+ * WEAVE_HGEMM_SCALE_ROW_A (a[M], b[0]). The role
  * applies them to the accumulators of each tile before its sink sees them (after a stream-K tile's
  * segments are summed). */
 typedef struct {
-  int mode; /* weave_scale_mode_t */
+  int mode; /* weave_scale_mode_t, or WEAVE_HGEMM_SCALE_ROW_A */
   const float *a, *b;
 } weave_hgemm_scales_t;
+/* A scale mode of the GEMM's own, beside weave_scale_mode_t's: a[M] per row of A, b[0] per tensor
+ * (AllGather + GEMM's per-tensor scales: each gathered row keeps its owner's). */
+#define WEAVE_HGEMM_SCALE_ROW_A 3
 
 /* Everything the device role needs. Must live in kernel-parameter space (a __grid_constant__
  * parameter, or a member of one) because the TMA unit reads the tensor maps from there. */

@@ -10,6 +10,7 @@
  *   weave_hgemm_scale_fp8    fp8 dequantization by p.scales, its mode read at run time (uniform):
  *                            TENSOR  v *= a[0] b[0]
  *                            ROW     v *= a[row] b[col]  (0 outside [M, N]: the tile's padding)
+ *                            ROW_A   v *= a[row] b[0]    (WEAVE_HGEMM_SCALE_ROW_A)
  *                            NONE    v *= 1
  *
  * The column scales of ROW are read per group (__ldg, L1): the 1 KiB of a tile's 256 columns stays in
@@ -26,11 +27,13 @@ struct weave_hgemm_scale_none {
 };
 
 struct weave_hgemm_scale_fp8 {
-  float r0, r8; /* the factors of this thread's rows: a[row] (ROW), a[0] b[0] (TENSOR), 1 (NONE) */
+  float r0, r8; /* the factors of this thread's rows: a[row] (ROW), a[row] b[0] (ROW_A), a[0] b[0] (TENSOR),
+                 * 1 (NONE) */
   __device__ __forceinline__ void tile(const weave_hgemm_params_t &p, int row) {
-    if (p.scales.mode == WEAVE_SCALE_ROW) {
-      r0 = row < p.M ? __ldg(p.scales.a + row) : 0.f;
-      r8 = row + 8 < p.M ? __ldg(p.scales.a + row + 8) : 0.f;
+    if (p.scales.mode == WEAVE_SCALE_ROW || p.scales.mode == WEAVE_HGEMM_SCALE_ROW_A) {
+      const float b = p.scales.mode == WEAVE_HGEMM_SCALE_ROW_A ? __ldg(p.scales.b) : 1.f;
+      r0 = row < p.M ? __ldg(p.scales.a + row) * b : 0.f;
+      r8 = row + 8 < p.M ? __ldg(p.scales.a + row + 8) * b : 0.f;
     } else if (p.scales.mode == WEAVE_SCALE_TENSOR) {
       r0 = r8 = __ldg(p.scales.a) * __ldg(p.scales.b);
     } else {
