@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,6 +97,40 @@ for mode in "$@"; do
           --world 1 --quick >> "$out/ag_san.log" 2>&1
         echo "sanitizer $tool (ag_gemm, world 1): rc=$?"
       done
+      ;;
+    owed) # what landed without a GPU run: gpu_ag_gemm (fp8 cases, refusals) at worlds 1, 2, 4, 8 and 4
+          # processes, gpu_team_test (the one-rank NCCL team: LD_LIBRARY_PATH should reach a
+          # libnccl.so.2, e.g. torch's nvidia/nccl/lib), gpu_graph_test and gpu_soak_test (SOAK_CALLS,
+          # default 3000) with AllGather + GEMM plans among them, the sanitizers on AllGather + GEMM fp8 at world
+          # 1, weave-bench --op ag_gemm -d fp8 at 1 and 4 ranks; then pytest with the GPU (watchdog,
+          # parallelize_block, ag_gemm_scaled, gemm_rs's backward by ag_gemm) into pytest.log
+      for w in 1 2 4 8; do
+        WEAVE_TIMEOUT_MS=5000 timeout 200 $b/tests/gpu_ag_gemm --world $w > "$out/ag_w$w.log" 2>&1
+        echo "gpu_ag_gemm world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_w$w.log" | head -6
+      done
+      timeout 200 scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm --quick > "$out/ag_procs4.log" 2>&1
+      echo "gpu_ag_gemm, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_procs4.log" | tail -2
+      timeout 200 $b/tests/gpu_team_test 50 > "$out/team.log" 2>&1
+      echo "gpu_team_test: rc=$?"; grep -E "from_nccl|PASSED|FAILED" "$out/team.log"
+      timeout 200 $b/tests/gpu_graph_test > "$out/graph.log" 2>&1
+      echo "gpu_graph_test (with AllGather + GEMM): rc=$?"; grep -E "^ag |FAIL|PASSED|FAILED" "$out/graph.log" | head -8
+      WEAVE_TIMEOUT_MS=10000 timeout 400 $b/tests/gpu_soak_test --calls ${SOAK_CALLS:-3000} > "$out/soak.log" 2>&1
+      echo "gpu_soak_test (both ops): rc=$?"; grep -E "FAIL|gpu_soak_test:" "$out/soak.log" | head -6
+      for tool in memcheck racecheck synccheck; do
+        WEAVE_TIMEOUT_MS=20000 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_ag_gemm \
+          --world 1 --quick >> "$out/ag_san.log" 2>&1
+        echo "sanitizer $tool (ag_gemm, world 1): rc=$?"
+      done
+      for g in 1 4; do
+        timeout 200 $b/weave-bench --op ag_gemm -d fp8 -M 2048 -M 8192 -N $((28672 / g)) -K 8192 -g $g -n 10 -w 3 \
+          >> "$out/ag_bench.log" 2>&1
+        echo "ag bench fp8 g=$g: rc=$?"
+      done
+      grep -v "WARN\|^# rank" "$out/ag_bench.log" | tail -8
+      lib=$b/libweave.so; case $b in /*) ;; *) lib=$PWD/$lib ;; esac
+      WEAVE_LIBRARY=$lib timeout ${PY_TIMEOUT:-400} /opt/torch/.venv/bin/python -m pytest -q python/tests \
+        > "$out/pytest.log" 2>&1
+      echo "pytest with the GPU: rc=$?"; tail -4 "$out/pytest.log"
       ;;
     tune) # sweep strategies and the fused split per world; the winners go to $out/weave.tune, which
           # later modes of this batch read (AUTO and the fused split come from it)

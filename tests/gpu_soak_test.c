@@ -1,7 +1,8 @@
 /*
- * Soak: one team (4 rank threads; under a launcher the launcher's world) makes N GEMM + ReduceScatter
- * calls of random shapes and descs, with up to 3 plans alive at once, executed interleaved, and plans
- * created and destroyed along the way, as a serving process does over hours.
+ * Soak: one team (4 rank threads; under a launcher the launcher's world) makes N calls of random
+ * shapes and descs, GEMM + ReduceScatter and AllGather + GEMM (a third of the plans), with up to 3
+ * plans of either alive at once, executed interleaved, and plans created and destroyed along the way,
+ * as a serving process does over hours.
  *
  *   - Every decision comes from one RNG seeded by harness_seed() (or --seed), the same sequence on
  *     every rank, so the collective calls (plan create/destroy) come in the same order everywhere.
@@ -57,15 +58,22 @@ typedef struct {
   long plans, checked, wrong, sync_errors; /* counted by rank 0 (plans, checked) or by all (the rest) */
 } soak_t;
 
-/* One plan alive and its buffers on this rank. */
+/* One plan alive and its buffers on this rank: GEMM + ReduceScatter (d, plan: A [M, K], C this rank's
+ * rows) or, with ag, AllGather + GEMM (the same fields in d, ag_plan: A this rank's rows of one A
+ * shared by all ranks, C every row). */
 typedef struct {
-  int live, serial;
+  int live, serial, ag;
   int M, N, K;
   weave_gemm_rs_desc_t d;
   weave_gemm_rs_plan_t plan;
+  weave_ag_gemm_plan_t ag_plan;
   void *dA, *dB, *dbias, *dC;
   int row_begin, rows;
 } slot_t;
+
+/* Rows of A this rank holds, and rows of C it gets. */
+static int a_rows(const slot_t *p) { return p->ag ? p->rows : p->M; }
+static int c_rows(const slot_t *p) { return p->ag ? p->M : p->rows; }
 
 /* ------------------------------------------------------------------------------------------------
  * the decisions (splitmix64: the same sequence on every rank)
@@ -103,6 +111,12 @@ static void fail(soak_t *s, int rank, const char *fmt, ...) {
 }
 
 static void desc_name(const slot_t *p, char *buf, size_t n) {
+  if (p->ag) {
+    snprintf(buf, n, "AllGather + GEMM plan #%d %dx%dx%d %s %s%s B %s alpha %g", p->serial, p->M, p->N, p->K,
+             weave_dtype_name(p->d.dtype), weave_strategy_name(p->d.strategy), p->d.has_bias ? " +bias" : "",
+             p->d.b_layout == WEAVE_LAYOUT_COL ? "col" : "row", (double)p->d.alpha);
+    return;
+  }
   snprintf(buf, n, "plan #%d %dx%dx%d %s %s %s/%s%s B %s %s alpha %g", p->serial, p->M, p->N, p->K,
            weave_dtype_name(p->d.dtype), weave_strategy_name(p->d.strategy),
            p->d.reduce == WEAVE_REDUCE_ATOMIC ? "atomic" : "det", p->d.fp32_slots ? "fp32 slots" : "dtype slots",
@@ -119,6 +133,7 @@ static uint64_t input_seed(uint64_t seed, int serial, int r, long gen, int what)
 }
 static void fill_A_rows(const slot_t *p, uint64_t seed, int r, long gen, void *A, int row_lo, int row_hi) {
   const size_t e = weave_dtype_size(p->d.dtype);
+  if (p->ag) r = 0; /* AllGather + GEMM: one A, its rows spread over the ranks */
   for (int i = row_lo; i < row_hi; ++i)
     weave_fill_random(p->d.dtype, (char *)A + (size_t)i * p->K * e, (size_t)p->K,
                       input_seed(seed, p->serial, r, gen, 1) + (uint64_t)i);
@@ -136,7 +151,8 @@ static void upload_inputs(const slot_t *p, uint64_t seed, int rank, long gen) {
   void *h =
       malloc((size_t)p->M * p->K * e > (size_t)p->K * p->N * e ? (size_t)p->M * p->K * e : (size_t)p->K * p->N * e);
   fill_A_rows(p, seed, rank, gen, h, 0, p->M);
-  harness_upload(p->dA, h, (size_t)p->M * p->K * e);
+  if (a_rows(p))
+    harness_upload(p->dA, (char *)h + (size_t)(p->ag ? p->row_begin : 0) * p->K * e, (size_t)a_rows(p) * p->K * e);
   fill_B(p, seed, rank, gen, h);
   harness_upload(p->dB, h, (size_t)p->K * p->N * e);
   if (p->d.has_bias) {
@@ -146,8 +162,48 @@ static void upload_inputs(const slot_t *p, uint64_t seed, int rank, long gen) {
   free(h);
 }
 
+/* AllGather + GEMM: this rank's C, all M rows, against fp64 of A . B_rank on 3 ranges of up to 4 rows. */
+static void check_ag(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long call) {
+  const size_t e = weave_dtype_size(p->d.dtype);
+  int begins[3];
+  const int n = weave_sample_rows(p->M, begins);
+  void *A = malloc((size_t)p->M * p->K * e), *B = malloc((size_t)p->K * p->N * e);
+  void *bias = p->d.has_bias ? malloc((size_t)p->N * e) : NULL;
+  for (int i = 0; i < 3; ++i) fill_A_rows(p, s->seed, 0, gen, A, begins[i], begins[i] + n);
+  fill_B(p, s->seed, hr->rank, gen, B);
+  if (bias) fill_bias(p, s->seed, gen, bias);
+  unsigned char *got = (unsigned char *)malloc((size_t)p->M * p->N * e);
+  double *ref = (double *)malloc((size_t)n * p->N * sizeof(double)), atol, rtol;
+  harness_download(got, p->dC, (size_t)p->M * p->N * e);
+  weave_tolerance(p->d.dtype, p->K, &atol, &rtol);
+  const void *Av[1] = {A}, *Bv[1] = {B};
+  for (int i = 0; i < 3; ++i) {
+    weave_ref_gemm_rs(p->M, p->N, p->K, 1, p->d.dtype, p->d.b_layout, p->d.alpha, Av, Bv, bias, begins[i], n, ref);
+    weave_check_t res;
+    weave_check_result(p->d.dtype, got + (size_t)begins[i] * p->N * e, ref, (size_t)n * p->N, atol, rtol, &res);
+    if (res.wrong) {
+      char dn[256];
+      desc_name(p, dn, sizeof(dn));
+      fail(s, hr->rank, "call %ld, %s: rows %d..%d: %zu wrong (first at %zu, max abs err %g)", call, dn, begins[i],
+           begins[i] + n - 1, res.wrong, res.first_bad, res.max_abs_err);
+      pthread_mutex_lock(&s->mu);
+      s->wrong += (long)res.wrong;
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  free(A);
+  free(B);
+  free(bias);
+  free(got);
+  free(ref);
+}
+
 /* This rank's rows of C (on the device, stream synced) against fp64 on 3 ranges of up to 4 rows. */
 static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long call) {
+  if (p->ag) {
+    check_ag(s, hr, p, gen, call);
+    return;
+  }
   const size_t e = weave_dtype_size(p->d.dtype);
   const int world = hr->world, rows = p->rows;
   int begins[3];
@@ -206,6 +262,11 @@ static void draw_plan(uint64_t *rng, slot_t *p) {
   d.has_bias = rng_int(rng, 0, 1);
   d.fp32_slots = rng_int(rng, 0, 1);
   d.alpha = alphas[rng_int(rng, 0, (int)(sizeof(alphas) / sizeof(alphas[0])) - 1)];
+  p->ag = rng_int(rng, 0, 2) == 0;
+  /* AllGather + GEMM's fused kernel needs the Hopper role: 16-bit, rows of 16-byte multiples */
+  const int hopper =
+      d.dtype != WEAVE_FP32 && (p->K * 2) % 16 == 0 && (d.b_layout == WEAVE_LAYOUT_COL || (p->N * 2) % 16 == 0);
+  if (p->ag && d.strategy == WEAVE_STRATEGY_FUSED && !hopper) d.strategy = WEAVE_STRATEGY_BULK;
   p->d = d;
 }
 
@@ -223,12 +284,23 @@ static int plan_open(soak_t *s, harness_rank_t *hr, slot_t *p) {
   char dn[256];
   const size_t e = weave_dtype_size(p->d.dtype);
   weave_row_split(p->M, hr->world, hr->rank, &p->row_begin, &p->rows);
-  p->dA = harness_dev_alloc((size_t)p->M * p->K * e);
+  p->dA = harness_dev_alloc((size_t)(a_rows(p) ? a_rows(p) : 1) * p->K * e);
   p->dB = harness_dev_alloc((size_t)p->K * p->N * e);
   p->dbias = p->d.has_bias ? harness_dev_alloc((size_t)p->N * e) : NULL;
-  p->dC = harness_dev_alloc((size_t)p->rows * p->N * e);
+  p->dC = harness_dev_alloc((size_t)(c_rows(p) ? c_rows(p) : 1) * p->N * e);
   upload_inputs(p, s->seed, hr->rank, 0);
-  weave_result_t rc = weave_gemm_rs_plan_create(hr->team, p->M, p->N, p->K, &p->d, &p->plan);
+  weave_result_t rc;
+  if (p->ag) {
+    weave_ag_gemm_desc_t ad = WEAVE_AG_GEMM_DESC_INIT;
+    ad.dtype = p->d.dtype;
+    ad.b_layout = p->d.b_layout;
+    ad.strategy = p->d.strategy;
+    ad.alpha = p->d.alpha;
+    ad.has_bias = p->d.has_bias;
+    rc = weave_ag_gemm_plan_create(hr->team, p->M, p->N, p->K, &ad, &p->ag_plan);
+  } else {
+    rc = weave_gemm_rs_plan_create(hr->team, p->M, p->N, p->K, &p->d, &p->plan);
+  }
   if (rc != WEAVE_SUCCESS) {
     desc_name(p, dn, sizeof(dn));
     fail(s, hr->rank, "plan_create %s: %s: %s", dn, weave_get_error_string(rc), weave_get_last_error(hr->team));
@@ -248,7 +320,7 @@ static int plan_open(soak_t *s, harness_rank_t *hr, slot_t *p) {
  * while a faster rank's next kernel already spins on it would stall both until the timeout (rank
  * threads share one GPU). So every rank frees, then the barrier, then anyone calls again. */
 static void plan_close(soak_t *s, harness_rank_t *hr, slot_t *p) {
-  weave_result_t rc = weave_gemm_rs_plan_destroy(p->plan);
+  weave_result_t rc = p->ag ? weave_ag_gemm_plan_destroy(p->ag_plan) : weave_gemm_rs_plan_destroy(p->plan);
   if (rc != WEAVE_SUCCESS)
     fail(s, hr->rank, "plan_destroy #%d: %s: %s", p->serial, weave_get_error_string(rc),
          weave_get_last_error(hr->team));
@@ -256,6 +328,11 @@ static void plan_close(soak_t *s, harness_rank_t *hr, slot_t *p) {
   free_buffers(p);
   memset(p, 0, sizeof(*p));
   weave_barrier(hr->team);
+}
+
+static weave_result_t plan_execute(const harness_rank_t *hr, const slot_t *p) {
+  if (p->ag) return weave_ag_gemm_execute(p->ag_plan, p->rows ? p->dA : NULL, p->dB, p->dbias, p->dC, NULL, hr->stream);
+  return weave_gemm_rs_execute(p->plan, p->dA, p->dB, p->dbias, p->dC, hr->stream);
 }
 
 static int team_sync(soak_t *s, harness_rank_t *hr, long call) {
@@ -309,25 +386,28 @@ static size_t device_free(harness_rank_t *hr) {
  * per-stream stream-K workspaces of the Hopper GEMM (kept until exit by design, weave.h). */
 static void warm_up(soak_t *s, harness_rank_t *hr) {
   static const int shapes[2][3] = {{4096, 4096, 256}, {1536, 1000, 264}};
-  for (int sh = 0; sh < 2; ++sh)
-    for (int st = WEAVE_STRATEGY_FUSED; st <= WEAVE_STRATEGY_BASELINE; ++st)
-      for (int dt = 0; dt < 3; ++dt) {
-        slot_t p;
-        memset(&p, 0, sizeof(p));
-        weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
-        d.strategy = (weave_strategy_t)st;
-        d.dtype = (weave_dtype_t)dt;
-        p.d = d;
-        p.serial = -1;
-        p.M = shapes[sh][0];
-        p.N = shapes[sh][1];
-        p.K = shapes[sh][2];
-        if (plan_open(s, hr, &p)) continue;
-        if (weave_gemm_rs_execute(p.plan, p.dA, p.dB, NULL, p.dC, hr->stream) != WEAVE_SUCCESS)
-          fail(s, hr->rank, "warm-up execute: %s", weave_get_last_error(hr->team));
-        team_sync(s, hr, -1);
-        plan_close(s, hr, &p);
-      }
+  for (int ag = 0; ag < 2; ++ag)
+    for (int sh = 0; sh < 2; ++sh)
+      for (int st = WEAVE_STRATEGY_FUSED; st <= WEAVE_STRATEGY_BASELINE; ++st)
+        for (int dt = 0; dt < 3; ++dt) {
+          if (ag && st == WEAVE_STRATEGY_FUSED && dt == WEAVE_FP32) continue; /* no Hopper role for fp32 */
+          slot_t p;
+          memset(&p, 0, sizeof(p));
+          p.ag = ag;
+          weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
+          d.strategy = (weave_strategy_t)st;
+          d.dtype = (weave_dtype_t)dt;
+          p.d = d;
+          p.serial = -1;
+          p.M = shapes[sh][0];
+          p.N = shapes[sh][1];
+          p.K = shapes[sh][2];
+          if (plan_open(s, hr, &p)) continue;
+          if (plan_execute(hr, &p) != WEAVE_SUCCESS)
+            fail(s, hr->rank, "warm-up execute: %s", weave_get_last_error(hr->team));
+          team_sync(s, hr, -1);
+          plan_close(s, hr, &p);
+        }
   if (hr->rank == 0) {
     pthread_mutex_lock(&s->mu);
     s->plans = 0;
@@ -392,9 +472,9 @@ static int rank_fn(harness_rank_t *hr) {
         continue;
       }
       upload_inputs(p, s->seed, hr->rank, call + 1);
-      harness_poison(p->dC, (size_t)p->rows * p->N * weave_dtype_size(p->d.dtype), hr->stream);
+      harness_poison(p->dC, (size_t)c_rows(p) * p->N * weave_dtype_size(p->d.dtype), hr->stream);
     }
-    weave_result_t rc = weave_gemm_rs_execute(p->plan, p->dA, p->dB, p->dbias, p->dC, hr->stream);
+    weave_result_t rc = plan_execute(hr, p);
     if (rc != WEAVE_SUCCESS) {
       char dn[256];
       desc_name(p, dn, sizeof(dn));
@@ -436,7 +516,7 @@ static int rank_fn(harness_rank_t *hr) {
 
 int main(int argc, char **argv) {
   static const cli_option_t options[] = {
-      {"calls", 'n', "N", "GEMM + ReduceScatter calls (default 10000)"},
+      {"calls", 'n', "N", "GEMM + ReduceScatter and AllGather + GEMM calls (default 10000)"},
       {"seed", 's', "S", "seed of every decision (default WEAVE_TEST_SEED, else fresh)"},
       {"verbose", 'v', NULL, "rank 0 prints every plan it creates and the plan of every call"},
       {"help", 'h', NULL, "this text"},
