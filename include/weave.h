@@ -382,8 +382,11 @@ WEAVE_API weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, we
  *   BULK      weave's gather (the same pushes), then weave's GEMM over the gathered A.
  *   BASELINE  ncclAllGather where every rank has a GPU of its own, M % world == 0, libnccl.so.2 loads
  *             and the inputs are not fp8, else weave's gather; then cuBLASLt.
- *   AUTO      the cost model (weave_ag_gemm_info_t.why): FUSED where it runs and every rank has a GPU
- *             of its own, else BULK (on one GPU shared by the ranks bulk was measured faster).
+ *   AUTO      as gemm_rs's: rank 0's tuning-cache entry, else baseline, fused (where it runs) and
+ *             bulk timed once at plan creation (WEAVE_AUTOTUNE), the winner cached; else the model:
+ *             FUSED where it runs and every rank has a GPU of its own, else BULK (on one GPU shared by
+ *             the ranks bulk was measured faster). One rank: BULK (weave's GEMM alone).
+ *             weave_ag_gemm_info_t.why says which and why.
  * fp8 (dtype WEAVE_FP8_E4M3, B [N, K], K % 16 == 0): C and bias in out_dtype (bf16 or fp16), the
  * accumulation fp8_accum, and scale_mode's dequantization scales, passed to
  * weave_ag_gemm_execute_scaled: TENSOR, one float each: scale_a the scale of this rank's rows (ranks
@@ -416,9 +419,10 @@ typedef struct {
   int row_begin, rows;          /* this rank's rows of A */
   int gemm_blocks, comm_blocks; /* fused: the kernel's split; bulk: the push's and the GEMM's blocks */
   size_t heap_bytes;            /* symmetric memory this plan holds per rank (the gathered A and flags) */
-  size_t bytes_sent;            /* bytes of A this rank sends to peers per call */
-  weave_choice_t chosen_by;     /* WEAVE_CHOSEN_BY_CALLER or _MODEL */
+  size_t bytes_sent;            /* bytes of A (and its rows' scales) this rank sends to peers per call */
+  weave_choice_t chosen_by;     /* as weave_gemm_rs_info_t's: caller, cache, measurement or model */
   char why[160];
+  double choose_ms; /* AUTO: what choosing took at plan creation (timing the candidates: up to ~0.5 s) */
 } weave_ag_gemm_info_t;
 
 /* Collective. Same (M, N, K, desc) on every rank; any M >= 1 (ranks past the last row hold none). */

@@ -11,7 +11,7 @@
  * against the fp64 reference within the stated bound of the tensor cores' accumulation (as
  * gpu_fp8_gemm_test). Refusals: fused on fp32 (UNSUPPORTED), a bad desc, NULL B. A rank that never
  * calls: the others' fused and bulk calls end in WEAVE_ERROR_TIMEOUT naming the wait, and a new plan
- * then computes the right C.
+ * then computes the right C. AUTO twice on one shape: measured (or cached), then cached.
  * Usage: gpu_ag_gemm [--world N] [--quick]   Exit 0 pass, 1 fail, 77 no device.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -466,6 +466,31 @@ static int fp8_fn(harness_rank_t *r) {
   return bad;
 }
 
+/* AUTO twice on one shape: the first plan measures (or finds rank 0's cache entry), the second finds
+ * the first's choice in the cache; both agree on every rank. */
+static int auto_twice_fn(harness_rank_t *r) {
+  int bad = 0;
+  weave_ag_gemm_info_t info[2];
+  for (int i = 0; i < 2; ++i) {
+    weave_ag_gemm_desc_t d = WEAVE_AG_GEMM_DESC_INIT;
+    weave_ag_gemm_plan_t plan = NULL;
+    memset(&info[i], 0, sizeof(info[i]));
+    if (weave_ag_gemm_plan_create(r->team, 520, 264, 128, &d, &plan) != WEAVE_SUCCESS) {
+      printf("FAIL [auto twice] rank %d: %s\n", r->rank, weave_get_last_error(r->team));
+      return 1;
+    }
+    weave_ag_gemm_plan_info(plan, &info[i]);
+    weave_ag_gemm_plan_destroy(plan);
+  }
+  const int first_ok = info[0].chosen_by == WEAVE_CHOSEN_BY_MEASUREMENT || info[0].chosen_by == WEAVE_CHOSEN_BY_CACHE;
+  if (!first_ok || info[1].chosen_by != WEAVE_CHOSEN_BY_CACHE || info[1].strategy != info[0].strategy) bad = 1;
+  if (bad || r->rank == 0)
+    printf("%s [auto twice] world %d rank %d: %s (%.0f ms: %s), then %s (%s)\n", bad ? "FAIL" : "ok  ", r->world,
+           r->rank, weave_strategy_name(info[0].strategy), info[0].choose_ms, info[0].why,
+           weave_strategy_name(info[1].strategy), info[1].why);
+  return bad;
+}
+
 /* Refusals that write nothing: a bad desc, fused without the Hopper role, NULL B. */
 static int refusal_fn(harness_rank_t *r) {
   int bad = 0;
@@ -590,6 +615,13 @@ int main(int argc, char **argv) {
         failed += rc != 0;
         total++;
       }
+    }
+    /* AUTO measures once per shape, then reads its choice from the cache (WEAVE_AUTOTUNE=0: the model) */
+    if (world > 1 && !getenv("WEAVE_AUTOTUNE")) {
+      rc = harness_run(world, NULL, NULL, auto_twice_fn, NULL);
+      if (rc == HARNESS_SKIP) return rc;
+      failed += rc != 0;
+      total++;
     }
     /* a rank that never calls: the others time out, then a new plan works */
     for (int st = 0; st < 2 && world >= 2 && !quick; ++st) {

@@ -219,7 +219,7 @@ static void test_round_trip(void) {
     for (size_t d = 0; d < N_OF(dtypes); ++d)
       for (size_t o = 0; o < N_OF(outs); ++o)
         for (int lay = 0; lay < 2; ++lay)
-          for (int red = 0; red < 2; ++red)
+          for (int red = 0; red < 3; ++red) /* det, atomic, gather (AllGather + GEMM) */
             for (int slots = 0; slots < 2; ++slots) {
               const int fp8 = dtypes[d] == WEAVE_FP8_E4M3;
               for (int sc = WEAVE_SCALE_NONE; sc <= (fp8 ? WEAVE_SCALE_ROW : WEAVE_SCALE_NONE); ++sc)
@@ -244,7 +244,7 @@ static void test_round_trip(void) {
                   combos++;
                 }
             }
-  CHECK(combos == 3 * (3 * 3 * 8 + 1 * 3 * 8 * 6));
+  CHECK(combos == 3 * (3 * 3 * 12 + 1 * 3 * 12 * 6));
 
   /* the dtype column and the words */
   e.key.dtype = WEAVE_FP8_E4M3;
@@ -516,6 +516,7 @@ static void change_key_field(weave_tune_key_t *k, int i) {
     case 14: k->fp32_slots = 1; break;
     case 15: k->scale_mode = WEAVE_SCALE_ROW; break;
     case 16: k->fp8_accum = WEAVE_FP8_ACCUM_FAST; break;
+    case 17: k->reduce = WEAVE_TUNE_GATHER; break; /* AllGather + GEMM: another op, another entry */
   }
 }
 
@@ -525,7 +526,7 @@ static void test_key_equal(void) {
   weave_tune_key_t b = a;
   CHECK(weave_tune_key_equal(&a, &a));
   CHECK(weave_tune_key_equal(&a, &b) && weave_tune_key_equal(&b, &a));
-  for (int i = 0; i < 17; ++i) {
+  for (int i = 0; i < 18; ++i) {
     b = a;
     change_key_field(&b, i);
     CHECK_MSG(!weave_tune_key_equal(&a, &b) && !weave_tune_key_equal(&b, &a), "keys that differ in field %d equal", i);

@@ -18,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "kernels/kernels.h"
+#include "plan/autotune.h"
 #include "plan/lockstep.h"
 #include "plan/lt.h"
 #include "runtime/nccl_rt.h"
@@ -31,6 +32,7 @@ struct weave_ag_gemm_plan {
   weave_ag_gemm_desc_t desc;
   weave_strategy_t strategy;
   weave_choice_t chosen_by;
+  double choose_ms; /* AUTO: what choosing took at plan creation */
   char why[160];
   int row_begin, rows;
   int gemm_blocks, comm_blocks, budget;
@@ -104,11 +106,12 @@ static weave_result_t ag_check_team_args(weave_team_t team, int M, int N, int K,
 }
 
 /* ---- strategy and blocks ----------------------------------------------------------------------- */
-/* AUTO, by the measurements of docs/performance.md ("AllGather + GEMM"): where ranks share a GPU the
- * fused kernel's communication blocks take SMs from its GEMM and bulk was faster on every shape
- * measured, so bulk; where every rank has a GPU of its own the gather crosses NVLink and the fused
- * kernel hides it behind the GEMM (not measured yet), so fused where it runs; one rank: bulk (weave's
- * GEMM alone). Collective: ranks_on_device is agreed (any rank sharing counts). */
+/* AUTO (plan/autotune.h): rank 0's tuning-cache entry, else the candidates timed at plan creation,
+ * else this model, from the measurements of docs/performance.md ("AllGather + GEMM"): where ranks
+ * share a GPU the fused kernel's communication blocks take SMs from its GEMM and bulk was faster on
+ * every shape measured, so bulk; where every rank has a GPU of its own the gather crosses NVLink and
+ * the fused kernel hides it behind the GEMM (not measured yet), so fused where it runs; one rank: bulk
+ * (weave's GEMM alone). Collective: ranks_on_device is agreed (any rank sharing counts). */
 static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
   weave_team_t team = p->team;
   const int hopper = weave_kernel_hopper_ok(p->desc.dtype, p->desc.b_layout, p->N, p->K);
@@ -133,6 +136,21 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
     p->strategy = WEAVE_STRATEGY_FUSED;
     snprintf(p->why, sizeof(p->why), "model: a GPU per rank: the fused kernel hides the gather behind the GEMM");
   }
+  if (team->world == 1) return WEAVE_SUCCESS; /* nothing to choose between: no gather to hide */
+  weave_env_t env;
+  if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */
+  char model_why[sizeof(p->why)];
+  snprintf(model_why, sizeof(model_why), "%s", p->why + (strncmp(p->why, "model: ", 7) ? 0 : 7));
+  weave_auto_choice_t ch;
+  WEAVE_CHECK(weave_autotune_choose_ag(team, p->M, p->N, p->K, &p->desc, &env, p->strategy, model_why, &ch));
+  p->strategy = ch.strategy;
+  p->chosen_by = ch.chosen_by;
+  p->choose_ms = ch.choose_ms;
+  if (ch.strategy == WEAVE_STRATEGY_FUSED && ch.gemm_blocks > 0) {
+    p->desc.gemm_blocks = ch.gemm_blocks; /* the split measured or cached */
+    p->desc.comm_blocks = ch.comm_blocks;
+  }
+  snprintf(p->why, sizeof(p->why), "%.159s", ch.why);
   return WEAVE_SUCCESS;
 }
 
@@ -593,6 +611,7 @@ weave_result_t weave_ag_gemm_plan_info(weave_ag_gemm_plan_t p, weave_ag_gemm_inf
                      ((size_t)p->K * weave_dtype_size(p->desc.dtype) + (ag_gathers_scales(p) ? 4 : 0)) *
                      (size_t)(p->team->world - 1);
   info->chosen_by = p->chosen_by;
+  info->choose_ms = p->choose_ms;
   snprintf(info->why, sizeof(info->why), "%s", p->why);
   return WEAVE_SUCCESS;
 }

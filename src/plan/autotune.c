@@ -66,6 +66,17 @@ void weave_tune_key_for(weave_team_t team, int M, int N, int K, const weave_gemm
   k->fp8_accum = d->fp8_accum;
 }
 
+void weave_tune_key_for_ag(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *d, weave_tune_key_t *k) {
+  weave_gemm_rs_desc_t rs = WEAVE_GEMM_RS_DESC_INIT;
+  rs.dtype = d->dtype;
+  rs.out_dtype = d->out_dtype;
+  rs.b_layout = d->b_layout;
+  rs.scale_mode = d->scale_mode;
+  rs.fp8_accum = d->fp8_accum;
+  weave_tune_key_for(team, M, N, K, &rs, k);
+  k->reduce = WEAVE_TUNE_GATHER;
+}
+
 /* Rank 0's ints to every rank (each an allgather of the team). */
 static weave_result_t from_rank0(weave_team_t team, int *v, int n) {
   int all[WEAVE_MAX_WORLD];
@@ -142,10 +153,15 @@ typedef struct {
   double samples[TUNE_ROUNDS * TUNE_MAX_REPS];
 } candidate_t;
 
+/* The plan being tuned: GEMM + ReduceScatter (desc), or with ag AllGather + GEMM (ad). The candidates'
+ * plans are made from it with their strategy and split. */
 typedef struct {
   weave_team_t team;
   int M, N, K;
+  int ag;
   weave_gemm_rs_desc_t desc;
+  weave_ag_gemm_desc_t ad;
+  int rows; /* this rank's rows: of C (gemm_rs) or of A (ag_gemm) */
   void *A, *B, *C, *bias;
   float *sa, *sb;
   cudaStream_t stream;
@@ -168,14 +184,18 @@ static void tuner_free(tuner_t *t) {
  * Local; msg says why not. */
 static int tuner_alloc(tuner_t *t, char *msg, size_t len) {
   weave_team_t team = t->team;
-  const weave_gemm_rs_desc_t *d = &t->desc;
-  const weave_dtype_t out = weave_dtype_out(d->dtype, d->out_dtype);
-  const size_t e = weave_dtype_size(d->dtype), eo = weave_dtype_size(out);
-  int rb, rows;
-  weave_split_rows_of(t->M, team->world, team->rank, &rb, &rows);
-  const size_t a = (size_t)t->M * t->K * e, b = (size_t)t->K * t->N * e, c = (size_t)rows * t->N * eo;
-  const size_t na = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->M : 1,
-               nb = d->scale_mode == WEAVE_SCALE_ROW ? (size_t)t->N : 1;
+  const weave_dtype_t dtype = t->ag ? t->ad.dtype : t->desc.dtype;
+  const weave_dtype_t out = weave_dtype_out(dtype, t->ag ? t->ad.out_dtype : t->desc.out_dtype);
+  const weave_scale_mode_t scale_mode = t->ag ? t->ad.scale_mode : t->desc.scale_mode;
+  const int has_bias = t->ag ? t->ad.has_bias : t->desc.has_bias;
+  const size_t e = weave_dtype_size(dtype), eo = weave_dtype_size(out);
+  int rb;
+  weave_split_rows_of(t->M, team->world, team->rank, &rb, &t->rows);
+  /* gemm_rs: A [M, K], C this rank's rows; ag_gemm: A this rank's rows, C [M, N] */
+  const size_t a_rows = t->ag ? (size_t)t->rows : (size_t)t->M, c_rows = t->ag ? (size_t)t->M : (size_t)t->rows;
+  const size_t a = (a_rows ? a_rows : 1) * t->K * e, b = (size_t)t->K * t->N * e, c = c_rows * t->N * eo;
+  const size_t na = scale_mode == WEAVE_SCALE_ROW ? (a_rows ? a_rows : 1) : 1,
+               nb = scale_mode == WEAVE_SCALE_ROW ? (size_t)t->N : 1;
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || (a + b + c) + (a + b + c) / 8 + (64u << 20) > free_b) {
     cudaGetLastError();
@@ -184,16 +204,16 @@ static int tuner_alloc(tuner_t *t, char *msg, size_t len) {
   }
   int ok = cudaMalloc(&t->A, a) == cudaSuccess && cudaMalloc(&t->B, b) == cudaSuccess &&
            (c == 0 || cudaMalloc(&t->C, c) == cudaSuccess) &&
-           (!d->has_bias || cudaMalloc(&t->bias, (size_t)t->N * eo) == cudaSuccess) &&
-           (d->scale_mode == WEAVE_SCALE_NONE || (cudaMalloc((void **)&t->sa, na * 4) == cudaSuccess &&
-                                                  cudaMalloc((void **)&t->sb, nb * 4) == cudaSuccess)) &&
+           (!has_bias || cudaMalloc(&t->bias, (size_t)t->N * eo) == cudaSuccess) &&
+           (scale_mode == WEAVE_SCALE_NONE || (cudaMalloc((void **)&t->sa, na * 4) == cudaSuccess &&
+                                               cudaMalloc((void **)&t->sb, nb * 4) == cudaSuccess)) &&
            cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking) == cudaSuccess;
   for (; ok && t->nev < 2 * TUNE_MAX_REPS; ++t->nev) ok = cudaEventCreate(&t->ev[t->nev]) == cudaSuccess;
   const uint32_t seed = 0x5eed0000u + 977u * (uint32_t)team->rank;
   struct CUstream_st *s = (struct CUstream_st *)t->stream;
   if (ok)
-    ok = weave_launch_fill_random(t->A, (size_t)t->M * t->K, d->dtype, seed, s) == 0 &&
-         weave_launch_fill_random(t->B, (size_t)t->K * t->N, d->dtype, seed + 1, s) == 0 &&
+    ok = weave_launch_fill_random(t->A, a / e, dtype, seed, s) == 0 &&
+         weave_launch_fill_random(t->B, (size_t)t->K * t->N, dtype, seed + 1, s) == 0 &&
          (!t->bias || weave_launch_fill_random(t->bias, (size_t)t->N, out, seed + 2, s) == 0) &&
          (!t->sa ||
           (weave_launch_fill_value(t->sa, na, 1.0f, s) == 0 && weave_launch_fill_value(t->sb, nb, 1.0f, s) == 0)) &&
@@ -202,8 +222,56 @@ static int tuner_alloc(tuner_t *t, char *msg, size_t len) {
   return ok;
 }
 
-static weave_result_t tuner_call(tuner_t *t, weave_gemm_rs_plan_t plan) {
-  return weave_gemm_rs_execute_scaled(plan, t->A, t->B, t->sa, t->sb, t->bias, t->C, (weave_stream_t)t->stream);
+/* A candidate's plan: of the tuned op. */
+typedef struct {
+  weave_gemm_rs_plan_t rs;
+  weave_ag_gemm_plan_t ag;
+} tune_plan_t;
+
+static weave_result_t tune_plan_create(tuner_t *t, const candidate_t *c, tune_plan_t *plan) {
+  memset(plan, 0, sizeof(*plan));
+  if (t->ag) {
+    weave_ag_gemm_desc_t d = t->ad;
+    d.strategy = c->strategy;
+    d.gemm_blocks = c->gemm_blocks;
+    d.comm_blocks = c->comm_blocks;
+    return weave_ag_gemm_plan_create(t->team, t->M, t->N, t->K, &d, &plan->ag);
+  }
+  weave_gemm_rs_desc_t d = t->desc;
+  d.strategy = c->strategy;
+  d.gemm_blocks = c->gemm_blocks;
+  d.comm_blocks = c->comm_blocks;
+  d.trace = 0;
+  weave_plan_untraced(1); /* WEAVE_TRACE is for the caller's plans */
+  const weave_result_t rc = weave_gemm_rs_plan_create(t->team, t->M, t->N, t->K, &d, &plan->rs);
+  weave_plan_untraced(0);
+  return rc;
+}
+
+/* The split a fused candidate's plan runs (0, 0 for the others). */
+static void tune_plan_split(const tune_plan_t *plan, int *g, int *c) {
+  if (plan->ag) {
+    weave_ag_gemm_info_t info;
+    weave_ag_gemm_plan_info(plan->ag, &info);
+    *g = info.strategy == WEAVE_STRATEGY_FUSED ? info.gemm_blocks : 0;
+    *c = info.strategy == WEAVE_STRATEGY_FUSED ? info.comm_blocks : 0;
+  } else {
+    weave_gemm_rs_info_t info;
+    weave_gemm_rs_plan_info(plan->rs, &info);
+    *g = info.strategy == WEAVE_STRATEGY_FUSED ? info.gemm_blocks : 0;
+    *c = info.strategy == WEAVE_STRATEGY_FUSED ? info.comm_blocks : 0;
+  }
+}
+
+static weave_result_t tune_plan_destroy(tune_plan_t *plan) {
+  return plan->ag ? weave_ag_gemm_plan_destroy(plan->ag) : weave_gemm_rs_plan_destroy(plan->rs);
+}
+
+static weave_result_t tuner_call(tuner_t *t, const tune_plan_t *plan) {
+  if (plan->ag)
+    return weave_ag_gemm_execute_scaled(plan->ag, t->rows ? t->A : NULL, t->B, t->sa, t->sb, t->bias, t->C, NULL,
+                                        (weave_stream_t)t->stream);
+  return weave_gemm_rs_execute_scaled(plan->rs, t->A, t->B, t->sa, t->sb, t->bias, t->C, (weave_stream_t)t->stream);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -218,16 +286,9 @@ static int cmp_double(const void *a, const void *b) {
  * Fails only where the bootstrap fails or the team was aborted. */
 static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
   weave_team_t team = t->team;
-  weave_gemm_rs_desc_t d = t->desc;
-  d.strategy = c->strategy;
-  d.gemm_blocks = c->gemm_blocks;
-  d.comm_blocks = c->comm_blocks;
-  d.trace = 0;
-  weave_gemm_rs_plan_t plan = NULL;
+  tune_plan_t plan;
   weave_log_quiet(1);
-  weave_plan_untraced(1); /* WEAVE_TRACE is for the caller's plans */
-  weave_result_t created = weave_gemm_rs_plan_create(team, t->M, t->N, t->K, &d, &plan);
-  weave_plan_untraced(0);
+  weave_result_t created = tune_plan_create(t, c, &plan);
   weave_log_quiet(0);
   if (created != WEAVE_SUCCESS) {
     weave_log(WEAVE_LOG_INFO, team, "auto: %s cannot run here: %s", weave_strategy_name(c->strategy),
@@ -238,16 +299,13 @@ static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
     if (created == WEAVE_ERROR_BOOTSTRAP || created == WEAVE_ERROR_TIMEOUT) return created;
     return WEAVE_SUCCESS;
   }
-  weave_gemm_rs_info_t info;
-  weave_gemm_rs_plan_info(plan, &info);
-  c->gemm_blocks = c->strategy == WEAVE_STRATEGY_FUSED ? info.gemm_blocks : 0;
-  c->comm_blocks = c->strategy == WEAVE_STRATEGY_FUSED ? info.comm_blocks : 0;
+  tune_plan_split(&plan, &c->gemm_blocks, &c->comm_blocks);
   int ok = 1, all[WEAVE_MAX_WORLD];
   weave_result_t rc = WEAVE_SUCCESS;
   if (first) {
     float warm_ms = 0;
-    ok = tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[0], t->stream) == cudaSuccess &&
-         tuner_call(t, plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[1], t->stream) == cudaSuccess &&
+    ok = tuner_call(t, &plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[0], t->stream) == cudaSuccess &&
+         tuner_call(t, &plan) == WEAVE_SUCCESS && cudaEventRecord(t->ev[1], t->stream) == cudaSuccess &&
          cudaEventSynchronize(t->ev[1]) == cudaSuccess &&
          cudaEventElapsedTime(&warm_ms, t->ev[0], t->ev[1]) == cudaSuccess &&
          weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
@@ -265,7 +323,7 @@ static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
   if (rc == WEAVE_SUCCESS && ok) {
     /* later rounds start together too: the plan's creation ended in an agreement */
     for (int i = 0; i < c->reps && ok; ++i)
-      ok = cudaEventRecord(t->ev[2 * i], t->stream) == cudaSuccess && tuner_call(t, plan) == WEAVE_SUCCESS &&
+      ok = cudaEventRecord(t->ev[2 * i], t->stream) == cudaSuccess && tuner_call(t, &plan) == WEAVE_SUCCESS &&
            cudaEventRecord(t->ev[2 * i + 1], t->stream) == cudaSuccess;
     ok = ok && cudaStreamSynchronize(t->stream) == cudaSuccess;
     for (int i = 0; i < c->reps && ok; ++i) {
@@ -284,7 +342,7 @@ static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
     weave_log(WEAVE_LOG_INFO, team, "auto: %s did not run: %s", weave_strategy_name(c->strategy),
               weave_get_last_error(team));
   }
-  const weave_result_t destroyed = weave_gemm_rs_plan_destroy(plan);
+  const weave_result_t destroyed = tune_plan_destroy(&plan);
   return rc != WEAVE_SUCCESS ? rc : destroyed;
 }
 
@@ -330,16 +388,12 @@ static double model_fused_ratio(weave_team_t team, const tuner_t *t, int g0, int
 }
 
 /* Times the candidates; 0 with out filled, or -1 with why (then the model decides). */
-static weave_result_t measure(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
-                              weave_auto_choice_t *out, int *measured, double *speedup, char *why, size_t why_len) {
+static weave_result_t measure(const tuner_t *proto, weave_auto_choice_t *out, int *measured, double *speedup, char *why,
+                              size_t why_len) {
   *measured = 0;
-  tuner_t t;
-  memset(&t, 0, sizeof(t));
-  t.team = team;
-  t.M = M;
-  t.N = N;
-  t.K = K;
-  t.desc = *desc;
+  tuner_t t = *proto;
+  weave_team_t team = t.team;
+  const weave_gemm_rs_desc_t *desc = &t.desc;
   char msg[200] = "";
   int ok = tuner_alloc(&t, msg, sizeof(msg));
   int all[WEAVE_MAX_WORLD];
@@ -357,15 +411,19 @@ static weave_result_t measure(weave_team_t team, int M, int N, int K, const weav
   memset(cand, 0, sizeof(cand));
   int n = 0;
   cand[n++].strategy = WEAVE_STRATEGY_BASELINE;
-  /* the caller's split, if given, is the only fused one */
-  cand[n].gemm_blocks = desc->gemm_blocks;
-  cand[n].comm_blocks = desc->comm_blocks;
-  cand[n++].strategy = WEAVE_STRATEGY_FUSED;
+  /* the caller's split, if given, is the only fused one; AllGather + GEMM's fused kernel needs the
+   * Hopper role */
+  const int fused = !t.ag || weave_kernel_hopper_ok(t.ad.dtype, t.ad.b_layout, t.N, t.K);
+  if (fused) {
+    cand[n].gemm_blocks = t.ag ? t.ad.gemm_blocks : desc->gemm_blocks;
+    cand[n].comm_blocks = t.ag ? t.ad.comm_blocks : desc->comm_blocks;
+    cand[n++].strategy = WEAVE_STRATEGY_FUSED;
+  }
   cand[n++].strategy = WEAVE_STRATEGY_BULK;
   rc = time_candidates(&t, cand, 0, n);
-  /* then the planner's fused split's neighbours, one communication block less and more, unless the
-   * model puts them 10% past the best time measured */
-  if (rc == WEAVE_SUCCESS && cand[1].ms >= 0 && desc->gemm_blocks == 0) {
+  /* then (GEMM + ReduceScatter) the planner's fused split's neighbours, one communication block less
+   * and more, unless the model puts them 10% past the best time measured */
+  if (rc == WEAVE_SUCCESS && !t.ag && cand[1].ms >= 0 && desc->gemm_blocks == 0) {
     /* rank 0 picks them (ranks' splits and models may differ where GPUs hold different numbers of
      * ranks): every rank then times the same candidates */
     const int g0 = cand[1].gemm_blocks, c0 = cand[1].comm_blocks;
@@ -442,12 +500,36 @@ static void store(weave_team_t team, const char *path, int is_default, const wea
     weave_log(WEAVE_LOG_INFO, team, "auto: choice stored in %s", path);
 }
 
-weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
-                                     const weave_env_t *env, weave_plan_split_fn split, weave_auto_choice_t *out) {
+/* The fallback when nothing is cached and nothing measured: GEMM + ReduceScatter's cost model, or
+ * the strategy AllGather + GEMM's plan chose by its own model. */
+typedef struct {
+  weave_plan_split_fn split; /* gemm_rs */
+  weave_strategy_t ag_model; /* ag_gemm */
+  const char *ag_model_why;
+} model_t;
+
+static void choose_fallback(const tuner_t *proto, const model_t *m, const char *reason, weave_auto_choice_t *out) {
+  if (!proto->ag) {
+    choose_by_model(proto->team, proto->M, proto->N, proto->K, &proto->desc, m->split, reason, out);
+    return;
+  }
+  out->strategy = m->ag_model;
+  out->gemm_blocks = out->comm_blocks = 0;
+  out->chosen_by = WEAVE_CHOSEN_BY_MODEL;
+  snprintf(out->why, sizeof(out->why), "model (%s): %s", reason, m->ag_model_why);
+}
+
+/* Cache, measurement or model, for the plan `proto` describes (see autotune.h). */
+static weave_result_t choose(const tuner_t *proto, const weave_env_t *env, const model_t *model,
+                             weave_auto_choice_t *out) {
+  weave_team_t team = proto->team;
   const double t0 = now_ms();
   memset(out, 0, sizeof(*out));
   weave_tune_key_t key;
-  weave_tune_key_for(team, M, N, K, desc, &key);
+  if (proto->ag)
+    weave_tune_key_for_ag(team, proto->M, proto->N, proto->K, &proto->ad, &key);
+  else
+    weave_tune_key_for(team, proto->M, proto->N, proto->K, &proto->desc, &key);
   char path[1024] = "";
   int is_default = 0;
   const int have_path = weave_tune_path(env->tune_file, path, sizeof(path), &is_default) == 0;
@@ -497,7 +579,7 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
     int measured = 0;
     double speedup = 1.0;
     char mwhy[256] = "";
-    WEAVE_CHECK(measure(team, M, N, K, desc, out, &measured, &speedup, mwhy, sizeof(mwhy)));
+    WEAVE_CHECK(measure(proto, out, &measured, &speedup, mwhy, sizeof(mwhy)));
     if (measured) {
       if (team->rank == 0 && have_path) store(team, path, is_default, &key, out, speedup);
       out->choose_ms = now_ms() - t0;
@@ -505,10 +587,38 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
     }
     snprintf(reason, sizeof(reason), "timing failed: %.180s", mwhy);
   }
-  choose_by_model(team, M, N, K, desc, split, reason, out);
+  choose_fallback(proto, model, reason, out);
   int s = (int)out->strategy;
   WEAVE_CHECK(from_rank0(team, &s, 1));
   out->strategy = (weave_strategy_t)s;
   out->choose_ms = now_ms() - t0;
   return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                     const weave_env_t *env, weave_plan_split_fn split, weave_auto_choice_t *out) {
+  tuner_t proto;
+  memset(&proto, 0, sizeof(proto));
+  proto.team = team;
+  proto.M = M;
+  proto.N = N;
+  proto.K = K;
+  proto.desc = *desc;
+  const model_t model = {split, WEAVE_STRATEGY_BASELINE, ""};
+  return choose(&proto, env, &model, out);
+}
+
+weave_result_t weave_autotune_choose_ag(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+                                        const weave_env_t *env, weave_strategy_t model, const char *model_why,
+                                        weave_auto_choice_t *out) {
+  tuner_t proto;
+  memset(&proto, 0, sizeof(proto));
+  proto.team = team;
+  proto.M = M;
+  proto.N = N;
+  proto.K = K;
+  proto.ag = 1;
+  proto.ad = *desc;
+  const model_t m = {NULL, model, model_why};
+  return choose(&proto, env, &m, out);
 }

@@ -1,5 +1,6 @@
 /*
- * AUTO plans: which strategy runs, and how that was decided (weave_choice_t in weave.h). In order:
+ * AUTO plans (GEMM + ReduceScatter and AllGather + GEMM): which strategy runs, and how that was
+ * decided (weave_choice_t in weave.h). In order:
  *
  *   cache        rank 0's entry in the tuning cache (plan/tune.h), used by every rank
  *   measurement  no entry, WEAVE_AUTOTUNE on, no stream being captured: the candidates timed on
@@ -40,9 +41,18 @@ typedef weave_result_t (*weave_plan_split_fn)(weave_team_t team, int M, int N, i
 weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                                      const weave_env_t *env, weave_plan_split_fn split, weave_auto_choice_t *out);
 
+/* The same for an AllGather + GEMM plan (desc strategy AUTO; ag_gemm.c): the cache (its key's reduce
+ * WEAVE_TUNE_GATHER), else the baseline, the fused kernel (where the Hopper role runs it) and bulk
+ * timed as above, else `model`, the plan's own model's choice (model_why: its reason). */
+weave_result_t weave_autotune_choose_ag(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+                                        const weave_env_t *env, weave_strategy_t model, const char *model_why,
+                                        weave_auto_choice_t *out);
+
 /* The tuning cache's key of a plan on this rank (plan/tune.h). */
 void weave_tune_key_for(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                         weave_tune_key_t *key);
+void weave_tune_key_for_ag(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+                           weave_tune_key_t *key);
 
 /* on = 1 / 0 around the creation of a candidate plan on this thread: it records no trace
  * (WEAVE_TRACE is for the caller's plans). plan_create.c. */

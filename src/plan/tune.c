@@ -151,6 +151,7 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
     return -1;
   int layout = parse_word(f[12], "row", "col"), reduce = parse_word(f[13], "det", "atomic"),
       slots = parse_word(f[14], "out", "fp32");
+  if (strcmp(f[13], "gather") == 0) reduce = (int)WEAVE_TUNE_GATHER;
   if (layout < 0 || reduce < 0 || slots < 0) return -1;
   k->b_layout = (weave_layout_t)layout;
   k->reduce = (weave_reduce_t)reduce;
@@ -184,7 +185,10 @@ void weave_tune_format_line(const weave_tune_entry_t *e, char *buf, size_t len) 
            k->sms, k->driver, k->runtime, k->weave, k->world, k->ranks_per_device, k->m_bucket, k->N, k->K,
            weave_dtype_name(k->dtype), row_scales(k->scale_mode) ? "+row" : "",
            k->fp8_accum == WEAVE_FP8_ACCUM_FAST ? "+fast" : "", weave_dtype_name(k->out_dtype),
-           k->b_layout == WEAVE_LAYOUT_COL ? "col" : "row", k->reduce == WEAVE_REDUCE_ATOMIC ? "atomic" : "det",
+           k->b_layout == WEAVE_LAYOUT_COL ? "col" : "row",
+           k->reduce == WEAVE_TUNE_GATHER     ? "gather"
+           : k->reduce == WEAVE_REDUCE_ATOMIC ? "atomic"
+                                              : "det",
            k->fp32_slots ? "fp32" : "out", weave_strategy_name(e->strategy), e->gemm_blocks, e->comm_blocks,
            e->speedup);
 }

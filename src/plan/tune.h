@@ -17,8 +17,10 @@
  * measurements); ranks_per_device: ranks of the team sharing a GPU (1 when each has its own);
  * M_bucket: M rounded up to a power of two; dtype: the inputs' name, for fp8 "+row" (per-row scales,
  * other kernels than none or per-tensor, which share entries) and "+fast" (WEAVE_FP8_ACCUM_FAST);
- * b_layout: row | col; reduce: det | atomic; slots: out | fp32 (desc.fp32_slots); speedup: over the
- * baseline, as measured (1 where the baseline won). One entry per key: a store replaces it.
+ * b_layout: row | col; reduce: det | atomic for GEMM + ReduceScatter, gather for AllGather + GEMM
+ * (WEAVE_TUNE_GATHER: the op); slots: out | fp32 (desc.fp32_slots; out for AllGather + GEMM);
+ * speedup: over the baseline, as measured (1 where the baseline won). One entry per key: a store
+ * replaces it.
  *
  * Trust: a file without the first line is foreign and is neither read nor written; a line that does
  * not parse makes the whole file corrupt: it is not read, and the next store starts it afresh. Stores
@@ -33,7 +35,8 @@
 #include "weave.h"
 
 #define WEAVE_TUNE_HEADER "# weave tune cache 2"
-#define WEAVE_TUNE_MAX_ENTRIES 4096 /* a file with more is corrupt (and a store drops the oldest) */
+#define WEAVE_TUNE_GATHER ((weave_reduce_t)2) /* the key's reduce of an AllGather + GEMM plan */
+#define WEAVE_TUNE_MAX_ENTRIES 4096           /* a file with more is corrupt (and a store drops the oldest) */
 
 typedef struct {
   char device[128];
@@ -43,7 +46,7 @@ typedef struct {
   int m_bucket, N, K;
   weave_dtype_t dtype, out_dtype; /* out_dtype resolved (never AUTO) */
   weave_layout_t b_layout;
-  weave_reduce_t reduce;
+  weave_reduce_t reduce; /* or WEAVE_TUNE_GATHER: an AllGather + GEMM plan */
   int fp32_slots;
   weave_scale_mode_t scale_mode; /* fp8: ROW, else the class of NONE and TENSOR (formats and parses as NONE) */
   weave_fp8_accum_t fp8_accum;
