@@ -31,9 +31,11 @@ struct weave_hgemm_scale_fp8 {
                  * 1 (NONE) */
   __device__ __forceinline__ void tile(const weave_hgemm_params_t &p, int row) {
     if (p.scales.mode == WEAVE_SCALE_ROW || p.scales.mode == WEAVE_HGEMM_SCALE_ROW_A) {
+      /* the rows' scales through L2 only (ld.global.cg), not the read-only path: AllGather + GEMM's
+       * peers write them during the kernel (before the release its producer acquired) */
       const float b = p.scales.mode == WEAVE_HGEMM_SCALE_ROW_A ? __ldg(p.scales.b) : 1.f;
-      r0 = row < p.M ? __ldg(p.scales.a + row) * b : 0.f;
-      r8 = row + 8 < p.M ? __ldg(p.scales.a + row + 8) * b : 0.f;
+      r0 = row < p.M ? __ldcg(p.scales.a + row) * b : 0.f;
+      r8 = row + 8 < p.M ? __ldcg(p.scales.a + row + 8) * b : 0.f;
     } else if (p.scales.mode == WEAVE_SCALE_TENSOR) {
       r0 = r8 = __ldg(p.scales.a) * __ldg(p.scales.b);
     } else {
