@@ -148,6 +148,13 @@ WEAVE_API weave_result_t weave_team_device_info(weave_team_t team, weave_device_
  * node's ranks and their number. Any pointer may be NULL. (For the plans past one node that
  * docs/multinode.md designs; today's plans need every rank on one host.) */
 WEAVE_API weave_result_t weave_team_node(weave_team_t team, int *node, int *nodes, int *node_rank, int *node_size);
+/* Collective over `team`: the ranks of one `color` (>= 0) form a new team, ranked by `key` (ties: by
+ * rank in `team`), on the devices their ranks of `team` use, with `config` (NULL: defaults; each new
+ * team has a heap of its own); *sub is NULL on a rank that passes color < 0. The new teams are
+ * independent of `team` (destroy each with weave_team_destroy, on its ranks). The node teams of
+ * weave_team_node: weave_team_split(team, node, rank, ...). As MPI_Comm_split and ncclCommSplit. */
+WEAVE_API weave_result_t weave_team_split(weave_team_t team, int color, int key, const weave_config_t *config,
+                                          weave_team_t *sub);
 
 /* Host barrier across ranks (does not synchronize any stream). */
 WEAVE_API weave_result_t weave_barrier(weave_team_t team);

@@ -111,7 +111,7 @@ for mode in "$@"; do
       timeout 200 scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm --quick > "$out/ag_procs4.log" 2>&1
       echo "gpu_ag_gemm, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_procs4.log" | tail -2
       timeout 200 $b/tests/gpu_team_test 50 > "$out/team.log" 2>&1
-      echo "gpu_team_test: rc=$?"; grep -E "from_nccl|PASSED|FAILED" "$out/team.log"
+      echo "gpu_team_test: rc=$?"; grep -E "from_nccl|split|PASSED|FAILED" "$out/team.log"
       timeout 200 $b/tests/gpu_graph_test > "$out/graph.log" 2>&1
       echo "gpu_graph_test (with AllGather + GEMM): rc=$?"; grep -E "^ag |FAIL|PASSED|FAILED" "$out/graph.log" | head -8
       WEAVE_TIMEOUT_MS=10000 timeout 400 $b/tests/gpu_soak_test --calls ${SOAK_CALLS:-3000} > "$out/soak.log" 2>&1

@@ -9,7 +9,8 @@
  * on GPU 0 driven from a thread whose current device is GPU 1 leaves GPU 1 current after every call
  * (create, malloc, plan, execute, sync, free, destroy). Threads mode also makes a team over a
  * one-rank NCCL communicator (weave_team_create_from_nccl; libnccl.so.2 found at run time, the case
- * skipped with a line saying so when it is not). Usage: gpu_team_test [cycles] (default 1000).
+ * skipped with a line saying so when it is not), and splits a team of 4 (weave_team_split) by color
+ * and key and by node. Usage: gpu_team_test [cycles] (default 1000).
  * Exit 0 pass, 1 fail, 77 no device.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -88,6 +89,66 @@ static int run_world(int world) {
     return 1;
   }
   return rc;
+}
+
+/* weave_team_split: ranks of one color (rank % 2; the last rank, with world > 2, none) form a team
+ * ranked by key (the reverse of their rank), whose heap works as every team's; then the same for the
+ * pretend nodes of weave_team_node. */
+static int split_fn(harness_rank_t *r) {
+  const int world = r->world, none = world > 2 && r->rank == world - 1;
+  weave_config_t cfg = WEAVE_CONFIG_INIT;
+  cfg.heap_size = 64u << 20;
+  weave_team_t sub = NULL;
+  int bad = 0;
+  weave_result_t rc = weave_team_split(r->team, none ? -1 : r->rank % 2, world - r->rank, &cfg, &sub);
+  if (rc != WEAVE_SUCCESS || (none != (sub == NULL))) {
+    printf("FAIL [split] rank %d: %s (sub %p)\n", r->rank, weave_get_last_error(r->team), (void *)sub);
+    return 1;
+  }
+  if (sub) {
+    int members = 0, place = 0, sub_world = -1, sub_rank = -1;
+    for (int q = 0; q < world; ++q)
+      if (!(world > 2 && q == world - 1) && q % 2 == r->rank % 2) {
+        ++members;
+        place += q > r->rank; /* key = world - rank: the higher ranks first */
+      }
+    weave_team_world(sub, &sub_world);
+    weave_team_rank(sub, &sub_rank);
+    if (sub_world != members || sub_rank != place) {
+      printf("FAIL [split] rank %d: sub-team world %d rank %d, want %d and %d\n", r->rank, sub_world, sub_rank, members,
+             place);
+      bad = 1;
+    }
+    harness_rank_t sr = *r;
+    sr.team = sub;
+    sr.rank = sub_rank;
+    sr.world = sub_world;
+    bad |= use_team(&sr);
+    bad |= weave_team_destroy(sub) != WEAVE_SUCCESS;
+  }
+  weave_barrier(r->team);
+  int node = -1, node_rank = -1, node_size = -1;
+  weave_team_node(r->team, &node, NULL, &node_rank, &node_size);
+  rc = weave_team_split(r->team, node, r->rank, &cfg, &sub);
+  int sub_world = -1, sub_rank = -1;
+  if (rc == WEAVE_SUCCESS) {
+    weave_team_world(sub, &sub_world);
+    weave_team_rank(sub, &sub_rank);
+    harness_rank_t sr = *r;
+    sr.team = sub;
+    sr.rank = sub_rank;
+    sr.world = sub_world;
+    bad |= use_team(&sr);
+    bad |= weave_team_destroy(sub) != WEAVE_SUCCESS;
+  }
+  if (rc != WEAVE_SUCCESS || sub_world != node_size || sub_rank != node_rank) {
+    printf("FAIL [split by node] rank %d: %s: world %d rank %d, want %d and %d\n", r->rank, weave_get_error_string(rc),
+           sub_world, sub_rank, node_size, node_rank);
+    bad = 1;
+  }
+  if (r->rank == 0)
+    printf("split: by color and key, and by node (node size %d): %s\n", node_size, bad ? "FAILED" : "ok");
+  return bad;
 }
 
 /* weave's calls make the team's device current while they work and give the caller's back. */
@@ -236,6 +297,9 @@ int main(int argc, char **argv) {
     for (int w = 2; w <= 4; w *= 2) failed |= run_world(w);
     failed |= caller_device_kept();
     failed |= from_nccl_one_rank();
+    weave_config_t cfg = WEAVE_CONFIG_INIT;
+    cfg.heap_size = 64u << 20;
+    failed |= harness_run(4, NULL, &cfg, split_fn, NULL) != 0;
   }
   printf("gpu_team_test: %s\n", failed ? "FAILED" : "PASSED");
   return failed ? 1 : 0;

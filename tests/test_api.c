@@ -313,6 +313,8 @@ static int test_team_create(void) {
   EXPECT_INVALID(weave_team_create(NULL, 0, 0, NULL, &team), "weave_team_create", "bootstrap");
   EXPECT_INVALID(weave_team_create_from_nccl(NULL, 0, NULL, NULL, &team), "weave_team_create_from_nccl", "nccl_comm");
   EXPECT_INVALID(weave_team_create_from_nccl(&team, 0, NULL, NULL, NULL), "weave_team_create_from_nccl", "team");
+  weave_team_t sub = NULL;
+  EXPECT_INVALID(weave_team_split(NULL, 0, 0, NULL, &sub), "weave_team_split", "team");
   EXPECT_INVALID(weave_team_create(bs, -1, 0, NULL, &team), "weave_team_create", "rank -1");
   EXPECT_INVALID(weave_team_create(bs, 1, 0, NULL, &team), "weave_team_create", "rank 1");
   EXPECT_INVALID(weave_team_create(bs, 0, -1, NULL, &team), "weave_team_create", "device -1");
