@@ -21,6 +21,8 @@
 #define TUNE_LOCK_MS 2000      /* the cache file's lock */
 #define TUNE_PRUNE 1.10        /* a neighbour split the model predicts this much slower than the best is skipped */
 #define TUNE_PREFER 0.99       /* a later candidate must beat the best so far by 1% (noise) */
+#define TUNE_CLOSE 1.03        /* the two fastest this close: both timed TUNE_ROUNDS rounds more */
+#define TUNE_MAX_SAMPLES (2 * TUNE_ROUNDS * TUNE_MAX_REPS)
 
 int weave_capture_active(void) {
   const cudaStream_t streams[2] = {cudaStreamLegacy, cudaStreamPerThread};
@@ -150,7 +152,7 @@ typedef struct {
   int reps;                     /* timed calls a round, agreed in the first */
   int dead;                     /* could not be planned or run: known to every rank */
   int nsamples;                 /* this rank's timed calls so far */
-  double samples[TUNE_ROUNDS * TUNE_MAX_REPS];
+  double samples[TUNE_MAX_SAMPLES];
 } candidate_t;
 
 /* The plan being tuned: GEMM + ReduceScatter (desc), or with ag AllGather + GEMM (ad). The candidates'
@@ -329,7 +331,7 @@ static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
     for (int i = 0; i < c->reps && ok; ++i) {
       float f = 0;
       ok = cudaEventElapsedTime(&f, t->ev[2 * i], t->ev[2 * i + 1]) == cudaSuccess;
-      if (ok && c->nsamples < TUNE_ROUNDS * TUNE_MAX_REPS) c->samples[c->nsamples++] = f;
+      if (ok && c->nsamples < TUNE_MAX_SAMPLES) c->samples[c->nsamples++] = f;
     }
     ok = ok && weave_team_sync(team, (weave_stream_t)t->stream) == WEAVE_SUCCESS;
     rc = weave_team_allgather_int(team, ok, all);
@@ -346,15 +348,16 @@ static weave_result_t time_round(tuner_t *t, candidate_t *c, int first) {
   return rc != WEAVE_SUCCESS ? rc : destroyed;
 }
 
-/* Candidates [from, to) timed in TUNE_ROUNDS interleaved rounds (a passing disturbance of the GPU
- * falls on every candidate alike), then each one's time: the slowest rank's median over its calls. */
-static weave_result_t time_candidates(tuner_t *t, candidate_t *cand, int from, int to) {
+/* Candidates idx[0..count) timed in TUNE_ROUNDS interleaved rounds (a passing disturbance of the GPU
+ * falls on every candidate alike), then each one's time: the slowest rank's median over all its
+ * calls so far (a candidate's first round also sizes its run). */
+static weave_result_t time_candidates(tuner_t *t, candidate_t *cand, const int *idx, int count) {
   weave_team_t team = t->team;
   for (int round = 0; round < TUNE_ROUNDS; ++round)
-    for (int i = from; i < to; ++i)
-      if (!cand[i].dead) WEAVE_CHECK(time_round(t, &cand[i], round == 0));
-  for (int i = from; i < to; ++i) {
-    candidate_t *c = &cand[i];
+    for (int k = 0; k < count; ++k)
+      if (!cand[idx[k]].dead) WEAVE_CHECK(time_round(t, &cand[idx[k]], cand[idx[k]].reps == 0));
+  for (int k = 0; k < count; ++k) {
+    candidate_t *c = &cand[idx[k]];
     c->ms = -1;
     if (c->dead) continue;
     double median = 0;
@@ -420,7 +423,9 @@ static weave_result_t measure(const tuner_t *proto, weave_auto_choice_t *out, in
     cand[n++].strategy = WEAVE_STRATEGY_FUSED;
   }
   cand[n++].strategy = WEAVE_STRATEGY_BULK;
-  rc = time_candidates(&t, cand, 0, n);
+  int idx[TUNE_MAX_CANDIDATES];
+  for (int i = 0; i < TUNE_MAX_CANDIDATES; ++i) idx[i] = i;
+  rc = time_candidates(&t, cand, idx, n);
   /* then (GEMM + ReduceScatter) the planner's fused split's neighbours, one communication block less
    * and more, unless the model puts them 10% past the best time measured */
   if (rc == WEAVE_SUCCESS && !t.ag && cand[1].ms >= 0 && desc->gemm_blocks == 0) {
@@ -445,7 +450,24 @@ static weave_result_t measure(const tuner_t *proto, weave_auto_choice_t *out, in
         cand[n].comm_blocks = pick[2 * k + 1];
         cand[n++].strategy = WEAVE_STRATEGY_FUSED;
       }
-    if (rc == WEAVE_SUCCESS) rc = time_candidates(&t, cand, first_neighbour, n);
+    if (rc == WEAVE_SUCCESS) rc = time_candidates(&t, cand, idx + first_neighbour, n - first_neighbour);
+  }
+  /* a close race: the two fastest within TUNE_CLOSE of each other (every rank sees the same times)
+   * are timed TUNE_ROUNDS rounds more, their times then the medians over both runs */
+  int fast1 = -1, fast2 = -1;
+  for (int i = 0; i < n && rc == WEAVE_SUCCESS; ++i) {
+    if (cand[i].ms < 0) continue;
+    if (fast1 < 0 || cand[i].ms < cand[fast1].ms) {
+      fast2 = fast1;
+      fast1 = i;
+    } else if (fast2 < 0 || cand[i].ms < cand[fast2].ms) {
+      fast2 = i;
+    }
+  }
+  const int close = fast2 >= 0 && cand[fast2].ms < TUNE_CLOSE * cand[fast1].ms;
+  if (close) {
+    const int pair[2] = {fast1 < fast2 ? fast1 : fast2, fast1 < fast2 ? fast2 : fast1};
+    rc = time_candidates(&t, cand, pair, 2);
   }
   /* in the order above: the baseline keeps a tie, a later candidate must be 1% faster */
   int best = -1;
@@ -474,8 +496,8 @@ static weave_result_t measure(const tuner_t *proto, weave_auto_choice_t *out, in
   char name[48];
   describe(name, sizeof(name), out->strategy, out->gemm_blocks, out->comm_blocks);
   *speedup = base_ms > 0 ? base_ms / cand[best].ms : 1.0;
-  snprintf(out->why, sizeof(out->why), "measured (ms, slowest rank's median): %s; chose %s (%.3fx the baseline)", list,
-           name, *speedup);
+  snprintf(out->why, sizeof(out->why), "measured (ms, slowest rank's median%s): %s; chose %s (%.3fx the baseline)",
+           close ? "; the two fastest timed twice as long" : "", list, name, *speedup);
   *measured = 1;
   return WEAVE_SUCCESS;
 }

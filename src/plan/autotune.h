@@ -7,7 +7,8 @@
  *                scratch inputs of the plan's shape (the baseline, fused with the planner's split,
  *                bulk, then fused with one communication block less and more unless the cost model
  *                predicts them 10% slower than the best measured), in three interleaved rounds,
- *                the slowest rank's median deciding; rank 0 stores the winner
+ *                the slowest rank's median deciding; the two fastest, when within 3% of each
+ *                other, three rounds more; rank 0 stores the winner
  *   model        otherwise, or when the timing could not run: weave_auto_model (plan_model.h)
  *
  * Collective (inside weave_gemm_rs_plan_create, before the plan takes any memory). The candidates
