@@ -108,7 +108,9 @@ for mode in "$@"; do
         WEAVE_TIMEOUT_MS=5000 timeout 200 $b/tests/gpu_ag_gemm --world $w > "$out/ag_w$w.log" 2>&1
         echo "gpu_ag_gemm world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_w$w.log" | head -6
       done
-      timeout 200 scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm --quick > "$out/ag_procs4.log" 2>&1
+      # MPS runs without this script's CUDA_DEVICE_MAX_CONNECTIONS, as ctest's procs tests run
+      timeout 200 env -u CUDA_DEVICE_MAX_CONNECTIONS scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm --quick \
+        > "$out/ag_procs4.log" 2>&1
       echo "gpu_ag_gemm, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_procs4.log" | tail -2
       timeout 200 $b/tests/gpu_team_test 50 > "$out/team.log" 2>&1
       echo "gpu_team_test: rc=$?"; grep -E "from_nccl|split|PASSED|FAILED" "$out/team.log"
@@ -128,7 +130,8 @@ for mode in "$@"; do
       done
       grep -v "WARN\|^# rank" "$out/ag_bench.log" | tail -8
       lib=$b/libweave.so; case $b in /*) ;; *) lib=$PWD/$lib ;; esac
-      WEAVE_LIBRARY=$lib timeout ${PY_TIMEOUT:-400} /opt/torch/.venv/bin/python -m pytest -q python/tests \
+      WEAVE_LIBRARY=$lib timeout ${PY_TIMEOUT:-400} env -u CUDA_DEVICE_MAX_CONNECTIONS -u CUDA_MODULE_LOADING \
+        /opt/torch/.venv/bin/python -m pytest -q python/tests \
         > "$out/pytest.log" 2>&1
       echo "pytest with the GPU: rc=$?"; tail -4 "$out/pytest.log"
       ;;
