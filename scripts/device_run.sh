@@ -11,6 +11,22 @@ mkdir -p "$out"
 export CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32
 b=${WEAVE_BUILD:-build}
 log=$out/gpu_tests.log
+
+# gpu_ag_gemm in threads at worlds 1, 2, 4, 8; the three sanitizers on it at world 1 (they serialize
+# kernels, so ranks that wait for each other time out at larger worlds)
+ag_worlds() {
+  for w in 1 2 4 8; do
+    WEAVE_TIMEOUT_MS=5000 timeout 200 $b/tests/gpu_ag_gemm --world $w > "$out/ag_w$w.log" 2>&1
+    echo "gpu_ag_gemm world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_w$w.log" | head -6
+  done
+}
+ag_sanitizers() {
+  for tool in memcheck racecheck synccheck; do
+    WEAVE_TIMEOUT_MS=20000 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_ag_gemm \
+      --world 1 --quick >> "$out/ag_san.log" 2>&1
+    echo "sanitizer $tool (ag_gemm, world 1): rc=$?"
+  done
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
   case $mode in
@@ -79,10 +95,7 @@ for mode in "$@"; do
     ag) # AllGather + GEMM: gpu_ag_gemm in threads (worlds 1, 2, 4, 8) and 4 processes under MPS, the
         # strategies' table at 1 and 4 ranks sharing the GPU (ag_bench.log), memcheck and racecheck at
         # world 1 (the sanitizers serialize kernels, so ranks that wait for each other time out there)
-      for w in 1 2 4 8; do
-        WEAVE_TIMEOUT_MS=5000 timeout 200 $b/tests/gpu_ag_gemm --world $w > "$out/ag_w$w.log" 2>&1
-        echo "gpu_ag_gemm world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_w$w.log" | head -6
-      done
+      ag_worlds
       timeout 200 scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm > "$out/ag_procs4.log" 2>&1
       echo "gpu_ag_gemm, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_procs4.log" | tail -2
       for g in ${BENCH_G:-1 4 8}; do
@@ -92,11 +105,7 @@ for mode in "$@"; do
         echo "ag bench g=$g: rc=$?"
       done
       grep -v "WARN" "$out/ag_bench.log" | tail -20
-      for tool in memcheck racecheck synccheck; do
-        WEAVE_TIMEOUT_MS=20000 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_ag_gemm \
-          --world 1 --quick >> "$out/ag_san.log" 2>&1
-        echo "sanitizer $tool (ag_gemm, world 1): rc=$?"
-      done
+      ag_sanitizers
       ;;
     owed) # what landed without a GPU run: gpu_ag_gemm (fp8 cases, refusals) at worlds 1, 2, 4, 8 and 4
           # processes, gpu_team_test (the one-rank NCCL team: LD_LIBRARY_PATH should reach a
@@ -104,10 +113,7 @@ for mode in "$@"; do
           # default 3000) with AllGather + GEMM plans among them, the sanitizers on AllGather + GEMM fp8 at world
           # 1, weave-bench --op ag_gemm -d fp8 at 1 and 4 ranks; then pytest with the GPU (watchdog,
           # parallelize_block, ag_gemm_scaled, gemm_rs's backward by ag_gemm) into pytest.log
-      for w in 1 2 4 8; do
-        WEAVE_TIMEOUT_MS=5000 timeout 200 $b/tests/gpu_ag_gemm --world $w > "$out/ag_w$w.log" 2>&1
-        echo "gpu_ag_gemm world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_w$w.log" | head -6
-      done
+      ag_worlds
       # MPS runs without this script's CUDA_DEVICE_MAX_CONNECTIONS, as ctest's procs tests run
       timeout 200 env -u CUDA_DEVICE_MAX_CONNECTIONS scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm --quick \
         > "$out/ag_procs4.log" 2>&1
@@ -118,11 +124,7 @@ for mode in "$@"; do
       echo "gpu_graph_test (with AllGather + GEMM): rc=$?"; grep -E "^ag |FAIL|PASSED|FAILED" "$out/graph.log" | head -8
       WEAVE_TIMEOUT_MS=10000 timeout 400 $b/tests/gpu_soak_test --calls ${SOAK_CALLS:-3000} > "$out/soak.log" 2>&1
       echo "gpu_soak_test (both ops): rc=$?"; grep -E "FAIL|gpu_soak_test:" "$out/soak.log" | head -6
-      for tool in memcheck racecheck synccheck; do
-        WEAVE_TIMEOUT_MS=20000 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $b/tests/gpu_ag_gemm \
-          --world 1 --quick >> "$out/ag_san.log" 2>&1
-        echo "sanitizer $tool (ag_gemm, world 1): rc=$?"
-      done
+      ag_sanitizers
       for g in 1 4; do
         timeout 200 $b/weave-bench --op ag_gemm -d fp8 -M 2048 -M 8192 -N $((28672 / g)) -K 8192 -g $g -n 10 -w 3 \
           >> "$out/ag_bench.log" 2>&1

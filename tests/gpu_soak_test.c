@@ -162,50 +162,11 @@ static void upload_inputs(const slot_t *p, uint64_t seed, int rank, long gen) {
   free(h);
 }
 
-/* AllGather + GEMM: this rank's C, all M rows, against fp64 of A . B_rank on 3 ranges of up to 4 rows. */
-static void check_ag(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long call) {
-  const size_t e = weave_dtype_size(p->d.dtype);
-  int begins[3];
-  const int n = weave_sample_rows(p->M, begins);
-  void *A = malloc((size_t)p->M * p->K * e), *B = malloc((size_t)p->K * p->N * e);
-  void *bias = p->d.has_bias ? malloc((size_t)p->N * e) : NULL;
-  for (int i = 0; i < 3; ++i) fill_A_rows(p, s->seed, 0, gen, A, begins[i], begins[i] + n);
-  fill_B(p, s->seed, hr->rank, gen, B);
-  if (bias) fill_bias(p, s->seed, gen, bias);
-  unsigned char *got = (unsigned char *)malloc((size_t)p->M * p->N * e);
-  double *ref = (double *)malloc((size_t)n * p->N * sizeof(double)), atol, rtol;
-  harness_download(got, p->dC, (size_t)p->M * p->N * e);
-  weave_tolerance(p->d.dtype, p->K, &atol, &rtol);
-  const void *Av[1] = {A}, *Bv[1] = {B};
-  for (int i = 0; i < 3; ++i) {
-    weave_ref_gemm_rs(p->M, p->N, p->K, 1, p->d.dtype, p->d.b_layout, p->d.alpha, Av, Bv, bias, begins[i], n, ref);
-    weave_check_t res;
-    weave_check_result(p->d.dtype, got + (size_t)begins[i] * p->N * e, ref, (size_t)n * p->N, atol, rtol, &res);
-    if (res.wrong) {
-      char dn[256];
-      desc_name(p, dn, sizeof(dn));
-      fail(s, hr->rank, "call %ld, %s: rows %d..%d: %zu wrong (first at %zu, max abs err %g)", call, dn, begins[i],
-           begins[i] + n - 1, res.wrong, res.first_bad, res.max_abs_err);
-      pthread_mutex_lock(&s->mu);
-      s->wrong += (long)res.wrong;
-      pthread_mutex_unlock(&s->mu);
-    }
-  }
-  free(A);
-  free(B);
-  free(bias);
-  free(got);
-  free(ref);
-}
-
-/* This rank's rows of C (on the device, stream synced) against fp64 on 3 ranges of up to 4 rows. */
+/* This rank's rows of C (on the device, stream synced) against fp64 on 3 ranges of up to 4 rows;
+ * AllGather + GEMM's C, every row of A . B_rank, as that of one rank holding every row. */
 static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long call) {
-  if (p->ag) {
-    check_ag(s, hr, p, gen, call);
-    return;
-  }
   const size_t e = weave_dtype_size(p->d.dtype);
-  const int world = hr->world, rows = p->rows;
+  const int world = p->ag ? 1 : hr->world, rows = c_rows(p), row_begin = p->ag ? 0 : p->row_begin;
   int begins[3];
   const int n = weave_sample_rows(rows, begins);
   void *As[WEAVE_MAX_WORLD], *Bs[WEAVE_MAX_WORLD];
@@ -213,8 +174,8 @@ static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long
     As[r] = malloc((size_t)p->M * p->K * e);
     Bs[r] = malloc((size_t)p->K * p->N * e);
     for (int i = 0; i < 3; ++i)
-      fill_A_rows(p, s->seed, r, gen, As[r], p->row_begin + begins[i], p->row_begin + begins[i] + n);
-    fill_B(p, s->seed, r, gen, Bs[r]);
+      fill_A_rows(p, s->seed, r, gen, As[r], row_begin + begins[i], row_begin + begins[i] + n);
+    fill_B(p, s->seed, p->ag ? hr->rank : r, gen, Bs[r]);
   }
   void *bias = NULL;
   if (p->d.has_bias) {
@@ -225,14 +186,13 @@ static void check(soak_t *s, harness_rank_t *hr, const slot_t *p, long gen, long
   harness_download(got, p->dC, (size_t)rows * p->N * e);
   weave_check_t res[3];
   weave_check_sampled_rows(p->M, p->N, p->K, world, p->d.dtype, p->d.b_layout, p->d.alpha, (const void *const *)As,
-                           (const void *const *)Bs, bias, p->row_begin, rows, got, res);
+                           (const void *const *)Bs, bias, row_begin, rows, got, res);
   for (int i = 0; i < 3; ++i)
     if (res[i].wrong) {
       char dn[256];
       desc_name(p, dn, sizeof(dn));
       fail(s, hr->rank, "call %ld, %s: rows %d..%d: %zu wrong (first at %zu, max abs err %g)", call, dn,
-           p->row_begin + begins[i], p->row_begin + begins[i] + n - 1, res[i].wrong, res[i].first_bad,
-           res[i].max_abs_err);
+           row_begin + begins[i], row_begin + begins[i] + n - 1, res[i].wrong, res[i].first_bad, res[i].max_abs_err);
       pthread_mutex_lock(&s->mu);
       s->wrong += (long)res[i].wrong;
       pthread_mutex_unlock(&s->mu);

@@ -9,7 +9,7 @@ import ctypes
 import os
 import sys
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -470,6 +470,29 @@ def _gemm_rs_out_fake(a: Tensor, b: Tensor, bias: Optional[Tensor], out: Tensor,
 
 
 # ---- fp8: gemm_rs_scaled --------------------------------------------------------------------------
+def _check_fp8_scales_bias(call: str, tensor: Callable[[str, Tensor, torch.dtype, str], None], scale_a: Tensor,
+                           scale_b: Tensor, bias: Optional[Tensor], out_dtype: torch.dtype, rows: int, rows_what: str,
+                           N: int) -> str:
+    """The scale mode an fp8 call's scales make ("tensor": one element each; "row": one a row of a's
+    `rows` and one a column of the output), or the error naming them (rows_what: a's rows as the
+    message shows them); then the bias, [N] of out_dtype. tensor: the call's tensor check."""
+    tensor("scale_a", scale_a, torch.float32, "the dequantization scale of a")
+    tensor("scale_b", scale_b, torch.float32, "the dequantization scale of b")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        scales = "tensor"
+    elif tuple(scale_a.shape) in ((rows, 1), (rows,)) and tuple(scale_b.shape) in ((1, N), (N,)):
+        scales = "row"
+    else:
+        raise ValueError(f"{call}: scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)} must be one "
+                         f"element each (per tensor) or {rows_what} and [1, N] = [1, {N}] (per row of a and column "
+                         "of the output)")
+    if bias is not None:
+        tensor("bias", bias, out_dtype, "out_dtype")
+        if bias.dim() != 1 or bias.shape[0] != N:
+            raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
+    return scales
+
+
 def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
                   bias: Optional[Tensor], out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str,
                   fp32_slots: bool, alpha: float, meta_ok: bool) -> Tuple[GemmRsOptions, int, int, int]:
@@ -501,20 +524,7 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
     if K % 16:  # libweave's rule too; here also for the fake implementation, which torch.compile runs
         raise ValueError(f"{call}: K_local = a.shape[1] = {K} must be a multiple of 16 (fp8 rows of a and b are "
                          "16-byte multiples for the TMA loads)")
-    tensor("scale_a", scale_a, torch.float32, "the dequantization scale of a")
-    tensor("scale_b", scale_b, torch.float32, "the dequantization scale of b")
-    if scale_a.numel() == 1 and scale_b.numel() == 1:
-        scales = "tensor"
-    elif tuple(scale_a.shape) in ((M, 1), (M,)) and tuple(scale_b.shape) in ((1, N), (N,)):
-        scales = "row"
-    else:
-        raise ValueError(f"{call}: scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)} must be one "
-                         f"element each (per tensor) or [M, 1] = [{M}, 1] and [1, N] = [1, {N}] (per row of a and "
-                         "column of the output)")
-    if bias is not None:
-        tensor("bias", bias, out_dtype, "out_dtype")
-        if bias.dim() != 1 or bias.shape[0] != N:
-            raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
+    scales = _check_fp8_scales_bias(call, tensor, scale_a, scale_b, bias, out_dtype, M, f"[M, 1] = [{M}, 1]", N)
     options = gemm_rs_options("fp8_e4m3", b_layout="col", strategy=strategy, reduce=reduce, fp32_slots=fp32_slots,
                               alpha=alpha, has_bias=bias is not None, out_dtype=_FP8_OUT_NAMES[out_dtype],
                               scales=scales, fp8_accum="fast" if use_fast_accum else "fp32", call=call)
@@ -870,20 +880,8 @@ def _check_ag_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tenso
     if K % 16:
         raise ValueError(f"{call}: K = a.shape[1] = {K} must be a multiple of 16 (fp8 rows of a and b are 16-byte "
                          "multiples for the TMA loads)")
-    tensor("scale_a", scale_a, torch.float32, "the dequantization scale of a")
-    tensor("scale_b", scale_b, torch.float32, "the dequantization scale of b")
-    if scale_a.numel() == 1 and scale_b.numel() == 1:
-        scales = "tensor"
-    elif tuple(scale_a.shape) in ((rows, 1), (rows,)) and tuple(scale_b.shape) in ((1, N), (N,)):
-        scales = "row"
-    else:
-        raise ValueError(f"{call}: scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)} must be one "
-                         f"element each (per tensor) or [rows, 1] = [{rows}, 1] (this rank's rows) and [1, N] = "
-                         f"[1, {N}]")
-    if bias is not None:
-        tensor("bias", bias, out_dtype, "out_dtype")
-        if bias.dim() != 1 or bias.shape[0] != N:
-            raise ValueError(f"{call}: bias has shape {tuple(bias.shape)}; it must be [N] = [{N}]")
+    scales = _check_fp8_scales_bias(call, tensor, scale_a, scale_b, bias, out_dtype, rows,
+                                    f"[rows, 1] = [{rows}, 1] (this rank's rows)", N)
     options = ag_gemm_options("fp8_e4m3", b_layout="col", strategy=strategy, alpha=alpha, has_bias=bias is not None,
                               out_dtype=_FP8_OUT_NAMES[out_dtype], scales=scales,
                               fp8_accum="fast" if use_fast_accum else "fp32", call=call)

@@ -144,8 +144,11 @@ extern "C" int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem
   return weave_hgemm_encode(map, elem, base, cols, rows, pitch, 128 / eb, WEAVE_HGEMM_EPI_ROWS, errmsg, errlen);
 }
 
-extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
-                                       const void *B, weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
+/* weave_hgemm_make_params for a role whose tiles are tile_m x tile_n: A's box is tile_m rows, the
+ * tile counts follow (the B maps are the same for every role). */
+static int weave_hgemm_params_for(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
+                                  const void *B, int tile_m, int tile_n, weave_hgemm_params_t *p, char *errmsg,
+                                  size_t errlen) {
   if (!p || !A || !B)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL params, A or B");
   if (M <= 0 || N <= 0 || K <= 0)
@@ -184,7 +187,8 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   /* a stage's rows are 128 bytes of K whatever the type: 64 16-bit or 128 fp8 elements */
   const uint32_t bk = (uint32_t)weave_hgemm_bk(dtype);
   const uint64_t krow = (uint64_t)K * (fp8 ? 1 : 2); /* bytes of a row of A (and of a COL B) */
-  int r = weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, krow, bk, WEAVE_HGEMM_BM, errmsg, errlen);
+  int r =
+      weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, krow, bk, (uint32_t)tile_m, errmsg, errlen);
   if (r) return r;
   if (b_layout == WEAVE_LAYOUT_COL) {
     r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN, errmsg, errlen);
@@ -206,13 +210,18 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   p->M = M;
   p->N = N;
   p->K = K;
-  p->tiles_m = (M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM;
-  p->tiles_n = (N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN;
+  p->tiles_m = (M + tile_m - 1) / tile_m;
+  p->tiles_n = (N + tile_n - 1) / tile_n;
   p->k_blocks = weave_hgemm_k_blocks(K, dtype);
   p->dtype = (int)dtype;
   p->b_layout = (int)b_layout;
   p->sk = weave_hgemm_sk_plan(p->tiles_m * p->tiles_n, 1, p->k_blocks, WEAVE_HGEMM_SK_OFF); /* all tiles whole */
   return WEAVE_SUCCESS;
+}
+
+extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
+                                       const void *B, weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
+  return weave_hgemm_params_for(M, N, K, dtype, b_layout, A, B, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, p, errmsg, errlen);
 }
 
 typedef void (*weave_hgemm_kernel_fn_t)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t);
@@ -432,11 +441,17 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   if (major != 9 || minor != 0)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_UNSUPPORTED_DEVICE,
                             "hopper gemm: needs an sm_90 device (device %d is sm_%d%d)", dev, major, minor);
+  const weave_hgemm_knobs_t knobs = weave_hgemm_knobs();
+  /* fp8 with promoted accumulation: three consumer warpgroups on 192 x 128 tiles (A's box 192 rows, B
+   * read through its 128-row map), unless WEAVE_HGEMM_PROMOTE_WGS=2 */
+  const bool promote = weave_hgemm_promotes(a);
+  const bool p3 = promote && knobs.promote_wgs == 3;
   weave_hgemm_params_t p;
-  int r = weave_hgemm_make_params(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B, &p, errmsg, errlen);
+  int r = weave_hgemm_params_for(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B,
+                                 p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN, &p,
+                                 errmsg, errlen);
   if (r) return r;
   p.scales = sc;
-  const weave_hgemm_knobs_t knobs = weave_hgemm_knobs();
   weave_hgemm_sink_args_t sa;
   memset(&sa, 0, sizeof sa);
   sa.C = a->C;
@@ -457,7 +472,6 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     sa.tma_store = 1;
   }
   int grid, cl, pp;
-  const bool promote = weave_hgemm_promotes(a);
   const weave_hgemm_sk_t sk = weave_hgemm_plan_args(a, sms, &grid, &cl, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
@@ -467,16 +481,6 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     p.sk = sk;
     p.sk_counters = (unsigned *)a->workspace;
     p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
-  }
-  /* fp8 with promoted accumulation: three consumer warpgroups on 192 x 128 tiles (A's map re-encoded
-   * for a 192-row box, B read through its 128-row map), unless WEAVE_HGEMM_PROMOTE_WGS=2 */
-  const bool p3 = promote && knobs.promote_wgs == 3;
-  if (p3) {
-    r = weave_hgemm_encode(&p.tmap_a, a->dtype, a->A, (uint64_t)p.K, (uint64_t)p.M, (uint64_t)p.K, WEAVE_HGEMM_BK_FP8,
-                           WEAVE_HGEMM_P3_BM, errmsg, errlen);
-    if (r) return r;
-    p.tiles_m = sa.tiles_m = (p.M + WEAVE_HGEMM_P3_BM - 1) / WEAVE_HGEMM_P3_BM;
-    p.tiles_n = sa.tiles_n = (p.N + WEAVE_HGEMM_P3_BN - 1) / WEAVE_HGEMM_P3_BN;
   }
   const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
