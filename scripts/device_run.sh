@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -111,8 +111,8 @@ for mode in "$@"; do
           # processes, gpu_team_test (the one-rank NCCL team: LD_LIBRARY_PATH should reach a
           # libnccl.so.2, e.g. torch's nvidia/nccl/lib), gpu_graph_test and gpu_soak_test (SOAK_CALLS,
           # default 3000) with AllGather + GEMM plans among them, the sanitizers on AllGather + GEMM fp8 at world
-          # 1, weave-bench --op ag_gemm -d fp8 at 1 and 4 ranks; then pytest with the GPU (watchdog,
-          # parallelize_block, ag_gemm_scaled, gemm_rs's backward by ag_gemm) into pytest.log
+          # 1, weave-bench --op ag_gemm -d fp8 at 1 and 4 ranks (then run mode pytest: watchdog,
+          # parallelize_block, ag_gemm_scaled and gemm_rs's backward by ag_gemm are among its cases)
       ag_worlds
       # MPS runs without this script's CUDA_DEVICE_MAX_CONNECTIONS, as ctest's procs tests run
       timeout 200 env -u CUDA_DEVICE_MAX_CONNECTIONS scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm --quick \
@@ -131,6 +131,8 @@ for mode in "$@"; do
         echo "ag bench fp8 g=$g: rc=$?"
       done
       grep -v "WARN\|^# rank" "$out/ag_bench.log" | tail -8
+      ;;
+    pytest) # the Python package's tests with the GPU (the worker at 1, 2 and 4 processes, the examples)
       lib=$b/libweave.so; case $b in /*) ;; *) lib=$PWD/$lib ;; esac
       WEAVE_LIBRARY=$lib timeout ${PY_TIMEOUT:-400} env -u CUDA_DEVICE_MAX_CONNECTIONS -u CUDA_MODULE_LOADING \
         /opt/torch/.venv/bin/python -m pytest -q python/tests \
