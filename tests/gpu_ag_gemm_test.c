@@ -374,13 +374,29 @@ static int fp8_fn(harness_rank_t *r) {
   harness_upload(sa, row_mode ? sa_rows + rb : sa_mine, (size_t)(row_mode ? rows : 1) * 4);
   harness_upload(sb, row_mode ? sb_cols : sb_mine, (size_t)(row_mode ? N : 1) * 4);
 
+  /* the fp64 reference before the plan: creating it is collective, so no rank's host work delays its
+   * first call past the peers' bounded waits */
+  const float alpha = 0.75f;
+  double *ref = (double *)malloc((size_t)M * N * sizeof(double)), *bound = (double *)malloc((size_t)M * N * 8);
+  double *want = (double *)malloc((size_t)M * N * sizeof(double)), atol, rtol, smax = 0;
+  {
+    const float *psa = sa_rows, *psb = sb_cols;
+    const void *pa = a_host, *pb = b_host;
+    weave_ref_gemm_rs_scaled(M, N, K, 1, WEAVE_FP8_E4M3, c->out, WEAVE_LAYOUT_COL, alpha, WEAVE_SCALE_ROW,
+                             WEAVE_REF_FP8_RANDOM_SIGNS | (c->fast ? WEAVE_REF_FP8_FAST : 0), &psa, &psb, &pa, &pb,
+                             NULL, 0, M, ref, bound);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) smax = fmax(smax, fabs((double)alpha * sa_rows[i] * sb_cols[j]));
+  }
+  weave_tolerance(c->out, K, &atol, &rtol);
+  atol *= smax;
   weave_ag_gemm_desc_t d = WEAVE_AG_GEMM_DESC_INIT;
   d.dtype = WEAVE_FP8_E4M3;
   d.out_dtype = c->out;
   d.scale_mode = c->mode;
   d.fp8_accum = c->fast ? WEAVE_FP8_ACCUM_FAST : WEAVE_FP8_ACCUM_FP32;
   d.strategy = c->strategy;
-  d.alpha = 0.75f;
+  d.alpha = alpha;
   d.has_bias = 1;
   weave_ag_gemm_plan_t plan = NULL;
   weave_ag_gemm_info_t info;
@@ -392,19 +408,6 @@ static int fp8_fn(harness_rank_t *r) {
   } else {
     weave_ag_gemm_plan_info(plan, &info);
   }
-  double *ref = (double *)malloc((size_t)M * N * sizeof(double)), *bound = (double *)malloc((size_t)M * N * 8);
-  double *want = (double *)malloc((size_t)M * N * sizeof(double)), atol, rtol, smax = 0;
-  {
-    const float *psa = sa_rows, *psb = sb_cols;
-    const void *pa = a_host, *pb = b_host;
-    weave_ref_gemm_rs_scaled(M, N, K, 1, WEAVE_FP8_E4M3, c->out, WEAVE_LAYOUT_COL, d.alpha, WEAVE_SCALE_ROW,
-                             WEAVE_REF_FP8_RANDOM_SIGNS | (c->fast ? WEAVE_REF_FP8_FAST : 0), &psa, &psb, &pa, &pb,
-                             NULL, 0, M, ref, bound);
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) smax = fmax(smax, fabs((double)d.alpha * sa_rows[i] * sb_cols[j]));
-  }
-  weave_tolerance(c->out, K, &atol, &rtol);
-  atol *= smax;
   for (int call = 0; call < 2 && !bad; ++call) {
     if (call) flip_bytes_sign(a_host, (size_t)M * K);
     if (rows) harness_upload(A, a_host + (size_t)rb * K, (size_t)rows * K);
@@ -509,6 +512,7 @@ static int refusal_fn(harness_rank_t *r) {
     void *buf = harness_dev_alloc(64 * 64 * 2);
     if (weave_ag_gemm_execute(plan, buf, NULL, NULL, buf, NULL, r->stream) != WEAVE_ERROR_INVALID_ARGUMENT) bad = 1;
     weave_ag_gemm_plan_destroy(plan);
+    plan = NULL;
     harness_dev_free(buf);
   }
   /* fp8: B [K, N], K % 16, out_dtype fp32 refused at creation; a scaled plan refuses the unscaled call
@@ -533,6 +537,7 @@ static int refusal_fn(harness_rank_t *r) {
         WEAVE_ERROR_INVALID_ARGUMENT)
       bad |= 64;
     weave_ag_gemm_plan_destroy(plan);
+    plan = NULL;
     d.scale_mode = WEAVE_SCALE_NONE;
     if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_SUCCESS ||
         weave_ag_gemm_execute_scaled(plan, buf, buf, one, one, NULL, buf, NULL, r->stream) !=
