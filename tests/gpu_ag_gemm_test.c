@@ -368,7 +368,9 @@ static int fp8_fn(harness_rank_t *r) {
   void *A_out = harness_dev_alloc((size_t)M * K);
   const int row_mode = c->mode == WEAVE_SCALE_ROW;
   float *sa = (float *)harness_dev_alloc((size_t)(row_mode ? (rows ? rows : 1) : 1) * 4);
-  float *sb = (float *)harness_dev_alloc((size_t)(row_mode ? N : 1) * 4);
+  /* scale_b 4 bytes into its allocation, as a view of a larger tensor can be (cuBLASLt refuses scale
+   * pointers that are not 16-byte aligned: the baseline copies them) */
+  float *sb_base = (float *)harness_dev_alloc((size_t)(row_mode ? N + 1 : 2) * 4), *sb = sb_base + 1;
   harness_upload(B, b_host, (size_t)N * K);
   harness_upload(bias, bias_host, (size_t)N * osz);
   harness_upload(sa, row_mode ? sa_rows + rb : sa_mine, (size_t)(row_mode ? rows : 1) * 4);
@@ -448,7 +450,7 @@ static int fp8_fn(harness_rank_t *r) {
   harness_dev_free(C);
   harness_dev_free(A_out);
   harness_dev_free(sa);
-  harness_dev_free(sb);
+  harness_dev_free(sb_base);
   free(a_host);
   free(b_host);
   free(bias_host);

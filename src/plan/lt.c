@@ -21,6 +21,12 @@ struct weave_lt {
   void *workspace;
   size_t workspace_bytes;
   int scale_mode; /* weave_scale_mode_t: which scale pointers a call sets */
+  /* cuBLASLt refuses scale pointers that are not 16-byte aligned (seen: a per-tensor scale at 4
+   * bytes past an allocation), which a caller's may be (a view of a larger tensor): such a call's
+   * scales are copied here first, scale_b's (ROW: N) then scale_a's (ROW: M), each 16-byte aligned */
+  float *scale_copy;
+  size_t copy_b_floats, copy_a_floats; /* room for each: N and M rounded up to 4 (TENSOR: 4) */
+  int M, N;
 };
 
 static cudaDataType_t to_cuda(weave_dtype_t t) {
@@ -38,6 +44,7 @@ void weave_lt_destroy(weave_lt_t *lt) {
   if (lt->desc) cublasLtMatmulDescDestroy(lt->desc);
   if (lt->handle) cublasLtDestroy(lt->handle);
   if (lt->workspace) cudaFree(lt->workspace);
+  if (lt->scale_copy) cudaFree(lt->scale_copy);
   free(lt);
 }
 
@@ -109,6 +116,8 @@ weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_d
     return WEAVE_ERROR_OUT_OF_MEMORY;
   }
   lt->scale_mode = fp8 ? opts->scale_mode : WEAVE_SCALE_NONE;
+  lt->M = M;
+  lt->N = N;
   LT_TRY(cublasLtCreate(&lt->handle));
   LT_TRY(cublasLtMatmulDescCreate(&lt->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   /* "A" of the column-major product is B^T [N, K]. fp8 takes only this "TN" form (both K-major). */
@@ -151,6 +160,18 @@ weave_result_t weave_lt_create_ex(int M, int N, int K, weave_dtype_t in, weave_d
     weave_lt_destroy(lt);
     return WEAVE_ERROR_OUT_OF_MEMORY;
   }
+  if (lt->scale_mode != WEAVE_SCALE_NONE) {
+    const int row = lt->scale_mode == WEAVE_SCALE_ROW;
+    lt->copy_b_floats = row ? ((size_t)N + 3) / 4 * 4 : 4;
+    lt->copy_a_floats = row ? ((size_t)M + 3) / 4 * 4 : 4;
+    if (cudaMalloc((void **)&lt->scale_copy, (lt->copy_b_floats + lt->copy_a_floats) * sizeof(float)) != cudaSuccess) {
+      cudaGetLastError();
+      lt->scale_copy = NULL;
+      snprintf(errmsg, errlen, "cudaMalloc of %zu scale floats failed", lt->copy_b_floats + lt->copy_a_floats);
+      weave_lt_destroy(lt);
+      return WEAVE_ERROR_OUT_OF_MEMORY;
+    }
+  }
   cublasStatus_t st = lt_heuristic(lt, 256, &lt->algo);
   if (st != CUBLAS_STATUS_SUCCESS) {
     snprintf(errmsg, errlen, "cuBLASLt found no algorithm for %dx%dx%d (status %d)", M, N, K, (int)st);
@@ -187,6 +208,23 @@ weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const vo
 weave_result_t weave_lt_run_scaled(weave_lt_t *lt, float alpha, const void *A, const void *B, const float *scale_a,
                                    const float *scale_b, void *C, weave_stream_t stream) {
   float beta = 0.f;
+  if (lt->scale_mode != WEAVE_SCALE_NONE && scale_a && scale_b) {
+    const int row = lt->scale_mode == WEAVE_SCALE_ROW;
+    float *copy_b = lt->scale_copy, *copy_a = lt->scale_copy + lt->copy_b_floats;
+    const size_t nb = row ? (size_t)lt->N : 1, na = row ? (size_t)lt->M : 1;
+    if (((uintptr_t)scale_b & 15) != 0) {
+      if (cudaMemcpyAsync(copy_b, scale_b, nb * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)stream) !=
+          cudaSuccess)
+        return WEAVE_ERROR_CUDA;
+      scale_b = copy_b;
+    }
+    if (((uintptr_t)scale_a & 15) != 0) {
+      if (cudaMemcpyAsync(copy_a, scale_a, na * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)stream) !=
+          cudaSuccess)
+        return WEAVE_ERROR_CUDA;
+      scale_a = copy_a;
+    }
+  }
   if (lt->scale_mode != WEAVE_SCALE_NONE) {
     /* per call: the pointers may change without a new plan (swapped: cuBLASLt's A is our B) */
     if (!scale_a || !scale_b ||

@@ -51,7 +51,9 @@ weave_result_t weave_lt_select(weave_lt_t *lt, const void *A, const void *B, con
  * pointers' alignment. WEAVE_ERROR_UNSUPPORTED when cuBLASLt has none for it, WEAVE_ERROR_CUDA when
  * it refuses. */
 weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const void *B, void *C, weave_stream_t stream);
-/* The same with this call's scales (device pointers; NULL, NULL for a plan without scales). */
+/* The same with this call's scales (device pointers; NULL, NULL for a plan without scales). Scale
+ * pointers that cuBLASLt refuses (not 16-byte aligned) are copied into the lt's own buffer first, on
+ * the stream. */
 weave_result_t weave_lt_run_scaled(weave_lt_t *lt, float alpha, const void *A, const void *B, const float *scale_a,
                                    const float *scale_b, void *C, weave_stream_t stream);
 /* The algorithm the heuristic chose, as raw enum values of cublasLt.h (cublasLtMatmulTile_t,
