@@ -155,6 +155,8 @@ static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t o
       weave_plan_comm_bytes(c->M, c->N, world, weave_dtype_size(slot), weave_dtype_size(out)), (double)most);
 }
 
+static int g_ranks_per_node; /* --ranks-per-node */
+
 static int rank_fn(harness_rank_t *hr) {
   test_case_t *c = (test_case_t *)hr->user;
   const int r = hr->rank, world = hr->world;
@@ -252,7 +254,11 @@ static int rank_fn(harness_rank_t *hr) {
     if (d.strategy == WEAVE_STRATEGY_AUTO && (info.strategy == WEAVE_STRATEGY_AUTO || !info.why[0]))
       fail(c, r, dn, "auto's plan does not say what it chose and why");
     if (info.row_begin != row_begin || info.rows != rows) fail(c, r, dn, "plan info rows differ from weave_row_split");
-    if (d.strategy == WEAVE_STRATEGY_FUSED && d.gemm_blocks == 0) { /* auto's split may be measured */
+    /* past one node (--ranks-per-node) the plan is band plans inside each node and a rail step: its
+     * split and trace are its band plans' (not counted here) */
+    const int hier = strstr(info.why, " nodes x ") != NULL;
+    if (g_ranks_per_node && world > g_ranks_per_node && !hier) fail(c, r, dn, "not a plan past one node");
+    if (d.strategy == WEAVE_STRATEGY_FUSED && d.gemm_blocks == 0 && !hier) { /* auto's split may be measured */
       /* what the kernels write (fp8 inputs: bf16 or fp16) and what travels */
       const weave_dtype_t out = weave_dtype_out(d.dtype, d.out_dtype);
       const weave_dtype_t slot = d.reduce == WEAVE_REDUCE_ATOMIC || d.fp32_slots ? WEAVE_FP32 : out;
@@ -330,7 +336,7 @@ static int rank_fn(harness_rank_t *hr) {
       continue;
     }
 
-    if (d.trace) { /* one traced call: one GEMM event per tile of the walk, WAIT + REDUCE per owned tile */
+    if (d.trace && !hier) { /* one traced call: one GEMM event per tile of the walk, WAIT + REDUCE per owned tile */
       weave_gemm_rs_execute(plan, dA, dB, dbias, dC, hr->stream);
       size_t cap = 4 * (size_t)(info.tiles_total + info.tiles_owned) + 64, n = 0;
       weave_trace_event_t *ev = (weave_trace_event_t *)calloc(cap, sizeof(*ev));
@@ -543,6 +549,13 @@ int main(int argc, char **argv) {
       quick = tiny = 1; /* for the sanitizers: one small case per dtype */
     else if (!strcmp(argv[i], "--fp8-only"))
       fp8_only = 1; /* the fp8 cases (1b) alone */
+    else if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc)
+      g_ranks_per_node = atoi(argv[++i]); /* pretend nodes: worlds above it run the plans past one node */
+  }
+  if (g_ranks_per_node > 0) {
+    char v[16];
+    snprintf(v, sizeof(v), "%d", g_ranks_per_node);
+    setenv("WEAVE_RANKS_PER_NODE", v, 1);
   }
   if (harness_device_count() == 0) {
     printf("gpu_gemm_rs: no CUDA device: skipped\n");

@@ -57,6 +57,7 @@ struct weave_gemm_rs_plan {
   int delay_us;      /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */
   void *lockstep_ev; /* cudaEvent_t when ranks share this GPU: each call waits for itself
                       * (plan/lockstep.h); NULL otherwise */
+  struct weave_hier *hier; /* past one node (plan/hier.h): the plan is its band plans and rail step */
 };
 
 /* Argument checks that need no device (the CPU tests call it directly); messages name

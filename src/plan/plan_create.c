@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include "plan/autotune.h"
+#include "plan/hier.h"
 #include "plan/lockstep.h"
 #include "plan/plan.h"
 #include "plan/plan_model.h"
@@ -452,12 +453,16 @@ static void plan_note_choice(weave_gemm_rs_plan_t p, const weave_auto_choice_t *
     snprintf(p->why, sizeof(p->why), "%s", choice->why);
 }
 
-static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc, int flat,
                                   weave_gemm_rs_plan_t *plan_out) {
   weave_gemm_rs_desc_t d;
   WEAVE_CHECK(weave_team_agree(team, weave_gemm_rs_desc_read(team, desc, &d)));
   WEAVE_CHECK(plan_check_team_args(team, M, N, K, &d));
   desc = &d;
+  char flat_why[160];
+  if (!flat && weave_hier_applies(team, flat_why, sizeof(flat_why)))
+    return weave_hier_create(team, M, N, K, &d, plan_out);
+  if (!flat && flat_why[0]) weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d: %s", M, N, K, flat_why);
 
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
   if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
@@ -526,9 +531,14 @@ weave_result_t weave_gemm_rs_plan_create(weave_team_t team, int M, int N, int K,
   if (!plan_out) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_create: plan is NULL");
   WEAVE_CHECK(weave_team_check_live(team, "weave_gemm_rs_plan_create"));
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
-  weave_result_t rc = plan_create(team, M, N, K, desc, plan_out);
+  weave_result_t rc = plan_create(team, M, N, K, desc, 0, plan_out);
   weave_device_leave(caller);
   return rc;
+}
+
+weave_result_t weave_gemm_rs_plan_create_flat(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                              weave_gemm_rs_plan_t *plan_out) {
+  return plan_create(team, M, N, K, desc, 1, plan_out);
 }
 
 weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_info_t *info) {
@@ -570,6 +580,11 @@ static void plan_write_trace(weave_gemm_rs_plan_t p) {
 weave_result_t weave_gemm_rs_plan_destroy(weave_gemm_rs_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_gemm_rs_plan_destroy: plan is NULL");
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
+  if (p->hier) {
+    const weave_result_t hrc = weave_hier_destroy(p);
+    weave_device_leave(caller);
+    return hrc;
+  }
   if (p->trace && p->trace_path[0] && p->calls > 0) plan_write_trace(p);
   /* cudaFree waits for this plan's last calls; every rank has enqueued its own before coming here */
   cudaFree(p->trace);

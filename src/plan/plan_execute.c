@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "plan/hier.h"
 #include "plan/lockstep.h"
 #include "plan/plan.h"
 
@@ -210,8 +211,14 @@ static weave_result_t execute(weave_gemm_rs_plan_t p, const char *fn, const void
                               const float *scale_a, const float *scale_b, const void *bias, void *C_out,
                               weave_stream_t stream) {
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
-  weave_result_t rc = enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream);
-  if (rc == WEAVE_SUCCESS) rc = weave_lockstep_wait(p->team, p->lockstep_ev, fn, stream);
+  weave_result_t rc;
+  if (p->hier) { /* past one node: its band plans and rail step wait for themselves */
+    rc = execute_check_args(p, fn, A, B, scale_a, scale_b, bias, C_out);
+    if (rc == WEAVE_SUCCESS) rc = weave_hier_enqueue(p, A, B, scale_a, scale_b, bias, C_out, stream);
+  } else {
+    rc = enqueue(p, fn, A, B, scale_a, scale_b, bias, C_out, stream);
+    if (rc == WEAVE_SUCCESS) rc = weave_lockstep_wait(p->team, p->lockstep_ev, fn, stream);
+  }
   weave_device_leave(caller);
   return rc;
 }
@@ -257,4 +264,26 @@ weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t p, weave_stream_t 
   if (bad) return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_trace_fetch: copy failed");
   *count = n;
   return WEAVE_SUCCESS;
+}
+
+/* ---- the reduce-scatter alone (plan/hier.h) ------------------------------------------------------ */
+weave_result_t weave_gemm_rs_partial_begin(weave_gemm_rs_plan_t p, weave_stream_t stream, void **partial) {
+  if (p->strategy != WEAVE_STRATEGY_BULK || p->team->world < 2)
+    return weave_fail(p->team, WEAVE_ERROR_INTERNAL, "weave_gemm_rs_partial_begin: not a bulk plan of several ranks");
+  const int err = weave_launch_wait_done(&p->params, stream);
+  if (err) return weave_fail(p->team, WEAVE_ERROR_CUDA, "rail step: kernel launch: %s", weave_cuda_error_string(err));
+  *partial = p->params.data;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_gemm_rs_partial_end(weave_gemm_rs_plan_t p, const void *bias, void *C_out, weave_stream_t stream) {
+  weave_fused_params_t fp = p->params;
+  fp.bias = bias;
+  fp.C_out = C_out;
+  fp.out_vec = aligned16(C_out);
+  p->calls++;
+  int err = weave_launch_ready_barrier(&fp, stream);
+  if (!err) err = weave_launch_reduce_scatter(&fp, p->comm_blocks, stream);
+  if (err) return weave_fail(p->team, WEAVE_ERROR_CUDA, "rail step: kernel launch: %s", weave_cuda_error_string(err));
+  return weave_lockstep_wait(p->team, p->lockstep_ev, "weave_gemm_rs_execute (rail step)", stream);
 }

@@ -168,6 +168,10 @@ struct weave_team {
   weave_bootstrap_t *owned_bootstrap; /* made for the team, destroyed with it (weave_team_create_from_nccl) */
   int nodes;                          /* the team's nodes (weave_node_split) */
   int node_of_rank[WEAVE_MAX_WORLD];
+  /* the node team and the rail team of the plans past one node (plan/hier.c): made by the first such
+   * plan, shared by the later ones, destroyed with this team; their errors and aborts are this
+   * team's (weave_team_sync, weave_team_poll, weave_team_abort look at them too) */
+  struct weave_team *sub[2];
   char last_error[1024];
 };
 

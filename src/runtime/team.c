@@ -278,6 +278,11 @@ weave_result_t weave_team_create(weave_bootstrap_t *bootstrap, int rank, int dev
 
 static weave_result_t team_destroy(weave_team_t team) {
 #ifdef WEAVE_HAVE_CUDA
+  for (int i = 0; i < 2; ++i) /* collective in each: every rank of this team has both */
+    if (team->sub[i]) {
+      team_destroy(team->sub[i]);
+      team->sub[i] = NULL;
+    }
   weave_bootstrap_t *owned = team->owned_bootstrap; /* host sockets only: freed on either path below */
   cudaDeviceSynchronize();
   /* Peers may still read this heap until every rank got here. */
@@ -481,9 +486,7 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
 #endif
 }
 
-weave_result_t weave_team_poll(weave_team_t team, char *msg, size_t len) {
-  if (msg && len) msg[0] = 0;
-  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_poll: team is NULL");
+static weave_result_t team_poll_one(weave_team_t team, char *msg, size_t len) {
   /* written by the rank's own thread: read atomically (the watchdog's is another) */
   const int aborted_by = __atomic_load_n(&team->aborted_by, __ATOMIC_RELAXED);
   if (aborted_by) { /* -1: an abort whose rank is not known yet */
@@ -527,11 +530,24 @@ weave_result_t weave_team_poll(weave_team_t team, char *msg, size_t len) {
 #endif
 }
 
+weave_result_t weave_team_poll(weave_team_t team, char *msg, size_t len) {
+  if (msg && len) msg[0] = 0;
+  if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_poll: team is NULL");
+  weave_result_t rc = team_poll_one(team, msg, len);
+  for (int i = 0; i < 2 && rc == WEAVE_SUCCESS; ++i)
+    if (team->sub[i]) rc = team_poll_one(team->sub[i], msg, len); /* its ranks' numbers are the sub-team's */
+  return rc;
+}
+
 weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CHECK(check_team(team, "weave_team_sync"));
   WEAVE_CHECK(weave_team_check_live(team, "weave_team_sync"));
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
   weave_result_t rc = team_sync(team, stream);
+  for (int i = 0; i < 2 && rc == WEAVE_SUCCESS; ++i)
+    if (team->sub[i] && (rc = team_sync(team->sub[i], stream)) != WEAVE_SUCCESS)
+      weave_fail(team, rc, "in the %s team of rank %d (a plan past one node): %s", i ? "rail" : "node", team->rank,
+                 team->sub[i]->last_error);
   weave_device_leave(caller);
   return rc;
 }
@@ -551,8 +567,17 @@ void weave_team_refresh_abort(weave_team_t team) {
 #endif
 }
 
+static weave_result_t team_abort_one(weave_team_t team);
+
 weave_result_t weave_team_abort(weave_team_t team) {
   WEAVE_CHECK(check_team(team, "weave_team_abort"));
+  /* first the node and rail teams of plans past one node, where this rank's peers may be waiting */
+  for (int i = 0; i < 2; ++i)
+    if (team->sub[i]) team_abort_one(team->sub[i]);
+  return team_abort_one(team);
+}
+
+static weave_result_t team_abort_one(weave_team_t team) {
   if (team->abort_told || (team->aborted_by && team->aborted_by != team->rank + 1))
     return WEAVE_SUCCESS; /* told already, or a peer aborted first (its notice reaches every rank) */
   if (!team->aborted_by) {

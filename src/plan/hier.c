@@ -1,0 +1,196 @@
+/* GEMM + ReduceScatter past one node: band plans inside the node, a rail step between nodes (hier.h). */
+#include "plan/hier.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct weave_hier {
+  weave_team_t node_team, rail_team; /* team->sub: this rank's node (g ranks), its rail (one rank a node) */
+  int nodes, g;
+  weave_gemm_rs_plan_t band[WEAVE_MAX_WORLD]; /* NULL for a band without rows */
+  int band_begin[WEAVE_MAX_WORLD];            /* band b's first row of A and C */
+  int piece_row[WEAVE_MAX_WORLD];             /* where band b's rows for this local rank start in the partial */
+  weave_gemm_rs_plan_t rail;                  /* bulk plan on the rail team: its partial holds the pieces */
+  weave_nccl_t *nccl;                         /* the rail step by ncclReduceScatter (NULL: weave's) */
+  int piece_rows;                             /* rows of the partial: this local rank's rows of every band */
+};
+
+int weave_hier_applies(weave_team_t team, char *why, size_t why_len) {
+  if (why_len) why[0] = 0;
+  if (team->nodes < 2) return 0;
+  const int g = team->world / team->nodes;
+  int regular = team->world % team->nodes == 0;
+  for (int r = 0; regular && r < team->world; ++r) regular = team->node_of_rank[r] == r / g;
+  if (!regular)
+    snprintf(why, why_len, "%d nodes of unequal size or ranks not numbered node by node: one flat plan", team->nodes);
+  return regular;
+}
+
+/* The rows of global rank r (weave_row_split over the world, as a flat plan's). */
+static void rank_rows(int M, int world, int r, int *begin, int *rows) { weave_split_rows_of(M, world, r, begin, rows); }
+
+static void hier_free(weave_gemm_rs_plan_t p) {
+  struct weave_hier *h = p->hier;
+  if (h) {
+    for (int b = 0; b < h->nodes; ++b)
+      if (h->band[b]) weave_gemm_rs_plan_destroy(h->band[b]);
+    if (h->rail) weave_gemm_rs_plan_destroy(h->rail);
+    weave_nccl_destroy(h->nccl);
+    free(h); /* the node and rail teams stay with the team, for its next plan past one node */
+  }
+  free(p);
+}
+
+/* Band plans on the node team (has_bias off: the bias is added once, after the rail step). */
+static weave_result_t hier_bands(weave_gemm_rs_plan_t p, const weave_gemm_rs_desc_t *desc) {
+  struct weave_hier *h = p->hier;
+  const int world = p->team->world, local = p->team->rank % h->g;
+  weave_gemm_rs_desc_t bd = *desc;
+  bd.has_bias = 0;
+  int piece = 0;
+  for (int b = 0; b < h->nodes; ++b) {
+    int begin, rows, band_rows = 0, mine_begin, mine_rows;
+    for (int j = 0; j < h->g; ++j) {
+      rank_rows(p->M, world, b * h->g + j, &begin, &rows);
+      if (j == 0) h->band_begin[b] = begin;
+      band_rows += rows;
+    }
+    rank_rows(p->M, world, b * h->g + local, &mine_begin, &mine_rows);
+    h->piece_row[b] = piece;
+    piece += mine_rows;
+    if (band_rows == 0) continue; /* the same on every rank of the node */
+    WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->node_team, band_rows, p->N, p->K, &bd, &h->band[b]));
+  }
+  h->piece_rows = piece;
+  return WEAVE_SUCCESS;
+}
+
+/* The rail step: a bulk plan over this local rank's pieces (its row split is every rail rank's rows,
+ * checked), and NCCL's reduce-scatter where it runs on equal pieces. */
+static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
+  struct weave_hier *h = p->hier;
+  if (h->piece_rows == 0) return WEAVE_SUCCESS; /* no rows for this local rank on any node */
+  weave_gemm_rs_desc_t rd = WEAVE_GEMM_RS_DESC_INIT;
+  rd.dtype = p->out_dtype;
+  rd.b_layout = WEAVE_LAYOUT_COL;
+  rd.strategy = WEAVE_STRATEGY_BULK;
+  rd.has_bias = p->desc.has_bias;
+  WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->rail_team, h->piece_rows, p->N, 16, &rd, &h->rail));
+  int want_begin, want_rows, got_begin, got_rows;
+  rank_rows(p->M, p->team->world, p->team->rank, &want_begin, &want_rows);
+  weave_split_rows_of(h->piece_rows, h->nodes, p->team->rank / h->g, &got_begin, &got_rows);
+  if (got_rows != want_rows || h->piece_row[p->team->rank / h->g] != got_begin)
+    return weave_fail(p->team, WEAVE_ERROR_INTERNAL,
+                      "hierarchical plan: the rail step's rows (%d at %d) are not rank %d's (%d)", got_rows, got_begin,
+                      p->team->rank, want_rows);
+  if (h->piece_rows % h->nodes == 0)
+    h->nccl =
+        weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", "weave's reduce-scatter over the heap");
+  return WEAVE_SUCCESS;
+}
+
+/* The team's node and rail teams, made by its first plan past one node (collective; the same on
+ * every rank: all have them or none), with the team's heap size and timeout. */
+static weave_result_t hier_teams(weave_team_t team, int g) {
+  if (team->sub[0]) return WEAVE_SUCCESS;
+  weave_config_t cfg = WEAVE_CONFIG_INIT;
+  cfg.heap_size = team->heap_size;
+  cfg.timeout_ms = team->timeout_ms;
+  const int node = team->rank / g, local = team->rank % g;
+  weave_team_t node_team = NULL, rail_team = NULL;
+  weave_result_t rc = weave_team_split(team, node, local, &cfg, &node_team);
+  if (rc == WEAVE_SUCCESS) rc = weave_team_split(team, local, node, &cfg, &rail_team);
+  if (rc != WEAVE_SUCCESS) {
+    if (node_team) weave_team_destroy(node_team);
+    return rc;
+  }
+  team->sub[0] = node_team;
+  team->sub[1] = rail_team;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                 weave_gemm_rs_plan_t *out) {
+  weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
+  struct weave_hier *h = (struct weave_hier *)calloc(1, sizeof(*h));
+  if (!p || !h) {
+    free(p);
+    free(h);
+    return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "hierarchical plan: host allocation failed");
+  }
+  p->team = team;
+  p->M = M;
+  p->N = N;
+  p->K = K;
+  p->desc = *desc;
+  p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
+  p->slot_dtype = p->out_dtype;
+  p->hier = h;
+  h->nodes = team->nodes;
+  h->g = team->world / team->nodes;
+  weave_result_t rc = hier_teams(team, h->g);
+  h->node_team = team->sub[0];
+  h->rail_team = team->sub[1];
+  if (rc == WEAVE_SUCCESS) rc = hier_bands(p, desc);
+  if (rc == WEAVE_SUCCESS) rc = hier_rail(p);
+  rc = weave_team_agree(team, rc);
+  if (rc != WEAVE_SUCCESS) {
+    hier_free(p);
+    return rc;
+  }
+  const weave_gemm_rs_plan_t first = h->band[0] ? h->band[0] : h->band[h->nodes - 1];
+  if (first) {
+    p->strategy = first->strategy;
+    p->tiling = first->tiling;
+    p->gemm_blocks = first->gemm_blocks;
+    p->comm_blocks = first->comm_blocks;
+    p->chosen_by = first->chosen_by;
+    p->choose_ms = first->choose_ms;
+  }
+  for (int b = 0; b < h->nodes; ++b) p->mem_bytes += h->band[b] ? h->band[b]->mem_bytes : 0;
+  p->mem_bytes += h->rail ? h->rail->mem_bytes : 0;
+  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
+    cudaGetLastError();
+    p->pageable_access = 0;
+  }
+  snprintf(p->why, sizeof(p->why), "%d nodes x %d ranks: inside each node %s (%.160s); between nodes %s", h->nodes,
+           h->g, weave_strategy_name(p->strategy), first ? first->why : "no rows",
+           h->nccl ? "ncclReduceScatter" : "weave's reduce-scatter over the heap");
+  weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d past one node: %s", M, N, K, p->why);
+  *out = p;
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_hier_enqueue(weave_gemm_rs_plan_t p, const void *A, const void *B, const float *scale_a,
+                                  const float *scale_b, const void *bias, void *C_out, weave_stream_t stream) {
+  struct weave_hier *h = p->hier;
+  const size_t row_a = (size_t)p->K * weave_dtype_size(p->desc.dtype),
+               row_c = (size_t)p->N * weave_dtype_size(p->out_dtype);
+  void *partial = NULL;
+  if (h->rail && !h->nccl) WEAVE_CHECK(weave_gemm_rs_partial_begin(h->rail, stream, &partial));
+  if (h->nccl) partial = h->rail->params.data;
+  const int scaled = p->desc.scale_mode != WEAVE_SCALE_NONE;
+  for (int b = 0; b < h->nodes; ++b) {
+    if (!h->band[b]) continue;
+    const char *Ab = (const char *)A + (size_t)h->band_begin[b] * row_a;
+    const float *sa = scale_a && p->desc.scale_mode == WEAVE_SCALE_ROW ? scale_a + h->band_begin[b] : scale_a;
+    /* a band without rows for this local rank writes none (no partial at all where it has none anywhere) */
+    void *Cb = partial ? (char *)partial + (size_t)h->piece_row[b] * row_c : NULL;
+    WEAVE_CHECK(scaled ? weave_gemm_rs_execute_scaled(h->band[b], Ab, B, sa, scale_b, NULL, Cb, stream)
+                       : weave_gemm_rs_execute(h->band[b], Ab, B, NULL, Cb, stream));
+  }
+  if (!h->rail) return WEAVE_SUCCESS;
+  if (!h->nccl) return weave_gemm_rs_partial_end(h->rail, bias, C_out, stream);
+  const int rows = h->piece_rows / h->nodes;
+  if (weave_nccl_reduce_scatter(h->nccl, partial, C_out, (size_t)rows * p->N, p->out_dtype, stream) != WEAVE_SUCCESS)
+    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: the rail step's ncclReduceScatter failed");
+  const int err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->out_dtype, bias, stream) : 0;
+  return err ? weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: bias: %s", weave_cuda_error_string(err))
+             : WEAVE_SUCCESS;
+}
+
+weave_result_t weave_hier_destroy(weave_gemm_rs_plan_t p) {
+  hier_free(p);
+  return WEAVE_SUCCESS;
+}
