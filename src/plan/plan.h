@@ -54,8 +54,8 @@ struct weave_gemm_rs_plan {
   weave_choice_t chosen_by; /* how the strategy was chosen (AUTO: plan/autotune.h) */
   double choose_ms;
   char why[320];
-  int delay_us;      /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */
-  void *lockstep_ev; /* cudaEvent_t when ranks share this GPU: each call waits for itself
+  int delay_us;            /* WEAVE_TEST_DELAY for this plan's strategy: each call starts with that delay */
+  void *lockstep_ev;       /* cudaEvent_t when ranks share this GPU: each call waits for itself
                       * (plan/lockstep.h); NULL otherwise */
   struct weave_hier *hier; /* past one node (plan/hier.h): the plan is its band plans and rail step */
 };
