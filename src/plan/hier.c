@@ -129,12 +129,13 @@ weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const w
   p->hier = h;
   h->nodes = team->nodes;
   h->g = team->world / team->nodes;
+  /* agreed after each step: a node whose band plans failed must not leave the other nodes waiting
+   * in the rail step's collective creation */
   weave_result_t rc = hier_teams(team, h->g);
   h->node_team = team->sub[0];
   h->rail_team = team->sub[1];
-  if (rc == WEAVE_SUCCESS) rc = hier_bands(p, desc);
-  if (rc == WEAVE_SUCCESS) rc = hier_rail(p);
-  rc = weave_team_agree(team, rc);
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, hier_bands(p, desc));
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, hier_rail(p));
   if (rc != WEAVE_SUCCESS) {
     hier_free(p);
     return rc;
