@@ -12,10 +12,10 @@ export CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32
 b=${WEAVE_BUILD:-build}
 log=$out/gpu_tests.log
 
-# gpu_ag_gemm in threads at worlds 1, 2, 4, 8; the three sanitizers on it at world 1 (they serialize
+# gpu_ag_gemm in threads at worlds 1, 2, 3, 4, 8; the three sanitizers on it at world 1 (they serialize
 # kernels, so ranks that wait for each other time out at larger worlds)
 ag_worlds() {
-  for w in 1 2 4 8; do
+  for w in 1 2 3 4 8; do
     WEAVE_TIMEOUT_MS=5000 timeout 200 $b/tests/gpu_ag_gemm --world $w > "$out/ag_w$w.log" 2>&1
     echo "gpu_ag_gemm world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_w$w.log" | head -6
   done
@@ -92,7 +92,7 @@ for mode in "$@"; do
       done
       python3 scripts/auto_sweep_table.py "$out/autosweep.log" | tee "$out/autosweep.md" | tail -40
       ;;
-    ag) # AllGather + GEMM: gpu_ag_gemm in threads (worlds 1, 2, 4, 8) and 4 processes under MPS, the
+    ag) # AllGather + GEMM: gpu_ag_gemm in threads (worlds 1, 2, 3, 4, 8) and 4 processes under MPS, the
         # strategies' table at 1 and 4 ranks sharing the GPU (ag_bench.log), memcheck and racecheck at
         # world 1 (the sanitizers serialize kernels, so ranks that wait for each other time out there)
       ag_worlds
@@ -107,7 +107,7 @@ for mode in "$@"; do
       grep -v "WARN" "$out/ag_bench.log" | tail -20
       ag_sanitizers
       ;;
-    owed) # what landed without a GPU run: gpu_ag_gemm (fp8 cases, refusals) at worlds 1, 2, 4, 8 and 4
+    owed) # what landed without a GPU run: gpu_ag_gemm (fp8 cases, refusals) at worlds 1, 2, 3, 4, 8 and 4
           # processes, gpu_team_test (the one-rank NCCL team: LD_LIBRARY_PATH should reach a
           # libnccl.so.2, e.g. torch's nvidia/nccl/lib), gpu_graph_test and gpu_soak_test (SOAK_CALLS,
           # default 3000) with AllGather + GEMM plans among them, the sanitizers on AllGather + GEMM fp8 at world

@@ -1,5 +1,5 @@
 /*
- * GPU tests of AllGather + GEMM, with 1, 2, 4 and 8 ranks sharing the visible GPU(s) (or one process
+ * GPU tests of AllGather + GEMM, with 1, 2, 3, 4 and 8 ranks sharing the visible GPU(s) (or one process
  * per rank under a launcher): every strategy (fused, bulk, baseline, auto) x dtype x B layout on
  * shapes with tails, M < world (ranks holding no row), N and K off the 16-byte rows (the non-TMA
  * paths), a large shape, the gathered A written out, and 40 calls on one plan bitwise identical.
@@ -572,9 +572,9 @@ int main(int argc, char **argv) {
   printf("gpu_ag_gemm: seed %llu (set WEAVE_TEST_SEED to repeat)\n", (unsigned long long)seed);
   const weave_strategy_t all[4] = {WEAVE_STRATEGY_FUSED, WEAVE_STRATEGY_BULK, WEAVE_STRATEGY_BASELINE,
                                    WEAVE_STRATEGY_AUTO};
-  const int worlds[4] = {1, 2, 4, 8};
+  const int worlds[] = {1, 2, 3, 4, 8}; /* 3: rows that do not split evenly over an odd world */
   int failed = 0, total = 0;
-  for (int wi = 0; wi < 4; ++wi) {
+  for (int wi = 0; wi < (int)(sizeof(worlds) / sizeof(worlds[0])); ++wi) {
     const int world = worlds[wi];
     if (only_world && world != only_world) continue;
     int rc = harness_run(world, NULL, NULL, refusal_fn, NULL);

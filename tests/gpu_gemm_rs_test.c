@@ -257,7 +257,8 @@ static int rank_fn(harness_rank_t *hr) {
     /* past one node (--ranks-per-node) the plan is band plans inside each node and a rail step: its
      * split and trace are its band plans' (not counted here) */
     const int hier = strstr(info.why, " nodes x ") != NULL;
-    if (g_ranks_per_node && world > g_ranks_per_node && !hier) fail(c, r, dn, "not a plan past one node");
+    if (g_ranks_per_node && world > g_ranks_per_node && world % g_ranks_per_node == 0 && !hier)
+      fail(c, r, dn, "not a plan past one node");
     if (d.strategy == WEAVE_STRATEGY_FUSED && d.gemm_blocks == 0 && !hier) { /* auto's split may be measured */
       /* what the kernels write (fp8 inputs: bf16 or fp16) and what travels */
       const weave_dtype_t out = weave_dtype_out(d.dtype, d.out_dtype);
