@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/hier_layout.h"
+
 struct weave_hier {
   weave_team_t node_team, rail_team; /* team->sub: this rank's node (g ranks), its rail (one rank a node) */
   int nodes, g;
@@ -27,9 +29,6 @@ int weave_hier_applies(weave_team_t team, char *why, size_t why_len) {
   return regular;
 }
 
-/* The rows of global rank r (weave_row_split over the world, as a flat plan's). */
-static void rank_rows(int M, int world, int r, int *begin, int *rows) { weave_split_rows_of(M, world, r, begin, rows); }
-
 static void hier_free(weave_gemm_rs_plan_t p) {
   struct weave_hier *h = p->hier;
   if (h) {
@@ -42,32 +41,28 @@ static void hier_free(weave_gemm_rs_plan_t p) {
   free(p);
 }
 
-/* Band plans on the node team (has_bias off: the bias is added once, after the rail step). */
+/* Band plans on the node team (has_bias off: the bias is added once, after the rail step), over the
+ * bands of the layout (plan/hier_layout.h). */
 static weave_result_t hier_bands(weave_gemm_rs_plan_t p, const weave_gemm_rs_desc_t *desc) {
   struct weave_hier *h = p->hier;
-  const int world = p->team->world, local = p->team->rank % h->g;
+  weave_hier_layout_t l;
+  if (weave_hier_layout(p->M, h->nodes, h->g, p->team->rank, &l) != 0)
+    return weave_fail(p->team, WEAVE_ERROR_INTERNAL, "hierarchical plan: no row layout for M %d, %d nodes x %d", p->M,
+                      h->nodes, h->g);
   weave_gemm_rs_desc_t bd = *desc;
   bd.has_bias = 0;
-  int piece = 0;
   for (int b = 0; b < h->nodes; ++b) {
-    int begin, rows, band_rows = 0, mine_begin, mine_rows;
-    for (int j = 0; j < h->g; ++j) {
-      rank_rows(p->M, world, b * h->g + j, &begin, &rows);
-      if (j == 0) h->band_begin[b] = begin;
-      band_rows += rows;
-    }
-    rank_rows(p->M, world, b * h->g + local, &mine_begin, &mine_rows);
-    h->piece_row[b] = piece;
-    piece += mine_rows;
-    if (band_rows == 0) continue; /* the same on every rank of the node */
-    WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->node_team, band_rows, p->N, p->K, &bd, &h->band[b]));
+    h->band_begin[b] = l.band_begin[b];
+    h->piece_row[b] = l.piece_row[b];
+    if (l.band_rows[b] == 0) continue; /* the same on every rank of the node */
+    WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->node_team, l.band_rows[b], p->N, p->K, &bd, &h->band[b]));
   }
-  h->piece_rows = piece;
+  h->piece_rows = l.piece_rows;
   return WEAVE_SUCCESS;
 }
 
-/* The rail step: a bulk plan over this local rank's pieces (its row split is every rail rank's rows,
- * checked), and NCCL's reduce-scatter where it runs on equal pieces. */
+/* The rail step: a bulk plan over this local rank's pieces (its row split gives each rail rank its
+ * rows: weave_hier_layout checks it), and NCCL's reduce-scatter where it runs on equal pieces. */
 static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
   struct weave_hier *h = p->hier;
   if (h->piece_rows == 0) return WEAVE_SUCCESS; /* no rows for this local rank on any node */
@@ -77,13 +72,6 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
   rd.strategy = WEAVE_STRATEGY_BULK;
   rd.has_bias = p->desc.has_bias;
   WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->rail_team, h->piece_rows, p->N, 16, &rd, &h->rail));
-  int want_begin, want_rows, got_begin, got_rows;
-  rank_rows(p->M, p->team->world, p->team->rank, &want_begin, &want_rows);
-  weave_split_rows_of(h->piece_rows, h->nodes, p->team->rank / h->g, &got_begin, &got_rows);
-  if (got_rows != want_rows || h->piece_row[p->team->rank / h->g] != got_begin)
-    return weave_fail(p->team, WEAVE_ERROR_INTERNAL,
-                      "hierarchical plan: the rail step's rows (%d at %d) are not rank %d's (%d)", got_rows, got_begin,
-                      p->team->rank, want_rows);
   if (h->piece_rows % h->nodes == 0)
     h->nccl =
         weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", "weave's reduce-scatter over the heap");
