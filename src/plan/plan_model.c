@@ -98,6 +98,7 @@ void weave_roofline_nodes(const weave_cluster_t *c, int M, int N, int K_total, w
   const double t_node = node.t_fused_ms;
   out->t_bound_ms = t_node > out->t_inter_ms ? t_node : out->t_inter_ms;
   out->t_weave_ms = t_node;
+  out->t_built_ms = t_node + out->t_inter_ms + (n > 1 ? steps_ms : 0.0);
   out->chunks_used = 1;
   if (n == 1) return;
   for (int C = 1; C <= (max_chunks > 0 ? max_chunks : 1); ++C) {

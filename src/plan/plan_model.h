@@ -96,6 +96,8 @@ void weave_roofline_ag(const weave_roofline_device_t *d, int M, int N, int K, in
  *             piece's fused work: a pipeline of two stages, so
  *             (t_node + t_piece) + (C - 1) * max(t_node / C, t_piece), t_piece = t_inter / C plus
  *             the latency of its n - 1 steps; C the best of 1..max_chunks (chunks_used);
+ *   built:    the plan as built today (plan/hier.h): the node step, then the rail step, not
+ *             overlapped: t_node + t_inter + the latency of its n - 1 steps;
  *   bound:    max(t_gemm, t_intra, t_inter) (bandwidth only).
  * Between nodes every step of the baseline's ring, and of each piece, pays net_latency_us.
  * One node gives weave_roofline's times; links of infinite bandwidth and no latency give the
@@ -109,6 +111,7 @@ typedef struct {
 typedef struct {
   double t_gemm_ms, t_intra_ms, t_inter_ms; /* t_inter: bandwidth term of the baseline's network step */
   double t_baseline_ms, t_weave_ms, t_bound_ms;
+  double t_built_ms; /* the hierarchical plan as built: node step, then rail step */
   int chunks_used;
 } weave_roofline_nodes_t;
 void weave_roofline_nodes(const weave_cluster_t *c, int M, int N, int K_total, weave_dtype_t in, size_t elt_bytes,
