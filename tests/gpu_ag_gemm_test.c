@@ -43,6 +43,8 @@ typedef struct {
   int failed;
 } ag_case_t;
 
+static int g_ranks_per_node; /* --ranks-per-node */
+
 static size_t esz(weave_dtype_t t) { return weave_dtype_size(t); }
 
 /* fp8 e4m3 values with their sign flipped, exactly (0x80 of every byte; e4m3's NaN stays NaN). */
@@ -119,9 +121,12 @@ static int rank_fn(harness_rank_t *r) {
   }
   weave_ag_gemm_info_t info;
   weave_ag_gemm_plan_info(plan, &info);
-  if (info.row_begin != rb || info.rows != rows || info.strategy == WEAVE_STRATEGY_AUTO) {
-    printf("FAIL [%s] rank %d: plan_info rows %d+%d strategy %d\n", c->name, r->rank, info.row_begin, info.rows,
-           (int)info.strategy);
+  /* --ranks-per-node: a world of equal pretend nodes runs the plan past one node */
+  const int want_hier = g_ranks_per_node && r->world > g_ranks_per_node && r->world % g_ranks_per_node == 0;
+  if (info.row_begin != rb || info.rows != rows || info.strategy == WEAVE_STRATEGY_AUTO ||
+      want_hier != (strstr(info.why, " nodes x ") != NULL)) {
+    printf("FAIL [%s] rank %d: plan_info rows %d+%d strategy %d (%s; %s past one node)\n", c->name, r->rank,
+           info.row_begin, info.rows, (int)info.strategy, info.why, want_hier ? "want a plan" : "want no plan");
     weave_ag_gemm_plan_destroy(plan);
     harness_dev_free(A);
     harness_dev_free(B);
@@ -559,6 +564,13 @@ int main(int argc, char **argv) {
       only_world = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick"))
       quick = 1;
+    else if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc)
+      g_ranks_per_node = atoi(argv[++i]); /* pretend nodes: worlds above it run the plans past one node */
+  }
+  if (g_ranks_per_node > 0) {
+    char v[16];
+    snprintf(v, sizeof(v), "%d", g_ranks_per_node);
+    setenv("WEAVE_RANKS_PER_NODE", v, 1);
   }
   if (harness_device_count() == 0) {
     printf("gpu_ag_gemm: no CUDA device: skipped\n");

@@ -19,6 +19,8 @@
 #include "common/dtype.h"
 #include "kernels/kernels.h"
 #include "plan/autotune.h"
+#include "plan/hier.h"
+#include "plan/hier_layout.h"
 #include "plan/lockstep.h"
 #include "plan/lt.h"
 #include "runtime/nccl_rt.h"
@@ -45,9 +47,10 @@ struct weave_ag_gemm_plan {
   size_t gemm_ws_bytes;
   void *lockstep_ev; /* ranks sharing a GPU: each call waits for itself (plan/lockstep.h) */
   int pageable_access;
-  weave_dtype_t out_dtype; /* C and bias (desc.out_dtype resolved) */
-  float *lt_scale_b;       /* fp8 baseline with TENSOR scales: [N] copies of the call's scale_b (cuBLASLt's
+  weave_dtype_t out_dtype;    /* C and bias (desc.out_dtype resolved) */
+  float *lt_scale_b;          /* fp8 baseline with TENSOR scales: [N] copies of the call's scale_b (cuBLASLt's
                             * per-row mode wants a vector; the rows' scales differ by owner) */
+  struct weave_ag_hier *hier; /* past one node: the plan is its rail gather and band plans (below) */
 };
 
 static const char *const fn_create = "weave_ag_gemm_plan_create";
@@ -378,9 +381,15 @@ static void ag_free_host(weave_ag_gemm_plan_t p) {
   free(p);
 }
 
-static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+                                     weave_ag_gemm_plan_t *out);
+
+static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc, int flat,
                                 weave_ag_gemm_plan_t *out) {
   WEAVE_CHECK(ag_check_team_args(team, M, N, K, desc));
+  char flat_why[160];
+  if (!flat && weave_hier_applies(team, flat_why, sizeof(flat_why))) return ag_hier_create(team, M, N, K, desc, out);
+  if (!flat && flat_why[0]) weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d: %s", M, N, K, flat_why);
   weave_ag_gemm_plan_t p = (weave_ag_gemm_plan_t)calloc(1, sizeof(*p));
   if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", fn_create);
   p->team = team;
@@ -426,7 +435,7 @@ weave_result_t weave_ag_gemm_plan_create(weave_team_t team, int M, int N, int K,
   if (!plan) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn_create);
   WEAVE_CHECK(weave_team_check_live(team, fn_create));
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
-  weave_result_t rc = ag_create(team, M, N, K, desc, plan);
+  weave_result_t rc = ag_create(team, M, N, K, desc, 0, plan);
   weave_device_leave(caller);
   return rc;
 }
@@ -569,14 +578,174 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
   return WEAVE_SUCCESS;
 }
 
+/* ---- past one node (docs/multinode.md; the dual of plan/hier.h) ----------------------------------
+ * The rail step first: an all-gather over the rail team (local rank j of every node) of the rows of
+ * ranks j, g + j, ..., (n-1) g + j, which are this local rank's pieces of every band in order
+ * (plan/hier_layout.h), with their scales (fp8: each row keeps its owner's); then per band b an
+ * AllGather + GEMM plan of the caller's strategy on the node team whose rows of local rank j are
+ * those of global rank b g + j, writing C's rows of band b (bias on them; the gathered A's band to
+ * A_gathered). One after the other on the caller's stream: no overlap yet. */
+struct weave_ag_hier {
+  int nodes, g;
+  weave_ag_gemm_plan_t band[WEAVE_MAX_WORLD]; /* NULL for a band without rows */
+  int band_begin[WEAVE_MAX_WORLD];            /* band b's first row of A and C */
+  int piece_row[WEAVE_MAX_WORLD];             /* band b's rows of this local rank in the rail's gathered A */
+  weave_ag_gemm_plan_t rail;                  /* bulk on the rail team, its gather alone (NULL: no rows) */
+  float *scale_b_cols; /* fp8 TENSOR: the call's scale_b as [N] (the band plans take each row's owner's
+                        * scale, so they run ROW) */
+};
+
+static void ag_hier_free(weave_ag_gemm_plan_t p) {
+  struct weave_ag_hier *h = p->hier;
+  if (h) {
+    for (int b = 0; b < h->nodes; ++b)
+      if (h->band[b]) weave_ag_gemm_plan_destroy(h->band[b]);
+    if (h->rail) weave_ag_gemm_plan_destroy(h->rail);
+    cudaFree(h->scale_b_cols);
+    free(h);
+  }
+  free(p);
+}
+
+static weave_result_t ag_hier_bands(weave_ag_gemm_plan_t p, const weave_hier_layout_t *l) {
+  struct weave_ag_hier *h = p->hier;
+  weave_ag_gemm_desc_t bd = p->desc;
+  if (bd.scale_mode == WEAVE_SCALE_TENSOR) bd.scale_mode = WEAVE_SCALE_ROW;
+  for (int b = 0; b < h->nodes; ++b) {
+    h->band_begin[b] = l->band_begin[b];
+    h->piece_row[b] = l->piece_row[b];
+    if (l->band_rows[b] == 0) continue; /* the same on every rank of the node */
+    WEAVE_CHECK(ag_create(p->team->sub[0], l->band_rows[b], p->N, p->K, &bd, 1, &h->band[b]));
+  }
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t ag_hier_rail(weave_ag_gemm_plan_t p, const weave_hier_layout_t *l) {
+  struct weave_ag_hier *h = p->hier;
+  if (p->desc.scale_mode == WEAVE_SCALE_TENSOR &&
+      cudaMalloc((void **)&h->scale_b_cols, (size_t)p->N * 4) != cudaSuccess) {
+    cudaGetLastError();
+    h->scale_b_cols = NULL;
+    return weave_fail(p->team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: no device memory for %d column scales", fn_create, p->N);
+  }
+  if (l->piece_rows == 0) return WEAVE_SUCCESS; /* no rows for this local rank on any node */
+  weave_ag_gemm_desc_t rd = WEAVE_AG_GEMM_DESC_INIT;
+  rd.dtype = p->desc.dtype;
+  rd.b_layout = WEAVE_LAYOUT_COL;
+  rd.strategy = WEAVE_STRATEGY_BULK;
+  rd.scale_mode = p->desc.scale_mode; /* the push writes each row's owner's scale beside it */
+  return ag_create(p->team->sub[1], l->piece_rows, 16, p->K, &rd, 1, &h->rail);
+}
+
+static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
+                                     weave_ag_gemm_plan_t *out) {
+  weave_ag_gemm_plan_t p = (weave_ag_gemm_plan_t)calloc(1, sizeof(*p));
+  struct weave_ag_hier *h = (struct weave_ag_hier *)calloc(1, sizeof(*h));
+  if (!p || !h) {
+    free(p);
+    free(h);
+    return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", fn_create);
+  }
+  p->team = team;
+  p->M = M;
+  p->N = N;
+  p->K = K;
+  p->desc = *desc;
+  p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
+  weave_split_rows_of(M, team->world, team->rank, &p->row_begin, &p->rows);
+  p->hier = h;
+  h->nodes = team->nodes;
+  h->g = team->world / team->nodes;
+  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
+    cudaGetLastError();
+    p->pageable_access = 0;
+  }
+  weave_hier_layout_t l;
+  weave_result_t rc = weave_hier_layout(M, h->nodes, h->g, team->rank, &l) == 0
+                          ? WEAVE_SUCCESS
+                          : weave_fail(team, WEAVE_ERROR_INTERNAL, "%s: no row layout for M %d, %d nodes x %d",
+                                       fn_create, M, h->nodes, h->g);
+  if (rc == WEAVE_SUCCESS) rc = weave_hier_teams(team, h->g);
+  rc = weave_team_agree(team, rc);
+  /* agreed after each step: a node whose band plans failed must not leave the others waiting in the
+   * rail plan's collective creation */
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, ag_hier_bands(p, &l));
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, ag_hier_rail(p, &l));
+  if (rc != WEAVE_SUCCESS) {
+    ag_hier_free(p);
+    return rc;
+  }
+  const weave_ag_gemm_plan_t first = h->band[0] ? h->band[0] : h->band[h->nodes - 1];
+  if (first) {
+    p->strategy = first->strategy;
+    p->chosen_by = first->chosen_by;
+    p->choose_ms = first->choose_ms;
+    p->gemm_blocks = first->gemm_blocks;
+    p->comm_blocks = first->comm_blocks;
+  }
+  for (int b = 0; b < h->nodes; ++b) p->mem_bytes += h->band[b] ? h->band[b]->mem_bytes : 0;
+  p->mem_bytes += h->rail ? h->rail->mem_bytes : 0;
+  snprintf(p->why, sizeof(p->why), "%d nodes x %d ranks: inside each node %s; between nodes weave's gather", h->nodes,
+           h->g, weave_strategy_name(p->strategy));
+  weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d past one node: %s", M, N, K, p->why);
+  *out = p;
+  return WEAVE_SUCCESS;
+}
+
+static weave_result_t ag_hier_enqueue(weave_ag_gemm_plan_t p, const void *A, const void *B, const float *scale_a,
+                                      const float *scale_b, const void *bias, void *C, void *A_out,
+                                      weave_stream_t stream) {
+  struct weave_ag_hier *h = p->hier;
+  const size_t row_a = (size_t)p->K * weave_dtype_size(p->desc.dtype);
+  const size_t row_c = (size_t)p->N * weave_dtype_size(p->out_dtype);
+  const char *gathered = NULL;
+  const float *gathered_scales = NULL;
+  if (h->rail) { /* the rail's gather alone: push and wait now, finish once the band plans have read it */
+    weave_ag_params_t ap = h->rail->params;
+    ap.A = A;
+    ap.scale_a = scale_a;
+    int err = weave_launch_ag_push(&ap, h->rail->comm_blocks, stream);
+    if (!err) err = weave_launch_ag_wait(&ap, stream);
+    if (err) return ag_launch_fail(p, err);
+    gathered = (const char *)ap.gathered;
+    gathered_scales = ap.gathered_scales;
+  }
+  const float *sb = scale_b;
+  if (h->scale_b_cols) {
+    const int e = weave_launch_fill_from(h->scale_b_cols, (size_t)p->N, scale_b, stream);
+    if (e) return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: scale_b: %s", fn_exec, weave_cuda_error_string(e));
+    sb = h->scale_b_cols;
+  }
+  for (int b = 0; b < h->nodes; ++b) {
+    if (!h->band[b]) continue;
+    const void *Ab = gathered ? gathered + (size_t)h->piece_row[b] * row_a : NULL;
+    const float *sa = gathered_scales ? gathered_scales + h->piece_row[b] : NULL;
+    void *Cb = (char *)C + (size_t)h->band_begin[b] * row_c;
+    void *Ob = A_out ? (char *)A_out + (size_t)h->band_begin[b] * row_a : NULL;
+    WEAVE_CHECK(p->desc.scale_mode != WEAVE_SCALE_NONE
+                    ? weave_ag_gemm_execute_scaled(h->band[b], Ab, B, sa, sb, bias, Cb, Ob, stream)
+                    : weave_ag_gemm_execute(h->band[b], Ab, B, bias, Cb, Ob, stream));
+  }
+  if (!h->rail) return WEAVE_SUCCESS;
+  const int err = weave_launch_ag_finish(&h->rail->params, stream);
+  if (err) return ag_launch_fail(p, err);
+  return weave_lockstep_wait(h->rail->team, h->rail->lockstep_ev, fn_exec, stream);
+}
+
 static weave_result_t ag_execute(weave_ag_gemm_plan_t p, const void *A, const void *B, const float *scale_a,
                                  const float *scale_b, const void *bias, void *C, void *A_gathered,
                                  weave_stream_t stream) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn_exec);
   WEAVE_CHECK(weave_team_check_live(p->team, fn_exec));
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
-  weave_result_t rc = ag_enqueue(p, A, B, scale_a, scale_b, bias, C, A_gathered, stream);
-  if (rc == WEAVE_SUCCESS) rc = weave_lockstep_wait(p->team, p->lockstep_ev, fn_exec, stream);
+  weave_result_t rc;
+  if (p->hier) { /* past one node: its rail gather and band plans wait for themselves */
+    rc = ag_check_call(p, A, B, scale_a, scale_b, bias, C, A_gathered);
+    if (rc == WEAVE_SUCCESS) rc = ag_hier_enqueue(p, A, B, scale_a, scale_b, bias, C, A_gathered, stream);
+  } else {
+    rc = ag_enqueue(p, A, B, scale_a, scale_b, bias, C, A_gathered, stream);
+    if (rc == WEAVE_SUCCESS) rc = weave_lockstep_wait(p->team, p->lockstep_ev, fn_exec, stream);
+  }
   weave_device_leave(caller);
   return rc;
 }
@@ -619,6 +788,11 @@ weave_result_t weave_ag_gemm_plan_info(weave_ag_gemm_plan_t p, weave_ag_gemm_inf
 weave_result_t weave_ag_gemm_plan_destroy(weave_ag_gemm_plan_t p) {
   if (!p) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ag_gemm_plan_destroy: plan is NULL");
   const weave_device_scope_t caller = weave_device_enter(p->team->info.device);
+  if (p->hier) {
+    ag_hier_free(p);
+    weave_device_leave(caller);
+    return WEAVE_SUCCESS;
+  }
   cudaFree(p->gemm_ws);
   weave_lockstep_destroy(p->lockstep_ev);
   weave_team_refresh_abort(p->team);

@@ -80,7 +80,7 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
 
 /* The team's node and rail teams, made by its first plan past one node (collective; the same on
  * every rank: all have them or none), with the team's heap size and timeout. */
-static weave_result_t hier_teams(weave_team_t team, int g) {
+weave_result_t weave_hier_teams(weave_team_t team, int g) {
   if (team->sub[0]) return WEAVE_SUCCESS;
   weave_config_t cfg = WEAVE_CONFIG_INIT;
   cfg.heap_size = team->heap_size;
@@ -119,7 +119,7 @@ weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const w
   h->g = team->world / team->nodes;
   /* agreed after each step: a node whose band plans failed must not leave the other nodes waiting
    * in the rail step's collective creation */
-  weave_result_t rc = hier_teams(team, h->g);
+  weave_result_t rc = weave_hier_teams(team, h->g);
   h->node_team = team->sub[0];
   h->rail_team = team->sub[1];
   if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, hier_bands(p, desc));

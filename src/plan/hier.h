@@ -18,6 +18,9 @@
 /* Whether `team` takes the hierarchical plan: more than one node, every node of the same size, ranks
  * numbered node-major. why says why not when nodes > 1 (else empty). */
 int weave_hier_applies(weave_team_t team, char *why, size_t why_len);
+/* Collective: the team's node team (team->sub[0], ranks by local index) and rail team (sub[1], ranks
+ * by node), made by its first plan past one node with the team's heap size and timeout. */
+weave_result_t weave_hier_teams(weave_team_t team, int g);
 /* Collective over `team` (checked arguments, desc in this version's layout): *out gets a plan whose
  * execute runs the hierarchy. */
 weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
