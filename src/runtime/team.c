@@ -530,6 +530,8 @@ static weave_result_t team_poll_one(weave_team_t team, char *msg, size_t len) {
 #endif
 }
 
+static weave_result_t team_abort_one(weave_team_t team);
+
 weave_result_t weave_team_poll(weave_team_t team, char *msg, size_t len) {
   if (msg && len) msg[0] = 0;
   if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_poll: team is NULL");
@@ -544,6 +546,10 @@ weave_result_t weave_team_sync(weave_team_t team, weave_stream_t stream) {
   WEAVE_CHECK(weave_team_check_live(team, "weave_team_sync"));
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
   weave_result_t rc = team_sync(team, stream);
+  /* a peer aborted the team: the node and rail teams of its plans past one node are told too, so
+   * that no wait in them outlives the abort (the aborting rank told only the ones it is in) */
+  for (int i = 0; i < 2 && rc == WEAVE_ERROR_ABORTED; ++i)
+    if (team->sub[i]) team_abort_one(team->sub[i]);
   for (int i = 0; i < 2 && rc == WEAVE_SUCCESS; ++i)
     if (team->sub[i] && (rc = team_sync(team->sub[i], stream)) != WEAVE_SUCCESS)
       weave_fail(team, rc, "in the %s team of rank %d (a plan past one node): %s", i ? "rail" : "node", team->rank,
@@ -566,8 +572,6 @@ void weave_team_refresh_abort(weave_team_t team) {
   (void)team;
 #endif
 }
-
-static weave_result_t team_abort_one(weave_team_t team);
 
 weave_result_t weave_team_abort(weave_team_t team) {
   WEAVE_CHECK(check_team(team, "weave_team_abort"));
