@@ -553,11 +553,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc)
       g_ranks_per_node = atoi(argv[++i]); /* pretend nodes: worlds above it run the plans past one node */
   }
-  if (g_ranks_per_node > 0) {
-    char v[16];
-    snprintf(v, sizeof(v), "%d", g_ranks_per_node);
-    setenv("WEAVE_RANKS_PER_NODE", v, 1);
-  }
+  harness_pretend_nodes(g_ranks_per_node);
   if (harness_device_count() == 0) {
     printf("gpu_gemm_rs: no CUDA device: skipped\n");
     return HARNESS_SKIP;

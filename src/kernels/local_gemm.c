@@ -158,20 +158,11 @@ static int device_reads(int pageable, const void *ptr) {
   return a.type != cudaMemoryTypeUnregistered;
 }
 
-static int pageable_access(int device) {
-  int pageable = 0;
-  if (cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return pageable;
-}
-
-int weave_device_reads(int device, const void *ptr) { return device_reads(pageable_access(device), ptr); }
+int weave_device_reads(int device, const void *ptr) { return device_reads(weave_pageable_access(device), ptr); }
 
 weave_result_t weave_check_device_reads(weave_team_t team, const char *fn, int device, const void *const *ptrs,
                                         const char *const *names, int n) {
-  const int pageable = pageable_access(device);
+  const int pageable = weave_pageable_access(device);
   for (int i = 0; i < n; ++i)
     if (ptrs[i] && !device_reads(pageable, ptrs[i]))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,

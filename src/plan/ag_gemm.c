@@ -20,7 +20,6 @@
 #include "kernels/kernels.h"
 #include "plan/autotune.h"
 #include "plan/hier.h"
-#include "plan/hier_layout.h"
 #include "plan/lockstep.h"
 #include "plan/lt.h"
 #include "runtime/nccl_rt.h"
@@ -399,10 +398,7 @@ static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const we
   p->desc = *desc;
   p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
   weave_split_rows_of(M, team->world, team->rank, &p->row_begin, &p->rows);
-  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
-    cudaGetLastError();
-    p->pageable_access = 0;
-  }
+  p->pageable_access = weave_pageable_access(team->info.device);
   weave_result_t rc = ag_choose_strategy(p);
   if (rc != WEAVE_SUCCESS) {
     ag_free_host(p);
@@ -656,17 +652,9 @@ static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, con
   p->hier = h;
   h->nodes = team->nodes;
   h->g = team->world / team->nodes;
-  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
-    cudaGetLastError();
-    p->pageable_access = 0;
-  }
+  p->pageable_access = weave_pageable_access(team->info.device);
   weave_hier_layout_t l;
-  weave_result_t rc = weave_hier_layout(M, h->nodes, h->g, team->rank, &l) == 0
-                          ? WEAVE_SUCCESS
-                          : weave_fail(team, WEAVE_ERROR_INTERNAL, "%s: no row layout for M %d, %d nodes x %d",
-                                       fn_create, M, h->nodes, h->g);
-  if (rc == WEAVE_SUCCESS) rc = weave_hier_teams(team, h->g);
-  rc = weave_team_agree(team, rc);
+  weave_result_t rc = weave_hier_prepare(team, M, &l);
   /* agreed after each step: a node whose band plans failed must not leave the others waiting in the
    * rail plan's collective creation */
   if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, ag_hier_bands(p, &l));

@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/hier_layout.h"
-
 struct weave_hier {
   weave_team_t node_team, rail_team; /* team->sub: this rank's node (g ranks), its rail (one rank a node) */
   int nodes, g;
@@ -41,23 +39,19 @@ static void hier_free(weave_gemm_rs_plan_t p) {
   free(p);
 }
 
-/* Band plans on the node team (has_bias off: the bias is added once, after the rail step), over the
- * bands of the layout (plan/hier_layout.h). */
-static weave_result_t hier_bands(weave_gemm_rs_plan_t p, const weave_gemm_rs_desc_t *desc) {
+/* Band plans on the node team (has_bias off: the bias is added once, after the rail step). */
+static weave_result_t hier_bands(weave_gemm_rs_plan_t p, const weave_gemm_rs_desc_t *desc,
+                                 const weave_hier_layout_t *l) {
   struct weave_hier *h = p->hier;
-  weave_hier_layout_t l;
-  if (weave_hier_layout(p->M, h->nodes, h->g, p->team->rank, &l) != 0)
-    return weave_fail(p->team, WEAVE_ERROR_INTERNAL, "hierarchical plan: no row layout for M %d, %d nodes x %d", p->M,
-                      h->nodes, h->g);
   weave_gemm_rs_desc_t bd = *desc;
   bd.has_bias = 0;
   for (int b = 0; b < h->nodes; ++b) {
-    h->band_begin[b] = l.band_begin[b];
-    h->piece_row[b] = l.piece_row[b];
-    if (l.band_rows[b] == 0) continue; /* the same on every rank of the node */
-    WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->node_team, l.band_rows[b], p->N, p->K, &bd, &h->band[b]));
+    h->band_begin[b] = l->band_begin[b];
+    h->piece_row[b] = l->piece_row[b];
+    if (l->band_rows[b] == 0) continue; /* the same on every rank of the node */
+    WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->node_team, l->band_rows[b], p->N, p->K, &bd, &h->band[b]));
   }
-  h->piece_rows = l.piece_rows;
+  h->piece_rows = l->piece_rows;
   return WEAVE_SUCCESS;
 }
 
@@ -98,6 +92,16 @@ weave_result_t weave_hier_teams(weave_team_t team, int g) {
   return WEAVE_SUCCESS;
 }
 
+weave_result_t weave_hier_prepare(weave_team_t team, int M, weave_hier_layout_t *layout) {
+  const int g = team->world / team->nodes;
+  weave_result_t rc = weave_hier_layout(M, team->nodes, g, team->rank, layout) == 0
+                          ? WEAVE_SUCCESS
+                          : weave_fail(team, WEAVE_ERROR_INTERNAL,
+                                       "past one node: no row layout for M %d, %d nodes x %d", M, team->nodes, g);
+  if (rc == WEAVE_SUCCESS) rc = weave_hier_teams(team, g);
+  return weave_team_agree(team, rc);
+}
+
 weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                                  weave_gemm_rs_plan_t *out) {
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
@@ -119,10 +123,11 @@ weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const w
   h->g = team->world / team->nodes;
   /* agreed after each step: a node whose band plans failed must not leave the other nodes waiting
    * in the rail step's collective creation */
-  weave_result_t rc = weave_hier_teams(team, h->g);
+  weave_hier_layout_t l;
+  weave_result_t rc = weave_hier_prepare(team, M, &l);
   h->node_team = team->sub[0];
   h->rail_team = team->sub[1];
-  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, hier_bands(p, desc));
+  if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, hier_bands(p, desc, &l));
   if (rc == WEAVE_SUCCESS) rc = weave_team_agree(team, hier_rail(p));
   if (rc != WEAVE_SUCCESS) {
     hier_free(p);
@@ -139,10 +144,7 @@ weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const w
   }
   for (int b = 0; b < h->nodes; ++b) p->mem_bytes += h->band[b] ? h->band[b]->mem_bytes : 0;
   p->mem_bytes += h->rail ? h->rail->mem_bytes : 0;
-  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
-    cudaGetLastError();
-    p->pageable_access = 0;
-  }
+  p->pageable_access = weave_pageable_access(team->info.device);
   snprintf(p->why, sizeof(p->why), "%d nodes x %d ranks: inside each node %s (%.160s); between nodes %s", h->nodes,
            h->g, weave_strategy_name(p->strategy), first ? first->why : "no rows",
            h->nccl ? "ncclReduceScatter" : "weave's reduce-scatter over the heap");

@@ -13,6 +13,7 @@
 #ifndef WEAVE_PLAN_HIER_H
 #define WEAVE_PLAN_HIER_H
 
+#include "plan/hier_layout.h"
 #include "plan/plan.h"
 
 /* Whether `team` takes the hierarchical plan: more than one node, every node of the same size, ranks
@@ -21,6 +22,9 @@ int weave_hier_applies(weave_team_t team, char *why, size_t why_len);
 /* Collective: the team's node team (team->sub[0], ranks by local index) and rail team (sub[1], ranks
  * by node), made by its first plan past one node with the team's heap size and timeout. */
 weave_result_t weave_hier_teams(weave_team_t team, int g);
+/* Collective: this rank's row layout (plan/hier_layout.h) and the node and rail teams, agreed on
+ * every rank of `team` (so that a failure anywhere fails every rank). */
+weave_result_t weave_hier_prepare(weave_team_t team, int M, weave_hier_layout_t *layout);
 /* Collective over `team` (checked arguments, desc in this version's layout): *out gets a plan whose
  * execute runs the hierarchy. */
 weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,

@@ -471,10 +471,7 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
   p->N = N;
   p->K = K;
   weave_gemm_rs_desc_read(team, desc, &p->desc); /* checked above */
-  if (cudaDeviceGetAttribute(&p->pageable_access, cudaDevAttrPageableMemoryAccess, team->info.device) != cudaSuccess) {
-    cudaGetLastError();
-    p->pageable_access = 0;
-  }
+  p->pageable_access = weave_pageable_access(team->info.device);
 
   weave_env_t env;
   if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */

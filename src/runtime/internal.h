@@ -183,6 +183,9 @@ typedef struct {
   void *context; /* the caller's CUcontext, to be made current again; NULL: nothing to give back */
 } weave_device_scope_t;
 weave_device_scope_t weave_device_enter(int device);
+/* Whether `device` reads pageable host memory (cudaDevAttrPageableMemoryAccess: HMM / ATS); 0 when
+ * the attribute cannot be read. */
+int weave_pageable_access(int device);
 void weave_device_leave(weave_device_scope_t scope);
 
 /* WEAVE_ERROR_ABORTED (the last error naming `fn` and the aborting rank) once the team is aborted,

@@ -76,6 +76,15 @@ static void ctx_load_once(void) {
 }
 #endif
 
+int weave_pageable_access(int device) {
+  int pageable = 0;
+  if (cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return pageable;
+}
+
 weave_device_scope_t weave_device_enter(int device) {
   weave_device_scope_t scope = {NULL};
 #ifdef WEAVE_HAVE_CUDA

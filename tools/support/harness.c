@@ -361,3 +361,10 @@ out:
   }
   return ref;
 }
+
+void harness_pretend_nodes(int ranks_per_node) {
+  if (ranks_per_node <= 0) return;
+  char v[16];
+  snprintf(v, sizeof(v), "%d", ranks_per_node);
+  setenv("WEAVE_RANKS_PER_NODE", v, 1);
+}

@@ -33,6 +33,9 @@ int harness_sm_count(int device);
 /* For the tests of sm_90a kernels: 0 when device 0 is an sm_90 GPU (printing "# device <name>, <n> SMs"),
  * else HARNESS_SKIP after a "SKIP: ..." line saying why. */
 int harness_require_sm90(void);
+/* Pretend nodes of n consecutive ranks for the teams made after it (WEAVE_RANKS_PER_NODE): worlds of
+ * equal nodes above n run the plans past one node. n <= 0: nothing changes. */
+void harness_pretend_nodes(int ranks_per_node);
 /* Under a launcher (torchrun, mpirun, srun, scripts/launch.sh: one process per rank) the job's world,
  * with the process's bootstrap made on first use; 0 when not launched; -1 when the bootstrap failed. */
 int harness_launched_world(void);
