@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -131,6 +131,18 @@ for mode in "$@"; do
         echo "ag bench fp8 g=$g: rc=$?"
       done
       grep -v "WARN\|^# rank" "$out/ag_bench.log" | tail -8
+      ;;
+    nodes) # the plans past one node between pretend nodes of 2 ranks (docs/multinode.md): gpu_gemm_rs and
+           # gpu_ag_gemm quick at worlds 4 and 8 in threads, then gpu_gemm_rs in 4 processes under MPS
+      for t in gpu_gemm_rs gpu_ag_gemm; do
+        for w in 4 8; do
+          WEAVE_TIMEOUT_MS=5000 timeout 300 $b/tests/$t --quick --ranks-per-node 2 --world $w > "$out/nodes_${t}_w$w.log" 2>&1
+          echo "$t past one node, world $w: rc=$?"; grep -E "^FAIL|cases passed" "$out/nodes_${t}_w$w.log" | head -6
+        done
+      done
+      timeout 300 env -u CUDA_DEVICE_MAX_CONNECTIONS scripts/launch.sh -n 4 --mps $b/tests/gpu_gemm_rs --quick \
+        --ranks-per-node 2 > "$out/nodes_procs4.log" 2>&1
+      echo "gpu_gemm_rs past one node, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/nodes_procs4.log" | tail -4
       ;;
     pytest) # the Python package's tests with the GPU (the worker at 1, 2 and 4 processes, the examples)
       lib=$b/libweave.so; case $b in /*) ;; *) lib=$PWD/$lib ;; esac
