@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "runtime/internal.h"
+#include "plan/hier.h"
 #include "plan/plan.h" /* and plan/lt.h */
 #include "plan/plan_model.h"
 
@@ -665,6 +666,30 @@ static void test_lt_alignment(void) {
   CHECK(weave_lt_alignment(base + 128, base + 384, base + 640) == 128);
 }
 
+/* Which teams take the plans past one node: several nodes of equal size, ranks node by node. */
+static void test_hier_applies(void) {
+  struct weave_team t;
+  memset(&t, 0, sizeof(t));
+  char why[160];
+  t.world = 4;
+  t.nodes = 1;
+  CHECK_MSG(!weave_hier_applies(&t, why, sizeof(why)) && !why[0], "one node: flat, nothing to say");
+  t.nodes = 2;
+  const int node_major[4] = {0, 0, 1, 1}, interleaved[4] = {0, 1, 0, 1};
+  memcpy(t.node_of_rank, node_major, sizeof(node_major));
+  CHECK_MSG(weave_hier_applies(&t, why, sizeof(why)) && !why[0], "2 nodes x 2, node-major: past one node");
+  memcpy(t.node_of_rank, interleaved, sizeof(interleaved));
+  CHECK_MSG(!weave_hier_applies(&t, why, sizeof(why)) && strstr(why, "flat"), "interleaved nodes: flat (%s)", why);
+  t.world = 5;
+  const int uneven[5] = {0, 0, 0, 1, 1};
+  memcpy(t.node_of_rank, uneven, sizeof(uneven));
+  CHECK_MSG(!weave_hier_applies(&t, why, sizeof(why)) && strstr(why, "unequal"), "nodes of 3 and 2: flat (%s)", why);
+  t.world = 8;
+  t.nodes = 4;
+  for (int r = 0; r < 8; ++r) t.node_of_rank[r] = r / 2;
+  CHECK_MSG(weave_hier_applies(&t, why, sizeof(why)), "4 nodes x 2: past one node");
+}
+
 int main(void) {
   setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
   test_check_args();
@@ -672,6 +697,7 @@ int main(void) {
   test_split();
   test_bytes_roofline();
   test_roofline_nodes();
+  test_hier_applies();
   test_auto_model();
   test_lt_alignment();
   return check_summary("test_plan");
