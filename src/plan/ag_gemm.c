@@ -611,7 +611,9 @@ static weave_result_t ag_hier_bands(weave_ag_gemm_plan_t p, const weave_hier_lay
     h->band_begin[b] = l->band_begin[b];
     h->piece_row[b] = l->piece_row[b];
     if (l->band_rows[b] == 0) continue; /* the same on every rank of the node */
-    WEAVE_CHECK(ag_create(p->team->sub[0], l->band_rows[b], p->N, p->K, &bd, 1, &h->band[b]));
+    WEAVE_CHECK(weave_hier_pass(p->team, p->team->sub[0],
+                                ag_create(p->team->sub[0], l->band_rows[b], p->N, p->K, &bd, 1, &h->band[b]),
+                                "past one node, a band plan"));
   }
   return WEAVE_SUCCESS;
 }
@@ -630,7 +632,9 @@ static weave_result_t ag_hier_rail(weave_ag_gemm_plan_t p, const weave_hier_layo
   rd.b_layout = WEAVE_LAYOUT_COL;
   rd.strategy = WEAVE_STRATEGY_BULK;
   rd.scale_mode = p->desc.scale_mode; /* the push writes each row's owner's scale beside it */
-  return ag_create(p->team->sub[1], l->piece_rows, 16, p->K, &rd, 1, &h->rail);
+  return weave_hier_pass(p->team, p->team->sub[1],
+                         ag_create(p->team->sub[1], l->piece_rows, 16, p->K, &rd, 1, &h->rail),
+                         "past one node, the rail gather");
 }
 
 static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
@@ -710,14 +714,18 @@ static weave_result_t ag_hier_enqueue(weave_ag_gemm_plan_t p, const void *A, con
     const float *sa = gathered_scales ? gathered_scales + h->piece_row[b] : NULL;
     void *Cb = (char *)C + (size_t)h->band_begin[b] * row_c;
     void *Ob = A_out ? (char *)A_out + (size_t)h->band_begin[b] * row_a : NULL;
-    WEAVE_CHECK(p->desc.scale_mode != WEAVE_SCALE_NONE
-                    ? weave_ag_gemm_execute_scaled(h->band[b], Ab, B, sa, sb, bias, Cb, Ob, stream)
-                    : weave_ag_gemm_execute(h->band[b], Ab, B, bias, Cb, Ob, stream));
+    WEAVE_CHECK(weave_hier_pass(p->team, p->team->sub[0],
+                                p->desc.scale_mode != WEAVE_SCALE_NONE
+                                    ? weave_ag_gemm_execute_scaled(h->band[b], Ab, B, sa, sb, bias, Cb, Ob, stream)
+                                    : weave_ag_gemm_execute(h->band[b], Ab, B, bias, Cb, Ob, stream),
+                                "weave_ag_gemm_execute, a band plan"));
   }
   if (!h->rail) return WEAVE_SUCCESS;
   const int err = weave_launch_ag_finish(&h->rail->params, stream);
   if (err) return ag_launch_fail(p, err);
-  return weave_lockstep_wait(h->rail->team, h->rail->lockstep_ev, fn_exec, stream);
+  return weave_hier_pass(p->team, h->rail->team,
+                         weave_lockstep_wait(h->rail->team, h->rail->lockstep_ev, fn_exec, stream),
+                         "weave_ag_gemm_execute, the rail gather");
 }
 
 static weave_result_t ag_execute(weave_ag_gemm_plan_t p, const void *A, const void *B, const float *scale_a,

@@ -49,7 +49,10 @@ static weave_result_t hier_bands(weave_gemm_rs_plan_t p, const weave_gemm_rs_des
     h->band_begin[b] = l->band_begin[b];
     h->piece_row[b] = l->piece_row[b];
     if (l->band_rows[b] == 0) continue; /* the same on every rank of the node */
-    WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->node_team, l->band_rows[b], p->N, p->K, &bd, &h->band[b]));
+    WEAVE_CHECK(
+        weave_hier_pass(p->team, h->node_team,
+                        weave_gemm_rs_plan_create_flat(h->node_team, l->band_rows[b], p->N, p->K, &bd, &h->band[b]),
+                        "past one node, a band plan"));
   }
   h->piece_rows = l->piece_rows;
   return WEAVE_SUCCESS;
@@ -65,7 +68,9 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
   rd.b_layout = WEAVE_LAYOUT_COL;
   rd.strategy = WEAVE_STRATEGY_BULK;
   rd.has_bias = p->desc.has_bias;
-  WEAVE_CHECK(weave_gemm_rs_plan_create_flat(h->rail_team, h->piece_rows, p->N, 16, &rd, &h->rail));
+  WEAVE_CHECK(weave_hier_pass(p->team, h->rail_team,
+                              weave_gemm_rs_plan_create_flat(h->rail_team, h->piece_rows, p->N, 16, &rd, &h->rail),
+                              "past one node, the rail step"));
   if (h->piece_rows % h->nodes == 0)
     h->nccl =
         weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", "weave's reduce-scatter over the heap");
@@ -90,6 +95,13 @@ weave_result_t weave_hier_teams(weave_team_t team, int g) {
   team->sub[0] = node_team;
   team->sub[1] = rail_team;
   return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_hier_pass(weave_team_t team, weave_team_t sub, weave_result_t rc, const char *what) {
+  if (rc == WEAVE_SUCCESS || !sub) return rc;
+  char msg[sizeof(sub->last_error)];
+  snprintf(msg, sizeof(msg), "%s", sub->last_error);
+  return weave_fail(team, rc, "%s: %.900s", what, msg);
 }
 
 weave_result_t weave_hier_prepare(weave_team_t team, int M, weave_hier_layout_t *layout) {
@@ -159,7 +171,9 @@ weave_result_t weave_hier_enqueue(weave_gemm_rs_plan_t p, const void *A, const v
   const size_t row_a = (size_t)p->K * weave_dtype_size(p->desc.dtype),
                row_c = (size_t)p->N * weave_dtype_size(p->out_dtype);
   void *partial = NULL;
-  if (h->rail && !h->nccl) WEAVE_CHECK(weave_gemm_rs_partial_begin(h->rail, stream, &partial));
+  if (h->rail && !h->nccl)
+    WEAVE_CHECK(weave_hier_pass(p->team, h->rail_team, weave_gemm_rs_partial_begin(h->rail, stream, &partial),
+                                "weave_gemm_rs_execute, the rail step"));
   if (h->nccl) partial = h->rail->params.data;
   const int scaled = p->desc.scale_mode != WEAVE_SCALE_NONE;
   for (int b = 0; b < h->nodes; ++b) {
@@ -168,11 +182,15 @@ weave_result_t weave_hier_enqueue(weave_gemm_rs_plan_t p, const void *A, const v
     const float *sa = scale_a && p->desc.scale_mode == WEAVE_SCALE_ROW ? scale_a + h->band_begin[b] : scale_a;
     /* a band without rows for this local rank writes none (no partial at all where it has none anywhere) */
     void *Cb = partial ? (char *)partial + (size_t)h->piece_row[b] * row_c : NULL;
-    WEAVE_CHECK(scaled ? weave_gemm_rs_execute_scaled(h->band[b], Ab, B, sa, scale_b, NULL, Cb, stream)
-                       : weave_gemm_rs_execute(h->band[b], Ab, B, NULL, Cb, stream));
+    WEAVE_CHECK(weave_hier_pass(p->team, h->node_team,
+                                scaled ? weave_gemm_rs_execute_scaled(h->band[b], Ab, B, sa, scale_b, NULL, Cb, stream)
+                                       : weave_gemm_rs_execute(h->band[b], Ab, B, NULL, Cb, stream),
+                                "weave_gemm_rs_execute, a band plan"));
   }
   if (!h->rail) return WEAVE_SUCCESS;
-  if (!h->nccl) return weave_gemm_rs_partial_end(h->rail, bias, C_out, stream);
+  if (!h->nccl)
+    return weave_hier_pass(p->team, h->rail_team, weave_gemm_rs_partial_end(h->rail, bias, C_out, stream),
+                           "weave_gemm_rs_execute, the rail step");
   const int rows = h->piece_rows / h->nodes;
   if (weave_nccl_reduce_scatter(h->nccl, partial, C_out, (size_t)rows * p->N, p->out_dtype, stream) != WEAVE_SUCCESS)
     return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: the rail step's ncclReduceScatter failed");

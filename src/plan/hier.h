@@ -22,6 +22,9 @@ int weave_hier_applies(weave_team_t team, char *why, size_t why_len);
 /* Collective: the team's node team (team->sub[0], ranks by local index) and rail team (sub[1], ranks
  * by node), made by its first plan past one node with the team's heap size and timeout. */
 weave_result_t weave_hier_teams(weave_team_t team, int g);
+/* rc unchanged; on failure the sub-team's message becomes `team`'s last error, prefixed by what
+ * (the caller reads the team it called with). */
+weave_result_t weave_hier_pass(weave_team_t team, weave_team_t sub, weave_result_t rc, const char *what);
 /* Collective: this rank's row layout (plan/hier_layout.h) and the node and rail teams, agreed on
  * every rank of `team` (so that a failure anywhere fails every rank). */
 weave_result_t weave_hier_prepare(weave_team_t team, int M, weave_hier_layout_t *layout);
