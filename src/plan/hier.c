@@ -92,6 +92,14 @@ weave_result_t weave_hier_teams(weave_team_t team, int g) {
     if (node_team) weave_team_destroy(node_team);
     return rc;
   }
+  /* Every rank of the team runs its sub-plans at once (the nodes' band plans side by side): a GPU that
+   * the team's ranks share is shared by that many, whatever the sub-team counts, and the fused
+   * kernels' block budgets must leave room for all of them (or one node's kernels could hold the
+   * SMs that another's waiting kernels need). */
+  for (int i = 0; i < 2; ++i) {
+    weave_team_t sub = i ? rail_team : node_team;
+    if (sub->info.ranks_on_device < team->info.ranks_on_device) sub->info.ranks_on_device = team->info.ranks_on_device;
+  }
   team->sub[0] = node_team;
   team->sub[1] = rail_team;
   return WEAVE_SUCCESS;
