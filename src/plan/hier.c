@@ -156,7 +156,7 @@ weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const w
   const weave_gemm_rs_plan_t first = h->band[0] ? h->band[0] : h->band[h->nodes - 1];
   if (first) {
     p->strategy = first->strategy;
-    p->tiling = first->tiling;
+    p->tiling = first->tiling; /* plan_info's tiles: one band plan's (over the node's ranks) */
     p->gemm_blocks = first->gemm_blocks;
     p->comm_blocks = first->comm_blocks;
     p->chosen_by = first->chosen_by;

@@ -547,7 +547,9 @@ weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_inf
   info->tile_m = p->tiling.tile_m;
   info->tile_n = p->tiling.tile_n;
   info->tiles_total = weave_total_tiles(&p->tiling);
-  info->tiles_owned = weave_owner_tiles(&p->tiling, p->team->rank);
+  /* past one node the tiling is a band plan's, over the node's ranks: this rank is its local one */
+  const int tile_rank = p->hier ? p->team->rank % (p->team->world / p->team->nodes) : p->team->rank;
+  info->tiles_owned = weave_owner_tiles(&p->tiling, tile_rank);
   info->gemm_blocks = p->gemm_blocks;
   info->comm_blocks = p->comm_blocks;
   info->heap_bytes = p->mem_bytes;
