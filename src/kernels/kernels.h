@@ -62,6 +62,10 @@ typedef struct {
   CUtensorMap slot_map[WEAVE_MAX_WORLD];
   weave_dtype_t in_dtype; /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
   int fp8_fast_accum;     /* fp8: the tensor cores' accumulator over all of K instead of fp32 (weave_fp8_accum_t) */
+  /* past one node (plan/hier.h): the error code of the step before this one (its team's heap header);
+   * once set, the bulk ready barrier publishes nothing, so the peers' waits report the failure
+   * instead of reducing a partial that the failed step left (NULL: none) */
+  const uint32_t *upstream_error;
 } weave_fused_params_t;
 
 /* AllGather + GEMM (ag_gemm.cu has the protocol). Rows of A move in blocks of WEAVE_AG_BLOCK_ROWS
@@ -73,17 +77,19 @@ typedef struct {
   int M, N, K;         /* N: this rank's columns of C */
   weave_dtype_t dtype; /* A and B (C and bias too unless fp8) */
   weave_device_team_t team;
-  const void *A;            /* this rank's rows of A, [rows, K] (the call's) */
-  const float *scale_a;     /* fp8 with scales (the call's): TENSOR [1], ROW [rows]; else NULL */
-  int scale_mode;           /* weave_scale_mode_t of scale_a */
-  float *gathered_scales;   /* heap [M]: every gathered row's scale, pushed with the rows (NULL: none) */
-  int row_begin, rows;      /* weave_row_split of this rank */
-  void *gathered;           /* heap [M, K]: this rank's copy of every rank's rows */
-  uint32_t *row_flags;      /* heap [blocks_m] */
-  const uint32_t *row_info; /* [blocks_m]: pushes block b receives per call (the ranks whose rows meet
+  const void *A;                  /* this rank's rows of A, [rows, K] (the call's) */
+  const float *scale_a;           /* fp8 with scales (the call's): TENSOR [1], ROW [rows]; else NULL */
+  int scale_mode;                 /* weave_scale_mode_t of scale_a */
+  float *gathered_scales;         /* heap [M]: every gathered row's scale, pushed with the rows (NULL: none) */
+  int row_begin, rows;            /* weave_row_split of this rank */
+  void *gathered;                 /* heap [M, K]: this rank's copy of every rank's rows */
+  uint32_t *row_flags;            /* heap [blocks_m] */
+  const uint32_t *row_info;       /* [blocks_m]: pushes block b receives per call (the ranks whose rows meet
                                 * it) | the first of them << 16; fixed per plan */
-  weave_plan_ctl_t *ctl;    /* epoch, done[src] (src finished reading its gathered A), arrive[0] */
-  int blocks_m;             /* ceil(M / WEAVE_AG_BLOCK_ROWS) */
+  weave_plan_ctl_t *ctl;          /* epoch, done[src] (src finished reading its gathered A), arrive[0] */
+  const uint32_t *upstream_error; /* past one node: the rail gather's team's error code; once set, the
+                                   * push sends nothing (the peers' waits report it) (NULL: none) */
+  int blocks_m;                   /* ceil(M / WEAVE_AG_BLOCK_ROWS) */
   int gemm_blocks, comm_blocks;
   int signal_done; /* fused: the kernel's last block publishes done[] and the epoch (else
                                 * weave_launch_ag_finish does, after what the call still reads) */

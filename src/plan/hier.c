@@ -71,6 +71,7 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
   WEAVE_CHECK(weave_hier_pass(p->team, h->rail_team,
                               weave_gemm_rs_plan_create_flat(h->rail_team, h->piece_rows, p->N, 16, &rd, &h->rail),
                               "past one node, the rail step"));
+  h->rail->params.upstream_error = weave_hier_error_code(h->node_team);
   if (h->piece_rows % h->nodes == 0)
     h->nccl =
         weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", "weave's reduce-scatter over the heap");
@@ -103,6 +104,10 @@ weave_result_t weave_hier_teams(weave_team_t team, int g) {
   team->sub[0] = node_team;
   team->sub[1] = rail_team;
   return WEAVE_SUCCESS;
+}
+
+const uint32_t *weave_hier_error_code(weave_team_t sub) {
+  return &((const weave_heap_header_t *)sub->heap_base)->error.code;
 }
 
 weave_result_t weave_hier_pass(weave_team_t team, weave_team_t sub, weave_result_t rc, const char *what) {
