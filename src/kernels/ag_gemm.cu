@@ -71,8 +71,11 @@ __device__ __forceinline__ void weave_ag_copy(char *to, const char *from, size_t
 __device__ void weave_ag_push(const weave_ag_params_t &p, const weave_threads &g, int block, int nblocks,
                               uint32_t epoch) {
   if (p.rows == 0) return;
-  /* the rail gather before this step failed (its error is this rank's to report): send nothing */
-  if (p.upstream_error && weave_ld<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS>(p.upstream_error) != WEAVE_DEVICE_OK) return;
+  /* the rail gather before this step failed (its error is this rank's to report): send nothing (one
+   * read, the group's answer) */
+  if (p.upstream_error &&
+      g.sync_or(g.tid == 0 && weave_ld<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS>(p.upstream_error) != WEAVE_DEVICE_OK))
+    return;
   const int first = p.row_begin / WEAVE_AG_BLOCK_ROWS;
   const int n_own = (p.row_begin + p.rows - 1) / WEAVE_AG_BLOCK_ROWS - first + 1;
   const size_t row_bytes = (size_t)p.K * weave_ag_elem_bytes(p.dtype);

@@ -232,8 +232,11 @@ __global__ void weave_ready_barrier_kernel(const __grid_constant__ weave_fused_p
   /* The GEMM before this kernel in stream order wrote P; fence at system scope so the release below
    * carries those writes to the peers of other GPUs too. */
   __threadfence_system();
-  /* the step before failed (its error is this rank's to report): no partial to publish */
-  if (p.upstream_error && weave_ld<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS>(p.upstream_error) != WEAVE_DEVICE_OK) return;
+  /* the step before failed (its error is this rank's to report): no partial to publish (one read,
+   * the block's answer, so that every thread leaves or none) */
+  if (p.upstream_error && __syncthreads_or(threadIdx.x == 0 && weave_ld<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS>(
+                                                                   p.upstream_error) != WEAVE_DEVICE_OK))
+    return;
   const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   if ((int)threadIdx.x < p.team.world)
     weave_st<WEAVE_SEM_RELEASE, WEAVE_SCOPE_SYS>(weave_peer_ptr(&p.team, &p.ctl->ready[p.team.rank], (int)threadIdx.x),
