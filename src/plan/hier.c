@@ -14,7 +14,46 @@ struct weave_hier {
   weave_gemm_rs_plan_t rail;                  /* bulk plan on the rail team: its partial holds the pieces */
   weave_nccl_t *nccl;                         /* the rail step by ncclReduceScatter (NULL: weave's) */
   int piece_rows;                             /* rows of the partial: this local rank's rows of every band */
+  const struct hier_rail_ops *rail_ops;       /* how the rail step runs (NULL: no rows for this rank) */
 };
+
+/* The rail step behind one interface (docs/multinode.md, "The interface"): begin gives the partial
+ * that the band plans write (once the previous call's readers are done with it), end reduce-scatters
+ * it over the rail team into C_out, bias added. */
+typedef struct hier_rail_ops {
+  const char *name;
+  weave_result_t (*begin)(weave_gemm_rs_plan_t p, weave_stream_t stream, void **partial);
+  weave_result_t (*end)(weave_gemm_rs_plan_t p, const void *bias, void *C_out, weave_stream_t stream);
+} hier_rail_ops_t;
+
+/* weave's, over the rail team's heap: the bulk plan's wait, publish and reduce kernels */
+static weave_result_t rail_heap_begin(weave_gemm_rs_plan_t p, weave_stream_t stream, void **partial) {
+  return weave_hier_pass(p->team, p->hier->rail_team, weave_gemm_rs_partial_begin(p->hier->rail, stream, partial),
+                         "weave_gemm_rs_execute, the rail step");
+}
+static weave_result_t rail_heap_end(weave_gemm_rs_plan_t p, const void *bias, void *C_out, weave_stream_t stream) {
+  return weave_hier_pass(p->team, p->hier->rail_team, weave_gemm_rs_partial_end(p->hier->rail, bias, C_out, stream),
+                         "weave_gemm_rs_execute, the rail step");
+}
+static const hier_rail_ops_t rail_heap = {"weave's reduce-scatter over the heap", rail_heap_begin, rail_heap_end};
+
+/* NCCL's, over the rail communicator: stream order alone keeps the partial until it is read */
+static weave_result_t rail_nccl_begin(weave_gemm_rs_plan_t p, weave_stream_t stream, void **partial) {
+  (void)stream;
+  *partial = p->hier->rail->params.data;
+  return WEAVE_SUCCESS;
+}
+static weave_result_t rail_nccl_end(weave_gemm_rs_plan_t p, const void *bias, void *C_out, weave_stream_t stream) {
+  struct weave_hier *h = p->hier;
+  const int rows = h->piece_rows / h->nodes;
+  if (weave_nccl_reduce_scatter(h->nccl, h->rail->params.data, C_out, (size_t)rows * p->N, p->out_dtype, stream) !=
+      WEAVE_SUCCESS)
+    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: the rail step's ncclReduceScatter failed");
+  const int err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->out_dtype, bias, stream) : 0;
+  return err ? weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: bias: %s", weave_cuda_error_string(err))
+             : WEAVE_SUCCESS;
+}
+static const hier_rail_ops_t rail_nccl = {"ncclReduceScatter", rail_nccl_begin, rail_nccl_end};
 
 int weave_hier_applies(weave_team_t team, char *why, size_t why_len) {
   if (why_len) why[0] = 0;
@@ -72,9 +111,10 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
                               weave_gemm_rs_plan_create_flat(h->rail_team, h->piece_rows, p->N, 16, &rd, &h->rail),
                               "past one node, the rail step"));
   h->rail->params.upstream_error = weave_hier_error_code(h->node_team);
+  /* NCCL where it runs (a GPU per rank) on pieces of equal size (its reduce-scatter's one count) */
   if (h->piece_rows % h->nodes == 0)
-    h->nccl =
-        weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", "weave's reduce-scatter over the heap");
+    h->nccl = weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", rail_heap.name);
+  h->rail_ops = h->nccl ? &rail_nccl : &rail_heap;
   return WEAVE_SUCCESS;
 }
 
@@ -172,7 +212,7 @@ weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const w
   p->pageable_access = weave_pageable_access(team->info.device);
   snprintf(p->why, sizeof(p->why), "%d nodes x %d ranks: inside each node %s (%.160s); between nodes %s", h->nodes,
            h->g, weave_strategy_name(p->strategy), first ? first->why : "no rows",
-           h->nccl ? "ncclReduceScatter" : "weave's reduce-scatter over the heap");
+           h->rail_ops ? h->rail_ops->name : "nothing (no rows)");
   weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d past one node: %s", M, N, K, p->why);
   *out = p;
   return WEAVE_SUCCESS;
@@ -183,33 +223,20 @@ weave_result_t weave_hier_enqueue(weave_gemm_rs_plan_t p, const void *A, const v
   struct weave_hier *h = p->hier;
   const size_t row_a = (size_t)p->K * weave_dtype_size(p->desc.dtype),
                row_c = (size_t)p->N * weave_dtype_size(p->out_dtype);
-  void *partial = NULL;
-  if (h->rail && !h->nccl)
-    WEAVE_CHECK(weave_hier_pass(p->team, h->rail_team, weave_gemm_rs_partial_begin(h->rail, stream, &partial),
-                                "weave_gemm_rs_execute, the rail step"));
-  if (h->nccl) partial = h->rail->params.data;
+  void *partial = NULL; /* none where this local rank has no rows on any node */
+  if (h->rail_ops) WEAVE_CHECK(h->rail_ops->begin(p, stream, &partial));
   const int scaled = p->desc.scale_mode != WEAVE_SCALE_NONE;
   for (int b = 0; b < h->nodes; ++b) {
     if (!h->band[b]) continue;
     const char *Ab = (const char *)A + (size_t)h->band_begin[b] * row_a;
     const float *sa = scale_a && p->desc.scale_mode == WEAVE_SCALE_ROW ? scale_a + h->band_begin[b] : scale_a;
-    /* a band without rows for this local rank writes none (no partial at all where it has none anywhere) */
     void *Cb = partial ? (char *)partial + (size_t)h->piece_row[b] * row_c : NULL;
     WEAVE_CHECK(weave_hier_pass(p->team, h->node_team,
                                 scaled ? weave_gemm_rs_execute_scaled(h->band[b], Ab, B, sa, scale_b, NULL, Cb, stream)
                                        : weave_gemm_rs_execute(h->band[b], Ab, B, NULL, Cb, stream),
                                 "weave_gemm_rs_execute, a band plan"));
   }
-  if (!h->rail) return WEAVE_SUCCESS;
-  if (!h->nccl)
-    return weave_hier_pass(p->team, h->rail_team, weave_gemm_rs_partial_end(h->rail, bias, C_out, stream),
-                           "weave_gemm_rs_execute, the rail step");
-  const int rows = h->piece_rows / h->nodes;
-  if (weave_nccl_reduce_scatter(h->nccl, partial, C_out, (size_t)rows * p->N, p->out_dtype, stream) != WEAVE_SUCCESS)
-    return weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: the rail step's ncclReduceScatter failed");
-  const int err = bias ? weave_launch_add_bias(C_out, rows, p->N, p->out_dtype, bias, stream) : 0;
-  return err ? weave_fail(p->team, WEAVE_ERROR_CUDA, "weave_gemm_rs_execute: bias: %s", weave_cuda_error_string(err))
-             : WEAVE_SUCCESS;
+  return h->rail_ops ? h->rail_ops->end(p, bias, C_out, stream) : WEAVE_SUCCESS;
 }
 
 weave_result_t weave_hier_destroy(weave_gemm_rs_plan_t p) {
