@@ -545,8 +545,12 @@ weave_result_t weave_team_poll(weave_team_t team, char *msg, size_t len) {
   if (msg && len) msg[0] = 0;
   if (!team) return weave_fail(NULL, WEAVE_ERROR_INVALID_ARGUMENT, "weave_team_poll: team is NULL");
   weave_result_t rc = team_poll_one(team, msg, len);
-  for (int i = 0; i < 2 && rc == WEAVE_SUCCESS; ++i)
-    if (team->sub[i]) rc = team_poll_one(team->sub[i], msg, len); /* its ranks' numbers are the sub-team's */
+  /* the watchdog polls from its own thread while the rank's may be making the sub-teams (hier.c
+   * stores them with a release) */
+  for (int i = 0; i < 2 && rc == WEAVE_SUCCESS; ++i) {
+    weave_team_t sub = __atomic_load_n(&team->sub[i], __ATOMIC_ACQUIRE);
+    if (sub) rc = team_poll_one(sub, msg, len); /* its ranks' numbers are the sub-team's */
+  }
   return rc;
 }
 
