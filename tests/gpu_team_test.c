@@ -94,6 +94,17 @@ static int run_world(int world) {
 /* weave_team_split: ranks of one color (rank % 2; the last rank, with world > 2, none) form a team
  * ranked by key (the reverse of their rank), whose heap works as every team's; then the same for the
  * pretend nodes of weave_team_node. */
+/* A sub-team used as every team is (use_team, as its rank sub_rank of sub_world), then destroyed;
+ * nonzero when either failed. */
+static int use_sub(const harness_rank_t *r, weave_team_t sub, int sub_world, int sub_rank) {
+  harness_rank_t sr = *r;
+  sr.team = sub;
+  sr.rank = sub_rank;
+  sr.world = sub_world;
+  const int bad = use_team(&sr);
+  return bad | (weave_team_destroy(sub) != WEAVE_SUCCESS);
+}
+
 static int split_fn(harness_rank_t *r) {
   const int world = r->world, none = world > 2 && r->rank == world - 1;
   weave_config_t cfg = WEAVE_CONFIG_INIT;
@@ -119,12 +130,7 @@ static int split_fn(harness_rank_t *r) {
              place);
       bad = 1;
     }
-    harness_rank_t sr = *r;
-    sr.team = sub;
-    sr.rank = sub_rank;
-    sr.world = sub_world;
-    bad |= use_team(&sr);
-    bad |= weave_team_destroy(sub) != WEAVE_SUCCESS;
+    bad |= use_sub(r, sub, sub_world, sub_rank);
   }
   weave_barrier(r->team);
   int node = -1, node_rank = -1, node_size = -1;
@@ -134,12 +140,7 @@ static int split_fn(harness_rank_t *r) {
   if (rc == WEAVE_SUCCESS) {
     weave_team_world(sub, &sub_world);
     weave_team_rank(sub, &sub_rank);
-    harness_rank_t sr = *r;
-    sr.team = sub;
-    sr.rank = sub_rank;
-    sr.world = sub_world;
-    bad |= use_team(&sr);
-    bad |= weave_team_destroy(sub) != WEAVE_SUCCESS;
+    bad |= use_sub(r, sub, sub_world, sub_rank);
   }
   if (rc != WEAVE_SUCCESS || sub_world != node_size || sub_rank != node_rank) {
     printf("FAIL [split by node] rank %d: %s: world %d rank %d, want %d and %d\n", r->rank, weave_get_error_string(rc),

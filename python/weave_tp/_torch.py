@@ -309,6 +309,16 @@ def _check_tensor(call: str, name: str, t: Tensor, ndim: Optional[int], dtype: O
         raise ValueError(f"{call}: {name} must be contiguous (call .contiguous())")
 
 
+def _exact_checker(call: str, device: torch.device, meta_ok: bool) -> Callable[[str, Tensor, torch.dtype, str], None]:
+    """_check_tensor of one dtype exactly (fp8 calls): tensor(name, t, dtype, what) names `what` when
+    t is not a `dtype` tensor on `device`."""
+
+    def tensor(name: str, t: Tensor, dtype: torch.dtype, what: str) -> None:
+        _check_tensor(call, name, t, None, None, device, meta_ok, exact=(dtype, what))
+
+    return tensor
+
+
 def _check(call: str, team: Team, a: Tensor, b: Tensor, bias: Optional[Tensor], b_layout: str, strategy: str,
            reduce: str, fp32_slots: bool, alpha: float, meta_ok: bool) -> Tuple[GemmRsOptions, int, int, int]:
     """The options and (M, N, K_local) of a call, or the error naming the bad argument."""
@@ -497,11 +507,7 @@ def _check_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tensor, 
                   bias: Optional[Tensor], out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, reduce: str,
                   fp32_slots: bool, alpha: float, meta_ok: bool) -> Tuple[GemmRsOptions, int, int, int]:
     """The options and (M, N, K_local) of an fp8 call, or the error naming the bad argument."""
-    device = torch.device("cuda", team.device)
-
-    def tensor(name: str, t: Tensor, dtype: torch.dtype, what: str) -> None:
-        _check_tensor(call, name, t, None, None, device, meta_ok, exact=(dtype, what))
-
+    tensor = _exact_checker(call, torch.device("cuda", team.device), meta_ok)
     _check_fp8_options(call, out_dtype, use_fast_accum)
     fp8 = torch.float8_e4m3fn
     tensor("a", a, fp8, "[M, K_local] e4m3")
@@ -857,11 +863,7 @@ def _check_ag_scaled(call: str, team: Team, a: Tensor, b: Tensor, scale_a: Tenso
                      bias: Optional[Tensor], out_dtype: torch.dtype, use_fast_accum: bool, strategy: str, alpha: float,
                      M: int, meta_ok: bool) -> Tuple[AgGemmOptions, int, int]:
     """The options and (N, K) of an fp8 ag_gemm call, or the error naming the bad argument."""
-    device = torch.device("cuda", team.device)
-
-    def tensor(name: str, t: Tensor, dtype: torch.dtype, what: str) -> None:
-        _check_tensor(call, name, t, None, None, device, meta_ok, exact=(dtype, what))
-
+    tensor = _exact_checker(call, torch.device("cuda", team.device), meta_ok)
     _check_fp8_options(call, out_dtype, use_fast_accum)
     fp8 = torch.float8_e4m3fn
     tensor("a", a, fp8, "this rank's rows [rows, K] e4m3")

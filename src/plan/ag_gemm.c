@@ -383,14 +383,11 @@ static void ag_free_host(weave_ag_gemm_plan_t p) {
 static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
                                      weave_ag_gemm_plan_t *out);
 
-static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc, int flat,
-                                weave_ag_gemm_plan_t *out) {
-  WEAVE_CHECK(ag_check_team_args(team, M, N, K, desc));
-  char flat_why[160];
-  if (!flat && weave_hier_applies(team, flat_why, sizeof(flat_why))) return ag_hier_create(team, M, N, K, desc, out);
-  if (!flat && flat_why[0]) weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d: %s", M, N, K, flat_why);
+/* A host plan object with team, shape, desc, out_dtype, this rank's rows and pageable_access filled,
+ * the rest zero (NULL when out of memory). */
+static weave_ag_gemm_plan_t ag_new(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc) {
   weave_ag_gemm_plan_t p = (weave_ag_gemm_plan_t)calloc(1, sizeof(*p));
-  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", fn_create);
+  if (!p) return NULL;
   p->team = team;
   p->M = M;
   p->N = N;
@@ -399,6 +396,17 @@ static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const we
   p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
   weave_split_rows_of(M, team->world, team->rank, &p->row_begin, &p->rows);
   p->pageable_access = weave_pageable_access(team->info.device);
+  return p;
+}
+
+static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc, int flat,
+                                weave_ag_gemm_plan_t *out) {
+  WEAVE_CHECK(ag_check_team_args(team, M, N, K, desc));
+  char flat_why[160];
+  if (!flat && weave_hier_applies(team, flat_why, sizeof(flat_why))) return ag_hier_create(team, M, N, K, desc, out);
+  if (!flat && flat_why[0]) weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d: %s", M, N, K, flat_why);
+  weave_ag_gemm_plan_t p = ag_new(team, M, N, K, desc);
+  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", fn_create);
   weave_result_t rc = ag_choose_strategy(p);
   if (rc != WEAVE_SUCCESS) {
     ag_free_host(p);
@@ -640,24 +648,16 @@ static weave_result_t ag_hier_rail(weave_ag_gemm_plan_t p, const weave_hier_layo
 
 static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
                                      weave_ag_gemm_plan_t *out) {
-  weave_ag_gemm_plan_t p = (weave_ag_gemm_plan_t)calloc(1, sizeof(*p));
+  weave_ag_gemm_plan_t p = ag_new(team, M, N, K, desc);
   struct weave_ag_hier *h = (struct weave_ag_hier *)calloc(1, sizeof(*h));
   if (!p || !h) {
     free(p);
     free(h);
     return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", fn_create);
   }
-  p->team = team;
-  p->M = M;
-  p->N = N;
-  p->K = K;
-  p->desc = *desc;
-  p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
-  weave_split_rows_of(M, team->world, team->rank, &p->row_begin, &p->rows);
   p->hier = h;
   h->nodes = team->nodes;
   h->g = team->world / team->nodes;
-  p->pageable_access = weave_pageable_access(team->info.device);
   weave_hier_layout_t l;
   weave_result_t rc = weave_hier_prepare(team, M, &l);
   /* agreed after each step: a node whose band plans failed must not leave the others waiting in the

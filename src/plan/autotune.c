@@ -617,14 +617,20 @@ static weave_result_t choose(const tuner_t *proto, const weave_env_t *env, const
   return WEAVE_SUCCESS;
 }
 
+/* The tuner's shape, the rest zero (its op's desc is set by the caller). */
+static tuner_t tuner_for(weave_team_t team, int M, int N, int K) {
+  tuner_t t;
+  memset(&t, 0, sizeof(t));
+  t.team = team;
+  t.M = M;
+  t.N = N;
+  t.K = K;
+  return t;
+}
+
 weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                                      const weave_env_t *env, weave_plan_split_fn split, weave_auto_choice_t *out) {
-  tuner_t proto;
-  memset(&proto, 0, sizeof(proto));
-  proto.team = team;
-  proto.M = M;
-  proto.N = N;
-  proto.K = K;
+  tuner_t proto = tuner_for(team, M, N, K);
   proto.desc = *desc;
   const model_t model = {split, WEAVE_STRATEGY_BASELINE, ""};
   return choose(&proto, env, &model, out);
@@ -633,12 +639,7 @@ weave_result_t weave_autotune_choose(weave_team_t team, int M, int N, int K, con
 weave_result_t weave_autotune_choose_ag(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
                                         const weave_env_t *env, weave_strategy_t model, const char *model_why,
                                         weave_auto_choice_t *out) {
-  tuner_t proto;
-  memset(&proto, 0, sizeof(proto));
-  proto.team = team;
-  proto.M = M;
-  proto.N = N;
-  proto.K = K;
+  tuner_t proto = tuner_for(team, M, N, K);
   proto.ag = 1;
   proto.ad = *desc;
   const model_t m = {NULL, model, model_why};

@@ -169,19 +169,13 @@ weave_result_t weave_hier_prepare(weave_team_t team, int M, weave_hier_layout_t 
 
 weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
                                  weave_gemm_rs_plan_t *out) {
-  weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
+  weave_gemm_rs_plan_t p = weave_gemm_rs_plan_new(team, M, N, K, desc);
   struct weave_hier *h = (struct weave_hier *)calloc(1, sizeof(*h));
   if (!p || !h) {
     free(p);
     free(h);
     return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "hierarchical plan: host allocation failed");
   }
-  p->team = team;
-  p->M = M;
-  p->N = N;
-  p->K = K;
-  p->desc = *desc;
-  p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
   p->slot_dtype = p->out_dtype;
   p->hier = h;
   h->nodes = team->nodes;
@@ -209,7 +203,6 @@ weave_result_t weave_hier_create(weave_team_t team, int M, int N, int K, const w
   }
   for (int b = 0; b < h->nodes; ++b) p->mem_bytes += h->band[b] ? h->band[b]->mem_bytes : 0;
   p->mem_bytes += h->rail ? h->rail->mem_bytes : 0;
-  p->pageable_access = weave_pageable_access(team->info.device);
   snprintf(p->why, sizeof(p->why), "%d nodes x %d ranks: inside each node %s (%.160s); between nodes %s", h->nodes,
            h->g, weave_strategy_name(p->strategy), first ? first->why : "no rows",
            h->rail_ops ? h->rail_ops->name : "nothing (no rows)");

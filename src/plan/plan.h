@@ -60,6 +60,10 @@ struct weave_gemm_rs_plan {
   struct weave_hier *hier; /* past one node (plan/hier.h): the plan is its band plans and rail step */
 };
 
+/* A host plan object with team, shape, desc (in this version's layout), out_dtype and
+ * pageable_access filled, the rest zero; NULL (the team's last error says so) when out of memory. */
+weave_gemm_rs_plan_t weave_gemm_rs_plan_new(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc);
+
 /* Argument checks that need no device (the CPU tests call it directly); messages name
  * weave_gemm_rs_plan_create. */
 weave_result_t weave_gemm_rs_check_args(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc);

@@ -415,17 +415,28 @@ static void plan_free_host(weave_gemm_rs_plan_t p) {
   free(p);
 }
 
-/* The split a fused plan of these arguments would get here (weave_plan_split_fn for the tuner):
- * local, nothing allocated on the device. */
-static weave_result_t plan_fused_split(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
-                                       int *gemm_blocks, int *comm_blocks) {
+weave_gemm_rs_plan_t weave_gemm_rs_plan_new(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc) {
   weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
-  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
+  if (!p) {
+    weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
+    return NULL;
+  }
   p->team = team;
   p->M = M;
   p->N = N;
   p->K = K;
   p->desc = *desc;
+  p->out_dtype = weave_dtype_out(desc->dtype, desc->out_dtype);
+  p->pageable_access = weave_pageable_access(team->info.device);
+  return p;
+}
+
+/* The split a fused plan of these arguments would get here (weave_plan_split_fn for the tuner):
+ * local, nothing allocated on the device. */
+static weave_result_t plan_fused_split(weave_team_t team, int M, int N, int K, const weave_gemm_rs_desc_t *desc,
+                                       int *gemm_blocks, int *comm_blocks) {
+  weave_gemm_rs_plan_t p = weave_gemm_rs_plan_new(team, M, N, K, desc);
+  if (!p) return WEAVE_ERROR_OUT_OF_MEMORY;
   p->desc.strategy = WEAVE_STRATEGY_FUSED;
   p->strategy = WEAVE_STRATEGY_FUSED;
   plan_choose_dtypes(p);
@@ -464,14 +475,8 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
     return weave_hier_create(team, M, N, K, &d, plan_out);
   if (!flat && flat_why[0]) weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d: %s", M, N, K, flat_why);
 
-  weave_gemm_rs_plan_t p = (weave_gemm_rs_plan_t)calloc(1, sizeof(*p));
-  if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "plan: host allocation failed");
-  p->team = team;
-  p->M = M;
-  p->N = N;
-  p->K = K;
-  weave_gemm_rs_desc_read(team, desc, &p->desc); /* checked above */
-  p->pageable_access = weave_pageable_access(team->info.device);
+  weave_gemm_rs_plan_t p = weave_gemm_rs_plan_new(team, M, N, K, desc); /* desc: d, in this version's layout */
+  if (!p) return WEAVE_ERROR_OUT_OF_MEMORY;
 
   weave_env_t env;
   if (weave_env_load(&env) != WEAVE_SUCCESS) memset(&env, 0, sizeof(env)); /* the team checked it already */

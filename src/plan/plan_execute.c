@@ -123,6 +123,13 @@ static weave_result_t execute_direct_bulk(weave_gemm_rs_plan_t p, const char *fn
   return rc == WEAVE_SUCCESS ? rc : weave_fail(p->team, rc, "%s: %s", fn, msg);
 }
 
+/* weave's reduce-scatter of a partial that is written: publish it (ready) and wait for every peer's,
+ * then reduce this rank's rows into fp->C_out. */
+static int launch_publish_reduce(const weave_fused_params_t *fp, int comm_blocks, weave_stream_t stream) {
+  const int err = weave_launch_ready_barrier(fp, stream);
+  return err ? err : weave_launch_reduce_scatter(fp, comm_blocks, stream);
+}
+
 /* The fused kernel, or the bulk / baseline pieces around weave's reduce-scatter. */
 static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, const weave_fused_params_t *fp,
                                        const void *A, const void *B, weave_stream_t stream) {
@@ -145,8 +152,7 @@ static weave_result_t execute_protocol(weave_gemm_rs_plan_t p, const char *fn, c
                    WEAVE_SUCCESS)
           return weave_fail(team, WEAVE_ERROR_CUDA, "%s: cublasLtMatmul failed", fn);
       }
-      if (!err) err = weave_launch_ready_barrier(fp, stream);
-      if (!err) err = weave_launch_reduce_scatter(fp, p->comm_blocks, stream);
+      if (!err) err = launch_publish_reduce(fp, p->comm_blocks, stream);
       break;
     default: return weave_fail(team, WEAVE_ERROR_INTERNAL, "%s: strategy %d", fn, (int)p->strategy);
   }
@@ -282,8 +288,7 @@ weave_result_t weave_gemm_rs_partial_end(weave_gemm_rs_plan_t p, const void *bia
   fp.C_out = C_out;
   fp.out_vec = aligned16(C_out);
   p->calls++;
-  int err = weave_launch_ready_barrier(&fp, stream);
-  if (!err) err = weave_launch_reduce_scatter(&fp, p->comm_blocks, stream);
+  const int err = launch_publish_reduce(&fp, p->comm_blocks, stream);
   if (err) return weave_fail(p->team, WEAVE_ERROR_CUDA, "rail step: kernel launch: %s", weave_cuda_error_string(err));
   return weave_lockstep_wait(p->team, p->lockstep_ev, "weave_gemm_rs_execute (rail step)", stream);
 }
