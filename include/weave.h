@@ -407,7 +407,8 @@ typedef struct {
   weave_strategy_t strategy;
   float alpha;
   int has_bias;
-  int gemm_blocks, comm_blocks;  /* fused: both 0 (the default split) or both given */
+  int gemm_blocks, comm_blocks;  /* fused: both 0 (the default split), or gemm_blocks > 0 and comm_blocks >= 0 (0: no
+                                  * communication blocks, the GEMM blocks push the rows before their tiles) */
   weave_dtype_t out_dtype;       /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8 bf16/fp16 */
   weave_scale_mode_t scale_mode; /* fp8 only: the scales of weave_ag_gemm_execute_scaled */
   weave_fp8_accum_t fp8_accum;   /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST, the baseline's too */

@@ -36,6 +36,7 @@ typedef struct {
   int gather_out; /* also ask for the gathered A (on odd calls) */
   int bitwise;    /* every call with the same sign bitwise equal */
   int sample;     /* check sampled rows only (large shapes) */
+  int comm_blocks; /* fused: -1 the planner's split, else 8 GEMM blocks and this many communication blocks */
   uint64_t seed;
   /* host data, shared by the ranks (threads) or rebuilt by each process from the seed */
   void *A; /* [M, K] */
@@ -108,6 +109,10 @@ static int rank_fn(harness_rank_t *r) {
   desc.strategy = c->strategy;
   desc.alpha = c->alpha;
   desc.has_bias = c->has_bias;
+  if (c->strategy == WEAVE_STRATEGY_FUSED && c->comm_blocks >= 0) {
+    desc.gemm_blocks = 8; /* fits every world's co-resident share (8 ranks: 15 blocks each on an H100) */
+    desc.comm_blocks = c->comm_blocks;
+  }
   weave_ag_gemm_plan_t plan;
   weave_result_t rc = weave_ag_gemm_plan_create(r->team, M, N, K, &desc, &plan);
   if (rc != WEAVE_SUCCESS) {
@@ -513,6 +518,9 @@ static int refusal_fn(harness_rank_t *r) {
   d.strategy = WEAVE_STRATEGY_FUSED;
   if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_ERROR_UNSUPPORTED || plan) bad = 1;
   d = (weave_ag_gemm_desc_t)WEAVE_AG_GEMM_DESC_INIT;
+  d.comm_blocks = 2; /* communication blocks without GEMM blocks */
+  if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_ERROR_INVALID_ARGUMENT || plan) bad = 1;
+  d = (weave_ag_gemm_desc_t)WEAVE_AG_GEMM_DESC_INIT;
   if (weave_ag_gemm_plan_create(r->team, 64, 64, 64, &d, &plan) != WEAVE_SUCCESS)
     bad = 1;
   else {
@@ -612,6 +620,7 @@ int main(int argc, char **argv) {
         if (all[st] == WEAVE_STRATEGY_FUSED && !shapes[si].fused) continue;
         ag_case_t c;
         memset(&c, 0, sizeof(c));
+        c.comm_blocks = -1;
         c.name = shapes[si].name;
         c.M = shapes[si].M;
         c.N = shapes[si].N;
@@ -651,24 +660,29 @@ int main(int argc, char **argv) {
       failed += rc != 0;
       total++;
     }
-    /* 40 calls on one fused plan: no reset between calls, the same bits for the same inputs */
-    ag_case_t c;
-    memset(&c, 0, sizeof(c));
-    c.name = "40 calls, bitwise";
-    c.M = 777;
-    c.N = 512;
-    c.K = 256;
-    c.dtype = WEAVE_BF16;
-    c.layout = WEAVE_LAYOUT_COL;
-    c.alpha = 1.0f;
-    c.strategy = WEAVE_STRATEGY_FUSED;
-    c.calls = quick ? 6 : 40;
-    c.bitwise = 1;
-    c.seed = seed + 99u * (uint64_t)world;
-    rc = run_case(&c, world);
-    if (rc == HARNESS_SKIP) return rc;
-    failed += rc != 0;
-    total++;
+    /* 40 calls on one fused plan: no reset between calls, the same bits for the same inputs; with the
+     * planner's split, then with communication blocks pushing, then with the GEMM blocks pushing (the
+     * planner's choice differs between ranks that share a GPU and ranks that do not) */
+    for (int split = -1; split <= 2; split += split < 0 ? 1 : 2) {
+      ag_case_t c;
+      memset(&c, 0, sizeof(c));
+      c.name = split < 0 ? "40 calls, bitwise" : split ? "40 calls, 2 communication blocks" : "40 calls, GEMM blocks push";
+      c.M = 777;
+      c.N = 512;
+      c.K = 256;
+      c.dtype = WEAVE_BF16;
+      c.layout = WEAVE_LAYOUT_COL;
+      c.alpha = 1.0f;
+      c.strategy = WEAVE_STRATEGY_FUSED;
+      c.calls = quick || split >= 0 ? 6 : 40;
+      c.bitwise = 1;
+      c.comm_blocks = split;
+      c.seed = seed + 99u * (uint64_t)world + (uint64_t)(split + 1);
+      rc = run_case(&c, world);
+      if (rc == HARNESS_SKIP) return rc;
+      failed += rc != 0;
+      total++;
+    }
     /* fp8: every strategy x per-tensor / per-row scales x (fp32 accumulation, bf16 out | fast, fp16
      * out), on tails; no scales once; M < world */
     const ag_fp8_case_t fp8_shapes[] = {

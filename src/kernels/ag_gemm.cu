@@ -8,6 +8,8 @@
  *           has finished reading the previous call's rows (done[dst] >= e - 1 in r's heap), and after
  *           each block adds 1 to the destination's row_flags[b] with a release at system scope (after
  *           a barrier of the copying threads).
+ *           The fused kernel pushes from its communication blocks, or, with none, from every GEMM
+ *           block before its first tile.
  *   GEMM    a tile whose rows start at row0 waits (acquire, system scope; bounded) until
  *           row_flags[row0 / 128] = e x (ranks whose rows meet that block: row_info), then fences the async
  *           proxy and loads the tile with TMA from the local gathered A. Tile rows run in the order
@@ -177,6 +179,10 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
   unsigned char *smem = (unsigned char *)(((uintptr_t)weave_ag_smem_raw + 1023) & ~(uintptr_t)1023);
   const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   if ((int)blockIdx.x < p.gemm_blocks) {
+    /* no communication blocks (ranks sharing a GPU, where a block kept for copies is an SM the GEMM
+     * lacks): every GEMM block pushes its share of the rows first, with all its threads and registers,
+     * then computes; its first tiles are this rank's own rows, which the first pushes deliver */
+    if (p.comm_blocks == 0) weave_ag_push(p, weave_whole_block(), (int)blockIdx.x, p.gemm_blocks, epoch);
     typedef weave_ag_sink<OUT> sink_t;
     sink_t sink;
     sink.a = sa;

@@ -74,10 +74,11 @@ static weave_result_t ag_check_args(weave_team_t team, int M, int N, int K, cons
   if (!isfinite(d->alpha)) return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: alpha is not finite", fn);
   if (d->has_bias != 0 && d->has_bias != 1)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "%s: has_bias %d must be 0 or 1", fn, d->has_bias);
-  if (d->gemm_blocks < 0 || d->comm_blocks < 0 || (d->gemm_blocks == 0) != (d->comm_blocks == 0))
+  if (d->gemm_blocks < 0 || d->comm_blocks < 0 || (d->gemm_blocks == 0 && d->comm_blocks > 0))
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
-                      "%s: give both gemm_blocks and comm_blocks (> 0), or neither (got %d and %d)", fn, d->gemm_blocks,
-                      d->comm_blocks);
+                      "%s: give gemm_blocks > 0 with comm_blocks >= 0 (0: the GEMM blocks push the rows), or neither "
+                      "(got %d and %d)",
+                      fn, d->gemm_blocks, d->comm_blocks);
   if (d->strategy == WEAVE_STRATEGY_FUSED && !weave_kernel_hopper_ok(d->dtype, d->b_layout, N, K))
     return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
                       "%s: the fused strategy runs on the Hopper GEMM role: bf16/fp16/fp8 with rows of A and B of "
@@ -156,10 +157,11 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
   return WEAVE_SUCCESS;
 }
 
-/* The fused kernel's co-resident budget (its GEMM blocks wait for communication blocks, its own and
- * its peers'); ranks sharing a GPU leave one SM each free, as gemm_rs's plans do. Communication blocks:
- * the caller's, else one in eight of the budget (at most 16: enough to keep NVLink busy with 16-byte
- * copies), at least one. */
+/* The fused kernel's co-resident budget (its GEMM blocks wait for the pushes, its own and its
+ * peers'); ranks sharing a GPU leave one SM each free, as gemm_rs's plans do. Communication blocks:
+ * the caller's; else, where ranks share a GPU, none (the copy is a copy in this GPU's memory: every
+ * GEMM block pushes its share first, and no SM is kept from the GEMM for it); else one in eight of
+ * the budget (at most 16: enough to keep NVLink busy with 16-byte copies), at least one. */
 static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   const weave_device_info_t *info = &p->team->info;
   const int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
@@ -172,14 +174,17 @@ static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   }
   const int per_sm = weave_ag_fused_blocks_per_sm(NULL);
   p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
-  if (per_sm < 1 || p->budget < 2)
+  if (per_sm < 1 || p->budget < 1)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
-                      "%s: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; the "
-                      "fused kernel needs at least 2 (one GEMM, one communication)",
-                      fn_create, per_sm, info->sm_count, info->ranks_on_device, p->budget);
+                      "%s: %d blocks/SM x %d SMs / %d ranks on this GPU leaves no resident block per rank for the "
+                      "fused kernel",
+                      fn_create, per_sm, info->sm_count, info->ranks_on_device);
   if (p->desc.gemm_blocks > 0) {
     p->gemm_blocks = p->desc.gemm_blocks;
     p->comm_blocks = p->desc.comm_blocks;
+  } else if (info->ranks_on_device > 1 || p->budget < 2) {
+    p->comm_blocks = 0;
+    p->gemm_blocks = p->budget;
   } else {
     p->comm_blocks = p->budget / 8 < 1 ? 1 : p->budget / 8 > 16 ? 16 : p->budget / 8;
     p->gemm_blocks = p->budget - p->comm_blocks;

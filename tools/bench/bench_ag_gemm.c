@@ -10,6 +10,8 @@
  * Usage: weave-bench --op ag_gemm [-M m]... [-b first -e last -f factor] [-N n_local] [-K k] [-g ranks]
  *        [-d bf16|fp16|fp8] [--fp8-accum fp32|fast] [-l col|row] [-n rounds] [-w warmup]
  *        [--comm-blocks c] [-J file.json]
+ *        (--comm-blocks: the fused kernel's communication blocks, the rest of the rank's share its GEMM
+ *        blocks; 0: none, the GEMM blocks push the rows first)
  *        (-J: the table as JSON, one object a row; one GPU per rank
  *        where there are enough, else ranks share GPU 0.. round robin)
  */
@@ -99,7 +101,7 @@ static int ag_rank(harness_rank_t *r) {
       d.scale_mode = WEAVE_SCALE_TENSOR;
       d.fp8_accum = b->fast_accum ? WEAVE_FP8_ACCUM_FAST : WEAVE_FP8_ACCUM_FP32;
     }
-    if (b->comm_blocks > 0 && ag_strats[s] == WEAVE_STRATEGY_FUSED) {
+    if (b->comm_blocks >= 0 && ag_strats[s] == WEAVE_STRATEGY_FUSED) {
       weave_device_info_t info;
       weave_team_device_info(r->team, &info);
       d.comm_blocks = b->comm_blocks;
@@ -185,6 +187,7 @@ int weave_bench_ag_main(int argc, char **argv) {
   b.warmup = 5;
   b.dtype = WEAVE_BF16;
   b.layout = WEAVE_LAYOUT_COL;
+  b.comm_blocks = -1; /* the planner's split */
   int first = 0, last = 0, factor = 2;
   const char *json_path = NULL;
   for (int i = 1; i < argc; ++i) {
@@ -214,7 +217,7 @@ int weave_bench_ag_main(int argc, char **argv) {
     else if (!strcmp(a, "-w"))
       ok = ag_int(a, v, 0, 1000, &b.warmup);
     else if (!strcmp(a, "--comm-blocks"))
-      ok = ag_int(a, v, 1, 1024, &b.comm_blocks);
+      ok = ag_int(a, v, 0, 1024, &b.comm_blocks);
     else if (!strcmp(a, "-J")) {
       if (!v || !*v) return ag_usage("-J: a file name");
       json_path = v;
