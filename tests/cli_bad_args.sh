@@ -47,7 +47,7 @@ expect_bad "-M" --op ag_gemm -M 0
 expect_bad "-n" --op ag_gemm -n 0
 expect_bad "-g" --op ag_gemm -g -1
 expect_bad "-w" --op ag_gemm -w -1
-expect_bad "--comm-blocks" --op ag_gemm --comm-blocks 0
+expect_bad "--comm-blocks" --op ag_gemm --comm-blocks -1
 expect_bad "-d" --op ag_gemm -d fp4
 expect_bad "-l col" --op ag_gemm -d fp8 -l row
 expect_bad "--fp8-accum" --op ag_gemm -d fp8 --fp8-accum exact

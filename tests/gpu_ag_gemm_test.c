@@ -33,9 +33,9 @@ typedef struct {
   float alpha;
   weave_strategy_t strategy;
   int calls;
-  int gather_out; /* also ask for the gathered A (on odd calls) */
-  int bitwise;    /* every call with the same sign bitwise equal */
-  int sample;     /* check sampled rows only (large shapes) */
+  int gather_out;  /* also ask for the gathered A (on odd calls) */
+  int bitwise;     /* every call with the same sign bitwise equal */
+  int sample;      /* check sampled rows only (large shapes) */
   int comm_blocks; /* fused: -1 the planner's split, else 8 GEMM blocks and this many communication blocks */
   uint64_t seed;
   /* host data, shared by the ranks (threads) or rebuilt by each process from the seed */
@@ -666,7 +666,9 @@ int main(int argc, char **argv) {
     for (int split = -1; split <= 2; split += split < 0 ? 1 : 2) {
       ag_case_t c;
       memset(&c, 0, sizeof(c));
-      c.name = split < 0 ? "40 calls, bitwise" : split ? "40 calls, 2 communication blocks" : "40 calls, GEMM blocks push";
+      c.name = split < 0 ? "40 calls, bitwise"
+               : split   ? "40 calls, 2 communication blocks"
+                         : "40 calls, GEMM blocks push";
       c.M = 777;
       c.N = 512;
       c.K = 256;
