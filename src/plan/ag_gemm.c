@@ -159,9 +159,9 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
 
 /* The fused kernel's co-resident budget (its GEMM blocks wait for the pushes, its own and its
  * peers'); ranks sharing a GPU leave one SM each free, as gemm_rs's plans do. Communication blocks:
- * the caller's; else, where ranks share a GPU, none (the copy is a copy in this GPU's memory: every
- * GEMM block pushes its share first, and no SM is kept from the GEMM for it); else one in eight of
- * the budget (at most 16: enough to keep NVLink busy with 16-byte copies), at least one. */
+ * the caller's; else, where ranks share a GPU or there is one rank, none (the copy is a copy in this
+ * GPU's memory: every GEMM block pushes its share first, and no SM is kept from the GEMM for it); else
+ * one in eight of the budget (at most 16: enough to keep NVLink busy with 16-byte copies), at least one. */
 static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   const weave_device_info_t *info = &p->team->info;
   const int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
@@ -182,7 +182,7 @@ static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   if (p->desc.gemm_blocks > 0) {
     p->gemm_blocks = p->desc.gemm_blocks;
     p->comm_blocks = p->desc.comm_blocks;
-  } else if (info->ranks_on_device > 1 || p->budget < 2) {
+  } else if (info->ranks_on_device > 1 || p->team->world == 1 || p->budget < 2) {
     p->comm_blocks = 0;
     p->gemm_blocks = p->budget;
   } else {
