@@ -179,9 +179,9 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
   unsigned char *smem = (unsigned char *)(((uintptr_t)weave_ag_smem_raw + 1023) & ~(uintptr_t)1023);
   const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   if ((int)blockIdx.x < p.gemm_blocks) {
-    /* no communication blocks (ranks sharing a GPU, where a block kept for copies is an SM the GEMM
-     * lacks): every GEMM block pushes its share of the rows first, with all its threads and registers,
-     * then computes; its first tiles are this rank's own rows, which the first pushes deliver */
+    /* no communication blocks (desc.comm_blocks 0: a block kept for copies is an SM the GEMM lacks):
+     * every GEMM block pushes its share of the rows first, with all its threads and registers, then
+     * computes; its first tiles are this rank's own rows, which the first pushes deliver */
     if (p.comm_blocks == 0) weave_ag_push(p, weave_whole_block(), (int)blockIdx.x, p.gemm_blocks, epoch);
     typedef weave_ag_sink<OUT> sink_t;
     sink_t sink;

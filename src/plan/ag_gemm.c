@@ -159,9 +159,8 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
 
 /* The fused kernel's co-resident budget (its GEMM blocks wait for the pushes, its own and its
  * peers'); ranks sharing a GPU leave one SM each free, as gemm_rs's plans do. Communication blocks:
- * the caller's; else, where ranks share a GPU or there is one rank, none (the copy is a copy in this
- * GPU's memory: every GEMM block pushes its share first, and no SM is kept from the GEMM for it); else
- * one in eight of the budget (at most 16: enough to keep NVLink busy with 16-byte copies), at least one. */
+ * the caller's (0: none, every GEMM block pushes its share of the rows before its tiles); else one in
+ * eight of the budget (at most 16: enough to keep NVLink busy with 16-byte copies), at least one. */
 static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   const weave_device_info_t *info = &p->team->info;
   const int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
@@ -174,17 +173,14 @@ static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   }
   const int per_sm = weave_ag_fused_blocks_per_sm(NULL);
   p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
-  if (per_sm < 1 || p->budget < 1)
+  if (per_sm < 1 || p->budget < 2)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
-                      "%s: %d blocks/SM x %d SMs / %d ranks on this GPU leaves no resident block per rank for the "
-                      "fused kernel",
-                      fn_create, per_sm, info->sm_count, info->ranks_on_device);
+                      "%s: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; the "
+                      "fused kernel needs at least 2",
+                      fn_create, per_sm, info->sm_count, info->ranks_on_device, p->budget);
   if (p->desc.gemm_blocks > 0) {
     p->gemm_blocks = p->desc.gemm_blocks;
     p->comm_blocks = p->desc.comm_blocks;
-  } else if (info->ranks_on_device > 1 || p->team->world == 1 || p->budget < 2) {
-    p->comm_blocks = 0;
-    p->gemm_blocks = p->budget;
   } else {
     p->comm_blocks = p->budget / 8 < 1 ? 1 : p->budget / 8 > 16 ? 16 : p->budget / 8;
     p->gemm_blocks = p->budget - p->comm_blocks;
