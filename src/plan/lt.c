@@ -205,25 +205,24 @@ weave_result_t weave_lt_run(weave_lt_t *lt, float alpha, const void *A, const vo
   return weave_lt_run_scaled(lt, alpha, A, B, NULL, NULL, C, stream);
 }
 
+/* *scales, n floats, as cuBLASLt takes them: unchanged when 16-byte aligned, else copied into `copy`
+ * on the stream and *scales pointed there. Nonzero when the copy could not be enqueued. */
+static int lt_aligned_scales(size_t n, float *copy, const float **scales, weave_stream_t stream) {
+  if (((uintptr_t)*scales & 15) == 0) return 0;
+  if (cudaMemcpyAsync(copy, *scales, n * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)stream) != cudaSuccess)
+    return 1;
+  *scales = copy;
+  return 0;
+}
+
 weave_result_t weave_lt_run_scaled(weave_lt_t *lt, float alpha, const void *A, const void *B, const float *scale_a,
                                    const float *scale_b, void *C, weave_stream_t stream) {
   float beta = 0.f;
   if (lt->scale_mode != WEAVE_SCALE_NONE && scale_a && scale_b) {
     const int row = lt->scale_mode == WEAVE_SCALE_ROW;
-    float *copy_b = lt->scale_copy, *copy_a = lt->scale_copy + lt->copy_b_floats;
-    const size_t nb = row ? (size_t)lt->N : 1, na = row ? (size_t)lt->M : 1;
-    if (((uintptr_t)scale_b & 15) != 0) {
-      if (cudaMemcpyAsync(copy_b, scale_b, nb * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)stream) !=
-          cudaSuccess)
-        return WEAVE_ERROR_CUDA;
-      scale_b = copy_b;
-    }
-    if (((uintptr_t)scale_a & 15) != 0) {
-      if (cudaMemcpyAsync(copy_a, scale_a, na * sizeof(float), cudaMemcpyDeviceToDevice, (cudaStream_t)stream) !=
-          cudaSuccess)
-        return WEAVE_ERROR_CUDA;
-      scale_a = copy_a;
-    }
+    if (lt_aligned_scales(row ? (size_t)lt->N : 1, lt->scale_copy, &scale_b, stream) ||
+        lt_aligned_scales(row ? (size_t)lt->M : 1, lt->scale_copy + lt->copy_b_floats, &scale_a, stream))
+      return WEAVE_ERROR_CUDA;
   }
   if (lt->scale_mode != WEAVE_SCALE_NONE) {
     /* per call: the pointers may change without a new plan (swapped: cuBLASLt's A is our B) */
