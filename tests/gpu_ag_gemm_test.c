@@ -128,10 +128,20 @@ static int rank_fn(harness_rank_t *r) {
   weave_ag_gemm_plan_info(plan, &info);
   /* --ranks-per-node: a world of equal pretend nodes runs the plan past one node */
   const int want_hier = g_ranks_per_node && r->world > g_ranks_per_node && r->world % g_ranks_per_node == 0;
+  weave_device_info_t dev;
+  weave_team_device_info(r->team, &dev);
+  char plan_bad[400] = "";
   if (info.row_begin != rb || info.rows != rows || info.strategy == WEAVE_STRATEGY_AUTO ||
-      want_hier != (strstr(info.why, " nodes x ") != NULL)) {
-    printf("FAIL [%s] rank %d: plan_info rows %d+%d strategy %d (%s; %s past one node)\n", c->name, r->rank,
-           info.row_begin, info.rows, (int)info.strategy, info.why, want_hier ? "want a plan" : "want no plan");
+      want_hier != (strstr(info.why, " nodes x ") != NULL))
+    snprintf(plan_bad, sizeof(plan_bad), "plan_info rows %d+%d strategy %d (%s; %s past one node)", info.row_begin,
+             info.rows, (int)info.strategy, info.why, want_hier ? "want a plan" : "want no plan");
+  /* the planner's fused split: no communication blocks where ranks share a GPU, some where not */
+  else if (c->strategy == WEAVE_STRATEGY_FUSED && c->comm_blocks < 0 && !want_hier &&
+           (dev.ranks_on_device > 1) != (info.comm_blocks == 0))
+    snprintf(plan_bad, sizeof(plan_bad), "the planner's split has %d communication blocks with %d ranks on this GPU",
+             info.comm_blocks, dev.ranks_on_device);
+  if (plan_bad[0]) {
+    printf("FAIL [%s] rank %d: %s\n", c->name, r->rank, plan_bad);
     weave_ag_gemm_plan_destroy(plan);
     harness_dev_free(A);
     harness_dev_free(B);
