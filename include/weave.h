@@ -384,7 +384,7 @@ WEAVE_API weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, we
 /* strategy:
  *   FUSED     one persistent kernel: this rank's rows are pushed into every rank's copy of A on the
  *             symmetric heap (own rows first, then rank r+1, r+2, ...) by communication blocks or,
- *             where ranks share a GPU, by the GEMM blocks before their first tile (comm_blocks below);
+ *             where ranks share a GPU (or one rank), by the GEMM blocks before their first tile;
  *             GEMM blocks wait for the rows of each tile as they arrive (this rank's own tiles first).
  *             Needs the Hopper GEMM role: bf16, fp16 or fp8, rows of A and B of 16-byte multiples.
  *   BULK      weave's gather (the same pushes), then weave's GEMM over the gathered A.
@@ -408,9 +408,9 @@ typedef struct {
   weave_strategy_t strategy;
   float alpha;
   int has_bias;
-  int gemm_blocks, comm_blocks;  /* fused: both 0 (the planner's split: none where ranks share a GPU, else one block in
-                                  * eight), or gemm_blocks > 0 and comm_blocks >= 0 (0: no communication blocks, the
-                                  * GEMM blocks push the rows before their tiles) */
+  int gemm_blocks, comm_blocks;  /* fused: both 0 (the planner's split: none where ranks share a GPU or world is 1, else
+                                  * one block in eight), or gemm_blocks > 0 and comm_blocks >= 0 (0: no communication
+                                  * blocks, the GEMM blocks push the rows before their tiles) */
   weave_dtype_t out_dtype;       /* C and bias: WEAVE_DTYPE_AUTO (dtype; bf16 for fp8), or for fp8 bf16/fp16 */
   weave_scale_mode_t scale_mode; /* fp8 only: the scales of weave_ag_gemm_execute_scaled */
   weave_fp8_accum_t fp8_accum;   /* fp8 only: WEAVE_FP8_ACCUM_FP32 (default) or _FAST, the baseline's too */

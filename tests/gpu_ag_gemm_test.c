@@ -135,9 +135,10 @@ static int rank_fn(harness_rank_t *r) {
       want_hier != (strstr(info.why, " nodes x ") != NULL))
     snprintf(plan_bad, sizeof(plan_bad), "plan_info rows %d+%d strategy %d (%s; %s past one node)", info.row_begin,
              info.rows, (int)info.strategy, info.why, want_hier ? "want a plan" : "want no plan");
-  /* the planner's fused split: no communication blocks where ranks share a GPU, some where not */
+  /* the planner's fused split: no communication blocks where the pushes stay in one GPU's memory
+   * (ranks share it, or one rank), some where not */
   else if (c->strategy == WEAVE_STRATEGY_FUSED && c->comm_blocks < 0 && !want_hier &&
-           (dev.ranks_on_device > 1) != (info.comm_blocks == 0))
+           (dev.ranks_on_device > 1 || r->world == 1) != (info.comm_blocks == 0))
     snprintf(plan_bad, sizeof(plan_bad), "the planner's split has %d communication blocks with %d ranks on this GPU",
              info.comm_blocks, dev.ranks_on_device);
   if (plan_bad[0]) {

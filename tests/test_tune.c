@@ -368,7 +368,7 @@ static void test_malformed(void) {
       {5, "65"},
       {5, "eight"},
       {6, "0"},
-      {6, "9"}, /* ranks_per_device > world */
+      {6, "65"},
       {7, "0"},
       {7, "3"},
       {7, "1000"},

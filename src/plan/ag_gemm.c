@@ -159,11 +159,11 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
 
 /* The fused kernel's co-resident budget (its GEMM blocks wait for the pushes, its own and its
  * peers'); ranks sharing a GPU leave one SM each free, as gemm_rs's plans do. Communication blocks:
- * the caller's; else, where ranks share a GPU, none: every GEMM block pushes its share of the rows
- * before its tiles, as the "copy" there is in HBM and communication blocks only take SMs from the
- * GEMM (docs/performance.md, "AllGather + GEMM": faster than one block in eight at 4 and 8 ranks);
- * else one in eight of the budget (at most 16: enough to keep NVLink busy with 16-byte copies), at
- * least one, so that the gather over NVLink runs beside the GEMM. */
+ * the caller's; else, where every push stays in this GPU's memory (ranks share it, or one rank),
+ * none: every GEMM block pushes its share of the rows before its tiles, as communication blocks
+ * there only take SMs from the GEMM (docs/performance.md, "AllGather + GEMM": faster than one block
+ * in eight at 1, 4 and 8 ranks); else one in eight of the budget (at most 16: enough to keep NVLink
+ * busy with 16-byte copies), at least one, so that the gather over NVLink runs beside the GEMM. */
 static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   const weave_device_info_t *info = &p->team->info;
   const int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
@@ -184,7 +184,7 @@ static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   if (p->desc.gemm_blocks > 0) {
     p->gemm_blocks = p->desc.gemm_blocks;
     p->comm_blocks = p->desc.comm_blocks;
-  } else if (info->ranks_on_device > 1) {
+  } else if (info->ranks_on_device > 1 || p->team->world == 1) {
     p->comm_blocks = 0;
     p->gemm_blocks = p->budget;
   } else {

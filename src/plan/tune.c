@@ -144,7 +144,7 @@ int weave_tune_parse_line(const char *line, weave_tune_entry_t *e) {
   k->m_bucket = (int)v[6];
   k->N = (int)v[7];
   k->K = (int)v[8];
-  if (k->ranks_per_device > k->world || (k->m_bucket & (k->m_bucket - 1))) return -1;
+  if (k->m_bucket & (k->m_bucket - 1)) return -1;
   if (parse_dtype_field(f[10], k)) return -1;
   if (weave_dtype_parse(f[11], &k->out_dtype) || strcmp(f[11], weave_dtype_name(k->out_dtype)) ||
       weave_dtype_is_fp8(k->out_dtype))

@@ -14,7 +14,8 @@
  *   strategy  gemm_blocks  comm_blocks  speedup
  * device: the GPU's name (tabs made spaces); sms: its SM count; driver / runtime: the CUDA versions
  * (cudaDriverGetVersion / cudaRuntimeGetVersion); weave: the library's version (new kernels, new
- * measurements); ranks_per_device: ranks of the team sharing a GPU (1 when each has its own);
+ * measurements); ranks_per_device: ranks sharing this rank's GPU (1 when each has its own; a node or
+ * rail team of a plan past one node counts its parent's, so it may exceed world);
  * M_bucket: M rounded up to a power of two; dtype: the inputs' name, for fp8 "+row" (per-row scales,
  * other kernels than none or per-tensor, which share entries) and "+fast" (WEAVE_FP8_ACCUM_FAST);
  * b_layout: row | col; reduce: det | atomic for GEMM + ReduceScatter, gather for AllGather + GEMM
