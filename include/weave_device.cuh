@@ -618,6 +618,13 @@ __device__ __noinline__ inline void record_timeout(const weave_device_team_t *t,
   __threadfence_system();
 }
 
+/* A wait of this rank failed, or the team was aborted (the record's code is set), here or in the
+ * team this one was split from. */
+__device__ __forceinline__ bool team_stopped(const weave_device_team_t *t) {
+  return ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::ld_u32(&weave_heap_header(t)->error.code) != WEAVE_DEVICE_OK ||
+         (t->parent_error && ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_SYS>::ld_u32(t->parent_error) != WEAVE_DEVICE_OK);
+}
+
 template <typename U>
 __device__ __forceinline__ U ld_acquire_sys(const U *p) {
   if constexpr (sizeof(U) == 4)
@@ -629,15 +636,15 @@ __device__ __forceinline__ U ld_acquire_sys(const U *p) {
 template <typename U>
 __device__ __noinline__ int wait_slow(const weave_device_team_t *t, const U *flag, int cmp, U value, int peer,
                                       int item) {
-  const uint32_t *code = &weave_heap_header(t)->error.code;
   const uint64_t bound = t->timeout_ns ? t->timeout_ns : WEAVE_DEVICE_DEFAULT_TIMEOUT_NS;
   const uint64_t start = weave_globaltimer();
   unsigned sleep_ns = 32;
   U v = 0;
   for (unsigned i = 0;; ++i) {
     if ((i & (WEAVE_WAIT_CHECK_EVERY - 1)) == 0) {
-      /* Another wait of this rank already failed: give up at once, keep its record. */
-      if (ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::ld_u32(code) != WEAVE_DEVICE_OK) return (int)WEAVE_DEVICE_TIMEOUT;
+      /* Another wait of this rank already failed, or the team was aborted: give up at once, keep
+       * the record. */
+      if (team_stopped(t)) return (int)WEAVE_DEVICE_TIMEOUT;
       if (weave_globaltimer() - start >= bound) {
         v = ld_acquire_sys(flag);
         if (weave_cmp_holds<U>(v, cmp, value)) return 0;
@@ -682,10 +689,10 @@ __device__ __forceinline__ int weave_wait_until(const weave_device_team_t *t, co
   return weave_detail::wait_slow<uint64_t>(t, flag, cmp, value, peer, item);
 }
 
-/* Non-zero once a wait of this rank has failed (the error record is set): lets a kernel stop early. */
+/* Non-zero once a wait of this rank has failed or the team was aborted (the error record is set, in
+ * this team or the one it was split from): lets a kernel stop early. */
 __device__ __forceinline__ int weave_device_failed(const weave_device_team_t *t) {
-  return weave_detail::ldst<WEAVE_SEM_RELAXED, WEAVE_SCOPE_GPU>::ld_u32(&weave_heap_header(t)->error.code) !=
-         WEAVE_DEVICE_OK;
+  return weave_detail::team_stopped(t);
 }
 
 /* ============================================================================================

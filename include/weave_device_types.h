@@ -74,6 +74,9 @@ typedef struct {
   int rank;
   int world;
   uint64_t timeout_ns; /* bound of every wait */
+  /* a node or rail team of a plan past one node: the error code in this rank's heap header of the
+   * team it was split from, whose abort stops this team's waits too (NULL for any other team) */
+  const uint32_t *parent_error;
 } weave_device_team_t;
 
 #endif /* WEAVE_DEVICE_TYPES_H */

@@ -455,7 +455,7 @@ static void test_team_args(void) {
   CHECK(weave_barrier(team) == WEAVE_SUCCESS);
   weave_device_team_t view;
   CHECK(weave_team_device_view(team, &view) == WEAVE_SUCCESS && view.heap_base == base && view.world == 1 &&
-        view.timeout_ns == 1000ull * 1000000ull);
+        view.timeout_ns == 1000ull * 1000000ull && view.parent_error == NULL);
 
   /* Heap. */
   void *p = (void *)0x1;

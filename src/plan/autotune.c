@@ -570,7 +570,7 @@ static weave_result_t choose(const tuner_t *proto, const weave_env_t *env, const
               st == WEAVE_TUNE_FOUND ? e.gemm_blocks : 0,
               st == WEAVE_TUNE_FOUND ? e.comm_blocks : 0,
               env->autotune,
-              weave_capture_active()};
+              weave_capture_active() | (team->beside_others ? 2 : 0)};
   int capturing[WEAVE_MAX_WORLD];
   WEAVE_CHECK(weave_team_allgather_int(team, v[5], capturing));
   WEAVE_CHECK(from_rank0(team, v, 5));
@@ -589,14 +589,23 @@ static weave_result_t choose(const tuner_t *proto, const weave_env_t *env, const
     out->choose_ms = now_ms() - t0;
     return WEAVE_SUCCESS;
   }
-  int capture_rank = -1;
-  for (int r = 0; r < team->world && capture_rank < 0; ++r)
-    if (capturing[r]) capture_rank = r;
+  /* no timing while a rank captures a stream, nor in a node team whose GPU holds ranks of other
+   * nodes (pretend nodes): their plans are made, and timed, at the same moment, so the times would
+   * be of both, and a device-wide wait in one team's thread (a candidate plan's cudaFree) can hold
+   * back the kernels that another team's running calls wait for until their bound */
+  int capture_rank = -1, beside_rank = -1;
+  for (int r = 0; r < team->world; ++r) {
+    if ((capturing[r] & 1) && capture_rank < 0) capture_rank = r;
+    if ((capturing[r] & 2) && beside_rank < 0) beside_rank = r;
+  }
   char reason[200];
   if (!v[4]) {
     snprintf(reason, sizeof(reason), "WEAVE_AUTOTUNE=0");
   } else if (capture_rank >= 0) {
     snprintf(reason, sizeof(reason), "stream capture under way on rank %d: no timing", capture_rank);
+  } else if (beside_rank >= 0) {
+    snprintf(reason, sizeof(reason), "rank %d's GPU runs other nodes' plans beside this team's: no timing",
+             beside_rank);
   } else {
     int measured = 0;
     double speedup = 1.0;

@@ -139,7 +139,9 @@ weave_result_t weave_hier_teams(weave_team_t team, int g) {
    * SMs that another's waiting kernels need). */
   for (int i = 0; i < 2; ++i) {
     weave_team_t sub = i ? rail_team : node_team;
-    if (sub->info.ranks_on_device < team->info.ranks_on_device) sub->info.ranks_on_device = team->info.ranks_on_device;
+    sub->beside_others = sub->info.ranks_on_device < team->info.ranks_on_device;
+    if (sub->beside_others) sub->info.ranks_on_device = team->info.ranks_on_device;
+    sub->parent = team;
   }
   __atomic_store_n(&team->sub[0], node_team, __ATOMIC_RELEASE); /* weave_team_poll reads them from a watchdog */
   __atomic_store_n(&team->sub[1], rail_team, __ATOMIC_RELEASE);

@@ -172,6 +172,10 @@ struct weave_team {
    * plan, shared by the later ones, destroyed with this team; their errors and aborts are this
    * team's (weave_team_sync, weave_team_poll, weave_team_abort look at them too) */
   struct weave_team *sub[2];
+  struct weave_team *parent; /* for a node or rail team: the team it was split from (its abort stops
+                              * this team's device waits: weave_device_team_t.parent_error) */
+  int beside_others;         /* a node or rail team whose GPU holds ranks of other such teams (pretend
+                              * nodes sharing a GPU): their plans run at the same time as this one's */
   char last_error[1024];
 };
 

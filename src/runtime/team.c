@@ -432,6 +432,8 @@ weave_result_t weave_team_device_view(weave_team_t team, weave_device_team_t *vi
   view->rank = team->rank;
   view->world = team->world;
   view->timeout_ns = (uint64_t)team->timeout_ms * 1000000ull;
+  view->parent_error =
+      team->parent ? &((const weave_heap_header_t *)team->parent->heap_base)->error.code : (const uint32_t *)NULL;
   return WEAVE_SUCCESS;
 }
 
@@ -588,10 +590,13 @@ void weave_team_refresh_abort(weave_team_t team) {
 
 weave_result_t weave_team_abort(weave_team_t team) {
   WEAVE_CHECK(check_team(team, "weave_team_abort"));
-  /* first the node and rail teams of plans past one node, where this rank's peers may be waiting */
+  /* First this team, whose code every rank's waits in the node and rail teams of its plans past one
+   * node watch too (weave_device_team_t.parent_error): a rank that sees the abort anywhere then finds
+   * it here, naming this rank as the team numbers it. Then those teams, for their host checks. */
+  const weave_result_t rc = team_abort_one(team);
   for (int i = 0; i < 2; ++i)
     if (team->sub[i]) team_abort_one(team->sub[i]);
-  return team_abort_one(team);
+  return rc;
 }
 
 static weave_result_t team_abort_one(weave_team_t team) {
