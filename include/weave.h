@@ -393,7 +393,8 @@ WEAVE_API weave_result_t weave_gemm_rs_trace_fetch(weave_gemm_rs_plan_t plan, we
  *   AUTO      as gemm_rs's: rank 0's tuning-cache entry, else baseline, fused (where it runs) and
  *             bulk timed once at plan creation (WEAVE_AUTOTUNE), the winner cached; else the model:
  *             FUSED where it runs and every rank has a GPU of its own, else BULK (on one GPU shared by
- *             the ranks bulk was measured faster). One rank: BULK (weave's GEMM alone).
+ *             the ranks bulk was measured faster in bf16; fp8 there: FUSED, measured faster). One
+ *             rank: BULK (weave's GEMM alone).
  *             weave_ag_gemm_info_t.why says which and why.
  * fp8 (dtype WEAVE_FP8_E4M3, B [N, K], K % 16 == 0): C and bias in out_dtype (bf16 or fp16), the
  * accumulation fp8_accum, and scale_mode's dequantization scales, passed to

@@ -111,10 +111,11 @@ static weave_result_t ag_check_team_args(weave_team_t team, int M, int N, int K,
 /* ---- strategy and blocks ----------------------------------------------------------------------- */
 /* AUTO (plan/autotune.h): rank 0's tuning-cache entry, else the candidates timed at plan creation,
  * else this model, from the measurements of docs/performance.md ("AllGather + GEMM"): where ranks
- * share a GPU the fused kernel's communication blocks take SMs from its GEMM and bulk was faster on
- * every shape measured, so bulk; where every rank has a GPU of its own the gather crosses NVLink and
- * the fused kernel hides it behind the GEMM (not measured yet), so fused where it runs; one rank: bulk
- * (weave's GEMM alone). Collective: ranks_on_device is agreed (any rank sharing counts). */
+ * share a GPU bulk (gather on every SM, then weave's GEMM on every SM) was the fastest in bf16, but
+ * in fp8 the fused kernel was (bulk's fp8 GEMM on per-row scales trails cuBLASLt there); where every
+ * rank has a GPU of its own the gather crosses NVLink and the fused kernel hides it behind the GEMM
+ * (not measured yet), so fused where it runs; one rank: bulk (weave's GEMM alone). Collective:
+ * ranks_on_device is agreed (any rank sharing counts). */
 static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
   weave_team_t team = p->team;
   const int hopper = weave_kernel_hopper_ok(p->desc.dtype, p->desc.b_layout, p->N, p->K);
@@ -133,9 +134,12 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
     snprintf(p->why, sizeof(p->why), "model: one rank, nothing to gather: weave's GEMM alone");
   else if (!hopper)
     snprintf(p->why, sizeof(p->why), "model: no Hopper GEMM role for this dtype/shape: gather, then weave's GEMM");
-  else if (any_shared)
+  else if (any_shared && !weave_dtype_is_fp8(p->desc.dtype))
     snprintf(p->why, sizeof(p->why), "model: ranks share a GPU: gather, then weave's GEMM (measured faster there)");
-  else {
+  else if (any_shared) {
+    p->strategy = WEAVE_STRATEGY_FUSED;
+    snprintf(p->why, sizeof(p->why), "model: ranks share a GPU, fp8: the fused kernel (measured faster there)");
+  } else {
     p->strategy = WEAVE_STRATEGY_FUSED;
     snprintf(p->why, sizeof(p->why), "model: a GPU per rank: the fused kernel hides the gather behind the GEMM");
   }
