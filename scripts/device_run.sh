@@ -93,24 +93,21 @@ for mode in "$@"; do
       python3 scripts/auto_sweep_table.py "$out/autosweep.log" | tee "$out/autosweep.md" | tail -40
       ;;
     ag) # AllGather + GEMM: gpu_ag_gemm in threads (worlds 1, 2, 3, 4, 8) and 4 processes under MPS, the
-        # strategies' table at 1, 4 and 8 ranks sharing the GPU (ag_bench.log), then the fused kernel
-        # without communication blocks (--comm-blocks 0) at each (ag_bench_c0.log: its fused column
-        # against the default split's), the sanitizers at world 1 (they serialize kernels, so ranks
-        # that wait for each other time out at larger worlds)
+        # strategies' table in bf16 and fp8 at 1, 4 and 8 ranks sharing the GPU, M 128 to 8192 (the
+        # issue's rows; ag_bench_bf16.log, ag_bench_fp8.log), the sanitizers at world 1 (they serialize
+        # kernels, so ranks that wait for each other time out at larger worlds)
       ag_worlds
       timeout 200 scripts/launch.sh -n 4 --mps $b/tests/gpu_ag_gemm > "$out/ag_procs4.log" 2>&1
       echo "gpu_ag_gemm, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/ag_procs4.log" | tail -2
-      for g in ${BENCH_G:-1 4 8}; do
-        n=$((28672 / g)); [ $g = 1 ] && n=8192
-        timeout ${BENCH_TIMEOUT:-200} $b/weave-bench --op ag_gemm -M 512 -M 2048 -M 8192 -M 16384 -N $n -K 8192 -g $g \
-          -n ${BENCH_N:-20} -w 3 >> "$out/ag_bench.log" 2>&1
-        echo "ag bench g=$g: rc=$?"
-        timeout ${BENCH_TIMEOUT:-200} $b/weave-bench --op ag_gemm -M 512 -M 2048 -M 8192 -M 16384 -N $n -K 8192 -g $g \
-          -n ${BENCH_N:-20} -w 3 --comm-blocks 0 >> "$out/ag_bench_c0.log" 2>&1
-        echo "ag bench g=$g, no communication blocks: rc=$?"
+      for d in bf16 fp8; do
+        for g in ${BENCH_G:-1 4 8}; do
+          n=$((28672 / g)); [ $g = 1 ] && n=8192
+          timeout ${BENCH_TIMEOUT:-200} $b/weave-bench --op ag_gemm -d $d -M 128 -M 512 -M 2048 -M 8192 -N $n -K 8192 \
+            -g $g -n ${BENCH_N:-20} -w 3 >> "$out/ag_bench_$d.log" 2>&1
+          echo "ag bench $d g=$g: rc=$?"
+        done
+        grep -v "WARN" "$out/ag_bench_$d.log" | tail -18
       done
-      grep -v "WARN" "$out/ag_bench.log" | tail -20
-      grep -v "WARN" "$out/ag_bench_c0.log" | tail -20
       ag_sanitizers
       ;;
     owed) # what landed without a GPU run: gpu_ag_gemm (fp8 cases, refusals) at worlds 1, 2, 3, 4, 8 and 4
