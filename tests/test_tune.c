@@ -323,6 +323,7 @@ static void test_malformed(void) {
       {4, "12345.123456.12"},
       {5, "64"},
       {6, "8"},
+      {6, "64"}, /* more than world (8): a node team counts its parent's ranks on the GPU */
       {7, "1"},
       {7, "1073741824"},
       {16, "0"},
