@@ -599,13 +599,16 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
  * (plan/hier_layout.h), with their scales (fp8: each row keeps its owner's); then per band b an
  * AllGather + GEMM plan of the caller's strategy on the node team whose rows of local rank j are
  * those of global rank b g + j, writing C's rows of band b (bias on them; the gathered A's band to
- * A_gathered). One after the other on the caller's stream: no overlap yet. */
+ * A_gathered). The rail step is ncclAllGather where NCCL runs (a GPU per rank), the pieces are of
+ * equal size (its one count) and the rows carry no scales (not fp8), else weave's gather over the
+ * rail team's heap. One after the other on the caller's stream: no overlap yet. */
 struct weave_ag_hier {
   int nodes, g;
   weave_ag_gemm_plan_t band[WEAVE_MAX_WORLD]; /* NULL for a band without rows */
   int band_begin[WEAVE_MAX_WORLD];            /* band b's first row of A and C */
   int piece_row[WEAVE_MAX_WORLD];             /* band b's rows of this local rank in the rail's gathered A */
   weave_ag_gemm_plan_t rail;                  /* bulk on the rail team, its gather alone (NULL: no rows) */
+  weave_nccl_t *nccl;  /* the rail step by ncclAllGather into the rail plan's gathered A (NULL: weave's) */
   float *scale_b_cols; /* fp8 TENSOR: the call's scale_b as [N] (the band plans take each row's owner's
                         * scale, so they run ROW) */
 };
@@ -616,6 +619,7 @@ static void ag_hier_free(weave_ag_gemm_plan_t p) {
     for (int b = 0; b < h->nodes; ++b)
       if (h->band[b]) weave_ag_gemm_plan_destroy(h->band[b]);
     if (h->rail) weave_ag_gemm_plan_destroy(h->rail);
+    weave_nccl_destroy(h->nccl);
     cudaFree(h->scale_b_cols);
     free(h);
   }
@@ -652,9 +656,13 @@ static weave_result_t ag_hier_rail(weave_ag_gemm_plan_t p, const weave_hier_layo
   rd.b_layout = WEAVE_LAYOUT_COL;
   rd.strategy = WEAVE_STRATEGY_BULK;
   rd.scale_mode = p->desc.scale_mode; /* the push writes each row's owner's scale beside it */
-  return weave_hier_pass(p->team, p->team->sub[1],
-                         ag_create(p->team->sub[1], l->piece_rows, 16, p->K, &rd, 1, &h->rail),
-                         "past one node, the rail gather");
+  WEAVE_CHECK(weave_hier_pass(p->team, p->team->sub[1],
+                              ag_create(p->team->sub[1], l->piece_rows, 16, p->K, &rd, 1, &h->rail),
+                              "past one node, the rail gather"));
+  /* the same on every rank of the rail team (its local rank's pieces; the desc is agreed) */
+  if (l->piece_rows % h->nodes == 0 && !weave_dtype_is_fp8(p->desc.dtype))
+    h->nccl = weave_nccl_try_create(p->team->sub[1], "AllGather + GEMM's rail step", "weave's gather over the heap");
+  return WEAVE_SUCCESS;
 }
 
 static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *desc,
@@ -689,8 +697,8 @@ static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, con
   }
   for (int b = 0; b < h->nodes; ++b) p->mem_bytes += h->band[b] ? h->band[b]->mem_bytes : 0;
   p->mem_bytes += h->rail ? h->rail->mem_bytes : 0;
-  snprintf(p->why, sizeof(p->why), "%d nodes x %d ranks: inside each node %s; between nodes weave's gather", h->nodes,
-           h->g, weave_strategy_name(p->strategy));
+  snprintf(p->why, sizeof(p->why), "%d nodes x %d ranks: inside each node %s; between nodes %s", h->nodes, h->g,
+           weave_strategy_name(p->strategy), h->nccl ? "ncclAllGather" : "weave's gather");
   weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d past one node: %s", M, N, K, p->why);
   *out = p;
   return WEAVE_SUCCESS;
@@ -704,7 +712,12 @@ static weave_result_t ag_hier_enqueue(weave_ag_gemm_plan_t p, const void *A, con
   const size_t row_c = (size_t)p->N * weave_dtype_size(p->out_dtype);
   const char *gathered = NULL;
   const float *gathered_scales = NULL;
-  if (h->rail) { /* the rail's gather alone: push and wait now, finish once the band plans have read it */
+  if (h->nccl) { /* stream order alone keeps the gathered A until the band plans have read it */
+    gathered = (const char *)h->rail->params.gathered;
+    if (weave_nccl_all_gather(h->nccl, A, (void *)gathered, (size_t)h->rail->rows * p->K, p->desc.dtype, stream) !=
+        WEAVE_SUCCESS)
+      return weave_fail(p->team, WEAVE_ERROR_CUDA, "%s: the rail step's ncclAllGather failed", fn_exec);
+  } else if (h->rail) { /* weave's gather alone: push and wait now, finish once the band plans have read it */
     weave_ag_params_t ap = h->rail->params;
     ap.A = A;
     ap.scale_a = scale_a;
@@ -732,7 +745,7 @@ static weave_result_t ag_hier_enqueue(weave_ag_gemm_plan_t p, const void *A, con
                                     : weave_ag_gemm_execute(h->band[b], Ab, B, bias, Cb, Ob, stream),
                                 "weave_ag_gemm_execute, a band plan"));
   }
-  if (!h->rail) return WEAVE_SUCCESS;
+  if (!h->rail || h->nccl) return WEAVE_SUCCESS;
   const int err = weave_launch_ag_finish(&h->rail->params, stream);
   if (err) return ag_launch_fail(p, err);
   return weave_hier_pass(p->team, h->rail->team,
