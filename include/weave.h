@@ -204,9 +204,12 @@ WEAVE_API weave_result_t weave_team_abort(weave_team_t team);
 /* Collective: every rank passes the same size and gets the same offset in its own heap. */
 WEAVE_API weave_result_t weave_malloc(weave_team_t team, size_t bytes, void **ptr);
 WEAVE_API weave_result_t weave_free(weave_team_t team, void *ptr); /* collective */
-/* `ptr` (in this rank's heap) translated to the same object in `peer`'s heap, addressable here. */
+/* `ptr` (in this rank's heap) translated to the same object in `peer`'s heap, addressable here.
+ * WEAVE_ERROR_UNSUPPORTED for a peer on another host: a team may span hosts, but only the heaps of
+ * one host are addressable (no fabric handles); such a team runs plans past one node only. */
 WEAVE_API weave_result_t weave_ptr(weave_team_t team, const void *ptr, int peer, void **peer_ptr);
-/* Device-resident array of `world` heap bases as seen from this rank (for kernels). */
+/* Device-resident array of `world` heap bases as seen from this rank (for kernels); NULL for the
+ * ranks of other hosts. */
 WEAVE_API weave_result_t weave_heap_bases(weave_team_t team, void *const **device_table);
 /* This rank's view of the team for kernels (see weave_device.cuh). */
 WEAVE_API weave_result_t weave_team_device_view(weave_team_t team, weave_device_team_t *view);

@@ -416,6 +416,7 @@ static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const we
   char flat_why[160];
   if (!flat && weave_hier_applies(team, flat_why, sizeof(flat_why))) return ag_hier_create(team, M, N, K, desc, out);
   if (!flat && flat_why[0]) weave_log(WEAVE_LOG_INFO, team, "AllGather + GEMM plan %dx%dx%d: %s", M, N, K, flat_why);
+  if (!flat) WEAVE_CHECK(weave_team_require_mapped(team, fn_create));
   weave_ag_gemm_plan_t p = ag_new(team, M, N, K, desc);
   if (!p) return weave_fail(team, WEAVE_ERROR_OUT_OF_MEMORY, "%s: host allocation failed", fn_create);
   weave_result_t rc = ag_choose_strategy(p);
@@ -662,6 +663,15 @@ static weave_result_t ag_hier_rail(weave_ag_gemm_plan_t p, const weave_hier_layo
   /* the same on every rank of the rail team (its local rank's pieces; the desc is agreed) */
   if (l->piece_rows % h->nodes == 0 && !weave_dtype_is_fp8(p->desc.dtype))
     h->nccl = weave_nccl_try_create(p->team->sub[1], "AllGather + GEMM's rail step", "weave's gather over the heap");
+  /* across hosts weave's gather cannot reach the other nodes' heaps: NCCL or nothing */
+  if (!h->nccl)
+    WEAVE_CHECK(weave_hier_pass(p->team, p->team->sub[1],
+                                weave_team_require_mapped(p->team->sub[1],
+                                                          "past one node, the rail gather without "
+                                                          "NCCL (it needs a GPU per rank, "
+                                                          "libnccl.so.2, M's rows in equal pieces "
+                                                          "per node, and no fp8)"),
+                                "past one node, the rail gather"));
   return WEAVE_SUCCESS;
 }
 

@@ -115,6 +115,14 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
   if (h->piece_rows % h->nodes == 0)
     h->nccl = weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", rail_heap.name);
   h->rail_ops = h->nccl ? &rail_nccl : &rail_heap;
+  /* across hosts weave's reduce-scatter cannot reach the other nodes' heaps: NCCL or nothing */
+  if (!h->nccl)
+    WEAVE_CHECK(weave_hier_pass(p->team, h->rail_team,
+                                weave_team_require_mapped(h->rail_team,
+                                                          "past one node, the rail step without NCCL "
+                                                          "(it needs a GPU per rank, libnccl.so.2 and "
+                                                          "M's rows in equal pieces per node)"),
+                                "past one node, the rail step"));
   return WEAVE_SUCCESS;
 }
 

@@ -387,8 +387,10 @@ static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) 
   weave_fused_params_t *fp = &p->params;
   const int M = p->M, N = p->N;
   size_t slot_bytes = weave_dtype_size(p->slot_dtype);
+  /* (a rail plan across hosts has peers it cannot address: NCCL moves its rows, no kernel of it runs) */
   if (!(p->hopper && p->desc.reduce == WEAVE_REDUCE_DETERMINISTIC && env->tma_epilogue && M >= team->world &&
-        ((size_t)N * slot_bytes) % 16 == 0))
+        ((size_t)N * slot_bytes) % 16 == 0) ||
+      team->peers_unmapped)
     return;
   int ok = 1;
   for (int o = 0; o < team->world && ok; ++o) {
@@ -474,6 +476,7 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
   if (!flat && weave_hier_applies(team, flat_why, sizeof(flat_why)))
     return weave_hier_create(team, M, N, K, &d, plan_out);
   if (!flat && flat_why[0]) weave_log(WEAVE_LOG_INFO, team, "plan %dx%dx%d: %s", M, N, K, flat_why);
+  if (!flat) WEAVE_CHECK(weave_team_require_mapped(team, "weave_gemm_rs_plan_create"));
 
   weave_gemm_rs_plan_t p = weave_gemm_rs_plan_new(team, M, N, K, desc); /* desc: d, in this version's layout */
   if (!p) return WEAVE_ERROR_OUT_OF_MEMORY;

@@ -161,6 +161,8 @@ struct weave_team {
   void **d_bases;                         /* device copy of peer_bases */
   weave_heap_t heap;
   int threads_on_device;              /* ranks of this team in this process that share its GPU */
+  int peers_unmapped;                 /* ranks whose heap this rank cannot address (other hosts):
+                                       * only plans past one node, NCCL between hosts, run then */
   int abort_told;                     /* this rank's abort notice reached every rank's header */
   int aborted_by;                     /* 0, or 1 + the rank that aborted the team (this one, by
                                        * weave_team_abort, or a peer, as weave_team_sync found; -1:
@@ -178,6 +180,10 @@ struct weave_team {
                               * nodes sharing a GPU): their plans run at the same time as this one's */
   char last_error[1024];
 };
+
+/* Collective: WEAVE_SUCCESS where every rank of the team can address every rank's heap, else
+ * WEAVE_ERROR_UNSUPPORTED naming a rank and a peer on another host, with `what` first. */
+weave_result_t weave_team_require_mapped(weave_team_t team, const char *what);
 
 /* The team's device made current for a call that does CUDA work, and the caller's CUDA context given
  * back after it (weave_device_leave): a thread that drives several GPUs keeps its own current device

@@ -194,10 +194,9 @@ static weave_result_t import_peers(weave_team_t team, weave_symmetric_heap_t *h,
     } else if (same_process(&cards[r], mine)) {
       bases[r] = (void *)(uintptr_t)cards[r].base; /* one address space: the owner's mapping */
     } else if (!same_host(&cards[r], mine)) {
-      return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
-                        "rank %d: rank %d is on host '%s', this rank on '%s': a symmetric heap across hosts needs "
-                        "fabric handles, which weave does not support yet",
-                        team->rank, r, cards[r].host, mine->host);
+      /* another host: not addressable without fabric handles (docs/multinode.md); such a team runs
+       * plans past one node only, with NCCL between the hosts (weave_team_require_mapped) */
+      bases[r] = NULL;
     } else if (peer_fds[r] < 0) {
       return weave_fail(team, WEAVE_ERROR_INTERNAL, "rank %d: no heap descriptor arrived from rank %d", team->rank, r);
     } else {

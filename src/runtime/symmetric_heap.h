@@ -20,7 +20,8 @@
 typedef struct weave_symmetric_heap weave_symmetric_heap_t;
 
 /* Collective over the team's bootstrap. Allocates `bytes` (rounded up to the allocation granularity)
- * on the team's device, makes every rank's heap addressable here: bases[r] for r in [0, world).
+ * on the team's device, makes every rank's heap of this host addressable here: bases[r] for r in
+ * [0, world), NULL for the ranks of other hosts (that needs fabric handles, not supported).
  * ranks_on_device gets the ranks of the team (in any process) whose device is this rank's GPU,
  * local_on_device those of them in this process. */
 weave_result_t weave_symmetric_heap_create(weave_team_t team, size_t bytes, weave_symmetric_heap_t **heap, void **bases,

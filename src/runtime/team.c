@@ -253,9 +253,15 @@ static weave_result_t team_create(weave_bootstrap_t *bootstrap, int rank, int de
                 "rank's spinning kernel (timeouts)",
                 local_on_device, device, local_on_device);
   }
+  for (int r = 0; r < team->world; ++r) team->peers_unmapped += team->peer_bases[r] == NULL;
   weave_log(WEAVE_LOG_INFO, team,
             "team of %d ranks: device %d '%s', %d SMs, heap %zu bytes at %p, %d ranks on this GPU", team->world, device,
             team->info.name, team->info.sm_count, team->heap_size, team->heap_base, team->info.ranks_on_device);
+  if (team->peers_unmapped)
+    weave_log(WEAVE_LOG_INFO, team,
+              "%d ranks of the team are on other hosts (their heaps are not addressable here): plans past one node "
+              "run, with NCCL between the hosts; flat plans are refused",
+              team->peers_unmapped);
   *team_out = team;
   return WEAVE_SUCCESS;
 #endif
@@ -413,7 +419,25 @@ weave_result_t weave_ptr(weave_team_t team, const void *ptr, int peer, void **pe
   const char *p = (const char *)ptr, *b = (const char *)team->heap_base;
   if (!ptr || p < b || p >= b + team->heap_size)
     return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT, "weave_ptr: %p is not in rank %d's heap", ptr, team->rank);
+  if (!team->peer_bases[peer])
+    return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
+                      "weave_ptr: rank %d's heap is on another host, not addressable here", peer);
   *peer_ptr = (char *)team->peer_bases[peer] + (p - b);
+  return WEAVE_SUCCESS;
+}
+
+weave_result_t weave_team_require_mapped(weave_team_t team, const char *what) {
+  int first = -1, all[WEAVE_MAX_WORLD];
+  for (int r = 0; r < team->world && first < 0 && team->peers_unmapped; ++r)
+    if (!team->peer_bases[r]) first = r;
+  WEAVE_CHECK(weave_team_allgather_int(team, first, all));
+  for (int r = 0; r < team->world; ++r)
+    if (all[r] >= 0)
+      return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
+                        "%s: rank %d cannot address rank %d's heap (another host; fabric handles are not supported): "
+                        "across hosts only plans past one node run (ranks numbered node by node, nodes of equal "
+                        "size), with NCCL between the hosts",
+                        what, r, all[r]);
   return WEAVE_SUCCESS;
 }
 
@@ -618,6 +642,7 @@ static weave_result_t team_abort_one(weave_team_t team) {
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   for (int p = 0; e == cudaSuccess && p < team->world; ++p) {
     char *head = (char *)team->peer_bases[p];
+    if (!head) continue; /* another host: its waits end at their bound (the abort cannot reach them) */
     e = cudaMemcpyAsync(head + offsetof(weave_heap_header_t, aborted_by), &notice, sizeof(notice), cudaMemcpyDefault,
                         s);
     if (e == cudaSuccess)
