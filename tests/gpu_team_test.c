@@ -10,7 +10,9 @@
  * (create, malloc, plan, execute, sync, free, destroy). Threads mode also makes a team over a
  * one-rank NCCL communicator (weave_team_create_from_nccl; libnccl.so.2 found at run time, the case
  * skipped with a line saying so when it is not), and splits a team of 4 (weave_team_split) by color
- * and key and by node. Usage: gpu_team_test [cycles] (default 1000).
+ * and key and by node. Under a launcher, also a team whose processes act as on different hosts
+ * (WEAVE_TEST_HOST): each maps only its own heap, and plans that would need the others' refuse.
+ * Usage: gpu_team_test [cycles] (default 1000).
  * Exit 0 pass, 1 fail, 77 no device.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -18,6 +20,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -275,6 +278,58 @@ static int from_nccl_one_rank(void) {
   return rc;
 }
 
+/* Processes that act as on different hosts (WEAVE_TEST_HOST): the team is made, but a rank addresses
+ * only its own heap, so weave_ptr refuses every peer; both operations' plans are plans past one node
+ * (a node a process) whose step between the hosts needs NCCL, which refuses ranks sharing a GPU: both
+ * refused with WEAVE_ERROR_UNSUPPORTED naming NCCL, no plan handed out; the team goes on working. */
+static int hosts_fn(harness_rank_t *r) {
+  int bad = 0;
+  void *p = NULL, *q = (void *)0x1;
+  if (weave_malloc(r->team, 4096, &p) != WEAVE_SUCCESS) {
+    fprintf(stderr, "rank %d: weave_malloc across hosts: %s\n", r->rank, weave_get_last_error(r->team));
+    return 1;
+  }
+  for (int peer = 0; peer < r->world; ++peer)
+    if ((weave_ptr(r->team, p, peer, &q) == WEAVE_SUCCESS) != (peer == r->rank)) {
+      fprintf(stderr, "rank %d: weave_ptr to rank %d across hosts: %s\n", r->rank, peer,
+              weave_get_error_string(weave_ptr(r->team, p, peer, &q)));
+      bad = 1;
+    }
+  const int M = 64 * r->world;
+  weave_gemm_rs_desc_t d = WEAVE_GEMM_RS_DESC_INIT;
+  weave_gemm_rs_plan_t plan = NULL;
+  weave_result_t rc = weave_gemm_rs_plan_create(r->team, M, 256, 128, &d, &plan);
+  if (rc != WEAVE_ERROR_UNSUPPORTED || plan || !strstr(weave_get_last_error(r->team), "NCCL")) {
+    fprintf(stderr, "rank %d: gemm_rs plan across hosts without NCCL: %s: %s\n", r->rank, weave_get_error_string(rc),
+            weave_get_last_error(r->team));
+    bad = 1;
+  }
+  if (plan) weave_gemm_rs_plan_destroy(plan);
+  weave_ag_gemm_desc_t ad = WEAVE_AG_GEMM_DESC_INIT;
+  weave_ag_gemm_plan_t ag = NULL;
+  rc = weave_ag_gemm_plan_create(r->team, M, 256, 128, &ad, &ag);
+  if (rc != WEAVE_ERROR_UNSUPPORTED || ag || !strstr(weave_get_last_error(r->team), "NCCL")) {
+    fprintf(stderr, "rank %d: ag_gemm plan across hosts without NCCL: %s: %s\n", r->rank, weave_get_error_string(rc),
+            weave_get_last_error(r->team));
+    bad = 1;
+  }
+  if (ag) weave_ag_gemm_plan_destroy(ag);
+  if (weave_barrier(r->team) != WEAVE_SUCCESS || weave_free(r->team, p) != WEAVE_SUCCESS) bad = 1;
+  if (r->rank == 0) printf("world %d across pretend hosts: %s\n", r->world, bad ? "FAIL" : "passed");
+  return bad;
+}
+
+static int across_hosts(int world) {
+  char host[32];
+  snprintf(host, sizeof(host), "pretend-host-%d", harness_launched_rank());
+  setenv("WEAVE_TEST_HOST", host, 1);
+  weave_config_t cfg = WEAVE_CONFIG_INIT;
+  cfg.heap_size = 64u << 20;
+  const int rc = harness_run(world, NULL, &cfg, hosts_fn, NULL);
+  unsetenv("WEAVE_TEST_HOST");
+  return rc != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) cycles = atoi(argv[1]);
   if (harness_time_sliced() && cycles > 20) {
@@ -292,9 +347,10 @@ int main(int argc, char **argv) {
   int launched = harness_launched_world();
   if (launched < 0) return 1;
   int failed = 0;
-  if (launched)
+  if (launched) {
     failed |= run_world(launched);
-  else {
+    failed |= across_hosts(launched);
+  } else {
     for (int w = 2; w <= 4; w *= 2) failed |= run_world(w);
     failed |= caller_device_kept();
     failed |= from_nccl_one_rank();

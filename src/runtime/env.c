@@ -36,7 +36,8 @@
     "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")                 \
   X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                                 \
     "ranks per node of a team (0: the ranks of one host; n: pretend nodes of n consecutive ranks, for tests)")        \
-  X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)")
+  X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)")     \
+  X(WEAVE_TEST_HOST, "string", "", "tests: mixed into this process's host identity (processes act as other hosts)")
 
 typedef struct {
   const char *name, *type, *def, *doc;
