@@ -1,7 +1,9 @@
 /* CPU test of the node split (runtime/node_split.c): ranks of one host form a node, numbered in the
  * order of their first rank; WEAVE_RANKS_PER_NODE's pretend nodes of consecutive ranks, refused
- * across hosts; every result against counting by hand. */
+ * across hosts; every result against counting by hand. Then this host's identity and
+ * WEAVE_TEST_HOST. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -46,5 +48,21 @@ int main(void) {
   /* bad arguments */
   CHECK(weave_node_split(ids, 0, 0, node, why, sizeof(why)) == -1);
   CHECK(weave_node_split(NULL, 4, 0, node, why, sizeof(why)) == -1);
+  /* this host's identity: stable; WEAVE_TEST_HOST makes processes of one host act as other hosts
+   * (each value another host, the same value the same one, unset this host again) */
+  unsetenv("WEAVE_TEST_HOST");
+  weave_host_id_t me, again, a, a2, b;
+  weave_host_id(&me);
+  weave_host_id(&again);
+  CHECK(weave_same_host(&me, &again));
+  setenv("WEAVE_TEST_HOST", "pretend-host-0", 1);
+  weave_host_id(&a);
+  weave_host_id(&a2);
+  setenv("WEAVE_TEST_HOST", "pretend-host-1", 1);
+  weave_host_id(&b);
+  unsetenv("WEAVE_TEST_HOST");
+  weave_host_id(&again);
+  CHECK(!weave_same_host(&me, &a) && weave_same_host(&a, &a2) && !weave_same_host(&a, &b));
+  CHECK(weave_same_host(&me, &again));
   return check_summary("test_node_split");
 }
