@@ -134,8 +134,8 @@ WEAVE_API weave_result_t weave_team_destroy(weave_team_t team); /* collective */
  * needs no nccl.h): world and rank from ncclCommCount / ncclCommUserRank, rank 0's unique id sent to
  * the others by ncclBroadcast on `stream` (waited for), then weave_bootstrap_create_uid and
  * weave_team_create on `device`; the bootstrap belongs to the team (weave_team_destroy frees it).
- * NCCL is the communicator's own libnccl.so.2, found at run time. Every rank on one host, as for
- * every team today (docs/multinode.md: past one node). */
+ * NCCL is the communicator's own libnccl.so.2, found at run time. Ranks may span hosts, as for
+ * every team: only plans past one node run then (docs/multinode.md). */
 WEAVE_API weave_result_t weave_team_create_from_nccl(void *nccl_comm, int device, const weave_config_t *config,
                                                      weave_stream_t stream, weave_team_t *team);
 WEAVE_API weave_result_t weave_team_rank(weave_team_t team, int *rank);
