@@ -663,15 +663,9 @@ static weave_result_t ag_hier_rail(weave_ag_gemm_plan_t p, const weave_hier_layo
   /* the same on every rank of the rail team (its local rank's pieces; the desc is agreed) */
   if (l->piece_rows % h->nodes == 0 && !weave_dtype_is_fp8(p->desc.dtype))
     h->nccl = weave_nccl_try_create(p->team->sub[1], "AllGather + GEMM's rail step", "weave's gather over the heap");
-  /* across hosts weave's gather cannot reach the other nodes' heaps: NCCL or nothing */
   if (!h->nccl)
-    WEAVE_CHECK(weave_hier_pass(p->team, p->team->sub[1],
-                                weave_team_require_mapped(p->team->sub[1],
-                                                          "past one node, the rail gather without "
-                                                          "NCCL (it needs a GPU per rank, "
-                                                          "libnccl.so.2, M's rows in equal pieces "
-                                                          "per node, and no fp8)"),
-                                "past one node, the rail gather"));
+    WEAVE_CHECK(weave_hier_rail_heap_ok(p->team, p->team->sub[1], "the rail gather",
+                                        "a GPU per rank, libnccl.so.2, M's rows in equal pieces per node, and no fp8"));
   return WEAVE_SUCCESS;
 }
 

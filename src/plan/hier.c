@@ -115,14 +115,9 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
   if (h->piece_rows % h->nodes == 0)
     h->nccl = weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", rail_heap.name);
   h->rail_ops = h->nccl ? &rail_nccl : &rail_heap;
-  /* across hosts weave's reduce-scatter cannot reach the other nodes' heaps: NCCL or nothing */
   if (!h->nccl)
-    WEAVE_CHECK(weave_hier_pass(p->team, h->rail_team,
-                                weave_team_require_mapped(h->rail_team,
-                                                          "past one node, the rail step without NCCL "
-                                                          "(it needs a GPU per rank, libnccl.so.2 and "
-                                                          "M's rows in equal pieces per node)"),
-                                "past one node, the rail step"));
+    WEAVE_CHECK(weave_hier_rail_heap_ok(p->team, h->rail_team, "the rail step",
+                                        "a GPU per rank, libnccl.so.2 and M's rows in equal pieces per node"));
   return WEAVE_SUCCESS;
 }
 
@@ -158,6 +153,14 @@ weave_result_t weave_hier_teams(weave_team_t team, int g) {
 
 const uint32_t *weave_hier_error_code(weave_team_t sub) {
   return &((const weave_heap_header_t *)sub->heap_base)->error.code;
+}
+
+/* across hosts weave's steps over the heap cannot reach the other nodes' heaps: NCCL or nothing */
+weave_result_t weave_hier_rail_heap_ok(weave_team_t team, weave_team_t rail, const char *step, const char *needs) {
+  char what[256], where[96];
+  snprintf(what, sizeof(what), "past one node, %s without NCCL (it needs %s)", step, needs);
+  snprintf(where, sizeof(where), "past one node, %s", step);
+  return weave_hier_pass(team, rail, weave_team_require_mapped(rail, what), where);
 }
 
 weave_result_t weave_hier_pass(weave_team_t team, weave_team_t sub, weave_result_t rc, const char *what) {

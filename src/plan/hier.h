@@ -28,6 +28,10 @@ const uint32_t *weave_hier_error_code(weave_team_t sub);
 /* rc unchanged; on failure the sub-team's message becomes `team`'s last error, prefixed by what
  * (the caller reads the team it called with). */
 weave_result_t weave_hier_pass(weave_team_t team, weave_team_t sub, weave_result_t rc, const char *what);
+/* The rail step `step` without NCCL runs over the rail team's heap: WEAVE_SUCCESS where this rank
+ * addresses every rail peer's heap, else WEAVE_ERROR_UNSUPPORTED on `team`, saying what NCCL would
+ * have needed (`needs`). The same answer on every rank (weave_team_require_mapped). */
+weave_result_t weave_hier_rail_heap_ok(weave_team_t team, weave_team_t rail, const char *step, const char *needs);
 /* Collective: this rank's row layout (plan/hier_layout.h) and the node and rail teams, agreed on
  * every rank of `team` (so that a failure anywhere fails every rank). */
 weave_result_t weave_hier_prepare(weave_team_t team, int M, weave_hier_layout_t *layout);

@@ -181,8 +181,9 @@ struct weave_team {
   char last_error[1024];
 };
 
-/* Collective: WEAVE_SUCCESS where every rank of the team can address every rank's heap, else
- * WEAVE_ERROR_UNSUPPORTED naming a rank and a peer on another host, with `what` first. */
+/* WEAVE_SUCCESS where this rank can address every rank's heap, else WEAVE_ERROR_UNSUPPORTED naming
+ * a peer on another host, with `what` first. Local, yet the same on every rank of the team (hosts
+ * are a symmetric relation: on several hosts every rank has a peer on another). */
 weave_result_t weave_team_require_mapped(weave_team_t team, const char *what);
 
 /* The team's device made current for a call that does CUDA work, and the caller's CUDA context given

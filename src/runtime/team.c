@@ -426,18 +426,16 @@ weave_result_t weave_ptr(weave_team_t team, const void *ptr, int peer, void **pe
   return WEAVE_SUCCESS;
 }
 
+/* No collective needed: a team on several hosts leaves every rank a peer on another host, so every
+ * rank answers alike. */
 weave_result_t weave_team_require_mapped(weave_team_t team, const char *what) {
-  int first = -1, all[WEAVE_MAX_WORLD];
-  for (int r = 0; r < team->world && first < 0 && team->peers_unmapped; ++r)
-    if (!team->peer_bases[r]) first = r;
-  WEAVE_CHECK(weave_team_allgather_int(team, first, all));
-  for (int r = 0; r < team->world; ++r)
-    if (all[r] >= 0)
+  for (int r = 0; r < team->world && team->peers_unmapped; ++r)
+    if (!team->peer_bases[r])
       return weave_fail(team, WEAVE_ERROR_UNSUPPORTED,
                         "%s: rank %d cannot address rank %d's heap (another host; fabric handles are not supported): "
                         "across hosts only plans past one node run (ranks numbered node by node, nodes of equal "
                         "size), with NCCL between the hosts",
-                        what, r, all[r]);
+                        what, team->rank, r);
   return WEAVE_SUCCESS;
 }
 
