@@ -314,8 +314,11 @@ static int hosts_fn(harness_rank_t *r) {
     bad = 1;
   }
   if (ag) weave_ag_gemm_plan_destroy(ag);
-  if (weave_barrier(r->team) != WEAVE_SUCCESS || weave_free(r->team, p) != WEAVE_SUCCESS) bad = 1;
-  if (r->rank == 0) printf("world %d across pretend hosts: %s\n", r->world, bad ? "FAIL" : "passed");
+  if (weave_barrier(r->team) != WEAVE_SUCCESS || weave_free(r->team, p) != WEAVE_SUCCESS) {
+    fprintf(stderr, "rank %d: barrier or weave_free after the refusals: %s\n", r->rank, weave_get_last_error(r->team));
+    bad = 1;
+  }
+  if (r->rank == 0 || bad) printf("world %d across pretend hosts, rank %d: %s\n", r->world, r->rank, bad ? "FAIL" : "passed");
   return bad;
 }
 

@@ -31,7 +31,8 @@
     "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over")                                 \
   X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)")             \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")       \
-  X(WEAVE_HGEMM_GROUP_M, "2..4096", "16", "Hopper GEMM tile rows per group of its tile order (rounded down to even)") \
+  X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                             \
+    "Hopper GEMM tile rows per group of its tile order (0: 16, or whole columns on grids under 32 blocks)")           \
   X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                             \
     "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")                 \
   X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                                 \
@@ -112,16 +113,14 @@ int weave_parse_bool(const char *s, int *out) {
 }
 
 /* Integer knobs of the Hopper GEMM (their entries in WEAVE_ENV_TABLE document them), defaults
- * included: the GEMM's launcher takes every value from here (weave_hgemm_knob). WEAVE_HGEMM_GROUP_M,
- * the standalone kernel's tile-row group: 16 rows of 128 x ~8 columns of 256 per wave of 132 tiles, a
- * square footprint (2048 rows of A, ~2100 columns of B per wave), faster than 8 on the target shapes
- * (docs/hopper_gemm.md has the measurements). */
+ * included: the GEMM's launcher takes every value from here (weave_hgemm_knob). WEAVE_HGEMM_GROUP_M
+ * 0: the tile scheduler's group for the grid (weave_hgemm_group_rows). */
 static const struct {
   const char *name;
   long lo, hi, def;
 } hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},    {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
                    {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},     {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
-                   {"WEAVE_HGEMM_GROUP_M", 2, 4096, 16}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3}};
+                   {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 
 int weave_hgemm_knob(const char *name) {

@@ -306,7 +306,7 @@ static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
   if (!__atomic_load_n(&read, __ATOMIC_ACQUIRE)) { /* benign race: every thread reads the same values */
     k.cluster = weave_hgemm_knob("WEAVE_HGEMM_CLUSTER");
     k.tma_store = weave_hgemm_knob("WEAVE_HGEMM_TMA_STORE");
-    k.group_m = weave_hgemm_knob("WEAVE_HGEMM_GROUP_M") & ~1;
+    k.group_m = weave_hgemm_knob("WEAVE_HGEMM_GROUP_M");
     k.streamk = weave_hgemm_knob("WEAVE_HGEMM_STREAMK");
     k.pingpong = weave_hgemm_knob("WEAVE_HGEMM_PINGPONG");
     k.promote_wgs = weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS");
@@ -461,7 +461,6 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   sa.N = p.N;
   sa.tiles_m = p.tiles_m;
   sa.tiles_n = p.tiles_n;
-  sa.group_m = knobs.group_m;
   sa.pair_ok = (p.N % 2 == 0) && (((uintptr_t)a->C % (2 * osz)) == 0);
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);
@@ -484,6 +483,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   }
   const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
+  sa.group_m = weave_hgemm_group_rows(knobs.group_m, grid, p.tiles_m);
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                       \
   (pp        ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)  \

@@ -42,6 +42,20 @@
 
 #include "common/schedule.h" /* weave_grouped_tile_coords, WEAVE_HOST_DEVICE */
 
+/* Tile rows per group of the grouped tile order (weave_grouped_tile_coords) for a persistent grid of
+ * `blocks` blocks over tiles_m tile rows; `knob`: WEAVE_HGEMM_GROUP_M (0: this choice; else rounded
+ * down to even, at least 2). A group of 16 rows pays when a wave of the grid spans two or more of its
+ * columns: the rows of A loaded for one column serve the next from L2 (132 blocks: ~8 columns, faster
+ * than 8 rows or 32: docs/hopper_gemm.md). A smaller grid (ranks sharing a GPU: 15 blocks a rank at 8)
+ * spans one column per wave, where a group only makes every group read B again: it walks whole
+ * columns instead (AllGather + GEMM at 8 ranks on one H100: 1.6x faster; docs/performance.md). */
+#define WEAVE_HGEMM_GROUP_ROWS 16
+static inline WEAVE_HOST_DEVICE int weave_hgemm_group_rows(int knob, int blocks, int tiles_m) {
+  if (knob > 0) return knob < 2 ? 2 : knob & ~1;
+  if (blocks >= 2 * WEAVE_HGEMM_GROUP_ROWS || tiles_m <= WEAVE_HGEMM_GROUP_ROWS) return WEAVE_HGEMM_GROUP_ROWS;
+  return (tiles_m + 1) & ~1;
+}
+
 /* per-call choice */
 #define WEAVE_HGEMM_SK_AUTO 0 /* cost model below; WEAVE_HGEMM_STREAMK=0|1|2 overrides (off|auto|on) */
 #define WEAVE_HGEMM_SK_OFF 1
