@@ -32,7 +32,7 @@
   X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)")             \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")       \
   X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                             \
-    "Hopper GEMM tile rows per group of its tile order (0: 16, or whole columns on grids under 32 blocks)")           \
+    "Hopper GEMM tile rows per group of its tile order (0: 16; AllGather + GEMM: whole columns under 32 blocks)")           \
   X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                             \
     "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")                 \
   X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                                 \

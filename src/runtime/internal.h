@@ -208,8 +208,9 @@ void weave_team_refresh_abort(weave_team_t team);
 
 /* Collective: every rank's `mine` into all[0 .. world-1]; a bootstrap failure is the team's last error. */
 weave_result_t weave_team_allgather_int(weave_team_t team, int mine, int *all);
-/* Collective agreement: every rank contributes `local`; returns the first non-success code of any
- * rank (so all ranks fail together) and names the failing rank in the last error. */
+/* Collective agreement: every rank contributes `local`; all ranks fail together. A rank that failed
+ * returns its own code and keeps its own last error; the others return the first failing rank's code
+ * and name that rank in the last error. */
 weave_result_t weave_team_agree(weave_team_t team, weave_result_t local);
 /* Collective: checks that every rank passed the same `bytes` of `what`. */
 weave_result_t weave_team_check_same(weave_team_t team, const void *data, size_t bytes, const char *what);
