@@ -225,17 +225,16 @@ int main(void) {
         CHECK(c == 0);
       }
   /* the grouped order's group (weave_hgemm_group_rows): 16 rows where a wave of the grid spans two
-   * or more columns of a group or the caller wants groups, whole columns (rounded up to even) on
-   * smaller grids where it wants columns, the knob as given (even, at least 2) */
-  CHECK(weave_hgemm_group_rows(0, 1, 132, 64) == 16);
-  CHECK(weave_hgemm_group_rows(0, 1, 32, 64) == 16);
-  CHECK(weave_hgemm_group_rows(0, 1, 31, 64) == 64);
-  CHECK(weave_hgemm_group_rows(0, 0, 15, 64) == 16);
-  CHECK(weave_hgemm_group_rows(0, 1, 15, 127) == 128);
-  CHECK(weave_hgemm_group_rows(0, 1, 15, 16) == 16);
-  CHECK(weave_hgemm_group_rows(0, 1, 15, 3) == 16);
-  CHECK(weave_hgemm_group_rows(8, 1, 15, 64) == 8);
-  CHECK(weave_hgemm_group_rows(9, 0, 132, 64) == 8);
-  CHECK(weave_hgemm_group_rows(1, 0, 132, 64) == 2);
+   * or more columns of a group, whole columns (rounded up to even) on smaller grids, the knob as given
+   * (even, at least 2) */
+  CHECK(weave_hgemm_group_rows(0, 132, 64) == 16);
+  CHECK(weave_hgemm_group_rows(0, 32, 64) == 16);
+  CHECK(weave_hgemm_group_rows(0, 31, 64) == 64);
+  CHECK(weave_hgemm_group_rows(0, 15, 127) == 128);
+  CHECK(weave_hgemm_group_rows(0, 15, 16) == 16);
+  CHECK(weave_hgemm_group_rows(0, 15, 3) == 16);
+  CHECK(weave_hgemm_group_rows(8, 15, 64) == 8);
+  CHECK(weave_hgemm_group_rows(9, 132, 64) == 8);
+  CHECK(weave_hgemm_group_rows(1, 132, 64) == 2);
   return check_summary("test_streamk");
 }

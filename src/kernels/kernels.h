@@ -164,7 +164,6 @@ typedef struct {
   int num_blocks;              /* persistent blocks; <= 0: as many as fit */
   void *ws;                    /* the Hopper role's stream-K workspace (zeroed once, one stream at a time), */
   size_t ws_bytes;             /* or NULL: the stream's own, allocated on its first need */
-  int group_columns;           /* Hopper role: weave_hgemm_args_t.group_columns */
 } weave_gemm_call_t;
 
 /* local_gemm.c: the local GEMM on the fastest role the arguments allow (no argument checks); fp8 runs on

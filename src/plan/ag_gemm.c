@@ -245,8 +245,7 @@ static weave_gemm_call_t ag_gemm_call(const weave_ag_gemm_plan_t p, const void *
                                .fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST,
                                .num_blocks = p->gemm_blocks,
                                .ws = p->gemm_ws,
-                               .ws_bytes = p->gemm_ws_bytes,
-                               .group_columns = 1}; /* B: this rank's column shard */
+                               .ws_bytes = p->gemm_ws_bytes};
   return c;
 }
 

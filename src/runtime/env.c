@@ -14,30 +14,30 @@
 #include "runtime/internal.h"
 
 /*            name               type      default   meaning */
-#define WEAVE_ENV_TABLE(X)                                                                                            \
-  X(WEAVE_DEBUG, "level", "WARN", "log level: NONE, WARN, INFO or TRACE")                                             \
-  X(WEAVE_HEAP_SIZE, "size", "1G", "symmetric heap per rank in bytes (suffix K, M, G, T)")                            \
-  X(WEAVE_TIMEOUT_MS, "int", "10000", "bound of every host and device wait, in ms (1..3600000)")                      \
-  X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                                          \
-  X(WEAVE_TUNE_FILE, "path", "", "tuning cache (default $XDG_CACHE_HOME/weave/tune.tsv)")                             \
-  X(WEAVE_AUTOTUNE, "bool", "1",                                                                                      \
-    "AUTO plans time their candidates once per shape when nothing is cached (0: the cost model)")                     \
-  X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                                    \
-  X(WEAVE_SOCKET_ADDR, "address", "", "this host's address in a unique id (default: first non-loopback IPv4)")        \
-  X(WEAVE_BOOTSTRAP_PORT, "port", "", "rendezvous port of weave_bootstrap_create_env (default: MASTER_PORT + 1)")     \
-  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)")      \
-  X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong")       \
-  X(WEAVE_HGEMM_STREAMK, "0..2", "1",                                                                                 \
-    "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over")                                 \
-  X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)")             \
-  X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")       \
-  X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                             \
-    "Hopper GEMM tile rows per group of its tile order (0: 16; AllGather + GEMM: whole columns under 32 blocks)")           \
-  X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                             \
-    "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")                 \
-  X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                                 \
-    "ranks per node of a team (0: the ranks of one host; n: pretend nodes of n consecutive ranks, for tests)")        \
-  X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)")     \
+#define WEAVE_ENV_TABLE(X)                                                                                        \
+  X(WEAVE_DEBUG, "level", "WARN", "log level: NONE, WARN, INFO or TRACE")                                         \
+  X(WEAVE_HEAP_SIZE, "size", "1G", "symmetric heap per rank in bytes (suffix K, M, G, T)")                        \
+  X(WEAVE_TIMEOUT_MS, "int", "10000", "bound of every host and device wait, in ms (1..3600000)")                  \
+  X(WEAVE_INFO, "bool", "0", "print these variables when a team is created")                                      \
+  X(WEAVE_TUNE_FILE, "path", "", "tuning cache (default $XDG_CACHE_HOME/weave/tune.tsv)")                         \
+  X(WEAVE_AUTOTUNE, "bool", "1",                                                                                  \
+    "AUTO plans time their candidates once per shape when nothing is cached (0: the cost model)")                 \
+  X(WEAVE_TRACE, "path", "", "write a per-tile trace of fused calls to this file")                                \
+  X(WEAVE_SOCKET_ADDR, "address", "", "this host's address in a unique id (default: first non-loopback IPv4)")    \
+  X(WEAVE_BOOTSTRAP_PORT, "port", "", "rendezvous port of weave_bootstrap_create_env (default: MASTER_PORT + 1)") \
+  X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)")  \
+  X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong")   \
+  X(WEAVE_HGEMM_STREAMK, "0..2", "1",                                                                             \
+    "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over")                             \
+  X(WEAVE_HGEMM_CLUSTER, "1..2", "1", "Hopper GEMM CTAs per cluster (2: TMA multicast; measured slower)")         \
+  X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")   \
+  X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                          \
+    "Hopper GEMM tile rows per group of its tile order (0: 16; whole columns under 32 blocks)")                   \
+  X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                         \
+    "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")             \
+  X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                             \
+    "ranks per node of a team (0: the ranks of one host; n: pretend nodes of n consecutive ranks, for tests)")    \
+  X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)") \
   X(WEAVE_TEST_HOST, "string", "", "tests: mixed into this process's host identity (processes act as other hosts)")
 
 typedef struct {
@@ -118,8 +118,8 @@ int weave_parse_bool(const char *s, int *out) {
 static const struct {
   const char *name;
   long lo, hi, def;
-} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},    {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
-                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},     {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
+} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},   {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
+                   {"WEAVE_HGEMM_CLUSTER", 1, 2, 1},    {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
                    {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 

@@ -156,9 +156,6 @@ typedef struct {
    * schedule, no stream-K); 1 keeps the tensor cores' fp8 accumulator for the whole k-loop
    * (weave_fp8_accum_t) */
   int fp8_fast_accum;
-  /* 1: whole columns of tiles on grids under 32 blocks (weave_hgemm_group_rows); 0 (default): groups
-   * of 16 tile rows. WEAVE_HGEMM_GROUP_M overrides both. */
-  int group_columns;
 } weave_hgemm_args_t;
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).

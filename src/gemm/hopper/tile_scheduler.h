@@ -47,15 +47,13 @@
  * down to even, at least 2). A group of 16 rows pays when a wave of the grid spans two or more of its
  * columns: the rows of A loaded for one column serve the next from L2 (132 blocks: ~8 columns, faster
  * than 8 rows or 32: docs/hopper_gemm.md). A smaller grid (ranks sharing a GPU: 15 blocks a rank at 8)
- * spans one column per wave; `columns` (the caller's B: a column shard of a large weight, N x K
- * above A's rows per column, as AllGather + GEMM's) then walks whole columns, so each column of B is
- * read once (AllGather + GEMM at 8 ranks on one H100: 1.6x faster; GEMM + ReduceScatter's bulk GEMM,
- * whose columns are many, ran 1.4x slower in fp8 that way: docs/performance.md). */
+ * spans one column per wave, where a group only makes every group read B again: it walks whole
+ * columns instead (8 ranks on one H100: AllGather + GEMM's bulk 1.6-1.9x faster, GEMM + ReduceScatter's
+ * bulk GEMM up to 1.27x in bf16 and level in fp8; docs/performance.md). */
 #define WEAVE_HGEMM_GROUP_ROWS 16
-static inline WEAVE_HOST_DEVICE int weave_hgemm_group_rows(int knob, int columns, int blocks, int tiles_m) {
+static inline WEAVE_HOST_DEVICE int weave_hgemm_group_rows(int knob, int blocks, int tiles_m) {
   if (knob > 0) return knob < 2 ? 2 : knob & ~1;
-  if (!columns || blocks >= 2 * WEAVE_HGEMM_GROUP_ROWS || tiles_m <= WEAVE_HGEMM_GROUP_ROWS)
-    return WEAVE_HGEMM_GROUP_ROWS;
+  if (blocks >= 2 * WEAVE_HGEMM_GROUP_ROWS || tiles_m <= WEAVE_HGEMM_GROUP_ROWS) return WEAVE_HGEMM_GROUP_ROWS;
   return (tiles_m + 1) & ~1;
 }
 
