@@ -318,7 +318,8 @@ static int hosts_fn(harness_rank_t *r) {
     fprintf(stderr, "rank %d: barrier or weave_free after the refusals: %s\n", r->rank, weave_get_last_error(r->team));
     bad = 1;
   }
-  if (r->rank == 0 || bad) printf("world %d across pretend hosts, rank %d: %s\n", r->world, r->rank, bad ? "FAIL" : "passed");
+  if (r->rank == 0 || bad)
+    printf("world %d across pretend hosts, rank %d: %s\n", r->world, r->rank, bad ? "FAIL" : "passed");
   return bad;
 }
 

@@ -32,7 +32,8 @@ weave_result_t weave_team_agree(weave_team_t team, weave_result_t local) {
   WEAVE_CHECK(weave_team_allgather_int(team, (int)local, all));
   if (local != WEAVE_SUCCESS) return local; /* this rank's own failure keeps its own message */
   for (int r = 0; r < team->world; ++r)
-    if (all[r] != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)all[r], "rank %d failed this collective call", r);
+    if (all[r] != WEAVE_SUCCESS)
+      return weave_fail(team, (weave_result_t)all[r], "rank %d failed this collective call", r);
   return WEAVE_SUCCESS;
 }
 
