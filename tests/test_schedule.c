@@ -286,7 +286,10 @@ static void test_ag_schedule(void) {
           weave_split_rows_of(M, world, rank, &rb, &rows);
           weave_ag_own_blocks(rb, rows, blocks_m, br, &first, &n_own);
           for (int tiles_n = 1; tiles_n <= 3; ++tiles_n)
-            for (int group_m = 1; group_m <= 16; group_m *= 4) {
+            for (int gi = 0; gi < 4; ++gi) {
+              /* groups of 1, 4 and 16 rows, and whole columns (weave_hgemm_group_rows on small grids:
+               * the rows rounded up to even) */
+              const int group_m = gi < 3 ? 1 << (2 * gi) : (blocks_m + 1) & ~1;
               const int total = blocks_m * tiles_n;
               char *seen = (char *)calloc((size_t)total, 1);
               int *order = (int *)malloc(sizeof(int) * (size_t)blocks_m), norder = 0, ok = 1;
