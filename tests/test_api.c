@@ -9,6 +9,7 @@
  * memory (weave_free's cudaDeviceSynchronize simply fails without a GPU and is ignored). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,6 +437,54 @@ static void test_team_abort(void) {
   host_team_fini(&ht);
 }
 
+/* weave_team_agree over three host teams on one thread bootstrap: ranks 0 and 1 fail, each for its
+ * own reason, rank 2 does not. All fail together; a rank that failed keeps its own code and message,
+ * the other names the first rank that failed. */
+typedef struct {
+  weave_bootstrap_t *bs;
+  int rank;
+  weave_result_t rc;
+  char msg[256];
+} agree_rank_t;
+
+static void *agree_rank(void *arg) {
+  agree_rank_t *a = (agree_rank_t *)arg;
+  struct weave_team t;
+  memset(&t, 0, sizeof t);
+  t.bootstrap = a->bs;
+  t.rank = a->rank;
+  t.world = 3;
+  t.timeout_ms = 5000;
+  weave_result_t local = WEAVE_SUCCESS;
+  if (a->rank == 0) local = weave_fail(&t, WEAVE_ERROR_INVALID_ARGUMENT, "rank 0's own reason");
+  if (a->rank == 1) local = weave_fail(&t, WEAVE_ERROR_UNSUPPORTED, "rank 1's own reason");
+  a->rc = weave_team_agree(&t, local);
+  snprintf(a->msg, sizeof a->msg, "%s", weave_get_last_error(&t));
+  return NULL;
+}
+
+static void test_team_agree(void) {
+  weave_bootstrap_t *bs = NULL;
+  CHECK(weave_bootstrap_create_threads(3, &bs) == WEAVE_SUCCESS);
+  if (!bs) return;
+  agree_rank_t r[3];
+  pthread_t th[3];
+  for (int i = 0; i < 3; ++i) {
+    memset(&r[i], 0, sizeof r[i]);
+    r[i].bs = bs;
+    r[i].rank = i;
+    CHECK(pthread_create(&th[i], NULL, agree_rank, &r[i]) == 0);
+  }
+  for (int i = 0; i < 3; ++i) pthread_join(th[i], NULL);
+  CHECK_MSG(r[0].rc == WEAVE_ERROR_INVALID_ARGUMENT && strstr(r[0].msg, "rank 0's own reason"), "rank 0: %d '%s'",
+            (int)r[0].rc, r[0].msg);
+  CHECK_MSG(r[1].rc == WEAVE_ERROR_UNSUPPORTED && strstr(r[1].msg, "rank 1's own reason"), "rank 1: %d '%s'",
+            (int)r[1].rc, r[1].msg);
+  CHECK_MSG(r[2].rc == WEAVE_ERROR_INVALID_ARGUMENT && strstr(r[2].msg, "rank 0 failed this collective call"),
+            "rank 2: %d '%s'", (int)r[2].rc, r[2].msg);
+  weave_bootstrap_destroy(bs);
+}
+
 static void test_team_args(void) {
   host_team_t ht;
   const size_t heap = 1 << 20;
@@ -520,5 +569,6 @@ int main(void) {
   test_hopper_args();
   test_team_args();
   test_team_abort();
+  test_team_agree();
   return check_summary("test_api");
 }
