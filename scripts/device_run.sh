@@ -250,9 +250,12 @@ PY
       grep -E "^===|^ +[0-9]+ +[0-9]+ +[0-9]+ " "$out/bench_fp8acc.log"
       ;;
     fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
-            # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes, alternating, twice; the
-            # linear share (132 and 128 blocks); then GEMM + ReduceScatter fp8 at 4 and 8 ranks
+            # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes and the auto sweep's
+            # one-rank bulk shapes at M 512 and 16384 (N 8192, K 28672: bulk moved there when three
+            # warpgroups became the default), alternating, twice; the linear share (132 and 128
+            # blocks); then GEMM + ReduceScatter fp8 at 4 and 8 ranks
       S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
+      S="$S -s 512x8192x28672 -s 16384x8192x28672"
       for i in 1 2; do for w in 3 2; do
         echo "=== fp8wgs wgs $w run $i" >> "$out/bench_fp8wgs.log"
         WEAVE_HGEMM_PROMOTE_WGS=$w timeout 100 $b/weave-bench --op gemm -d fp8 --fp8-accum fp32 $S -B 132 -n 20 -w 5 \
