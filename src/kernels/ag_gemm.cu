@@ -274,12 +274,7 @@ extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hge
   sa.N = hg->N;
   sa.tiles_m = hg->tiles_m;
   sa.tiles_n = hg->tiles_n;
-  /* the knob read once per process, as the standalone GEMM's (benign race: every thread reads the
-   * same); the group for this grid of GEMM blocks as the standalone GEMM's (tile_scheduler.h) */
-  static int knob = -1;
-  if (__atomic_load_n(&knob, __ATOMIC_RELAXED) < 0)
-    __atomic_store_n(&knob, weave_hgemm_knob("WEAVE_HGEMM_GROUP_M"), __ATOMIC_RELAXED);
-  sa.group_m = weave_hgemm_group_rows(__atomic_load_n(&knob, __ATOMIC_RELAXED), p->gemm_blocks, p->blocks_m);
+  sa.group_m = weave_hgemm_group_for(p->gemm_blocks, p->blocks_m); /* as the standalone GEMM's */
   sa.pair_ok = (hg->N % 2 == 0) && (((uintptr_t)C % (2 * osz)) == 0);
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);

@@ -315,6 +315,10 @@ static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
   return k;
 }
 
+extern "C" int weave_hgemm_group_for(int blocks, int tiles_m) {
+  return weave_hgemm_group_rows(weave_hgemm_knobs().group_m, blocks, tiles_m);
+}
+
 /* SMs of the current device, or 0 (no device) */
 static int weave_hgemm_sm_count(void) {
   int dev = 0, sms = 0;
@@ -483,7 +487,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   }
   const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
-  sa.group_m = weave_hgemm_group_rows(knobs.group_m, grid, p.tiles_m);
+  sa.group_m = weave_hgemm_group_for(grid, p.tiles_m);
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                       \
   (pp        ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)  \

@@ -83,7 +83,6 @@ extern "C" {
 /* Named barrier id of weave_hgemm_regs_restore (all 384 threads). */
 #define WEAVE_HGEMM_RESTORE_BARRIER_ID 4
 /* The ping-pong role's turn barriers use ids 5 and 6 (WEAVE_HGEMM_PP_ORDER_BARRIER_ID). */
-/* WEAVE_HGEMM_GROUP_M, the tile-row group of the grouped tile order: its default is runtime/env.c's. */
 
 /* K elements per smem stage for inputs of `dtype`, and the k-blocks of a K (host, device, CPU test). */
 static inline WEAVE_HOST_DEVICE int weave_hgemm_bk(int dtype) {
@@ -188,6 +187,10 @@ int weave_hgemm_profile_save(const char *path);
 
 /* A knob of this GEMM (WEAVE_HGEMM_*: runtime/env.c documents them): its value, or its default. */
 int weave_hgemm_knob(const char *name);
+/* Tile rows per group of the grouped tile order for a grid of `blocks` blocks over tiles_m tile rows:
+ * weave_hgemm_group_rows (tile_scheduler.h) with this process's WEAVE_HGEMM_GROUP_M (read once). The
+ * standalone GEMM's launcher and the fused AllGather + GEMM kernel's both take it from here. */
+int weave_hgemm_group_for(int blocks, int tiles_m);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
  * message is written to errmsg (if not NULL). Tensor maps are encoded per call (about a microsecond
