@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|agab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -290,6 +290,26 @@ PY
         grep -v "^# " "$out/bench_ab.log"
       else
         echo "ab: no $b/weave-bench-base to compare with"
+      fi
+      ;;
+    agab) # A/B of two builds' AllGather + GEMM in one run: build/weave-bench against
+          # build/weave-bench-base (carry it), bf16 and fp8 at 8 and 4 ranks (M 2048, 8192), then
+          # 8 ranks with one communication block a rank (one SM's push rate), alternating twice
+      if [ -x $b/weave-bench-base ]; then
+        for i in 1 2; do
+          for v in base this; do
+            exe=$b/weave-bench; [ $v = base ] && exe=$b/weave-bench-base
+            for a in "-d bf16 -g 8 -N 3584" "-d fp8 -g 8 -N 3584" "-d bf16 -g 4 -N 7168" "-d fp8 -g 4 -N 7168" \
+                     "-d bf16 -g 8 -N 3584 --comm-blocks 1"; do
+              echo "=== agab $v $i $a" >> "$out/bench_agab.log"
+              timeout 90 $exe --op ag_gemm $a -M 2048 -M 8192 -K 8192 -n 10 -w 3 >> "$out/bench_agab.log" 2>&1
+              echo "agab $v $i $a: rc=$?"
+            done
+          done
+        done
+        grep -E "^===|^ +[0-9]+ " "$out/bench_agab.log"
+      else
+        echo "agab: no $b/weave-bench-base to compare with"
       fi
       ;;
     prof) # clock64 breakdown of the cooperative kernel (docs/hopper_gemm.md, session 7): needs a
