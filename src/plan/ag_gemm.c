@@ -638,7 +638,7 @@ static weave_result_t ag_hier_bands(weave_ag_gemm_plan_t p, const weave_hier_lay
     WEAVE_CHECK(weave_hier_pass(p->team, p->team->sub[0],
                                 ag_create(p->team->sub[0], l->band_rows[b], p->N, p->K, &bd, 1, &h->band[b]),
                                 "past one node, a band plan"));
-    h->band[b]->params.upstream_error = weave_hier_error_code(p->team->sub[1]);
+    h->band[b]->params.upstream_error = weave_team_error_code(p->team->sub[1]);
   }
   return WEAVE_SUCCESS;
 }

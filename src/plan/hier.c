@@ -110,7 +110,7 @@ static weave_result_t hier_rail(weave_gemm_rs_plan_t p) {
   WEAVE_CHECK(weave_hier_pass(p->team, h->rail_team,
                               weave_gemm_rs_plan_create_flat(h->rail_team, h->piece_rows, p->N, 16, &rd, &h->rail),
                               "past one node, the rail step"));
-  h->rail->params.upstream_error = weave_hier_error_code(h->node_team);
+  h->rail->params.upstream_error = weave_team_error_code(h->node_team);
   /* NCCL where it runs (a GPU per rank) on pieces of equal size (its reduce-scatter's one count) */
   if (h->piece_rows % h->nodes == 0)
     h->nccl = weave_nccl_try_create(h->rail_team, "hierarchical plan's rail step", rail_heap.name);
@@ -149,10 +149,6 @@ weave_result_t weave_hier_teams(weave_team_t team, int g) {
   __atomic_store_n(&team->sub[0], node_team, __ATOMIC_RELEASE); /* weave_team_poll reads them from a watchdog */
   __atomic_store_n(&team->sub[1], rail_team, __ATOMIC_RELEASE);
   return WEAVE_SUCCESS;
-}
-
-const uint32_t *weave_hier_error_code(weave_team_t sub) {
-  return &((const weave_heap_header_t *)sub->heap_base)->error.code;
 }
 
 /* across hosts weave's steps over the heap cannot reach the other nodes' heaps: NCCL or nothing */

@@ -22,9 +22,6 @@ int weave_hier_applies(weave_team_t team, char *why, size_t why_len);
 /* Collective: the team's node team (team->sub[0], ranks by local index) and rail team (sub[1], ranks
  * by node), made by its first plan past one node with the team's heap size and timeout. */
 weave_result_t weave_hier_teams(weave_team_t team, int g);
-/* The device address of this rank's error code in `sub`'s heap header: a step after one on `sub`
- * checks it before it publishes (kernels.h, upstream_error). */
-const uint32_t *weave_hier_error_code(weave_team_t sub);
 /* rc unchanged; on failure the sub-team's message becomes `team`'s last error, prefixed by what
  * (the caller reads the team it called with). */
 weave_result_t weave_hier_pass(weave_team_t team, weave_team_t sub, weave_result_t rc, const char *what);

@@ -185,6 +185,10 @@ struct weave_team {
  * a peer on another host, with `what` first. Local, yet the same on every rank of the team (hosts
  * are a symmetric relation: on several hosts every rank has a peer on another). */
 weave_result_t weave_team_require_mapped(weave_team_t team, const char *what);
+/* The device address of this rank's error code in `team`'s heap header: a node or rail team's waits
+ * watch their parent's (weave_device_team_t.parent_error), a step after one on `team` checks it
+ * before it publishes (kernels.h, upstream_error). */
+const uint32_t *weave_team_error_code(weave_team_t team);
 
 /* The team's device made current for a call that does CUDA work, and the caller's CUDA context given
  * back after it (weave_device_leave): a thread that drives several GPUs keeps its own current device

@@ -424,6 +424,10 @@ weave_result_t weave_ptr(weave_team_t team, const void *ptr, int peer, void **pe
   return WEAVE_SUCCESS;
 }
 
+const uint32_t *weave_team_error_code(weave_team_t team) {
+  return &((const weave_heap_header_t *)team->heap_base)->error.code;
+}
+
 /* No collective needed: a team on several hosts leaves every rank a peer on another host, so every
  * rank answers alike. */
 weave_result_t weave_team_require_mapped(weave_team_t team, const char *what) {
@@ -452,8 +456,7 @@ weave_result_t weave_team_device_view(weave_team_t team, weave_device_team_t *vi
   view->rank = team->rank;
   view->world = team->world;
   view->timeout_ns = (uint64_t)team->timeout_ms * 1000000ull;
-  view->parent_error =
-      team->parent ? &((const weave_heap_header_t *)team->parent->heap_base)->error.code : (const uint32_t *)NULL;
+  view->parent_error = team->parent ? weave_team_error_code(team->parent) : NULL;
   return WEAVE_SUCCESS;
 }
 
