@@ -326,8 +326,38 @@ static void test_ag_schedule(void) {
   CHECK(cases > 20000);
 }
 
+/* weave_paired_tile_coords: with an even count along the pairing, every tile once, and the two
+ * tiles of a pair on one tile column (pair_n 0) or one tile row (pair_n 1), side by side. */
+static void test_paired_tiles(void) {
+  long cases = 0;
+  for (int pair_n = 0; pair_n < 2; ++pair_n)
+    for (int tiles_m = 1; tiles_m <= 20; ++tiles_m)
+      for (int tiles_n = 1; tiles_n <= 20; ++tiles_n) {
+        if ((pair_n ? tiles_n : tiles_m) % 2) continue;
+        for (int group_m = 2; group_m <= 24; group_m += 2) {
+          const int total = tiles_m * tiles_n;
+          char *seen = (char *)calloc((size_t)total, 1);
+          int ok = 1;
+          for (int seq = 0; seq < total && ok; seq += 2) {
+            int m0, n0, m1, n1;
+            weave_paired_tile_coords(seq, tiles_m, tiles_n, group_m, pair_n, &m0, &n0);
+            weave_paired_tile_coords(seq + 1, tiles_m, tiles_n, group_m, pair_n, &m1, &n1);
+            ok = m0 >= 0 && m0 < tiles_m && n0 >= 0 && n0 < tiles_n && m1 >= 0 && m1 < tiles_m && n1 >= 0 &&
+                 n1 < tiles_n && !seen[m0 * tiles_n + n0] && !seen[m1 * tiles_n + n1] &&
+                 (pair_n ? m0 == m1 && n1 == n0 + 1 : n0 == n1 && m1 == m0 + 1);
+            if (ok) seen[m0 * tiles_n + n0] = seen[m1 * tiles_n + n1] = 1;
+          }
+          CHECK_MSG(ok, "pair_n %d, %d x %d tiles, group %d", pair_n, tiles_m, tiles_n, group_m);
+          free(seen);
+          ++cases;
+        }
+      }
+  CHECK(cases > 1000);
+}
+
 int main(void) {
   test_row_split();
+  test_paired_tiles();
   test_ag_schedule();
   test_tilings();
   test_epochs();

@@ -82,6 +82,22 @@ static inline WEAVE_HOST_DEVICE void weave_grouped_tile_coords(int seq, int tile
   *tn = in / gm;
 }
 
+/* The grouped order over pairs of tiles, for 2-CTA clusters whose CTAs take tiles seq and seq ^ 1:
+ * pair_n 0, tile rows (2i, 2i + 1) of one column (the CTAs share B); pair_n 1, tile columns
+ * (2j, 2j + 1) of one row (they share A). An odd count of tile rows (columns) leaves the last pair's
+ * second tile out of range: callers pair only where the count is even. */
+static inline WEAVE_HOST_DEVICE void weave_paired_tile_coords(int seq, int tiles_m, int tiles_n, int group_m,
+                                                              int pair_n, int *tm, int *tn) {
+  int p;
+  if (pair_n) {
+    weave_grouped_tile_coords(seq >> 1, tiles_m, (tiles_n + 1) >> 1, group_m, tm, &p);
+    *tn = 2 * p + (seq & 1);
+  } else {
+    weave_grouped_tile_coords(seq >> 1, (tiles_m + 1) >> 1, tiles_n, group_m >> 1, &p, tn);
+    *tm = 2 * p + (seq & 1);
+  }
+}
+
 /* AllGather + GEMM (kernels/ag_gemm.cu), over blocks of `block_rows` gathered rows of A.
  * The pushes block b receives per call, i.e. the ranks whose rows meet it (owners are contiguous), |
  * the first of them << 16. */

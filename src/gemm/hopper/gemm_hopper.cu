@@ -29,13 +29,13 @@
  * ping-pong schedule (gemm_hopper_pingpong.cuh; no stream-K) instead of the cooperative one; SC: the
  * roles' scale policy (scales.cuh; weave_hgemm_scale_none unless fp8 with per-row scales); PROMOTE:
  * fp8 accumulation promoted to fp32 (cooperative only). */
-template <int DT, int OUT, int BCOL, int CL, bool PP, class SC, bool PROMOTE>
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC, bool PROMOTE, bool SHARE_A = false>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hgemm_kernel(const __grid_constant__ weave_hgemm_params_t p, const __grid_constant__ CUtensorMap c_map,
                        weave_hgemm_sink_args_t sa) {
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
-  typedef weave_hgemm_standalone_sink_t<OUT, CL> sink_t;
+  typedef weave_hgemm_standalone_sink_t<OUT, CL, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, SHARE_A> sink_t;
   sink_t sink;
   sink.a = sa;
   sink.cmap = &c_map;
@@ -48,9 +48,11 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hgemm_role_pingpong<sink_t, DT, BCOL, CL, SC>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   } else {
     /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
-    const int seq_count = CL == 1 ? p.sk.dp_tiles : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-    weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE, SC, PROMOTE>(p, smem, blockIdx.x, gridDim.x,
-                                                                                  seq_count, sink);
+    const int seq_count = CL == 1   ? p.sk.dp_tiles
+                          : SHARE_A ? p.tiles_m * 2 * ((p.tiles_n + 1) / 2)
+                                    : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+    weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE, SC, PROMOTE, SHARE_A>(p, smem, blockIdx.x,
+                                                                                           gridDim.x, seq_count, sink);
   }
 }
 
@@ -277,11 +279,12 @@ static cudaError_t weave_hgemm_launch_kernel(const weave_hgemm_params_t &p, cons
   return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 
-/* the standalone kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE> */
-template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none, bool PROMOTE = false>
+/* the standalone kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE, SHARE_A> */
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none, bool PROMOTE = false,
+          bool SHARE_A = false>
 static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
                                            const weave_hgemm_sink_args_t &sa, int grid, int dev, cudaStream_t stream) {
-  return weave_hgemm_launch_kernel<weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE>, WEAVE_HGEMM_THREADS,
+  return weave_hgemm_launch_kernel<weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE, SHARE_A>, WEAVE_HGEMM_THREADS,
                                    WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, CL>(p, c_map, sa, grid, dev, stream);
 }
 
@@ -343,11 +346,14 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
   int mode = streamk;
   if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
     mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
-  /* 2-CTA clusters pair tile rows: only when the tile rows pair up exactly; no stream-K with them.
-   * Not built for fp8 (measured no faster for 16-bit). */
-  const int cl = !fp8 && k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+  /* 2-CTA clusters pair tile rows (WEAVE_HGEMM_CLUSTER=2: they share B) or tile columns (3: they
+   * share A; cooperative only): only when they pair up exactly; no stream-K with them. Not built for
+   * fp8 (measured no faster for 16-bit). */
+  const int cl =
+      !fp8 && grid >= 2 && ((k.cluster == 2 && tiles_m % 2 == 0) || (k.cluster == 3 && tiles_n % 2 == 0)) ? 2 : 1;
   if (cl == 2) mode = WEAVE_HGEMM_SK_OFF;
-  const int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
+  int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
+  if (cl == 2 && k.cluster == 3) pp = 0;
   if (pp) mode = WEAVE_HGEMM_SK_OFF;
   if (grid_out) *grid_out = grid;
   if (cl_out) *cl_out = cl;
@@ -485,14 +491,23 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     p.sk_counters = (unsigned *)a->workspace;
     p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
   }
-  const int seqs = cl == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+  /* clusters sharing A: each CTA loads half of the tile's rows */
+  const bool share_a = cl == 2 && knobs.cluster == 3;
+  if (share_a) {
+    r = weave_hgemm_encode(&p.tmap_a, a->dtype, a->A, (uint64_t)p.K, (uint64_t)p.M, (uint64_t)p.K * 2,
+                           (uint32_t)weave_hgemm_bk(a->dtype), WEAVE_HGEMM_BM / 2, errmsg, errlen);
+    if (r) return r;
+  }
+  const int seqs = cl == 1 || share_a ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   sa.group_m = weave_hgemm_group_for(grid, p.tiles_m);
   cudaError_t e;
-#define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                       \
-  (pp        ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)  \
-                        : weave_hgemm_launch_impl<DT, DT, BC, 1, true>(p, c_map, sa, grid, dev, stream)) \
-   : cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)            \
+#define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                                    \
+  (pp        ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)               \
+                        : weave_hgemm_launch_impl<DT, DT, BC, 1, true>(p, c_map, sa, grid, dev, stream))              \
+   : share_a ? weave_hgemm_launch_impl<DT, DT, BC, 2, false, weave_hgemm_scale_none, false, true>(p, c_map, sa, grid, \
+                                                                                                  dev, stream)        \
+   : cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)                         \
              : weave_hgemm_launch_impl<DT, DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
   /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):

@@ -49,10 +49,13 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024,
  * that half to both, halving the B traffic from L2. Requirements: seq_stride and seq_count even, the
  * CTA of cluster rank r passes seq_begin = 2j + r, and coords(seq) and coords(seq ^ 1) have the same
  * col0, and both must be in range (tile_m < ceil(M/128)): pair tile rows, so ceil(M/128) must be
- * even. Every thread of both CTAs returns only after a cluster barrier.
+ * even. SHARE_A: the two CTAs compute two tiles with the same tile_m instead, each loading half of
+ * A's rows (p.tmap_a with a 64-row box) and multicasting it, and its own B: coords(seq) and
+ * coords(seq ^ 1) have the same row0, and ceil(N/256) must be even. Every thread of both CTAs returns
+ * only after a cluster barrier.
  * ------------------------------------------------------------------------------------------- */
 template <class Sink, int DT, int BCOL, int CL, bool SK = false, class SC = weave_hgemm_scale_none,
-          bool PROMOTE = false>
+          bool PROMOTE = false, bool SHARE_A = false>
 __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
                                                       int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
@@ -103,8 +106,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
 #endif
           const uint32_t fb = full_bar + 8 * pipe.stage;
           weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
-          weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_BN, CL>(p, smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES, fb,
-                                                           kb * BKE, m0, n0, cta_rank);
+          weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_BN, CL, SHARE_A>(p, smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES,
+                                                                    fb, kb * BKE, m0, n0, cta_rank);
           weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
         }
       }

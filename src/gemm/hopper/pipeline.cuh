@@ -41,26 +41,35 @@ static __device__ __forceinline__ void weave_hgemm_ring_init(uint32_t full_bar, 
 /* One stage's TMA loads, all signalling `bar`: A [128 x 64] of k-block k0 at sa, and B's columns
  * [n, n + W) right after it (COL: W rows of 128 bytes, K-major; ROW: W / 64 slabs of 64 columns,
  * 8 KiB apart). CL == 2: this CTA loads its half of the W columns (cta_rank's) and multicasts it to
- * both CTAs of the cluster, whose producers do the same with the other half. */
-template <int BCOL, int W, int CL>
+ * both CTAs of the cluster, whose producers do the same with the other half; SHARE_A (CL == 2, the
+ * two CTAs on one tile row): the half of A's rows instead (p.tmap_a has a 64-row box), and all of
+ * its own B. */
+template <int BCOL, int W, int CL, bool SHARE_A = false>
 static __device__ __forceinline__ void weave_hgemm_load_stage(const weave_hgemm_params_t &p, uint32_t sa, uint32_t bar,
                                                               int k0, int m0, int n, uint32_t cta_rank) {
-  constexpr int WL = W / CL; /* columns this CTA loads */
+  static_assert(!SHARE_A || CL == 2, "A is shared by the CTAs of a cluster");
+  constexpr int CLB = SHARE_A ? 1 : CL; /* CTAs sharing B */
+  constexpr int WL = W / CLB;           /* columns this CTA loads */
   static_assert(WL == 256 || WL == 128 || WL == 64, "B boxes of 256, 128 or 64 columns");
   constexpr uint32_t SLAB = 64 * WEAVE_HGEMM_BK * 2; /* 64 columns (ROW) or 64 rows (COL) of B */
-  const uint32_t dst = sa + WEAVE_HGEMM_A_STAGE_BYTES + cta_rank * (WL / 64) * SLAB;
-  const int nl = n + (int)cta_rank * WL;
-  weave_hgemm_tma_load_2d(sa, &p.tmap_a, bar, k0, m0);
+  const uint32_t brank = SHARE_A ? 0 : cta_rank;
+  const uint32_t dst = sa + WEAVE_HGEMM_A_STAGE_BYTES + brank * (WL / 64) * SLAB;
+  const int nl = n + (int)brank * WL;
+  if (SHARE_A)
+    weave_hgemm_tma_load_2d_mc(sa + cta_rank * (WEAVE_HGEMM_A_STAGE_BYTES / 2), &p.tmap_a, bar, k0,
+                               m0 + (int)cta_rank * (WEAVE_HGEMM_BM / 2), 0x3);
+  else
+    weave_hgemm_tma_load_2d(sa, &p.tmap_a, bar, k0, m0);
   if (BCOL) {
     const CUtensorMap *map = WL == 256 ? &p.tmap_b : WL == 128 ? &p.tmap_b_half : &p.tmap_b_quarter;
-    if (CL == 1)
+    if (CLB == 1)
       weave_hgemm_tma_load_2d(dst, map, bar, k0, nl);
     else
       weave_hgemm_tma_load_2d_mc(dst, map, bar, k0, nl, 0x3);
   } else {
 #pragma unroll
     for (int j = 0; j < WL / 64; ++j) {
-      if (CL == 1)
+      if (CLB == 1)
         weave_hgemm_tma_load_2d(dst + j * SLAB, &p.tmap_b, bar, nl + 64 * j, k0);
       else
         weave_hgemm_tma_load_2d_mc(dst + j * SLAB, &p.tmap_b, bar, nl + 64 * j, k0, 0x3);

@@ -26,8 +26,10 @@ typedef struct {
 } weave_hgemm_sink_args_t;
 
 /* OUT: the type of C and bias (WEAVE_BF16, WEAVE_FP16; WEAVE_FP32 for fp8 inputs only); TBM x TBN:
- * the role's tile (the three-warpgroup fp8 role's is 192 x 128) */
-template <int OUT, int CL, int TBM = WEAVE_HGEMM_BM, int TBN = WEAVE_HGEMM_BN>
+ * the role's tile (the three-warpgroup fp8 role's is 192 x 128); CL == 2: the two CTAs of a cluster
+ * take a pair of tiles, two tile rows of one column (they share B) or, PAIR_N, two tile columns of
+ * one row (they share A) */
+template <int OUT, int CL, int TBM = WEAVE_HGEMM_BM, int TBN = WEAVE_HGEMM_BN, bool PAIR_N = false>
 struct weave_hgemm_standalone_sink_t {
   static constexpr bool kWeaveTmaStore = true;
   static constexpr bool kWeaveTmaPublish = false; /* nothing waits for a tile: no completion wait */
@@ -37,16 +39,14 @@ struct weave_hgemm_standalone_sink_t {
   weave_hgemm_sink_args_t a;
   const CUtensorMap *cmap; /* in kernel-parameter space */
 
-  /* CL == 2: tiles come in pairs (2q, 2q + 1) = tile rows (2i, 2i + 1) of one tile column */
+  /* CL == 2: tiles come in pairs (2q, 2q + 1) = tile rows (2i, 2i + 1) of one tile column, or
+   * (PAIR_N) tile columns (2j, 2j + 1) of one tile row */
   __device__ __forceinline__ void coords(int seq, int *row0, int *col0) {
     int tm, tn;
-    if (CL == 1) {
+    if (CL == 1)
       weave_grouped_tile_coords(seq, a.tiles_m, a.tiles_n, a.group_m, &tm, &tn);
-    } else {
-      int pm;
-      weave_grouped_tile_coords(seq >> 1, (a.tiles_m + 1) >> 1, a.tiles_n, a.group_m >> 1, &pm, &tn);
-      tm = 2 * pm + (seq & 1);
-    }
+    else
+      weave_paired_tile_coords(seq, a.tiles_m, a.tiles_n, a.group_m, PAIR_N, &tm, &tn);
     *row0 = tm * TBM;
     *col0 = tn * TBN;
   }
