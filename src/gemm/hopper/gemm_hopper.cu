@@ -57,21 +57,23 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
 }
 
 /* fp8 with promoted accumulation on three consumer warpgroups (gemm_hopper_promote3.cuh): 192 x 128
- * tiles, data-parallel; OUT and SC as above. */
-template <int OUT, class SC>
+ * tiles, data-parallel; OUT and SC as above; CL == 2: clusters of two tiles of one tile row sharing
+ * A (multicast). */
+template <int OUT, class SC, int CL>
 __global__ void __launch_bounds__(WEAVE_HGEMM_P3_THREADS, 1)
     weave_hgemm_kernel_p3(const __grid_constant__ weave_hgemm_params_t p, const __grid_constant__ CUtensorMap c_map,
                           weave_hgemm_sink_args_t sa) {
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
-  typedef weave_hgemm_standalone_sink_t<OUT, 1, WEAVE_HGEMM_P3_BM, WEAVE_HGEMM_P3_BN> sink_t;
+  typedef weave_hgemm_standalone_sink_t<OUT, CL, WEAVE_HGEMM_P3_BM, WEAVE_HGEMM_P3_BN, true> sink_t;
   sink_t sink;
   sink.a = sa;
   sink.cmap = &c_map;
   if constexpr (std::is_same<SC, weave_hgemm_scale_none>::value) {
     if (p.scales.mode == WEAVE_SCALE_TENSOR) sink.a.alpha *= __ldg(p.scales.a) * __ldg(p.scales.b);
   }
-  weave_hgemm_role_promote3<sink_t, SC>(p, smem, blockIdx.x, gridDim.x, p.tiles_m * p.tiles_n, sink);
+  const int seq_count = CL == 1 ? p.tiles_m * p.tiles_n : p.tiles_m * 2 * ((p.tiles_n + 1) / 2);
+  weave_hgemm_role_promote3<sink_t, SC, CL>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -288,11 +290,15 @@ static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const 
                                    WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, CL>(p, c_map, sa, grid, dev, stream);
 }
 
-/* the three-warpgroup promoted fp8 kernel<OUT, SC> */
+/* the three-warpgroup promoted fp8 kernel<OUT, SC, CL> */
 template <int OUT, class SC>
 static cudaError_t weave_hgemm_launch_p3(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
-                                         const weave_hgemm_sink_args_t &sa, int grid, int dev, cudaStream_t stream) {
-  return weave_hgemm_launch_kernel<weave_hgemm_kernel_p3<OUT, SC>, WEAVE_HGEMM_P3_THREADS,
+                                         const weave_hgemm_sink_args_t &sa, int grid, int cl, int dev,
+                                         cudaStream_t stream) {
+  if (cl == 2)
+    return weave_hgemm_launch_kernel<weave_hgemm_kernel_p3<OUT, SC, 2>, WEAVE_HGEMM_P3_THREADS,
+                                     WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES, 2>(p, c_map, sa, grid, dev, stream);
+  return weave_hgemm_launch_kernel<weave_hgemm_kernel_p3<OUT, SC, 1>, WEAVE_HGEMM_P3_THREADS,
                                    WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES, 1>(p, c_map, sa, grid, dev, stream);
 }
 
@@ -491,11 +497,15 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     p.sk_counters = (unsigned *)a->workspace;
     p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
   }
-  /* clusters sharing A: each CTA loads half of the tile's rows */
+  /* clusters sharing A (WEAVE_HGEMM_CLUSTER=3; the three-warpgroup fp8 kernel too, on its 128-column
+   * tiles): each CTA loads half of the tile's rows */
+  if (p3) cl = knobs.cluster == 3 && grid >= 2 && p.tiles_n % 2 == 0 ? 2 : 1;
   const bool share_a = cl == 2 && knobs.cluster == 3;
   if (share_a) {
-    r = weave_hgemm_encode(&p.tmap_a, a->dtype, a->A, (uint64_t)p.K, (uint64_t)p.M, (uint64_t)p.K * 2,
-                           (uint32_t)weave_hgemm_bk(a->dtype), WEAVE_HGEMM_BM / 2, errmsg, errlen);
+    const int bm = p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM;
+    r = weave_hgemm_encode(&p.tmap_a, a->dtype, a->A, (uint64_t)p.K, (uint64_t)p.M,
+                           (uint64_t)p.K * (a->dtype == WEAVE_FP8_E4M3 ? 1 : 2), (uint32_t)weave_hgemm_bk(a->dtype),
+                           (uint32_t)bm / 2, errmsg, errlen);
     if (r) return r;
   }
   const int seqs = cl == 1 || share_a ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
@@ -513,7 +523,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
    * no ping-pong kernel is built for it. */
 #define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                        \
-  (p3        ? weave_hgemm_launch_p3<OUT, SC>(p, c_map, sa, grid, dev, stream)                                      \
+  (p3        ? weave_hgemm_launch_p3<OUT, SC>(p, c_map, sa, grid, cl, dev, stream)                                  \
    : promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream) \
              : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
 #define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                               \

@@ -20,7 +20,12 @@
  *   Per k-block a consumer issues 4 x wgmma m64n128k32 into a zeroed `part`, waits for them, releases
  *   the stage, and adds part to acc in fp32 (the release first: the producer refills the stage while
  *   the warpgroup adds).
- *   Data-parallel tiles only (no stream-K, no clusters); whole-tile epilogue per warpgroup through
+ *   CL == 2 (launched with cluster dims (2,1,1)): the two CTAs of a cluster compute two tiles of one
+ *   tile row at the same time (the sink pairs tile columns: coords(seq) and coords(seq ^ 1) have the
+ *   same m0), each loads one 96-row half of A (p.tmap_a encoded with a 96-row box) and multicasts it
+ *   to both, and loads its own B; `empty` then takes an arrival from each consumer warpgroup of both
+ *   CTAs. A CTA of cluster rank r passes seq_begin = 2j + r and an even stride.
+ *   Data-parallel tiles only (no stream-K); whole-tile epilogue per warpgroup through
  *   epilogue.cuh (TMA stores: named barriers 2 + warpgroup, i.e. 2, 3 and 4, the last being
  *   WEAVE_HGEMM_RESTORE_BARRIER_ID: a kernel running this role must not restore registers) or the
  *   sink's store2.
@@ -40,15 +45,18 @@ static_assert(WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES <= 227 * 1024,
 static_assert(WEAVE_HGEMM_P3_PRODUCER_REGS * 128 + 3 * 128 * WEAVE_HGEMM_P3_CONSUMER_REGS <= 65536,
               "the three-warpgroup register split exceeds the register file");
 
-template <class Sink, class SC>
+template <class Sink, class SC, int CL>
 __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_params_t &p, unsigned char *smem,
                                                           int seq_begin, int seq_stride, int seq_count, Sink &sink) {
+  static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
   constexpr int STAGES = WEAVE_HGEMM_P3_STAGES;
+  constexpr int A_ROWS = WEAVE_HGEMM_P3_BM / CL; /* rows of A this CTA loads a stage */
   const uint32_t smem_base = weave_hgemm_smem_u32(smem);
   const uint32_t full_bar = smem_base + STAGES * WEAVE_HGEMM_P3_STAGE_BYTES;
   const uint32_t empty_bar = full_bar + STAGES * 8;
   const int tid = threadIdx.x;
-  weave_hgemm_ring_init<1>(full_bar, empty_bar, STAGES, 3);
+  const uint32_t cta_rank = CL == 2 ? weave_hgemm_cluster_ctarank() : 0;
+  weave_hgemm_ring_init<CL>(full_bar, empty_bar, STAGES, 3 * CL);
 
   if ((tid >> 7) == 0) {
     /* ---------------- producer ---------------- */
@@ -64,13 +72,18 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
           weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
           const uint32_t fb = full_bar + 8 * pipe.stage;
           const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES;
-          weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_P3_STAGE_BYTES);
-          weave_hgemm_tma_load_2d(sa, &p.tmap_a, fb, kb * WEAVE_HGEMM_BK_FP8, m0);
+          weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_P3_STAGE_BYTES); /* both halves of A land here */
+          if (CL == 1)
+            weave_hgemm_tma_load_2d(sa, &p.tmap_a, fb, kb * WEAVE_HGEMM_BK_FP8, m0);
+          else
+            weave_hgemm_tma_load_2d_mc(sa + cta_rank * (A_ROWS * WEAVE_HGEMM_BK_FP8), &p.tmap_a, fb,
+                                       kb * WEAVE_HGEMM_BK_FP8, m0 + (int)cta_rank * A_ROWS, 0x3);
           weave_hgemm_tma_load_2d(sa + WEAVE_HGEMM_P3_A_STAGE_BYTES, &p.tmap_b_half, fb, kb * WEAVE_HGEMM_BK_FP8, n0);
           weave_hgemm_pipe_advance(&pipe, STAGES);
         }
       }
     }
+    if (CL == 2) weave_hgemm_cluster_sync(); /* no CTA leaves while its peer may still signal it */
     return;
   }
 
@@ -100,7 +113,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       weave_hgemm_wgmma_commit();
       weave_hgemm_wgmma_wait<0>();
       weave_hgemm_fence_regs<64>(part);
-      if (ltid == 0) weave_hgemm_release_stage<1>(empty_bar + 8 * pipe.stage);
+      if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * pipe.stage);
       weave_hgemm_pipe_advance(&pipe, STAGES);
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
@@ -147,6 +160,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
   if constexpr (weave_hgemm_sink_tma<Sink>::value) {
     if (ltid == 0) weave_hgemm_bulk_wait_all(); /* smem must outlive the stores that read it */
   }
+  if (CL == 2) weave_hgemm_cluster_sync();
 }
 
 #endif /* WEAVE_HGEMM_PROMOTE3_CUH */
