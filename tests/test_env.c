@@ -210,7 +210,7 @@ static void test_env_load(void) {
       {"WEAVE_HGEMM_PINGPONG", "3"},
       {"WEAVE_HGEMM_PINGPONG", "yes"},
       {"WEAVE_HGEMM_STREAMK", "-1"},
-      {"WEAVE_HGEMM_CLUSTER", "0"},
+      {"WEAVE_HGEMM_CLUSTER", "-1"},
       {"WEAVE_HGEMM_CLUSTER", "4"},
       {"WEAVE_HGEMM_TMA_STORE", "2"},
       {"WEAVE_HGEMM_GROUP_M", "-1"},
@@ -268,7 +268,7 @@ static void test_hgemm_knobs(void) {
   static const struct {
     const char *name;
     long lo, hi;
-  } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},  {"WEAVE_HGEMM_STREAMK", 0, 2},    {"WEAVE_HGEMM_CLUSTER", 1, 3},
+  } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},  {"WEAVE_HGEMM_STREAMK", 0, 2},    {"WEAVE_HGEMM_CLUSTER", 0, 3},
                {"WEAVE_HGEMM_TMA_STORE", 0, 1}, {"WEAVE_HGEMM_GROUP_M", 0, 4096}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3}};
   for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
     const char *n = knobs[i].name;

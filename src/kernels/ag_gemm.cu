@@ -18,7 +18,9 @@
  *           push evicted B from L2 (8 ranks on one H100: 1.35x slower). Tile rows run in the order
  *           the rows arrive: this rank's own blocks, then r-1's (who pushes to r first), r-2's, ...,
  *           grouped (WEAVE_HGEMM_GROUP_M tile rows at a time, as the standalone GEMM, so that B is
- *           read from L2 rather than HBM for most tiles).
+ *           read from L2 rather than HBM for most tiles). Where the standalone GEMM runs 2-CTA
+ *           clusters sharing A (weave_hgemm_shares_a) and the plan's block counts are even, so does
+ *           this kernel (pair_cols): each CTA of a pair gates its own loads, half of A each.
  *   finish  the last block (of the fused kernel, or weave_launch_ag_finish after what the call still
  *           reads of the gathered A) stores done[r] = e into every rank's heap and the epoch.
  * Nothing is reset between calls; a call captured into a CUDA graph replays with a fresh epoch.
@@ -149,9 +151,11 @@ __device__ __forceinline__ bool weave_ag_gate(const weave_ag_params_t *ap, int b
 }
 
 /* The GEMM blocks' sink: the standalone GEMM's stores (alpha, bias, TMA-store epilogue) of C in OUT
- * over the tiles in arrival order, each tile's loads gated on its rows. */
-template <int OUT>
-struct weave_ag_sink : weave_hgemm_standalone_sink_t<OUT, 1> {
+ * over the tiles in arrival order, each tile's loads gated on its rows. PAIR: the kernel runs in
+ * 2-CTA clusters whose CTAs take tiles seq and seq ^ 1, two tile columns of one tile row, sharing A
+ * (weave_hgemm_shares_a); the pairs of columns follow the arrival order as single columns do. */
+template <int OUT, bool PAIR>
+struct weave_ag_sink : weave_hgemm_standalone_sink_t<OUT, PAIR ? 2 : 1, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, PAIR> {
   static constexpr bool kWeaveWaitInputs = true;
   const weave_ag_params_t *ap;
   uint32_t epoch;
@@ -162,7 +166,12 @@ struct weave_ag_sink : weave_hgemm_standalone_sink_t<OUT, 1> {
   bool wait_all; /* no communication blocks: the first tile waits for every row block, the rest for none */
   __device__ __forceinline__ void coords(int seq, int *row0, int *col0) {
     int tm, tn;
-    weave_ag_tile_coords(seq, ap->blocks_m, this->a.tiles_n, this->a.group_m, first, n_own, &tm, &tn);
+    if (PAIR) {
+      weave_ag_tile_coords(seq >> 1, ap->blocks_m, this->a.tiles_n >> 1, this->a.group_m, first, n_own, &tm, &tn);
+      tn = 2 * tn + (seq & 1);
+    } else {
+      weave_ag_tile_coords(seq, ap->blocks_m, this->a.tiles_n, this->a.group_m, first, n_own, &tm, &tn);
+    }
     *row0 = tm * WEAVE_HGEMM_BM;
     *col0 = tn * WEAVE_HGEMM_BN;
   }
@@ -181,8 +190,9 @@ struct weave_ag_sink : weave_hgemm_standalone_sink_t<OUT, 1> {
 };
 
 /* DT: A and B; OUT: C and bias (DT unless fp8); PROMOTE: fp8's promoted accumulation (fp8 reads its
- * scales, hg.scales, through the role's scale policy). */
-template <int DT, int OUT, int BCOL, bool PROMOTE>
+ * scales, hg.scales, through the role's scale policy); PAIR: 2-CTA clusters sharing A (hg.tmap_a's
+ * box is half a tile's rows; gemm_blocks and comm_blocks even, so that no cluster mixes the roles). */
+template <int DT, int OUT, int BCOL, bool PROMOTE, bool PAIR>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_ag_fused_kernel(const __grid_constant__ weave_hgemm_params_t hg, const __grid_constant__ CUtensorMap c_map,
                           weave_hgemm_sink_args_t sa, const __grid_constant__ weave_ag_params_t p) {
@@ -194,7 +204,8 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
      * every GEMM block pushes its share of the rows first, with all its threads and registers, then
      * computes; its first tiles are this rank's own rows, which the first pushes deliver */
     if (p.comm_blocks == 0) weave_ag_push(p, weave_whole_block(), (int)blockIdx.x, p.gemm_blocks, epoch);
-    typedef weave_ag_sink<OUT> sink_t;
+    typedef weave_ag_sink<OUT, PAIR> sink_t;
+    constexpr int CL = PAIR ? 2 : 1;
     sink_t sink;
     sink.a = sa;
     sink.cmap = &c_map;
@@ -204,10 +215,11 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     sink.wait_all = p.comm_blocks == 0;
     weave_ag_own_blocks(p.row_begin, p.rows, p.blocks_m, WEAVE_AG_BLOCK_ROWS, &sink.first, &sink.n_own);
     if constexpr (DT == WEAVE_FP8_E4M3)
-      weave_hgemm_role_coop<sink_t, DT, 1, 1, false, weave_hgemm_scale_fp8, PROMOTE>(
+      weave_hgemm_role_coop<sink_t, DT, 1, CL, false, weave_hgemm_scale_fp8, PROMOTE, PAIR>(
           hg, smem, blockIdx.x, p.gemm_blocks, hg.tiles_m * hg.tiles_n, sink);
     else
-      weave_hgemm_role_coop<sink_t, DT, BCOL, 1>(hg, smem, blockIdx.x, p.gemm_blocks, hg.tiles_m * hg.tiles_n, sink);
+      weave_hgemm_role_coop<sink_t, DT, BCOL, CL, false, weave_hgemm_scale_none, false, PAIR>(
+          hg, smem, blockIdx.x, p.gemm_blocks, hg.tiles_m * hg.tiles_n, sink);
   } else if (weave_hgemm_regs_split()) {
     /* the GEMM blocks' register split here too: warpgroup 0 idles, warpgroups 1-2 push */
     weave_ag_push(p,
@@ -244,26 +256,64 @@ __global__ void weave_ag_finish_kernel(const __grid_constant__ weave_ag_params_t
 }
 
 /* ---- launchers ----------------------------------------------------------------------------------- */
+typedef void (*weave_ag_fused_fn_t)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t,
+                                    const weave_ag_params_t);
+
+/* kern's dynamic smem limit (once per process and kernel: the attribute is per function) and the
+ * launch config of `grid` blocks, in 2-CTA clusters when `pair` (attr: the cluster attribute's room) */
+static cudaError_t weave_ag_config(weave_ag_fused_fn_t kern, int grid, bool pair, cudaStream_t s,
+                                   cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr) {
+  const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  *cfg = cudaLaunchConfig_t{};
+  cfg->gridDim = dim3((unsigned)grid, 1, 1);
+  cfg->blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
+  cfg->dynamicSmemBytes = smem;
+  cfg->stream = s;
+  if (pair) {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = 2;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg->attrs = attr;
+    cfg->numAttrs = 1;
+  }
+  return cudaSuccess;
+}
+
 template <int DT, int OUT, int BCOL, bool PROMOTE = false>
 static int weave_ag_launch_t(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, const CUtensorMap &c_map,
                              const weave_hgemm_sink_args_t &sa, cudaStream_t s) {
-  const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
-  int e = (int)cudaFuncSetAttribute(weave_ag_fused_kernel<DT, OUT, BCOL, PROMOTE>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e) return e;
-  weave_ag_fused_kernel<DT, OUT, BCOL, PROMOTE>
-      <<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*hg, c_map, sa, *p);
-  return (int)cudaGetLastError();
+  const weave_ag_fused_fn_t kern = p->pair_cols ? weave_ag_fused_kernel<DT, OUT, BCOL, PROMOTE, true>
+                                                : weave_ag_fused_kernel<DT, OUT, BCOL, PROMOTE, false>;
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+  cudaError_t e = weave_ag_config(kern, p->gemm_blocks + p->comm_blocks, p->pair_cols != 0, s, &cfg, attr);
+  if (e == cudaSuccess) e = cudaLaunchKernelEx(&cfg, kern, *hg, c_map, sa, *p);
+  return (int)e;
 }
 
 extern "C" int weave_ag_fused_blocks_per_sm(size_t *smem_bytes) {
   const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
   if (smem_bytes) *smem_bytes = smem;
   int n = 0;
-  void (*kern)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t, const weave_ag_params_t) =
-      weave_ag_fused_kernel<WEAVE_BF16, WEAVE_BF16, 1, false>;
+  const weave_ag_fused_fn_t kern = weave_ag_fused_kernel<WEAVE_BF16, WEAVE_BF16, 1, false, false>;
   if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, WEAVE_HGEMM_THREADS, smem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+extern "C" int weave_ag_fused_max_clusters(void) {
+  const weave_ag_fused_fn_t kern = weave_ag_fused_kernel<WEAVE_BF16, WEAVE_BF16, 1, false, true>;
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+  int n = 0;
+  if (weave_ag_config(kern, 2, true, 0, &cfg, attr) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
@@ -276,6 +326,7 @@ extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hge
   const int fp8 = p->dtype == WEAVE_FP8_E4M3;
   if (p->dtype != WEAVE_BF16 && p->dtype != WEAVE_FP16 && !fp8) return (int)cudaErrorInvalidValue;
   if (out_dtype != WEAVE_BF16 && out_dtype != WEAVE_FP16) return (int)cudaErrorInvalidValue;
+  if (p->pair_cols && ((p->gemm_blocks | p->comm_blocks) & 1 || hg->tiles_n & 1)) return (int)cudaErrorInvalidValue;
   const size_t osz = 2;
   weave_hgemm_sink_args_t sa;
   memset(&sa, 0, sizeof sa);

@@ -91,6 +91,7 @@ typedef struct {
                                    * push sends nothing (the peers' waits report it) (NULL: none) */
   int blocks_m;                   /* ceil(M / WEAVE_AG_BLOCK_ROWS) */
   int gemm_blocks, comm_blocks;
+  int pair_cols;   /* fused: 2-CTA clusters, each a pair of tile columns sharing A (both counts even) */
   int signal_done; /* fused: the kernel's last block publishes done[] and the epoch (else
                                 * weave_launch_ag_finish does, after what the call still reads) */
 } weave_ag_params_t;
@@ -102,8 +103,10 @@ typedef struct {
  * fp8's tensor-core accumulation instead of the promoted one. bf16, fp16 and fp8 inputs. */
 int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hgemm_params_t *hg, weave_dtype_t out_dtype,
                           int fast_accum, float alpha, const void *bias, void *C, struct CUstream_st *stream);
-/* Blocks per SM of the fused kernel (0: it cannot run here) and its dynamic shared memory. */
+/* Blocks per SM of the fused kernel (0: it cannot run here) and its dynamic shared memory; the most
+ * 2-CTA clusters of it (pair_cols) resident at once on this GPU (0: none). */
 int weave_ag_fused_blocks_per_sm(size_t *smem_bytes);
+int weave_ag_fused_max_clusters(void);
 /* The gather in pieces (bulk and baseline): push this rank's rows on `blocks` blocks; one block
  * waiting for every row of this call to have arrived; one block publishing done[] and the epoch. */
 int weave_launch_ag_push(const weave_ag_params_t *p, int blocks, struct CUstream_st *stream);

@@ -37,6 +37,7 @@ struct weave_ag_gemm_plan {
   char why[160];
   int row_begin, rows;
   int gemm_blocks, comm_blocks, budget;
+  int pair_cols; /* fused: 2-CTA clusters sharing A (kernels.h) */
   void *mem;
   size_t mem_bytes, head_bytes;
   weave_ag_params_t params; /* all but the call's A */
@@ -161,23 +162,28 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
   return WEAVE_SUCCESS;
 }
 
-/* The fused kernel's co-resident budget (its GEMM blocks wait for the pushes, its own and its
- * peers'); ranks sharing a GPU leave one SM each free, as gemm_rs's plans do. Communication blocks:
- * the caller's; else, where every push stays in this GPU's memory (ranks share it, or one rank),
- * none: every GEMM block pushes its share of the rows before its tiles, as communication blocks
- * there only take SMs from the GEMM (docs/performance.md, "AllGather + GEMM": faster than one block
- * in eight at 1, 4 and 8 ranks); else one in eight of the budget (at most 16: enough to keep NVLink
- * busy with 16-byte copies), at least one, so that the gather over NVLink runs beside the GEMM. */
+/* Blocks per rank. Not fused, nothing waits on another block: each rank takes its share of the SMs.
+ * Fused, the co-resident budget (its GEMM blocks wait for the pushes, its own and its peers'); ranks
+ * sharing a GPU leave half an SM each free, at least one in all, for the short kernels around the
+ * calls. Communication blocks: the caller's; else, where every push stays in this GPU's memory (ranks
+ * share it, or one rank), none: every GEMM block pushes its share of the rows before its tiles, as
+ * communication blocks there only take SMs from the GEMM (docs/performance.md, "AllGather + GEMM":
+ * faster than one block in eight at 1, 4 and 8 ranks); else one in eight of the budget (at most 16:
+ * enough to keep NVLink busy with 16-byte copies), at least one, so that the gather over NVLink runs
+ * beside the GEMM. Then 2-CTA clusters sharing A where the standalone GEMM would run them
+ * (weave_hgemm_shares_a), with both counts even (the planner's split rounds them) and every rank's
+ * clusters resident at once. */
 static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   const weave_device_info_t *info = &p->team->info;
-  const int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
+  p->pair_cols = 0;
   if (p->strategy != WEAVE_STRATEGY_FUSED) {
-    p->budget = (info->sm_count - spare) / info->ranks_on_device;
+    p->budget = info->sm_count / info->ranks_on_device;
     if (p->budget < 1) p->budget = 1;
     p->comm_blocks = p->budget;
     p->gemm_blocks = p->budget;
     return WEAVE_SUCCESS;
   }
+  const int spare = info->ranks_on_device > 1 ? (info->ranks_on_device + 1) / 2 : 0;
   const int per_sm = weave_ag_fused_blocks_per_sm(NULL);
   p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
   if (per_sm < 1 || p->budget < 2)
@@ -185,24 +191,31 @@ static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
                       "%s: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; the "
                       "fused kernel needs at least 2",
                       fn_create, per_sm, info->sm_count, info->ranks_on_device, p->budget);
+  const int tiles_n = weave_cdiv(p->N, WEAVE_HGEMM_BN);
+  const int pairs = weave_hgemm_shares_a(tiles_n, p->budget, p->desc.dtype == WEAVE_FP8_E4M3);
   if (p->desc.gemm_blocks > 0) {
     p->gemm_blocks = p->desc.gemm_blocks;
     p->comm_blocks = p->desc.comm_blocks;
   } else if (info->ranks_on_device > 1 || p->team->world == 1) {
     p->comm_blocks = 0;
-    p->gemm_blocks = p->budget;
+    p->gemm_blocks = pairs ? p->budget & ~1 : p->budget;
   } else {
     p->comm_blocks = p->budget / 8 < 1 ? 1 : p->budget / 8 > 16 ? 16 : p->budget / 8;
+    if (pairs) p->comm_blocks = (p->comm_blocks + 1) & ~1;
     p->gemm_blocks = p->budget - p->comm_blocks;
+    if (pairs) p->gemm_blocks &= ~1;
   }
   if (p->gemm_blocks + p->comm_blocks > p->budget)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "%s: %d GEMM + %d communication blocks could deadlock: only %d blocks of the fused kernel are "
                       "co-resident per rank (%d SMs, %d ranks sharing the GPU)",
                       fn_create, p->gemm_blocks, p->comm_blocks, p->budget, info->sm_count, info->ranks_on_device);
-  /* no more GEMM blocks than tiles (a block without a tile only arrives) */
-  const int tiles = weave_cdiv(p->M, WEAVE_HGEMM_BM) * weave_cdiv(p->N, WEAVE_HGEMM_BN);
+  /* no more GEMM blocks than tiles (a block without a tile only arrives); the tile count is even
+   * where the columns pair up */
+  const int tiles = weave_cdiv(p->M, WEAVE_HGEMM_BM) * tiles_n;
   if (p->gemm_blocks > tiles) p->gemm_blocks = tiles;
+  p->pair_cols = pairs && p->gemm_blocks >= 2 && !((p->gemm_blocks | p->comm_blocks) & 1) &&
+                 (p->gemm_blocks + p->comm_blocks) / 2 * info->ranks_on_device <= weave_ag_fused_max_clusters();
   return WEAVE_SUCCESS;
 }
 
@@ -381,6 +394,7 @@ static void ag_fill_params(weave_ag_gemm_plan_t p) {
   ap->blocks_m = weave_cdiv(p->M, WEAVE_AG_BLOCK_ROWS);
   ap->gemm_blocks = p->gemm_blocks;
   ap->comm_blocks = p->comm_blocks;
+  ap->pair_cols = p->pair_cols;
   ap->signal_done = 1;
 }
 
@@ -438,9 +452,9 @@ static weave_result_t ag_create(weave_team_t team, int M, int N, int K, const we
   }
   ag_fill_params(p);
   weave_log(WEAVE_LOG_INFO, team,
-            "AllGather + GEMM plan %dx%dx%d %s: strategy %s (%s), %d GEMM + %d comm blocks, %zu heap bytes", M, N, K,
+            "AllGather + GEMM plan %dx%dx%d %s: strategy %s (%s), %d GEMM + %d comm blocks%s, %zu heap bytes", M, N, K,
             weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->why, p->gemm_blocks, p->comm_blocks,
-            p->mem_bytes);
+            p->pair_cols ? " in 2-CTA clusters sharing A" : "", p->mem_bytes);
   *out = p;
   return WEAVE_SUCCESS;
 }
@@ -562,6 +576,8 @@ static weave_result_t ag_enqueue(weave_ag_gemm_plan_t p, const void *A, const vo
     char msg[256];
     int rc =
         weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, gathered, B, &hg, msg, sizeof(msg));
+    if (rc == WEAVE_SUCCESS && ap.pair_cols)
+      rc = weave_hgemm_params_share_a(&hg, gathered, WEAVE_HGEMM_BM, msg, sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(p->team, (weave_result_t)rc, "%s: %s", fn_exec, msg);
     hg.scales = rows;
     ap.signal_done = A_out == NULL;

@@ -29,8 +29,8 @@
   X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong")   \
   X(WEAVE_HGEMM_STREAMK, "0..2", "1",                                                                             \
     "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over")                             \
-  X(WEAVE_HGEMM_CLUSTER, "1..3", "1",                                                                             \
-    "Hopper GEMM 2-CTA clusters (2: tile rows sharing B, measured slower; 3: tile columns sharing A)")            \
+  X(WEAVE_HGEMM_CLUSTER, "0..3", "0",                                                                             \
+    "Hopper GEMM 2-CTA clusters: 0 columns sharing A (fp8: small grids), 1 none, 2 rows sharing B, 3 A always")   \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")   \
   X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                          \
     "Hopper GEMM tile rows per group of its tile order (0: 16; whole columns under 32 blocks)")                   \
@@ -120,7 +120,7 @@ static const struct {
   const char *name;
   long lo, hi, def;
 } hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},   {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
-                   {"WEAVE_HGEMM_CLUSTER", 1, 3, 1},    {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
+                   {"WEAVE_HGEMM_CLUSTER", 0, 3, 0},    {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
                    {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 

@@ -228,6 +228,14 @@ extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype,
   return weave_hgemm_params_for(M, N, K, dtype, b_layout, A, B, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, p, errmsg, errlen);
 }
 
+extern "C" int weave_hgemm_params_share_a(weave_hgemm_params_t *p, const void *A, int tile_m, char *errmsg,
+                                          size_t errlen) {
+  const weave_dtype_t dt = (weave_dtype_t)p->dtype;
+  return weave_hgemm_encode(&p->tmap_a, dt, A, (uint64_t)p->K, (uint64_t)p->M,
+                            (uint64_t)p->K * (dt == WEAVE_FP8_E4M3 ? 1 : 2), (uint32_t)weave_hgemm_bk(dt),
+                            (uint32_t)tile_m / 2, errmsg, errlen);
+}
+
 typedef void (*weave_hgemm_kernel_fn_t)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t);
 
 /* launches KERN (THREADS threads, SMEM bytes of dynamic smem, CL CTAs a cluster) on `grid` blocks,
@@ -303,7 +311,8 @@ static cudaError_t weave_hgemm_launch_p3(const weave_hgemm_params_t &p, const CU
 }
 
 /* Tuning knobs (documented, with their measurements, in docs/hopper_gemm.md), read once per process:
- * the TMA-store epilogue on by default (faster); 2-CTA clusters verified but off (no faster); the
+ * the TMA-store epilogue on by default (faster); 2-CTA clusters sharing A where tile columns pair up
+ * (16-bit; faster, most where the grid is small), sharing B verified but off (no faster); the
  * stream-K tail by its cost model. */
 typedef struct {
   int cluster, tma_store, group_m, streamk, pingpong, promote_wgs;
@@ -339,30 +348,49 @@ static int weave_hgemm_sm_count(void) {
   return sms;
 }
 
+/* Whether 2-CTA clusters pair tile columns, the two CTAs sharing A (each loads half of the tile's
+ * rows and multicasts it; gemm_hopper_cooperative.cuh): WEAVE_HGEMM_CLUSTER 0 (default) for 16-bit
+ * inputs, and for fp8 on grids that walk whole tile columns (fewer than 2 x WEAVE_HGEMM_GROUP_ROWS
+ * blocks: weave_hgemm_group_rows); 3 wherever they can; only where the tile columns pair up exactly
+ * and the grid holds a cluster. Sharing A halves A's reads, which bound a small grid walking whole
+ * columns (ranks sharing a GPU: 1.2-1.7x faster) and gain little or nothing on a whole GPU
+ * (docs/hopper_gemm.md: up to 1.3x for 16-bit where the tile columns are few, no gain for fp8). */
+static int weave_hgemm_pairs_columns(int knob, int tiles_n, int grid, int fp8) {
+  return grid >= 2 && tiles_n % 2 == 0 && (knob == 3 || (knob == 0 && (!fp8 || grid < 2 * WEAVE_HGEMM_GROUP_ROWS)));
+}
+
+extern "C" int weave_hgemm_shares_a(int tiles_n, int grid, int fp8) {
+  return weave_hgemm_pairs_columns(weave_hgemm_knobs().cluster, tiles_n, grid, fp8);
+}
+
 /* What a call of tiles_m x tiles_n tiles, kt k-blocks, runs with on a device of `sms` SMs: grid
- * (before trimming to the tile count), schedule (ping-pong or cooperative), cluster size, and the
- * stream-K schedule it uses given a large enough workspace (no stream-K with clusters or ping-pong).
- * streamk / schedule: the call's requests; AUTO follows WEAVE_HGEMM_STREAMK (0 off, 1 cost model,
- * 2 on) and WEAVE_HGEMM_PINGPONG (0 off, 1 auto, 2 on). The launcher, the workspace query and the
- * bench all ask here. */
+ * (before trimming to the tile count), schedule (ping-pong or cooperative), clusters (1 none, 2 tile
+ * rows sharing B, 3 tile columns sharing A), and the stream-K schedule it uses given a large enough
+ * workspace (no stream-K with clusters or ping-pong). streamk / schedule: the call's requests; AUTO
+ * follows WEAVE_HGEMM_STREAMK (0 off, 1 cost model, 2 on) and WEAVE_HGEMM_PINGPONG (0 off, 1 auto, 2
+ * on); a ping-pong schedule or a stream-K tail asked for (by the call or the knobs) is kept, without
+ * clusters sharing A. The launcher, the workspace query and the bench all ask here. */
 static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
-                                         int schedule, int fp8, int *grid_out, int *cl_out, int *pp_out) {
+                                         int schedule, int fp8, int *grid_out, int *cluster_out, int *pp_out) {
   const weave_hgemm_knobs_t k = weave_hgemm_knobs();
   int grid = num_blocks <= 0 || num_blocks > sms ? sms : num_blocks;
   int mode = streamk;
   if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
     mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
-  /* 2-CTA clusters pair tile rows (WEAVE_HGEMM_CLUSTER=2: they share B) or tile columns (3: they
-   * share A; cooperative only): only when they pair up exactly; no stream-K with them. Not built for
-   * fp8 (measured no faster for 16-bit). */
-  const int cl =
-      !fp8 && grid >= 2 && ((k.cluster == 2 && tiles_m % 2 == 0) || (k.cluster == 3 && tiles_n % 2 == 0)) ? 2 : 1;
-  if (cl == 2) mode = WEAVE_HGEMM_SK_OFF;
-  int pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
-  if (cl == 2 && k.cluster == 3) pp = 0;
+  const int pp_asked =
+      schedule == WEAVE_HGEMM_SCHED_PINGPONG || (schedule != WEAVE_HGEMM_SCHED_COOP && k.pingpong == 2);
+  /* not built for fp8 here (the three-warpgroup kernel pairs columns in the launcher); clusters
+   * sharing B only where the tile rows pair up */
+  const int cluster = fp8 ? 1
+                      : !pp_asked && mode != WEAVE_HGEMM_SK_ON && weave_hgemm_pairs_columns(k.cluster, tiles_n, grid, 0)
+                          ? 3
+                      : k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2
+                                                                        : 1;
+  if (cluster != 1) mode = WEAVE_HGEMM_SK_OFF;
+  int pp = cluster == 3 ? 0 : weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
   if (pp) mode = WEAVE_HGEMM_SK_OFF;
   if (grid_out) *grid_out = grid;
-  if (cl_out) *cl_out = cl;
+  if (cluster_out) *cluster_out = cluster;
   if (pp_out) *pp_out = pp;
   return weave_hgemm_sk_plan(tiles_m * tiles_n, grid, kt, mode);
 }
@@ -374,13 +402,13 @@ static int weave_hgemm_promotes(const weave_hgemm_args_t *a) {
   return a->dtype == WEAVE_FP8_E4M3 && !a->fp8_fast_accum;
 }
 
-static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int sms, int *grid_out, int *cl_out,
+static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int sms, int *grid_out, int *cluster_out,
                                               int *pp_out) {
   const int fp8 = a->dtype == WEAVE_FP8_E4M3, promote = weave_hgemm_promotes(a);
   const int schedule = promote || (fp8 && a->out_dtype == WEAVE_FP32) ? WEAVE_HGEMM_SCHED_COOP : a->schedule;
   return weave_hgemm_plan((a->M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (a->N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
                           weave_hgemm_k_blocks(a->K, a->dtype), a->num_blocks, sms,
-                          promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, grid_out, cl_out, pp_out);
+                          promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, grid_out, cluster_out, pp_out);
 }
 
 extern "C" weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *a, int sms, int *schedule) {
@@ -486,8 +514,8 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     if (r) return r;
     sa.tma_store = 1;
   }
-  int grid, cl, pp;
-  const weave_hgemm_sk_t sk = weave_hgemm_plan_args(a, sms, &grid, &cl, &pp);
+  int grid, cluster, pp;
+  const weave_hgemm_sk_t sk = weave_hgemm_plan_args(a, sms, &grid, &cluster, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
    * to the tile count only without it */
@@ -497,15 +525,12 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     p.sk_counters = (unsigned *)a->workspace;
     p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
   }
-  /* clusters sharing A (WEAVE_HGEMM_CLUSTER=3; the three-warpgroup fp8 kernel too, on its 128-column
-   * tiles): each CTA loads half of the tile's rows */
-  if (p3) cl = knobs.cluster == 3 && grid >= 2 && p.tiles_n % 2 == 0 ? 2 : 1;
-  const bool share_a = cl == 2 && knobs.cluster == 3;
+  /* the three-warpgroup fp8 kernel pairs its 128-column tiles itself */
+  if (p3) cluster = weave_hgemm_pairs_columns(knobs.cluster, p.tiles_n, grid, 1) ? 3 : 1;
+  const bool share_a = cluster == 3;
+  const int cl = cluster == 1 ? 1 : 2;
   if (share_a) {
-    const int bm = p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM;
-    r = weave_hgemm_encode(&p.tmap_a, a->dtype, a->A, (uint64_t)p.K, (uint64_t)p.M,
-                           (uint64_t)p.K * (a->dtype == WEAVE_FP8_E4M3 ? 1 : 2), (uint32_t)weave_hgemm_bk(a->dtype),
-                           (uint32_t)bm / 2, errmsg, errlen);
+    r = weave_hgemm_params_share_a(&p, a->A, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, errmsg, errlen);
     if (r) return r;
   }
   const int seqs = cl == 1 || share_a ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;

@@ -148,7 +148,7 @@ typedef struct {
    * (ping-pong: no stream-K, no cluster) */
   int schedule;
   /* fp8 inputs only (16-bit inputs write dtype): C and bias WEAVE_BF16 (0), WEAVE_FP16 or WEAVE_FP32
-   * (fp32: cooperative schedule; its bias is fp32 too), and the scales (zero: none). No 2-CTA clusters for fp8. */
+   * (fp32: cooperative schedule; its bias is fp32 too), and the scales (zero: none). */
   weave_dtype_t out_dtype;
   weave_hgemm_scales_t scales;
   /* fp8 only: 0 (default) promotes each k-block's products to fp32 accumulators (cooperative
@@ -161,6 +161,14 @@ typedef struct {
  * Used by the standalone launcher and by the fused kernel's host code. Returns a weave_result_t. */
 int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
                             const void *B, weave_hgemm_params_t *params, char *errmsg, size_t errlen);
+
+/* For 2-CTA clusters whose CTAs share A (weave_hgemm_shares_a): re-encodes params->tmap_a over A with
+ * a box of half a tile's rows (tile_m / 2), the half each CTA loads and multicasts. */
+int weave_hgemm_params_share_a(weave_hgemm_params_t *params, const void *A, int tile_m, char *errmsg, size_t errlen);
+/* Whether a grid of `grid` blocks over tiles_n tile columns (of the caller's role) runs in 2-CTA
+ * clusters sharing A, pairs of tile columns, by WEAVE_HGEMM_CLUSTER (read once): the standalone
+ * launcher's rule, which the fused AllGather + GEMM kernel follows too. */
+int weave_hgemm_shares_a(int tiles_n, int grid, int fp8);
 
 /* Tensor map for the TMA-store epilogue: a row-major [rows, cols] matrix of `elem` (bf16, fp16 or
  * fp32) at `base` with `pitch` bytes per row, box = one staging buffer (128 bytes x 64 rows), 128B
