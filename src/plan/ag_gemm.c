@@ -162,28 +162,28 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
   return WEAVE_SUCCESS;
 }
 
-/* Blocks per rank. Not fused, nothing waits on another block: each rank takes its share of the SMs.
- * Fused, the co-resident budget (its GEMM blocks wait for the pushes, its own and its peers'); ranks
- * sharing a GPU leave half an SM each free, at least one in all, for the short kernels around the
- * calls. Communication blocks: the caller's; else, where every push stays in this GPU's memory (ranks
- * share it, or one rank), none: every GEMM block pushes its share of the rows before its tiles, as
- * communication blocks there only take SMs from the GEMM (docs/performance.md, "AllGather + GEMM":
- * faster than one block in eight at 1, 4 and 8 ranks); else one in eight of the budget (at most 16:
- * enough to keep NVLink busy with 16-byte copies), at least one, so that the gather over NVLink runs
- * beside the GEMM. Then 2-CTA clusters sharing A where the standalone GEMM would run them
- * (weave_hgemm_shares_a), with both counts even (the planner's split rounds them) and every rank's
- * clusters resident at once. */
+/* Blocks per rank: its share of the SMs, where ranks sharing a GPU leave about half an SM each free
+ * (at least one in all) for the short kernels around the calls (one H100, 4 ranks' bulk fp8 on 33
+ * blocks each, all 132 SMs: 0.72-0.99x the baseline; on 32 in an earlier run: 0.96-0.98x); fused, of
+ * its resident blocks (its GEMM blocks wait for the pushes, its own and its peers'). Communication
+ * blocks: the caller's; else, where every push stays in this GPU's memory (ranks share it, or one
+ * rank), none: every GEMM block pushes its share of the rows before its tiles, as communication
+ * blocks there only take SMs from the GEMM (docs/performance.md, "AllGather + GEMM": faster than one
+ * block in eight at 1, 4 and 8 ranks); else one in eight of the budget (at most 16: enough to keep
+ * NVLink busy with 16-byte copies), at least one, so that the gather over NVLink runs beside the
+ * GEMM. Then 2-CTA clusters sharing A where the standalone GEMM would run them (weave_hgemm_shares_a),
+ * with both counts even (the planner's split rounds them) and every rank's clusters resident at once. */
 static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   const weave_device_info_t *info = &p->team->info;
+  const int spare = info->ranks_on_device > 1 ? (info->ranks_on_device + 1) / 2 : 0;
   p->pair_cols = 0;
   if (p->strategy != WEAVE_STRATEGY_FUSED) {
-    p->budget = info->sm_count / info->ranks_on_device;
+    p->budget = (info->sm_count - spare) / info->ranks_on_device;
     if (p->budget < 1) p->budget = 1;
     p->comm_blocks = p->budget;
     p->gemm_blocks = p->budget;
     return WEAVE_SUCCESS;
   }
-  const int spare = info->ranks_on_device > 1 ? (info->ranks_on_device + 1) / 2 : 0;
   const int per_sm = weave_ag_fused_blocks_per_sm(NULL);
   p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
   if (per_sm < 1 || p->budget < 2)
