@@ -437,6 +437,8 @@ typedef struct {
   weave_choice_t chosen_by;     /* as weave_gemm_rs_info_t's: caller, cache, measurement or model */
   char why[160];
   double choose_ms; /* AUTO: what choosing took at plan creation (timing the candidates: up to ~0.5 s) */
+  int cta_pairs;    /* fused: 1 when the kernel runs 2-CTA clusters, each a pair of tile columns sharing
+                     * A's loads (WEAVE_HGEMM_CLUSTER; README), else 0 */
 } weave_ag_gemm_info_t;
 
 /* Collective. Same (M, N, K, desc) on every rank; any M >= 1 (ranks past the last row hold none). */

@@ -141,6 +141,18 @@ static int rank_fn(harness_rank_t *r) {
            (dev.ranks_on_device > 1 || r->world == 1) != (info.comm_blocks == 0))
     snprintf(plan_bad, sizeof(plan_bad), "the planner's split has %d communication blocks with %d ranks on this GPU",
              info.comm_blocks, dev.ranks_on_device);
+  /* 2-CTA clusters sharing A: 16-bit fused plans pair tile columns where they pair up and both block
+   * counts are even, unless WEAVE_HGEMM_CLUSTER says 1 or 2 (an H100 or H200 holds every rank's
+   * clusters) */
+  else if (c->strategy == WEAVE_STRATEGY_FUSED && !want_hier && t != WEAVE_FP32) {
+    const char *knob = getenv("WEAVE_HGEMM_CLUSTER");
+    const int k = knob ? atoi(knob) : 0;
+    const int want = (k == 0 || k == 3) && ((N + 255) / 256) % 2 == 0 && info.gemm_blocks >= 2 &&
+                     info.gemm_blocks % 2 == 0 && info.comm_blocks % 2 == 0;
+    if (info.cta_pairs != want)
+      snprintf(plan_bad, sizeof(plan_bad), "cta_pairs %d, want %d (%d + %d blocks, N %d, WEAVE_HGEMM_CLUSTER %d)",
+               info.cta_pairs, want, info.gemm_blocks, info.comm_blocks, N, k);
+  }
   if (plan_bad[0]) {
     printf("FAIL [%s] rank %d: %s\n", c->name, r->rank, plan_bad);
     weave_ag_gemm_plan_destroy(plan);

@@ -125,7 +125,7 @@ class _AgDesc(ctypes.Structure):  # weave_ag_gemm_desc_t
 class _AgInfo(ctypes.Structure):  # weave_ag_gemm_info_t
     _fields_ = [("strategy", c_int), ("row_begin", c_int), ("rows", c_int), ("gemm_blocks", c_int),
                 ("comm_blocks", c_int), ("heap_bytes", c_size_t), ("bytes_sent", c_size_t), ("chosen_by", c_int),
-                ("why", c_char * 160), ("choose_ms", c_double)]
+                ("why", c_char * 160), ("choose_ms", c_double), ("cta_pairs", c_int)]
 
 
 # weave_choice_t (weave_gemm_rs_info_t.chosen_by) by value: how an AUTO plan came to its strategy
@@ -474,7 +474,7 @@ class Plan:
 @dataclass(frozen=True)
 class AgPlanInfo:
     """weave_ag_gemm_info_t, with the strategy and chosen_by by name ("caller", "cache", "measurement" or
-    "model")."""
+    "model"); cta_pairs: the fused kernel runs 2-CTA clusters sharing A's loads."""
 
     strategy: str
     row_begin: int
@@ -486,6 +486,7 @@ class AgPlanInfo:
     chosen_by: str
     why: str
     choose_ms: float = 0.0
+    cta_pairs: bool = False
 
 
 class AgPlan:
@@ -508,7 +509,7 @@ class AgPlan:
         chosen = CHOSEN_BY_NAMES[info.chosen_by] if 0 <= info.chosen_by < len(CHOSEN_BY_NAMES) else str(info.chosen_by)
         self.info = AgPlanInfo(strategies.get(info.strategy, str(info.strategy)), info.row_begin, info.rows,
                                info.gemm_blocks, info.comm_blocks, info.heap_bytes, info.bytes_sent, chosen,
-                               info.why.decode(errors="replace"), info.choose_ms)
+                               info.why.decode(errors="replace"), info.choose_ms, bool(info.cta_pairs))
         self._execute = lib().weave_ag_gemm_execute
         self._execute_scaled = lib().weave_ag_gemm_execute_scaled
         self.called = False

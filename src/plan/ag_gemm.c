@@ -714,6 +714,7 @@ static weave_result_t ag_hier_create(weave_team_t team, int M, int N, int K, con
     p->choose_ms = first->choose_ms;
     p->gemm_blocks = first->gemm_blocks;
     p->comm_blocks = first->comm_blocks;
+    p->pair_cols = first->pair_cols;
   }
   for (int b = 0; b < h->nodes; ++b) p->mem_bytes += h->band[b] ? h->band[b]->mem_bytes : 0;
   p->mem_bytes += h->rail ? h->rail->mem_bytes : 0;
@@ -822,6 +823,7 @@ weave_result_t weave_ag_gemm_plan_info(weave_ag_gemm_plan_t p, weave_ag_gemm_inf
                      (size_t)(p->team->world - 1);
   info->chosen_by = p->chosen_by;
   info->choose_ms = p->choose_ms;
+  info->cta_pairs = p->pair_cols;
   snprintf(info->why, sizeof(info->why), "%s", p->why);
   return WEAVE_SUCCESS;
 }

@@ -45,6 +45,7 @@ typedef struct {
   int ok[WEAVE_MAX_WORLD][AG_NSTRAT];
   char why[AG_NSTRAT][160];
   weave_strategy_t resolved[AG_NSTRAT];
+  int fused_gemm_blocks, fused_comm_blocks, fused_cta_pairs; /* rank 0's fused plan (JSON) */
 } ag_bench_t;
 
 static int ag_usage(const char *msg) {
@@ -105,8 +106,10 @@ static int ag_rank(harness_rank_t *r) {
       weave_device_info_t info;
       weave_team_device_info(r->team, &info);
       d.comm_blocks = b->comm_blocks;
-      d.gemm_blocks = (info.sm_count - (info.ranks_on_device > 1 ? info.ranks_on_device : 0)) / info.ranks_on_device -
-                      b->comm_blocks;
+      /* the planner's budget: ranks sharing a GPU leave about half an SM each */
+      d.gemm_blocks =
+          (info.sm_count - (info.ranks_on_device + 1) / 2 * (info.ranks_on_device > 1)) / info.ranks_on_device -
+          b->comm_blocks;
     }
     C[s] = harness_dev_alloc((size_t)M * N * o);
     b->ok[r->rank][s] = weave_ag_gemm_plan_create(r->team, M, N, K, &d, &plan[s]) == WEAVE_SUCCESS;
@@ -120,6 +123,11 @@ static int ag_rank(harness_rank_t *r) {
     if (r->rank == 0) {
       b->resolved[s] = info.strategy;
       snprintf(b->why[s], sizeof(b->why[s]), "%s", info.why);
+      if (ag_strats[s] == WEAVE_STRATEGY_FUSED) {
+        b->fused_gemm_blocks = info.gemm_blocks;
+        b->fused_comm_blocks = info.comm_blocks;
+        b->fused_cta_pairs = info.cta_pairs;
+      }
     }
   }
   harness_timer_t *tm = harness_timer_create();
@@ -346,6 +354,9 @@ int weave_bench_ag_main(int argc, char **argv) {
       }
       json_kv_string(&jw, "auto_strategy", weave_strategy_name(b.resolved[3]));
       json_kv_string(&jw, "auto_why", b.why[3]);
+      json_kv_int(&jw, "fused_gemm_blocks", b.fused_gemm_blocks);
+      json_kv_int(&jw, "fused_comm_blocks", b.fused_comm_blocks);
+      json_kv_int(&jw, "fused_cta_pairs", b.fused_cta_pairs);
       json_end_object(&jw);
     }
   }
