@@ -288,6 +288,21 @@ static void test_hgemm_knobs(void) {
     unsetenv(n);
   }
   CHECK(weave_hgemm_knob("WEAVE_NOT_A_KNOB") == 0);
+  /* the tuning cache's key: the knobs off their defaults, in the table's order */
+  char key[40];
+  weave_hgemm_knobs_key(key, sizeof(key));
+  CHECK_MSG(strcmp(key, "") == 0, "knobs key '%s' with every knob at its default", key);
+  setenv("WEAVE_HGEMM_GROUP_M", "32", 1);
+  setenv("WEAVE_HGEMM_CLUSTER", "1", 1);
+  setenv("WEAVE_HGEMM_PINGPONG", "1", 1); /* its default: not in the key */
+  weave_hgemm_knobs_key(key, sizeof(key));
+  CHECK_MSG(strcmp(key, "c1g32") == 0, "knobs key '%s', want c1g32", key);
+  setenv("WEAVE_HGEMM_CLUSTER", "9", 1); /* invalid: its default (with a warning) */
+  weave_hgemm_knobs_key(key, sizeof(key));
+  CHECK_MSG(strcmp(key, "g32") == 0, "knobs key '%s', want g32", key);
+  unsetenv("WEAVE_HGEMM_GROUP_M");
+  unsetenv("WEAVE_HGEMM_CLUSTER");
+  unsetenv("WEAVE_HGEMM_PINGPONG");
 }
 
 static void test_print_env(void) {

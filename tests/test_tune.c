@@ -84,7 +84,7 @@ static int same_entry(const weave_tune_entry_t *got, const weave_tune_entry_t *w
          g->m_bucket == w->m_bucket && g->N == w->N && g->K == w->K && g->dtype == w->dtype &&
          g->out_dtype == w->out_dtype && g->b_layout == w->b_layout && g->reduce == w->reduce &&
          g->fp32_slots == w->fp32_slots && g->scale_mode == scale && g->fp8_accum == w->fp8_accum &&
-         got->strategy == want->strategy && got->gemm_blocks == want->gemm_blocks &&
+         strcmp(g->knobs, w->knobs) == 0 && got->strategy == want->strategy && got->gemm_blocks == want->gemm_blocks &&
          got->comm_blocks == want->comm_blocks && fabs(got->speedup - want->speedup) < 1e-4;
 }
 
@@ -252,6 +252,12 @@ static void test_round_trip(void) {
   e.key.fp8_accum = WEAVE_FP8_ACCUM_FAST;
   weave_tune_format_line(&e, line, sizeof(line));
   CHECK_MSG(strstr(line, "\tfp8_e4m3+row+fast\tbf16\t") != NULL, "line '%s'", line);
+  snprintf(e.key.knobs, sizeof(e.key.knobs), "c1g32"); /* the Hopper GEMM's knobs off their defaults */
+  weave_tune_format_line(&e, line, sizeof(line));
+  CHECK_MSG(strstr(line, "\tfp8_e4m3+row+fast+hkc1g32\tbf16\t") != NULL, "line '%s'", line);
+  memset(&p, 0x5a, sizeof(p));
+  CHECK(weave_tune_parse_line(line, &p) == 0 && same_entry(&p, &e) && strcmp(p.key.knobs, "c1g32") == 0);
+  e.key.knobs[0] = '\0';
   e.key.fp8_accum = WEAVE_FP8_ACCUM_FP32;
   weave_tune_format_line(&e, line, sizeof(line));
   CHECK_MSG(strstr(line, "\tfp8_e4m3+row\tbf16\t") != NULL, "line '%s'", line);
@@ -317,6 +323,8 @@ static void test_malformed(void) {
       {10, "fp8_e4m3+row"},
       {10, "fp8_e4m3+fast"},
       {10, "fp8_e4m3+row+fast"},
+      {10, "fp8_e4m3+row+fast+hkc1"},
+      {10, "bf16+hkc1g32"},
       {10, "fp32"},
       {11, "fp32"},
       {4, "10.20.30"},
@@ -399,6 +407,13 @@ static void test_malformed(void) {
       {10, "fp8_e4m3+tensor"},
       {10, "fp8_e4m3+rowx"},
       {10, "fp8_e4m3+row+"},
+      {10, "bf16+hk"},
+      {10, "bf16+hkC1"},
+      {10, "bf16+hkc-1"},
+      {10, "bf16+hkc1+row"},
+      {10, "fp8_e4m3+hkc1+fast"},
+      {10, "bf16+hkc1 "},
+      {10, "bf16+hk0123456789012345678901234567890123456789"},
       {10, "+row"},
       {11, "fp8_e4m3"},
       {11, "auto"},
@@ -497,7 +512,7 @@ static void test_malformed(void) {
 }
 
 /* ---- the key ---------------------------------------------------------------------------------- */
-/* Changes the key's field i (of 17) to another valid value. */
+/* Changes the key's field i (of 19) to another valid value. */
 static void change_key_field(weave_tune_key_t *k, int i) {
   switch (i) {
     case 0: k->device[strlen(k->device) - 1] = 'X'; break;
@@ -517,7 +532,8 @@ static void change_key_field(weave_tune_key_t *k, int i) {
     case 14: k->fp32_slots = 1; break;
     case 15: k->scale_mode = WEAVE_SCALE_ROW; break;
     case 16: k->fp8_accum = WEAVE_FP8_ACCUM_FAST; break;
-    case 17: k->reduce = WEAVE_TUNE_GATHER; break; /* AllGather + GEMM: another op, another entry */
+    case 17: k->reduce = WEAVE_TUNE_GATHER; break;              /* AllGather + GEMM: another op, another entry */
+    case 18: snprintf(k->knobs, sizeof(k->knobs), "c1"); break; /* other kernels */
   }
 }
 
@@ -527,7 +543,7 @@ static void test_key_equal(void) {
   weave_tune_key_t b = a;
   CHECK(weave_tune_key_equal(&a, &a));
   CHECK(weave_tune_key_equal(&a, &b) && weave_tune_key_equal(&b, &a));
-  for (int i = 0; i < 18; ++i) {
+  for (int i = 0; i < 19; ++i) {
     b = a;
     change_key_field(&b, i);
     CHECK_MSG(!weave_tune_key_equal(&a, &b) && !weave_tune_key_equal(&b, &a), "keys that differ in field %d equal", i);

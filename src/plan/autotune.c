@@ -66,6 +66,7 @@ void weave_tune_key_for(weave_team_t team, int M, int N, int K, const weave_gemm
   k->fp32_slots = d->fp32_slots;
   k->scale_mode = d->scale_mode == WEAVE_SCALE_ROW ? WEAVE_SCALE_ROW : WEAVE_SCALE_NONE;
   k->fp8_accum = d->fp8_accum;
+  weave_hgemm_knobs_key(k->knobs, sizeof(k->knobs));
 }
 
 void weave_tune_key_for_ag(weave_team_t team, int M, int N, int K, const weave_ag_gemm_desc_t *d, weave_tune_key_t *k) {

@@ -61,7 +61,8 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-/* The dtype column, dtype[+row][+fast]: suffixes in that order, fp8 only. */
+/* The dtype column, dtype[+row][+fast][+hk<knobs>]: suffixes in that order, +row and +fast fp8 only;
+ * knobs: lowercase letters and digits. */
 static int parse_dtype_field(char *s, weave_tune_key_t *k) {
   char *plus = strchr(s, '+');
   if (plus) {
@@ -73,6 +74,15 @@ static int parse_dtype_field(char *s, weave_tune_key_t *k) {
     if (strncmp(rest, "+fast", 5) == 0) {
       k->fp8_accum = WEAVE_FP8_ACCUM_FAST;
       rest += 5;
+    }
+    if (strncmp(rest, "+hk", 3) == 0) {
+      rest += 3;
+      const size_t n = strlen(rest);
+      if (n == 0 || n >= sizeof(k->knobs)) return -1;
+      for (const char *c = rest; *c; ++c)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9'))) return -1;
+      memcpy(k->knobs, rest, n + 1);
+      rest += n;
     }
     if (*rest) return -1; /* another suffix, another order, or junk after one */
     *plus = '\0';
@@ -181,11 +191,11 @@ void weave_tune_format_line(const weave_tune_entry_t *e, char *buf, size_t len) 
   const weave_tune_key_t *k = &e->key;
   char device[sizeof(k->device)];
   file_device_name(k->device, device, sizeof(device));
-  snprintf(buf, len, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.4f\n", device,
+  snprintf(buf, len, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s%s%s%s%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.4f\n", device,
            k->sms, k->driver, k->runtime, k->weave, k->world, k->ranks_per_device, k->m_bucket, k->N, k->K,
            weave_dtype_name(k->dtype), row_scales(k->scale_mode) ? "+row" : "",
-           k->fp8_accum == WEAVE_FP8_ACCUM_FAST ? "+fast" : "", weave_dtype_name(k->out_dtype),
-           k->b_layout == WEAVE_LAYOUT_COL ? "col" : "row",
+           k->fp8_accum == WEAVE_FP8_ACCUM_FAST ? "+fast" : "", k->knobs[0] ? "+hk" : "", k->knobs,
+           weave_dtype_name(k->out_dtype), k->b_layout == WEAVE_LAYOUT_COL ? "col" : "row",
            k->reduce == WEAVE_TUNE_GATHER     ? "gather"
            : k->reduce == WEAVE_REDUCE_ATOMIC ? "atomic"
                                               : "det",
@@ -203,7 +213,7 @@ int weave_tune_key_equal(const weave_tune_key_t *a, const weave_tune_key_t *b) {
          a->m_bucket == b->m_bucket && a->N == b->N && a->K == b->K && a->dtype == b->dtype &&
          a->out_dtype == b->out_dtype && a->b_layout == b->b_layout && a->reduce == b->reduce &&
          a->fp32_slots == b->fp32_slots && row_scales(a->scale_mode) == row_scales(b->scale_mode) &&
-         a->fp8_accum == b->fp8_accum;
+         a->fp8_accum == b->fp8_accum && strcmp(a->knobs, b->knobs) == 0;
 }
 
 /* ---- where ------------------------------------------------------------------------------------ */

@@ -9,7 +9,7 @@
  *
  * The file: a first line "# weave tune cache 2", then one entry per line, tab-separated, the key
  *   device  sms  driver  runtime  weave  world  ranks_per_device  M_bucket  N  K_local
- *   dtype[+row][+fast]  out_dtype  b_layout  reduce  slots
+ *   dtype[+row][+fast][+hk<knobs>]  out_dtype  b_layout  reduce  slots
  * then the choice
  *   strategy  gemm_blocks  comm_blocks  speedup
  * device: the GPU's name (tabs made spaces); sms: its SM count; driver / runtime: the CUDA versions
@@ -17,7 +17,9 @@
  * measurements); ranks_per_device: ranks sharing this rank's GPU (1 when each has its own; a node or
  * rail team of a plan past one node counts its parent's, so it may exceed world);
  * M_bucket: M rounded up to a power of two; dtype: the inputs' name, for fp8 "+row" (per-row scales,
- * other kernels than none or per-tensor, which share entries) and "+fast" (WEAVE_FP8_ACCUM_FAST);
+ * other kernels than none or per-tensor, which share entries) and "+fast" (WEAVE_FP8_ACCUM_FAST), for
+ * any dtype "+hk" and the Hopper GEMM's knobs that are not at their defaults (WEAVE_HGEMM_*: other
+ * kernels; weave_hgemm_knobs_key, e.g. "+hkc1" for WEAVE_HGEMM_CLUSTER=1);
  * b_layout: row | col; reduce: det | atomic for GEMM + ReduceScatter, gather for AllGather + GEMM
  * (WEAVE_TUNE_GATHER: the op); slots: out | fp32 (desc.fp32_slots; out for AllGather + GEMM);
  * speedup: over the baseline, as measured (1 where the baseline won). One entry per key: a store
@@ -51,6 +53,7 @@ typedef struct {
   int fp32_slots;
   weave_scale_mode_t scale_mode; /* fp8: ROW, else the class of NONE and TENSOR (formats and parses as NONE) */
   weave_fp8_accum_t fp8_accum;
+  char knobs[40]; /* the Hopper GEMM's knobs not at their defaults (weave_hgemm_knobs_key); "" when all are */
 } weave_tune_key_t;
 
 typedef struct {

@@ -119,9 +119,10 @@ int weave_parse_bool(const char *s, int *out) {
 static const struct {
   const char *name;
   long lo, hi, def;
-} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1},   {"WEAVE_HGEMM_STREAMK", 0, 2, 1},
-                   {"WEAVE_HGEMM_CLUSTER", 0, 3, 0},    {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1},
-                   {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3}};
+  char letter; /* its letter in the tuning cache's key (weave_hgemm_knobs_key) */
+} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1, 'p'},   {"WEAVE_HGEMM_STREAMK", 0, 2, 1, 's'},
+                   {"WEAVE_HGEMM_CLUSTER", 0, 3, 0, 'c'},    {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1, 't'},
+                   {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0, 'g'}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3, 'w'}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 
 int weave_hgemm_knob(const char *name) {
@@ -138,6 +139,18 @@ int weave_hgemm_knob(const char *name) {
     return (int)l;
   }
   return 0; /* not a knob: a programming error caught by the tests */
+}
+
+void weave_hgemm_knobs_key(char *buf, size_t len) {
+  size_t n = 0;
+  if (len) buf[0] = '\0';
+  for (size_t i = 0; i < HGEMM_KNOB_COUNT; ++i) {
+    const int v = weave_hgemm_knob(hgemm_knobs[i].name);
+    if (v == hgemm_knobs[i].def) continue;
+    const int w = snprintf(buf + n, n < len ? len - n : 0, "%c%d", hgemm_knobs[i].letter, v);
+    if (w > 0) n += (size_t)w;
+  }
+  if (n >= len && len) buf[0] = '\0'; /* cannot happen with the key's room (6 knobs, 5 characters each) */
 }
 
 /* "<strategy>:<us>" of WEAVE_TEST_DELAY. */

@@ -70,6 +70,10 @@ int weave_parse_int(const char *s, long lo, long hi, long *out);
 /* A Hopper GEMM knob (WEAVE_HGEMM_*, runtime/env.c): its value, or its default when unset, empty or
  * invalid (with a warning). */
 int weave_hgemm_knob(const char *name);
+/* The Hopper GEMM's knobs that are not at their defaults, as the tuning cache's key holds them (other
+ * values, other kernels): a letter a knob (p PINGPONG, s STREAMK, c CLUSTER, t TMA_STORE, g GROUP_M, w
+ * PROMOTE_WGS) and its value, in that order; "" when every knob is at its default. */
+void weave_hgemm_knobs_key(char *buf, size_t len);
 int weave_parse_bool(const char *s, int *out); /* 0/1/true/false/yes/no/on/off */
 
 /* ---- bootstrap ----------------------------------------------------------------------------- */
