@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "gemm/hopper/cluster_launch.cuh"
 #include "gemm/hopper/gemm_hopper.cuh"
 #include "gemm/hopper/standalone_sink.cuh"
 #include "kernels/gemm_rs_sinks.cuh" /* weave_threads, weave_whole_block */
@@ -259,27 +260,14 @@ __global__ void weave_ag_finish_kernel(const __grid_constant__ weave_ag_params_t
 typedef void (*weave_ag_fused_fn_t)(const weave_hgemm_params_t, const CUtensorMap, weave_hgemm_sink_args_t,
                                     const weave_ag_params_t);
 
-/* kern's dynamic smem limit (once per process and kernel: the attribute is per function) and the
- * launch config of `grid` blocks, in 2-CTA clusters when `pair` (attr: the cluster attribute's room) */
+/* kern's dynamic smem limit (the attribute is per function) and its launch config of `grid` blocks,
+ * in 2-CTA clusters when `pair` (attr: the cluster attribute's room) */
 static cudaError_t weave_ag_config(weave_ag_fused_fn_t kern, int grid, bool pair, cudaStream_t s,
                                    cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr) {
   const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e != cudaSuccess) return e;
-  *cfg = cudaLaunchConfig_t{};
-  cfg->gridDim = dim3((unsigned)grid, 1, 1);
-  cfg->blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
-  cfg->dynamicSmemBytes = smem;
-  cfg->stream = s;
-  if (pair) {
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = 2;
-    attr->val.clusterDim.y = 1;
-    attr->val.clusterDim.z = 1;
-    cfg->attrs = attr;
-    cfg->numAttrs = 1;
-  }
-  return cudaSuccess;
+  if (e == cudaSuccess) weave_hgemm_launch_config(cfg, attr, grid, WEAVE_HGEMM_THREADS, smem, s, pair);
+  return e;
 }
 
 template <int DT, int OUT, int BCOL, bool PROMOTE = false>
@@ -309,11 +297,10 @@ extern "C" int weave_ag_fused_blocks_per_sm(size_t *smem_bytes) {
 
 extern "C" int weave_ag_fused_max_clusters(void) {
   const weave_ag_fused_fn_t kern = weave_ag_fused_kernel<WEAVE_BF16, WEAVE_BF16, 1, false, true>;
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[1];
+  const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
   int n = 0;
-  if (weave_ag_config(kern, 2, true, 0, &cfg, attr) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+      weave_hgemm_max_pairs(kern, WEAVE_HGEMM_THREADS, smem, &n) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }

@@ -21,6 +21,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gemm/hopper/cluster_launch.cuh"
 #include "gemm/hopper/gemm_hopper.cuh"
 #include "gemm/hopper/gemm_hopper_promote3.cuh"
 #include "gemm/hopper/standalone_sink.cuh"
@@ -249,27 +250,13 @@ static cudaError_t weave_hgemm_launch_kernel(const weave_hgemm_params_t &p, cons
   static unsigned long long attr_set = 0; /* bit d: device d done (devices >= 64: every call) */
   static int max_clusters[64];            /* co-resident 2-CTA clusters, per device */
   unsigned long long bit = dev < 64 ? 1ull << dev : 0;
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.blockDim = dim3(THREADS, 1, 1);
-  cfg.dynamicSmemBytes = SMEM;
-  cfg.stream = stream;
-  if (CL == 2) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
   cudaError_t e;
   int mc = 0;
   if (!bit || !(__atomic_load_n(&attr_set, __ATOMIC_ACQUIRE) & bit)) {
     e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (e != cudaSuccess) return e;
     if (CL == 2) {
-      cfg.gridDim = dim3(2, 1, 1);
-      e = cudaOccupancyMaxActiveClusters(&mc, kern, &cfg);
+      e = weave_hgemm_max_pairs(kern, THREADS, SMEM, &mc);
       if (e != cudaSuccess) return e;
       if (bit) __atomic_store_n(&max_clusters[dev], mc, __ATOMIC_RELAXED);
     }
@@ -285,7 +272,9 @@ static cudaError_t weave_hgemm_launch_kernel(const weave_hgemm_params_t &p, cons
     kern<<<grid, THREADS, SMEM, stream>>>(p, c_map, sa);
     return cudaGetLastError();
   }
-  cfg.gridDim = dim3(grid, 1, 1);
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr;
+  weave_hgemm_launch_config(&cfg, &attr, grid, THREADS, SMEM, stream, true);
   return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 

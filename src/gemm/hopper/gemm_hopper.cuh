@@ -18,6 +18,7 @@
  *   ptx.cuh                      the inline-PTX wrappers
  *   tile_scheduler.h             work items: grouped order, stream-K plan and walk, schedule choice (C)
  *   gemm_hopper.h                host interface: tile and smem constants, parameters, launcher (C)
+ *   cluster_launch.cuh           host: launch configs with or without 2-CTA clusters, how many fit
  *
  * Sink contract (a struct the caller passes by reference):
  *   __device__ void coords(int seq, int* row0, int* col0);   // first row / column of C of tile `seq`
