@@ -619,11 +619,16 @@ int main(int argc, char **argv) {
   printf("gpu_ag_gemm: seed %llu (set WEAVE_TEST_SEED to repeat)\n", (unsigned long long)seed);
   const weave_strategy_t all[4] = {WEAVE_STRATEGY_FUSED, WEAVE_STRATEGY_BULK, WEAVE_STRATEGY_BASELINE,
                                    WEAVE_STRATEGY_AUTO};
-  const int worlds[] = {1, 2, 3, 4, 8}; /* 3: rows that do not split evenly over an odd world */
+  /* 3: rows that do not split evenly over an odd world; --world N (or the launcher's world) runs N
+   * alone, whatever N is */
+  int worlds[] = {1, 2, 3, 4, 8}, nworlds = 5;
+  if (only_world) {
+    worlds[0] = only_world;
+    nworlds = 1;
+  }
   int failed = 0, total = 0;
-  for (int wi = 0; wi < (int)(sizeof(worlds) / sizeof(worlds[0])); ++wi) {
+  for (int wi = 0; wi < nworlds; ++wi) {
     const int world = worlds[wi];
-    if (only_world && world != only_world) continue;
     int rc = harness_run(world, NULL, NULL, refusal_fn, NULL);
     if (rc == HARNESS_SKIP) return rc;
     failed += rc != 0;

@@ -567,10 +567,15 @@ int main(int argc, char **argv) {
   }
   uint64_t seed = harness_seed();
   printf("gpu_gemm_rs: seed %llu (set WEAVE_TEST_SEED to repeat)\n", (unsigned long long)seed);
-  int worlds[] = {1, 2, 4, 8}, failed = 0, total = 0;
-  for (int wi = 0; wi < 4; ++wi) {
+  /* 3: rows that split unevenly over an odd world; --world N (or the launcher's world) runs N alone,
+   * whatever N is */
+  int worlds[] = {1, 2, 3, 4, 8}, nworlds = 5, failed = 0, total = 0;
+  if (only_world) {
+    worlds[0] = only_world;
+    nworlds = 1;
+  }
+  for (int wi = 0; wi < nworlds; ++wi) {
     int world = worlds[wi];
-    if (only_world && world != only_world) continue;
     /* 1. every strategy x reduction x slot x dtype x layout, with tails */
     for (int dt = 0; dt < 3 && !fp8_only; ++dt)
       for (int lay = 0; lay < 2; ++lay) {
