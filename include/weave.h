@@ -340,6 +340,8 @@ typedef struct {
   weave_choice_t chosen_by; /* how the strategy was chosen */
   double choose_ms;         /* host time plan creation spent choosing (cache I/O, timing) */
   char why[320];            /* the choice in words: the cache entry, the times measured, or the model's */
+  int cta_pairs;            /* fused: 1 when the kernel runs 2-CTA clusters, each a pair of tile columns
+                             * sharing A's loads (WEAVE_HGEMM_CLUSTER; README), else 0 */
 } weave_gemm_rs_info_t;
 
 /* Collective. Same (M, N, K_local, desc) on every rank. Any M >= 1: when M < world the ranks past

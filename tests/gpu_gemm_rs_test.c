@@ -129,7 +129,7 @@ static void fresh_inputs(const test_case_t *c, int r, int world, int call, void 
  * (the most tiles any owner has: ceil(rows_o / tile_m) x ceil(N / tile_n)) -- not taken from the
  * plan, so a plan that feeds the model another count (all tiles, say) fails. */
 static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t out, weave_dtype_t slot,
-                                const weave_gemm_rs_info_t *info) {
+                                const weave_gemm_rs_info_t *info, int budget) {
   int dev = 0, sms = 0, clock_khz = 0, mem_khz = 0, bus_bits = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -141,8 +141,8 @@ static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t o
   const int hopper = info->tile_m == hm && info->tile_n == hn;
   const int per_sm = weave_kernel_blocks_per_sm(out, hopper, 1, NULL);
   weave_split_inputs_t in;
-  weave_split_inputs_from_device(sms, clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0, c->dtype, per_sm,
-                                 info->gemm_blocks + info->comm_blocks, &in);
+  weave_split_inputs_from_device(sms, clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0, c->dtype, per_sm, budget,
+                                 &in);
   int most = 0;
   for (int o = 0; o < world; ++o) {
     int b, rows;
@@ -263,11 +263,38 @@ static int rank_fn(harness_rank_t *hr) {
       /* what the kernels write (fp8 inputs: bf16 or fp16) and what travels */
       const weave_dtype_t out = weave_dtype_out(d.dtype, d.out_dtype);
       const weave_dtype_t slot = d.reduce == WEAVE_REDUCE_ATOMIC || d.fp32_slots ? WEAVE_FP32 : out;
-      const int want = expected_comm_blocks(c, world, out, slot, &info);
-      if (info.comm_blocks != want) {
+      /* where 2-CTA clusters may pair the blocks (WEAVE_HGEMM_CLUSTER 0 or 3) the plan rounds both counts
+       * to even: an odd count of the model's up, and an odd budget leaves one block out */
+      const char *knob = getenv("WEAVE_HGEMM_CLUSTER");
+      const int may_pair = !knob || atoi(knob) == 0 || atoi(knob) == 3;
+      const int sum = info.gemm_blocks + info.comm_blocks;
+      int want = expected_comm_blocks(c, world, out, slot, &info, sum), ok = info.comm_blocks == want;
+      for (int extra = 0; extra <= 1 && may_pair && !ok; ++extra) {
+        const int w = expected_comm_blocks(c, world, out, slot, &info, sum + extra);
+        ok = info.comm_blocks == w + (w & 1);
+      }
+      if (!ok) {
         snprintf(msg, sizeof(msg),
                  "the cost model gives %d communication blocks (this rank owns %d tiles), the plan has %d", want,
                  info.tiles_owned, info.comm_blocks);
+        fail(c, r, dn, msg);
+      }
+    }
+    /* 2-CTA clusters sharing A: 16-bit fused plans on the Hopper role pair tile columns where they pair
+     * up and both block counts are even, unless WEAVE_HGEMM_CLUSTER says 1 or 2 (an H100 or H200 holds
+     * every rank's clusters) */
+    if (d.strategy == WEAVE_STRATEGY_FUSED && !hier && (d.dtype == WEAVE_BF16 || d.dtype == WEAVE_FP16) &&
+        d.reduce != WEAVE_REDUCE_ATOMIC) {
+      int hm, hn;
+      weave_kernel_tile_shape(1, &hm, &hn);
+      const char *knob = getenv("WEAVE_HGEMM_CLUSTER");
+      const int k = knob ? atoi(knob) : 0;
+      const int want = (k == 0 || k == 3) && info.tile_m == hm && info.tile_n == hn &&
+                       ((c->N + hn - 1) / hn) % 2 == 0 && info.gemm_blocks >= 2 && info.gemm_blocks % 2 == 0 &&
+                       info.comm_blocks % 2 == 0;
+      if (info.cta_pairs != want) {
+        snprintf(msg, sizeof(msg), "cta_pairs %d, want %d (%d + %d blocks, N %d, WEAVE_HGEMM_CLUSTER %d)",
+                 info.cta_pairs, want, info.gemm_blocks, info.comm_blocks, c->N, k);
         fail(c, r, dn, msg);
       }
     }

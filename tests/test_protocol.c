@@ -127,9 +127,10 @@ static void *actor(void *arg) {
   return NULL;
 }
 
-static int run(int use_credit) {
+static int run(int use_credit, int pair_n) {
   model_t *m = (model_t *)calloc(1, sizeof(*m));
-  m->t = (weave_tiling_t){37, 16, WORLD, 4, 8, 0}; /* tails: 10/9/9/9 rows, 3/3/3/3 tile-rows x 2 */
+  /* tails: 10/9/9/9 rows, 3/3/3/3 tile-rows x 2 tile columns (pair_n: one pair) */
+  m->t = (weave_tiling_t){37, 16, WORLD, 4, 8, 0, pair_n};
   m->tiles_cap = weave_max_owner_tiles(&m->t);
   m->use_credit = use_credit;
   size_t n = (size_t)WORLD * WORLD * m->tiles_cap;
@@ -253,12 +254,14 @@ int main(void) {
   for (int i = 0; i < 5 && ag_without == 0; ++i) ag_without = ag_run(203, 16, 0);
   CHECK_MSG(ag_without > 0, "AllGather + GEMM without the done wait never failed: the test cannot fail");
 
-  int with_credit = run(1);
+  int with_credit = run(1, 0);
   CHECK_MSG(with_credit == 0, "%d stale or overwritten partials with the credit", with_credit);
+  with_credit = run(1, 1); /* the walk over pairs of tile columns (2-CTA clusters sharing A) */
+  CHECK_MSG(with_credit == 0, "%d stale or overwritten partials with the credit, paired tiles", with_credit);
   /* Without the credit a fast source overwrites slots the owner has not read yet. The interleaving
    * is random, so give it a few tries to show up. */
   int without = 0;
-  for (int i = 0; i < 5 && without == 0; ++i) without = run(0);
+  for (int i = 0; i < 5 && without == 0; ++i) without = run(0, 0);
   CHECK_MSG(without > 0, "the model without the credit never failed: the test cannot fail");
   return check_summary("test_protocol");
 }

@@ -61,10 +61,12 @@ static void test_row_split(void) {
 }
 
 /* Checks one tiling: per-owner coordinates are a bijection and cover the owner's rows/cols once; every
- * rank's walk visits each (owner, j) exactly once; the owner order is the rotation asked for. */
+ * rank's walk visits each (owner, j) exactly once; the owner order is the rotation asked for; with
+ * pair_n, tiles 2q and 2q + 1 (of an owner and of a walk) are two adjacent tile columns of one row. */
 static int check_tiling(const weave_tiling_t *t) {
   int errors = 0;
   int world = t->world, tiles_n = weave_tiles_n(t);
+  const int unit = t->pair_n ? 2 : 1;
   if (tiles_n != (t->N + t->tile_n - 1) / t->tile_n) errors++;
   int total = 0, max_tiles = 0;
   for (int o = 0; o < world; ++o) {
@@ -90,6 +92,11 @@ static int check_tiling(const weave_tiling_t *t) {
         continue;
       }
       if (seen[tm * tiles_n + tn]++) errors++;
+      if (t->pair_n && (j & 1)) {
+        int pm, pn;
+        weave_owner_tile_coords(t, o, j - 1, &pm, &pn);
+        if (pm != tm || pn % 2 != 0 || tn != pn + 1) errors++;
+      }
       /* Rows/cols the tile covers, clipped to the chunk. */
       if (do_cover)
         for (int i = tm * t->tile_m; i < (tm + 1) * t->tile_m && i < rows; ++i)
@@ -121,7 +128,7 @@ static int check_tiling(const weave_tiling_t *t) {
   unsigned char *seen = calloc((size_t)total + 1, 1);
   for (int r = 0; r < world; ++r) {
     memset(seen, 0, (size_t)total + 1);
-    const int least = weave_owner_tiles(t, world - 1);
+    const int least = weave_owner_tiles(t, world - 1) / unit; /* interleaved rounds, in units */
     int *next_j = calloc((size_t)world, sizeof(int));
     for (int seq = 0; seq < total; ++seq) {
       int o = -1, j = -1;
@@ -133,7 +140,11 @@ static int check_tiling(const weave_tiling_t *t) {
       /* Each owner's tiles come in order j = 0, 1, ...; in the interleaved rounds step seq goes to
        * the (seq % world)-th owner of the rotation. */
       if (j != next_j[o]++) errors++;
-      if (seq < least * world && o != weave_visit_owner(t, r, seq % world)) errors++;
+      if (seq / unit < least * world && o != weave_visit_owner(t, r, seq / unit % world)) errors++;
+      if (t->pair_n && (seq & 1)) {
+        int po, pj;
+        if (weave_seq_tile(t, r, seq - 1, &po, &pj) != 0 || po != o || pj != j - 1 || (pj & 1)) errors++;
+      }
     }
     free(next_j);
     for (int i = 0; i < total; ++i)
@@ -156,7 +167,7 @@ static int check_tiling(const weave_tiling_t *t) {
     if (t->order == WEAVE_ORDER_OWN_LAST && weave_visit_owner(t, r, 0) != (r + 1) % world) errors++;
     if (weave_visit_owner(t, r, own_k) != r) errors++;
     for (int round = 0; round < least; ++round)
-      if (weave_seq_tile(t, r, round * world + own_k, &o, &j) != 0 || o != r || j != round) {
+      if (weave_seq_tile(t, r, (round * world + own_k) * unit, &o, &j) != 0 || o != r || j != round * unit) {
         errors++;
         break;
       }
@@ -184,29 +195,31 @@ static void test_tilings(void) {
     for (size_t b = 0; b < sizeof(Ns) / sizeof(Ns[0]); ++b)
       for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); ++w)
         for (size_t ti = 0; ti < sizeof(tiles) / sizeof(tiles[0]); ++ti)
-          for (int order = 0; order <= 1; ++order) {
-            if (Ms[a] < worlds[w]) continue; /* plans reject M < world */
-            weave_tiling_t t = {Ms[a], Ns[b], worlds[w], tiles[ti][0], tiles[ti][1], order};
-            int e = check_tiling(&t);
-            cases++;
-            if (e) {
-              failed++;
-              if (failed < 10)
-                fprintf(stderr, "tiling M %d N %d world %d tile %dx%d order %d: %d errors\n", t.M, t.N, t.world,
-                        t.tile_m, t.tile_n, t.order, e);
+          for (int order = 0; order <= 1; ++order)
+            for (int pair = 0; pair <= 1; ++pair) {
+              if (Ms[a] < worlds[w]) continue; /* plans reject M < world */
+              weave_tiling_t t = {Ms[a], Ns[b], worlds[w], tiles[ti][0], tiles[ti][1], order, pair};
+              if (pair && weave_tiles_n(&t) % 2) continue; /* plans pair only even tile columns */
+              int e = check_tiling(&t);
+              cases++;
+              if (e) {
+                failed++;
+                if (failed < 10)
+                  fprintf(stderr, "tiling M %d N %d world %d tile %dx%d order %d pair %d: %d errors\n", t.M, t.N,
+                          t.world, t.tile_m, t.tile_n, t.order, t.pair_n, e);
+              }
             }
-          }
   CHECK_MSG(failed == 0, "%d of %d tilings wrong", failed, cases);
   /* A larger world, and M < tile (one partial tile per owner). */
-  weave_tiling_t big = {1000, 300, WEAVE_MAX_WORLD, 128, 128, WEAVE_ORDER_OWN_LAST};
+  weave_tiling_t big = {1000, 300, WEAVE_MAX_WORLD, 128, 128, WEAVE_ORDER_OWN_LAST, 0};
   CHECK(check_tiling(&big) == 0);
   big.order = WEAVE_ORDER_OWN_FIRST;
   CHECK(check_tiling(&big) == 0);
-  weave_tiling_t small = {24, 40, 3, 128, 256, WEAVE_ORDER_OWN_LAST};
+  weave_tiling_t small = {24, 40, 3, 128, 256, WEAVE_ORDER_OWN_LAST, 0};
   CHECK(check_tiling(&small) == 0);
   CHECK(weave_total_tiles(&small) == 3);
   /* Spot values: M 1000, world 4 -> 250 rows each, tile 128 -> 2 tile-rows; N 384 / 128 -> 3. */
-  weave_tiling_t t = {1000, 384, 4, 128, 128, WEAVE_ORDER_OWN_LAST};
+  weave_tiling_t t = {1000, 384, 4, 128, 128, WEAVE_ORDER_OWN_LAST, 0};
   CHECK(weave_owner_tiles_m(&t, 0) == 2 && weave_tiles_n(&t) == 3 && weave_owner_tiles(&t, 3) == 6);
   CHECK(weave_total_tiles(&t) == 24);
   int o, j;
@@ -215,8 +228,19 @@ static void test_tilings(void) {
   CHECK(weave_seq_tile(&t, 1, 6, &o, &j) == 0 && o == 0 && j == 1); /* round 1, step 2: (r+1+2) % 4 */
   CHECK(weave_seq_tile(&t, 1, 3, &o, &j) == 0 && o == 1 && j == 0); /* own tile closes round 0 */
   CHECK(weave_seq_tile(&t, 1, -1, &o, &j) == -1);
+  /* Pairs of tile columns: N 512 / 128 -> 4 tile columns, 2 tile-rows an owner: 8 tiles, 4 pairs. */
+  int tm0, tn0;
+  weave_tiling_t tp = {1000, 512, 4, 128, 128, WEAVE_ORDER_OWN_LAST, 1};
+  CHECK(weave_seq_tile(&tp, 3, 0, &o, &j) == 0 && o == 0 && j == 0);
+  CHECK(weave_seq_tile(&tp, 3, 1, &o, &j) == 0 && o == 0 && j == 1);
+  CHECK(weave_seq_tile(&tp, 3, 2, &o, &j) == 0 && o == 1 && j == 0);
+  CHECK(weave_seq_tile(&tp, 3, 9, &o, &j) == 0 && o == 0 && j == 3); /* round 1: the owner's 2nd pair */
+  weave_owner_tile_coords(&tp, 0, 2, &tm0, &tn0);
+  CHECK(tm0 == 1 && tn0 == 0); /* pair 1: the group's next tile-row, columns 0 and 1 */
+  weave_owner_tile_coords(&tp, 0, 5, &tm0, &tn0);
+  CHECK(tm0 == 0 && tn0 == 3); /* pair 2: the next pair of columns */
   /* Grouped order within an owner: column-major inside a group of WEAVE_GROUP_M tile-rows. */
-  weave_tiling_t g = {64 * 20, 64 * 3, 1, 64, 64, 0};
+  weave_tiling_t g = {64 * 20, 64 * 3, 1, 64, 64, 0, 0};
   int tm, tn;
   weave_owner_tile_coords(&g, 0, 0, &tm, &tn);
   CHECK(tm == 0 && tn == 0);

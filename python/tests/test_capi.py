@@ -193,18 +193,20 @@ def test_info_layout_by_hand() -> None:
     """weave_gemm_rs_info_t on LP64, worked out by hand (libweave writes sizeof of it: a shorter mirror
     would be overrun). strategy + 8 ints: 9 * 4 = 36, padded to 40 for the size_t; heap_bytes at 40,
     bytes_sent at 48; chosen_by (enum, int) at 56, padded to 64 for the double; choose_ms at 64;
-    why[320] at 72, ending at 392, already a multiple of 8 (the struct's alignment)."""
+    why[320] at 72, ending at 392; cta_pairs at 392, padded to 400 (the struct's alignment, 8)."""
     info = _capi._Info
     assert (info.heap_bytes.offset, info.bytes_sent.offset) == (40, 48)
     assert (info.chosen_by.offset, info.choose_ms.offset, info.why.offset, info.why.size) == (56, 64, 72, 320)
-    assert ctypes.sizeof(info) == 392 and ctypes.alignment(info) == 8
+    assert info.cta_pairs.offset == 392
+    assert ctypes.sizeof(info) == 400 and ctypes.alignment(info) == 8
 
 
 def test_plan_info_from_the_struct() -> None:
-    """PlanInfo keeps the fields of 0.3 first, in order (positional users), then the choice's three."""
+    """PlanInfo keeps the fields of 0.3 first, in order (positional users), then the choice's three and
+    cta_pairs."""
     names = [f.name for f in dataclasses.fields(_capi.PlanInfo)]
     assert names == ["strategy", "row_begin", "rows", "tile_m", "tile_n", "tiles_total", "tiles_owned", "gemm_blocks",
-                     "comm_blocks", "heap_bytes", "bytes_sent", "chosen_by", "choose_ms", "why"]
+                     "comm_blocks", "heap_bytes", "bytes_sent", "chosen_by", "choose_ms", "why", "cta_pairs"]
     raw = _capi._Info(strategy=2, row_begin=8, rows=8, tile_m=128, tile_n=128, tiles_total=4, tiles_owned=2,
                       gemm_blocks=100, comm_blocks=32, heap_bytes=1 << 20, bytes_sent=4096, chosen_by=2,
                       choose_ms=12.5, why=b"measured: bulk 0.10 ms, baseline 0.12 ms")
@@ -216,6 +218,7 @@ def test_plan_info_from_the_struct() -> None:
         ["caller", "cache", "measurement", "model", "4"]
     raw.why = b"x" * 319  # the C side NUL-terminates within the 320 bytes
     assert _capi._plan_info(raw).why == "x" * 319
+    assert not info.cta_pairs and _capi._plan_info(_capi._Info(cta_pairs=1)).cta_pairs is True
 
 
 def test_team_argument_errors() -> None:

@@ -113,7 +113,8 @@ class _Info(ctypes.Structure):  # weave_gemm_rs_info_t
     _fields_ = [("strategy", c_int), ("row_begin", c_int), ("rows", c_int), ("tile_m", c_int), ("tile_n", c_int),
                 ("tiles_total", c_int), ("tiles_owned", c_int), ("gemm_blocks", c_int), ("comm_blocks", c_int),
                 ("heap_bytes", c_size_t), ("bytes_sent", c_size_t),
-                ("chosen_by", c_int), ("choose_ms", c_double), ("why", c_char * 320)]  # since 0.4
+                ("chosen_by", c_int), ("choose_ms", c_double), ("why", c_char * 320),  # since 0.4
+                ("cta_pairs", c_int)]
 
 
 class _AgDesc(ctypes.Structure):  # weave_ag_gemm_desc_t
@@ -401,7 +402,8 @@ class PlanInfo:
 
     chosen_by says how the strategy was chosen: "caller" (not "auto"), "cache" (the tuning cache's
     entry), "measurement" (the candidates timed at this plan's creation) or "model" (the cost model);
-    choose_ms is the host time plan creation spent choosing, why the choice in words."""
+    choose_ms is the host time plan creation spent choosing, why the choice in words; cta_pairs: the
+    fused kernel runs 2-CTA clusters sharing A's loads."""
 
     strategy: str
     row_begin: int
@@ -417,6 +419,7 @@ class PlanInfo:
     chosen_by: str
     choose_ms: float
     why: str
+    cta_pairs: bool = False
 
 
 def _plan_info(info: _Info) -> PlanInfo:
@@ -425,7 +428,8 @@ def _plan_info(info: _Info) -> PlanInfo:
     chosen_by = CHOSEN_BY_NAMES[info.chosen_by] if 0 <= info.chosen_by < len(CHOSEN_BY_NAMES) else str(info.chosen_by)
     return PlanInfo(strategies.get(info.strategy, str(info.strategy)), info.row_begin, info.rows, info.tile_m,
                     info.tile_n, info.tiles_total, info.tiles_owned, info.gemm_blocks, info.comm_blocks,
-                    info.heap_bytes, info.bytes_sent, chosen_by, info.choose_ms, info.why.decode(errors="replace"))
+                    info.heap_bytes, info.bytes_sent, chosen_by, info.choose_ms, info.why.decode(errors="replace"),
+                    bool(info.cta_pairs))
 
 
 class Plan:

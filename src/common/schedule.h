@@ -29,7 +29,10 @@
 typedef struct {
   int M, N, world;
   int tile_m, tile_n;
-  int order; /* weave_tile_order_t */
+  int order;  /* weave_tile_order_t */
+  int pair_n; /* 1: tiles go in pairs of tile columns of one tile row (2-CTA clusters sharing A): an
+               * owner's tiles 2q and 2q + 1, and a walk's steps 2q and 2q + 1, are such a pair; the
+               * tile columns must pair up (tiles_n even) */
 } weave_tiling_t;
 
 static inline WEAVE_HOST_DEVICE int weave_cdiv(int a, int b) { return (a + b - 1) / b; }
@@ -126,10 +129,16 @@ static inline WEAVE_HOST_DEVICE void weave_ag_tile_coords(int seq, int blocks_m,
   *tm = mi < n_own ? first + mi : ((first - 1 - (mi - n_own)) % blocks_m + blocks_m) % blocks_m;
 }
 
-/* Owner's local tile j -> tile-row (within the owner's chunk) and tile-column, grouped order. */
+/* Owner's local tile j -> tile-row (within the owner's chunk) and tile-column, grouped order (over
+ * pairs of tile columns with pair_n). */
 static inline WEAVE_HOST_DEVICE void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm,
                                                              int *tn) {
-  weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, tm, tn);
+  if (t->pair_n) {
+    weave_grouped_tile_coords(j >> 1, weave_owner_tiles_m(t, owner), weave_tiles_n(t) >> 1, WEAVE_GROUP_M, tm, tn);
+    *tn = 2 * *tn + (j & 1);
+  } else {
+    weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, tm, tn);
+  }
 }
 
 /* k-th owner visited by rank r. */
@@ -138,25 +147,29 @@ static inline WEAVE_HOST_DEVICE int weave_visit_owner(const weave_tiling_t *t, i
   return (first + k) % t->world;
 }
 
-/* Position `seq` of rank r's walk -> (owner, owner-local tile j). Returns 0, or -1 outside. */
+/* Position `seq` of rank r's walk -> (owner, owner-local tile j). Returns 0, or -1 outside. With
+ * pair_n the walk interleaves the owners pair by pair: steps 2q and 2q + 1 are tiles 2i and 2i + 1
+ * of one owner. */
 static inline WEAVE_HOST_DEVICE int weave_seq_tile(const weave_tiling_t *t, int rank, int seq, int *owner, int *j) {
   if (seq < 0) return -1;
-  const int least = weave_owner_tiles(t, t->world - 1); /* owners' tile counts never grow with o */
-  if (seq < least * t->world) {
-    *owner = weave_visit_owner(t, rank, seq % t->world);
-    *j = seq / t->world;
+  const int unit = t->pair_n ? 2 : 1, half = seq % unit;
+  int q = seq / unit;
+  const int least = weave_owner_tiles(t, t->world - 1) / unit; /* owners' counts never grow with o */
+  if (q < least * t->world) {
+    *owner = weave_visit_owner(t, rank, q % t->world);
+    *j = (q / t->world) * unit + half;
     return 0;
   }
-  seq -= least * t->world;
+  q -= least * t->world;
   for (int k = 0; k < t->world; ++k) {
     int o = weave_visit_owner(t, rank, k);
-    int extra = weave_owner_tiles(t, o) - least;
-    if (seq < extra) {
+    int extra = weave_owner_tiles(t, o) / unit - least;
+    if (q < extra) {
       *owner = o;
-      *j = least + seq;
+      *j = (least + q) * unit + half;
       return 0;
     }
-    seq -= extra;
+    q -= extra;
   }
   return -1;
 }

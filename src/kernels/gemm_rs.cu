@@ -94,16 +94,61 @@ extern "C" int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int f
   return weave_occupancy(weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, WEAVE_MMA_THREADS, smem);
 }
 
+/* The Hopper fused kernel's launch: `grid` blocks of 384 threads, in 2-CTA clusters when `pair`. */
+typedef void (*weave_fused_fn_t)(const weave_fused_params_t);
+static cudaError_t weave_launch_hopper_fused(weave_fused_fn_t kern, const weave_fused_params_t *p, int grid, bool pair,
+                                             size_t smem, cudaStream_t s) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  if (pair) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&cfg, kern, *p);
+}
+
+extern "C" int weave_kernel_fused_max_clusters(void) {
+  const weave_fused_fn_t kern = weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, false, false, true>;
+  const size_t smem = weave_gemm_smem(WEAVE_BF16, true);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(2, 1, 1);
+  cfg.blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (weave_prepare(kern, smem) || cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 template <typename T, typename S, bool ATOMIC, bool FP8 = false, bool PROMOTE = false>
 static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
   size_t smem = weave_gemm_smem(p->dtype, p->hopper);
   if (p->hopper) {
     if constexpr (sizeof(T) == 2) {
-      int e = weave_prepare(weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE>, smem);
+      /* no clusters for the atomic accumulator (its sink and the A-sharing producer spill) */
+      const bool pair = !ATOMIC && p->tiling.pair_n != 0;
+      const weave_fused_fn_t kern = pair ? weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE, !ATOMIC>
+                                         : weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE, false>;
+      int e = weave_prepare(kern, smem);
       if (e) return e;
-      weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE>
-          <<<p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s>>>(*p);
-      return (int)cudaGetLastError();
+      return (int)weave_launch_hopper_fused(kern, p, p->gemm_blocks + p->comm_blocks, pair, smem, s);
     }
     return (int)cudaErrorInvalidValue;
   }
@@ -133,7 +178,10 @@ static int weave_launch_fused_fp8(const weave_fused_params_t *p, cudaStream_t s)
 extern "C" int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream) {
   cudaStream_t s = (cudaStream_t)stream;
   bool atomic = p->reduce == WEAVE_REDUCE_ATOMIC, f32slot = p->slot_dtype == WEAVE_FP32;
-  if (p->in_dtype == WEAVE_FP8_E4M3) /* p->dtype: the output, bf16 or fp16 */
+  if (p->tiling.pair_n &&
+      (!p->hopper || atomic || ((p->gemm_blocks | p->comm_blocks) & 1) || weave_tiles_n(&p->tiling) & 1))
+    return (int)cudaErrorInvalidValue; /* clusters: the Hopper role, slots, even block counts, pairs of columns */
+  if (p->in_dtype == WEAVE_FP8_E4M3)   /* p->dtype: the output, bf16 or fp16 */
     return p->fp8_fast_accum ? weave_launch_fused_fp8<false>(p, s) : weave_launch_fused_fp8<true>(p, s);
   switch (p->dtype) {
     case WEAVE_BF16:
@@ -157,7 +205,7 @@ static int weave_launch_gemm_t(const weave_mma_args_t &a, float alpha, const voi
   int e = weave_prepare(weave_gemm_kernel<T, O>, smem);
   if (e) return e;
   weave_store_sink<O> sink;
-  sink.tiling = weave_tiling_t{a.M, a.N, 1, WEAVE_MMA_BM, WEAVE_MMA_BN, 0};
+  sink.tiling = weave_tiling_t{a.M, a.N, 1, WEAVE_MMA_BM, WEAVE_MMA_BN, 0, 0};
   sink.out = (O *)out;
   sink.bias = bias;
   sink.bias_dtype = bias_dtype;

@@ -116,17 +116,21 @@ __device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsig
 
 /* The GEMM role of the fused kernel: TMA + wgmma (384 threads) or mma.sync / SIMT (256 threads); FP8:
  * the fp8 wgmma role (inputs e4m3, T is the output type; PROMOTE: fp32 accumulation), whose tiles
- * reach the sink already scaled by this call's p.hg.scales (so do the partials it pushes). */
-template <typename T, bool HOPPER, bool FP8, bool PROMOTE, class Sink>
+ * reach the sink already scaled by this call's p.hg.scales (so do the partials it pushes). PAIR
+ * (Hopper role): launched in 2-CTA clusters whose CTAs take walk steps 2q and 2q + 1, two tile
+ * columns of one tile row (p.tiling.pair_n), sharing A (p.hg.tmap_a's box is half a tile's rows). */
+template <typename T, bool HOPPER, bool FP8, bool PROMOTE, bool PAIR, class Sink>
 __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, unsigned char *smem_raw, int total,
                                                  Sink &sink) {
+  static_assert(!PAIR || HOPPER, "2-CTA clusters run on the Hopper role only");
+  constexpr int CL = PAIR ? 2 : 1;
   if constexpr (FP8) {
     static_assert(HOPPER, "fp8 runs on the Hopper role only");
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    weave_hgemm_role_fp8<1, PROMOTE>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    weave_hgemm_role_fp8<CL, PROMOTE, Sink, PAIR>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
   } else if constexpr (HOPPER && sizeof(T) == 2) {
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    weave_hgemm_role<1>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    weave_hgemm_role<CL, Sink, PAIR>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
   } else {
     weave_mma_args_t a = {p.M, p.N, p.K, p.A, p.B, p.b_layout == WEAVE_LAYOUT_COL, p.vec_ok};
     weave_gemm_role<T>(a, smem_raw, blockIdx.x, p.gemm_blocks, total, sink);
@@ -172,8 +176,9 @@ __device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, 
 #define WEAVE_FUSED_THREADS(H) ((H) ? WEAVE_HGEMM_THREADS : WEAVE_MMA_THREADS)
 
 /* S: slot type (deterministic) or float (atomic accumulator); T: input/output type (FP8: output type,
- * inputs e4m3; PROMOTE: their accumulation promoted to fp32). */
-template <typename T, typename S, bool ATOMIC, bool HOPPER, bool FP8 = false, bool PROMOTE = false>
+ * inputs e4m3; PROMOTE: their accumulation promoted to fp32); PAIR: 2-CTA clusters sharing A
+ * (weave_fused_gemm; gemm_blocks and comm_blocks even, so that no cluster mixes the roles). */
+template <typename T, typename S, bool ATOMIC, bool HOPPER, bool FP8 = false, bool PROMOTE = false, bool PAIR = false>
 __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
     weave_fused_kernel(const __grid_constant__ weave_fused_params_t p) {
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -184,11 +189,11 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
     if constexpr (ATOMIC) {
       weave_atomic_sink sink;
       sink.init(&p);
-      weave_fused_gemm<T, HOPPER, FP8, PROMOTE>(p, smem, total, sink);
+      weave_fused_gemm<T, HOPPER, FP8, PROMOTE, PAIR>(p, smem, total, sink);
     } else {
       weave_slot_sink<S> sink;
       sink.init(&p);
-      weave_fused_gemm<T, HOPPER, FP8, PROMOTE>(p, smem, total, sink);
+      weave_fused_gemm<T, HOPPER, FP8, PROMOTE, PAIR>(p, smem, total, sink);
     }
   } else {
     if constexpr (HOPPER) {

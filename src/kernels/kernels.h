@@ -117,8 +117,10 @@ int weave_launch_ag_finish(const weave_ag_params_t *p, struct CUstream_st *strea
  * aligned rows of A and B, or fp8 inputs (B [N, K], K % 16 == 0; fp8 has no other role); everything
  * else runs on the mma.sync / SIMT role. */
 int weave_kernel_hopper_ok(weave_dtype_t dtype, weave_layout_t b_layout, int N, int K);
-/* Occupancy (blocks per SM) and dynamic shared memory of the fused (or plain GEMM) kernel. */
+/* Occupancy (blocks per SM) and dynamic shared memory of the fused (or plain GEMM) kernel; the most
+ * 2-CTA clusters of the Hopper fused kernel (tiling.pair_n) resident at once on this GPU (0: none). */
 int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int fused, size_t *smem_bytes);
+int weave_kernel_fused_max_clusters(void);
 void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n);
 
 /* Return 0 or a cudaError_t value. */

@@ -168,7 +168,7 @@ static void plan_choose_dtypes(weave_gemm_rs_plan_t p) {
 static void plan_choose_tiling(weave_gemm_rs_plan_t p) {
   int tm, tn;
   weave_kernel_tile_shape(p->hopper, &tm, &tn);
-  p->tiling = (weave_tiling_t){p->M, p->N, p->team->world, tm, tn, (int)p->desc.tile_order};
+  p->tiling = (weave_tiling_t){p->M, p->N, p->team->world, tm, tn, (int)p->desc.tile_order, 0};
   p->rows_cap = weave_cdiv(p->M, p->team->world);
   p->tiles_cap = weave_max_owner_tiles(&p->tiling);
 }
@@ -214,9 +214,11 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_aut
   const int fused = p->strategy == WEAVE_STRATEGY_FUSED;
   size_t smem = 0;
   int per_sm = weave_kernel_blocks_per_sm(p->out_dtype, p->hopper, fused, &smem);
-  /* Ranks sharing a GPU leave one SM each free, so the short kernels around the calls (memsets, the
-   * bulk strategy's signal kernels) never take the place of a block that others wait for. */
-  int spare = info->ranks_on_device > 1 ? info->ranks_on_device : 0;
+  /* Ranks sharing a GPU leave about half an SM each free (at least one in all), so the short kernels
+   * around the calls (memsets, the bulk strategy's signal kernels) never take the place of a block
+   * that others wait for (as AllGather + GEMM's plans: 16 blocks a rank at 8 ranks on 132 SMs, an
+   * even count for 2-CTA clusters). */
+  int spare = info->ranks_on_device > 1 ? (info->ranks_on_device + 1) / 2 : 0;
   p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
   if (per_sm < 1 || p->budget < (fused ? 2 : 1))
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
@@ -228,7 +230,24 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_aut
     p->comm_blocks = p->budget; /* reduce-scatter kernel */
     return WEAVE_SUCCESS;
   }
+  const int own_split = p->desc.gemm_blocks <= 0 && !(choice && choice->strategy == WEAVE_STRATEGY_FUSED &&
+                                                      choice->gemm_blocks > 0 && choice->comm_blocks > 0);
   plan_split_fused(p, per_sm, choice);
+  /* 2-CTA clusters sharing A where the standalone GEMM would run them (weave_hgemm_shares_a; the Hopper
+   * role with slots only: the atomic accumulator's kernel spills with them): the planner's own split
+   * rounded to even counts (a given odd one runs unclustered), and every rank's clusters resident at
+   * once */
+  const int pairs = p->hopper && p->desc.reduce != WEAVE_REDUCE_ATOMIC &&
+                    weave_hgemm_shares_a(weave_tiles_n(&p->tiling), p->budget, p->desc.dtype == WEAVE_FP8_E4M3);
+  if (pairs && own_split && p->comm_blocks > 0) { /* (an odd budget leaves one block out) */
+    const int comm = p->comm_blocks + (p->comm_blocks & 1), gemm = (p->budget - comm) & ~1;
+    if (gemm >= 2) {
+      p->comm_blocks = comm;
+      p->gemm_blocks = gemm;
+    }
+  }
+  p->tiling.pair_n = pairs && p->gemm_blocks >= 2 && !((p->gemm_blocks | p->comm_blocks) & 1) &&
+                     (p->gemm_blocks + p->comm_blocks) / 2 * info->ranks_on_device <= weave_kernel_fused_max_clusters();
   if (p->gemm_blocks + p->comm_blocks > p->budget)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "plan: %d GEMM + %d communication blocks could deadlock: only %d blocks of this kernel are "
@@ -517,12 +536,12 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
 
   plan_fill_params(p);
   plan_tma_store_maps(p, &env);
-  weave_log(
-      WEAVE_LOG_INFO, team,
-      "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks (budget %d), %zu heap bytes at offset %zu, %s epilogue",
-      M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
-      p->budget, p->mem_bytes, (size_t)((char *)p->mem - (char *)team->heap_base),
-      p->params.tma_slots ? "TMA-store" : "register-store");
+  weave_log(WEAVE_LOG_INFO, team,
+            "plan %dx%dx%d %s: strategy %s, %d GEMM + %d comm blocks%s (budget %d), %zu heap bytes at offset %zu, %s "
+            "epilogue",
+            M, N, K, weave_dtype_name(desc->dtype), weave_strategy_name(p->strategy), p->gemm_blocks, p->comm_blocks,
+            p->tiling.pair_n ? " in 2-CTA clusters sharing A" : "", p->budget, p->mem_bytes,
+            (size_t)((char *)p->mem - (char *)team->heap_base), p->params.tma_slots ? "TMA-store" : "register-store");
   if (p->chosen_by != WEAVE_CHOSEN_BY_CALLER && (env.info || weave_log_level() >= WEAVE_LOG_INFO) && team->rank == 0)
     fprintf(stderr, "weave: plan %dx%dx%d %s, %d rank(s): auto chose %s, %.1f ms: %s\n", M, N, K,
             weave_dtype_name(desc->dtype), team->world, weave_strategy_name(p->strategy), p->choose_ms, p->why);
@@ -565,6 +584,7 @@ weave_result_t weave_gemm_rs_plan_info(weave_gemm_rs_plan_t p, weave_gemm_rs_inf
   info->bytes_sent = weave_plan_bytes_sent(p->M, p->N, p->team->world, p->team->rank, slot);
   info->chosen_by = p->chosen_by;
   info->choose_ms = p->choose_ms;
+  info->cta_pairs = p->tiling.pair_n;
   snprintf(info->why, sizeof(info->why), "%s", p->why);
   return WEAVE_SUCCESS;
 }

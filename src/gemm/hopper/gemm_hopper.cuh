@@ -49,32 +49,38 @@
 #include "gemm/hopper/gemm_hopper_pingpong.cuh"
 
 /* The cooperative role for the (dtype, B layout) in p, chosen at run time (one uniform branch), on CL
- * CTAs per cluster (CL == 2: launched with 2-CTA clusters; requirements in
- * gemm_hopper_cooperative.cuh). Whole tiles only (no stream-K). */
-template <int CL, class Sink>
+ * CTAs per cluster (CL == 2: launched with 2-CTA clusters, pairs of tile rows sharing B or, SHARE_A,
+ * pairs of tile columns sharing A; requirements in gemm_hopper_cooperative.cuh). Whole tiles only
+ * (no stream-K). */
+template <int CL, class Sink, bool SHARE_A = false>
 __device__ __forceinline__ void weave_hgemm_role(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
                                                  int seq_stride, int seq_count, Sink &sink) {
+  typedef weave_hgemm_scale_none SC;
   if (p.dtype == WEAVE_BF16) {
     if (p.b_layout == WEAVE_LAYOUT_COL)
-      weave_hgemm_role_coop<Sink, WEAVE_BF16, 1, CL>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hgemm_role_coop<Sink, WEAVE_BF16, 1, CL, false, SC, false, SHARE_A>(p, smem, seq_begin, seq_stride,
+                                                                                seq_count, sink);
     else
-      weave_hgemm_role_coop<Sink, WEAVE_BF16, 0, CL>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hgemm_role_coop<Sink, WEAVE_BF16, 0, CL, false, SC, false, SHARE_A>(p, smem, seq_begin, seq_stride,
+                                                                                seq_count, sink);
   } else {
     if (p.b_layout == WEAVE_LAYOUT_COL)
-      weave_hgemm_role_coop<Sink, WEAVE_FP16, 1, CL>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hgemm_role_coop<Sink, WEAVE_FP16, 1, CL, false, SC, false, SHARE_A>(p, smem, seq_begin, seq_stride,
+                                                                                seq_count, sink);
     else
-      weave_hgemm_role_coop<Sink, WEAVE_FP16, 0, CL>(p, smem, seq_begin, seq_stride, seq_count, sink);
+      weave_hgemm_role_coop<Sink, WEAVE_FP16, 0, CL, false, SC, false, SHARE_A>(p, smem, seq_begin, seq_stride,
+                                                                                seq_count, sink);
   }
 }
 
 /* The cooperative role for fp8 inputs (e4m3, B [N, K]) with p.scales applied to each tile's
  * accumulators before the sink sees them (weave_hgemm_scale_fp8, mode read at run time), CL CTAs per
- * cluster, accumulation promoted to fp32 (PROMOTE) or the tensor cores' own. A separate entry so that
- * the 16-bit kernels do not carry the fp8 code. */
-template <int CL, bool PROMOTE, class Sink>
+ * cluster (SHARE_A as above), accumulation promoted to fp32 (PROMOTE) or the tensor cores' own. A
+ * separate entry so that the 16-bit kernels do not carry the fp8 code. */
+template <int CL, bool PROMOTE, class Sink, bool SHARE_A = false>
 __device__ __forceinline__ void weave_hgemm_role_fp8(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
                                                      int seq_stride, int seq_count, Sink &sink) {
-  weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8, PROMOTE>(
+  weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8, PROMOTE, SHARE_A>(
       p, smem, seq_begin, seq_stride, seq_count, sink);
 }
 
