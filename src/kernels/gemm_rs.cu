@@ -43,6 +43,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "gemm/hopper/cluster_launch.cuh"
 #include "kernels/gemm_rs_roles.cuh"
 
 /* ------------------------------------------------------------------------------------------------
@@ -94,43 +95,13 @@ extern "C" int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int f
   return weave_occupancy(weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, WEAVE_MMA_THREADS, smem);
 }
 
-/* The Hopper fused kernel's launch: `grid` blocks of 384 threads, in 2-CTA clusters when `pair`. */
 typedef void (*weave_fused_fn_t)(const weave_fused_params_t);
-static cudaError_t weave_launch_hopper_fused(weave_fused_fn_t kern, const weave_fused_params_t *p, int grid, bool pair,
-                                             size_t smem, cudaStream_t s) {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3((unsigned)grid, 1, 1);
-  cfg.blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  if (pair) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&cfg, kern, *p);
-}
 
 extern "C" int weave_kernel_fused_max_clusters(void) {
   const weave_fused_fn_t kern = weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, false, false, true>;
   const size_t smem = weave_gemm_smem(WEAVE_BF16, true);
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(2, 1, 1);
-  cfg.blockDim = dim3(WEAVE_HGEMM_THREADS, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
   int n = 0;
-  if (weave_prepare(kern, smem) || cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+  if (weave_prepare(kern, smem) || weave_hgemm_max_pairs(kern, WEAVE_HGEMM_THREADS, smem, &n) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
@@ -148,7 +119,10 @@ static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
                                          : weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE, false>;
       int e = weave_prepare(kern, smem);
       if (e) return e;
-      return (int)weave_launch_hopper_fused(kern, p, p->gemm_blocks + p->comm_blocks, pair, smem, s);
+      cudaLaunchConfig_t cfg;
+      cudaLaunchAttribute attr;
+      weave_hgemm_launch_config(&cfg, &attr, p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s, pair);
+      return (int)cudaLaunchKernelEx(&cfg, kern, *p);
     }
     return (int)cudaErrorInvalidValue;
   }
