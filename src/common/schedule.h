@@ -133,12 +133,10 @@ static inline WEAVE_HOST_DEVICE void weave_ag_tile_coords(int seq, int blocks_m,
  * pairs of tile columns with pair_n). */
 static inline WEAVE_HOST_DEVICE void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm,
                                                              int *tn) {
-  if (t->pair_n) {
-    weave_grouped_tile_coords(j >> 1, weave_owner_tiles_m(t, owner), weave_tiles_n(t) >> 1, WEAVE_GROUP_M, tm, tn);
-    *tn = 2 * *tn + (j & 1);
-  } else {
+  if (t->pair_n)
+    weave_paired_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, 1, tm, tn);
+  else
     weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, tm, tn);
-  }
 }
 
 /* k-th owner visited by rank r. */
