@@ -8,8 +8,8 @@
  * K is the total reduction length (K_local = K / ranks). Ranks are the threads of this process, or,
  * under a launcher, one process each (the launcher's world; the process of rank 0 prints). Rows: one
  * per strategy (baseline first), median time over -n timed calls after -w warm-ups (each call: max
- * over ranks; the variants are timed round-robin, one call of each per iteration, so drift hits them
- * alike), TFLOP/s per GPU, reduce-scatter algbw/busbw, #wrong from the validated call (-c 1: output
+ * over ranks; the variants are timed interleaved, one call of each per iteration in an order
+ * shuffled per iteration, so drift hits them alike and no variant keeps one neighbour), TFLOP/s per GPU, reduce-scatter algbw/busbw, #wrong from the validated call (-c 1: output
  * poisoned first; 3 ranges of 4 rows per rank against the fp64 CPU reference, and every row against
  * cuBLASLt over the gathered K), speed-up over the baseline measured in the same run, relerr (largest
  * relative Frobenius error of those checks). After the table: cuBLASLt alone on the local shape, the
@@ -546,8 +546,9 @@ static int validate(rank_run_t *x, int vi) {
   return ran;
 }
 
-/* Timed calls, round-robin over the variants (one call of each per iteration), so that clock and
- * power drift biases them all alike (timed one block after the other, two identical variants were
+/* Timed calls, interleaved over the variants (one call of each per iteration, in an order shuffled
+ * per iteration: a call's time depends on the one before it), so that clock and power drift biases
+ * them all alike (timed one block after the other, two identical variants were
  * seen 20% apart); hence every plan is alive for the whole run. vi = -1 is
  * weave_gemm alone on all blocks (1 rank: the fused kernel's protocol overhead is measured against
  * it), vi = -2 cuBLASLt alone on the local shape (the baseline's GEMM part, from which the summary
@@ -577,9 +578,13 @@ static void time_variants(rank_run_t *x) {
   const int lt_live = all_ok(hr, lt != NULL);
   x->rec->lt_failed = !lt_live;
   harness_timer_t *tm = harness_timer_create();
-  int reported[MAX_VARIANTS] = {0}, call = 0;
+  int reported[MAX_VARIANTS] = {0}, call = 0, order[MAX_VARIANTS + 2];
+  unsigned rng = 12345u; /* the same order on every rank: the calls are collective */
   for (int it = 0; it < b->warmup + b->iters; ++it) {
-    for (int vi = -2; vi < b->nv; ++vi) {
+    /* cuBLASLt alone (-2), weave's GEMM alone (-1) and the variants, in an order shuffled per round */
+    harness_shuffle(order, b->nv + 2, &rng);
+    for (int q = 0; q < b->nv + 2; ++q) {
+      const int vi = order[q] - 2;
       if ((vi >= 0 && !x->live[vi]) || (vi == -2 && !lt_live)) continue;
       const int s = call++ % x->nsets;
       weave_barrier(hr->team); /* ranks start each call together */
@@ -886,7 +891,9 @@ static void print_header(const bench_t *b, const char *heap_note) {
   printf("# rank -> device:");
   for (int r = 0; r < b->world; ++r) printf(" %d->%d", r, b->devices[r]);
   printf("\n# symmetric heap per rank: %s\n", heap_note);
-  printf("# variants timed round-robin (one call of each per iteration), median over iterations of the slowest rank\n");
+  printf(
+      "# variants timed interleaved (one call of each per iteration, order shuffled per iteration), median over "
+      "iterations of the slowest rank\n");
 }
 
 /* What a run would do, without a GPU: the options that choose the variants, the variants in the

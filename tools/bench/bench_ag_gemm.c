@@ -2,7 +2,7 @@
  * weave-bench --op ag_gemm: AllGather + GEMM, every strategy against the baseline (cuBLASLt after an
  * all-gather: NCCL's where every rank has a GPU of its own, weave's otherwise) in the same run.
  * Per M: one plan per strategy on every rank, warm-up calls, then n rounds in which each strategy runs
- * once per round (interleaved), timed with CUDA events on each rank's stream; the time of a strategy
+ * once per round (interleaved, in an order shuffled per round), timed with CUDA events on each rank's stream; the time of a strategy
  * is the slowest rank's median. Every strategy's C is compared with the baseline's (#wrong: elements
  * off by more than the dtype's tolerance for K; NaN counts). A is random, B and bias too, different
  * per rank. fp8 (-d fp8): e4m3 A and B [N, K], per-tensor scales that differ by rank, bf16 output,
@@ -133,8 +133,12 @@ static int ag_rank(harness_rank_t *r) {
   harness_timer_t *tm = harness_timer_create();
   double *t[AG_NSTRAT];
   for (int s = 0; s < AG_NSTRAT; ++s) t[s] = (double *)calloc((size_t)b->rounds, sizeof(double));
-  for (int round = -b->warmup; round < b->rounds && !rc; ++round)
-    for (int s = 0; s < AG_NSTRAT && !rc; ++s) {
+  int order[AG_NSTRAT];
+  unsigned rng = 12345u; /* the same order on every rank: the calls are collective */
+  for (int round = -b->warmup; round < b->rounds && !rc; ++round) {
+    harness_shuffle(order, AG_NSTRAT, &rng); /* no strategy keeps one neighbour */
+    for (int q = 0; q < AG_NSTRAT && !rc; ++q) {
+      const int s = order[q];
       if (!plan[s]) continue;
       harness_timer_start(tm, r->stream);
       const weave_result_t ex = fp8 ? weave_ag_gemm_execute_scaled(plan[s], rows ? A : NULL, B, scales, scales + 1,
@@ -150,6 +154,7 @@ static int ag_rank(harness_rank_t *r) {
       const double ms = harness_timer_ms(tm);
       if (round >= 0) t[s][round] = ms;
     }
+  }
   if (weave_team_sync(r->team, r->stream) != WEAVE_SUCCESS) {
     fprintf(stderr, "# rank %d: %s\n", r->rank, weave_get_last_error(r->team));
     rc = 1;
@@ -285,7 +290,7 @@ int weave_bench_ag_main(int argc, char **argv) {
   if (printer)
     printf(
         "# weave-bench --op ag_gemm: %d rank(s) on %d GPU(s), N %d per rank, K %d, %s, B %s, %d rounds (+%d "
-        "warm-up), strategies interleaved; ms = slowest rank's median\n"
+        "warm-up), strategies interleaved in a shuffled order; ms = slowest rank's median\n"
         "#      M   baseline_ms   fused_ms   bulk_ms   auto_ms  base/fused  base/auto  auto->  #wrong(f,b,a)\n",
         b.world, ndev < b.world ? ndev : b.world, b.N, b.K, weave_dtype_name(b.dtype),
         b.layout == WEAVE_LAYOUT_COL ? "[N,K]" : "[K,N]", b.rounds, b.warmup);

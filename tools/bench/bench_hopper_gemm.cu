@@ -30,6 +30,7 @@
 
 #include "cli.h"
 #include "gemm/hopper/gemm_hopper.h"
+#include "harness.h"
 #include "plan/lt.h"
 #include "json_writer.h"
 
@@ -190,16 +191,7 @@ static int time_ms(Ctx &c, const TimedKernel *k, int nk, int warm, int iters, do
   std::vector<cudaEvent_t> ev((size_t)iters * nk + 1);
   std::vector<int> order((size_t)iters * nk);
   unsigned rng = 12345u;
-  for (int i = 0; i < iters; ++i) {
-    int *o = &order[(size_t)i * nk];
-    for (int j = 0; j < nk; ++j) o[j] = j;
-    for (int j = nk - 1; j > 0; --j) { /* Fisher-Yates */
-      rng = rng * 1664525u + 1013904223u;
-      const int r = (int)((rng >> 8) % (unsigned)(j + 1)), t = o[j];
-      o[j] = o[r];
-      o[r] = t;
-    }
-  }
+  for (int i = 0; i < iters; ++i) harness_shuffle(&order[(size_t)i * nk], nk, &rng);
   for (auto &e : ev) BCK(cudaEventCreate(&e));
   int it = 0;
   for (int i = 0; i < warm; ++i)

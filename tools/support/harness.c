@@ -252,6 +252,16 @@ double harness_median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void harness_shuffle(int *order, int n, unsigned *rng) {
+  for (int j = 0; j < n; ++j) order[j] = j;
+  for (int j = n - 1; j > 0; --j) { /* Fisher-Yates */
+    *rng = *rng * 1664525u + 1013904223u;
+    const int r = (int)((*rng >> 8) % (unsigned)(j + 1)), t = order[j];
+    order[j] = order[r];
+    order[r] = t;
+  }
+}
+
 uint64_t harness_seed(void) {
   const char *s = getenv("WEAVE_TEST_SEED");
   if (s && *s) return strtoull(s, NULL, 0);

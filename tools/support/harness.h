@@ -99,6 +99,11 @@ void harness_lt_destroy(harness_lt_t *lt);
 double harness_median(double *v, int n); /* sorts v */
 double harness_now_ms(void);             /* CLOCK_MONOTONIC, in ms */
 uint64_t harness_seed(void);             /* fresh per process (time and pid) unless WEAVE_TEST_SEED */
+/* order[0..n) = a permutation of 0..n-1 drawn from *rng (an LCG state the caller keeps): the benches
+ * time their variants in an order shuffled per round, the same on every rank when every rank starts
+ * from the same state, so that no variant keeps one neighbour (a kernel's time depends on the one
+ * before it). */
+void harness_shuffle(int *order, int n, unsigned *rng);
 
 #ifdef __cplusplus
 }
