@@ -690,6 +690,23 @@ static void test_hier_applies(void) {
   CHECK_MSG(weave_hier_applies(&t, why, sizeof(why)), "4 nodes x 2: past one node");
 }
 
+/* The block budgets both planners share (kernels.h): a rank's share of the GPU, the split rounded
+ * for 2-CTA clusters, and whether the clusters fit. */
+static void test_rank_blocks(void) {
+  CHECK(weave_rank_blocks(132, 1) == 132); /* a GPU of its own: every SM */
+  CHECK(weave_rank_blocks(132, 8) == 16);  /* (132 - 4) / 8 */
+  CHECK(weave_rank_blocks(132, 4) == 32);  /* (132 - 2) / 4 */
+  CHECK(weave_rank_blocks(132, 3) == 43);  /* (132 - 2) / 3 */
+  int gemm = 13, comm = 3;
+  weave_pairs_round(16, &gemm, &comm);
+  CHECK_MSG(gemm == 12 && comm == 4, "16 blocks, 13 + 3 -> 12 + 4 (got %d + %d)", gemm, comm);
+  gemm = 17, comm = 0;
+  weave_pairs_round(17, &gemm, &comm);
+  CHECK_MSG(gemm == 16 && comm == 0, "an odd budget leaves one block out (got %d + %d)", gemm, comm);
+  CHECK(weave_pairs_fit(12, 4, 8, 66) && !weave_pairs_fit(13, 3, 8, 66));
+  CHECK(!weave_pairs_fit(0, 2, 1, 66) && !weave_pairs_fit(12, 4, 8, 63)); /* no GEMM pair; 64 > 63 resident */
+}
+
 int main(void) {
   setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
   test_check_args();
@@ -700,5 +717,6 @@ int main(void) {
   test_hier_applies();
   test_auto_model();
   test_lt_alignment();
+  test_rank_blocks();
   return check_summary("test_plan");
 }

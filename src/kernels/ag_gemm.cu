@@ -296,15 +296,8 @@ extern "C" int weave_ag_fused_blocks_per_sm(size_t *smem_bytes) {
 }
 
 extern "C" int weave_ag_fused_max_clusters(void) {
-  const weave_ag_fused_fn_t kern = weave_ag_fused_kernel<WEAVE_BF16, WEAVE_BF16, 1, false, true>;
-  const size_t smem = WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
-  int n = 0;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
-      weave_hgemm_max_pairs(kern, WEAVE_HGEMM_THREADS, smem, &n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
+  return weave_hgemm_resident_pairs(weave_ag_fused_kernel<WEAVE_BF16, WEAVE_BF16, 1, false, true>, WEAVE_HGEMM_THREADS,
+                                    WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES);
 }
 
 extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hgemm_params_t *hg,

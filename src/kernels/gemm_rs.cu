@@ -98,14 +98,8 @@ extern "C" int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int f
 typedef void (*weave_fused_fn_t)(const weave_fused_params_t);
 
 extern "C" int weave_kernel_fused_max_clusters(void) {
-  const weave_fused_fn_t kern = weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, false, false, true>;
-  const size_t smem = weave_gemm_smem(WEAVE_BF16, true);
-  int n = 0;
-  if (weave_prepare(kern, smem) || weave_hgemm_max_pairs(kern, WEAVE_HGEMM_THREADS, smem, &n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
+  return weave_hgemm_resident_pairs(weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, false, false, true>,
+                                    WEAVE_HGEMM_THREADS, weave_gemm_smem(WEAVE_BF16, true));
 }
 
 template <typename T, typename S, bool ATOMIC, bool FP8 = false, bool PROMOTE = false>

@@ -123,6 +123,28 @@ int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int fused, size_
 int weave_kernel_fused_max_clusters(void);
 void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n);
 
+/* A rank's share of `blocks_on_gpu` resident blocks when ranks_on_device ranks share its GPU: ranks
+ * sharing one leave about half an SM each free (at least one in all), so that the short kernels
+ * around the calls (memsets, signal kernels) never take the place of a block that others wait for
+ * (16 blocks a rank at 8 ranks on 132 SMs, an even count for 2-CTA clusters). Both planners' rule. */
+static inline int weave_rank_blocks(int blocks_on_gpu, int ranks_on_device) {
+  const int spare = ranks_on_device > 1 ? (ranks_on_device + 1) / 2 : 0;
+  return (blocks_on_gpu - spare) / ranks_on_device;
+}
+/* A fused kernel's split for 2-CTA clusters: comm_blocks rounded up and gemm_blocks down to even
+ * counts within the budget (an odd budget leaves one block out). */
+static inline void weave_pairs_round(int budget, int *gemm_blocks, int *comm_blocks) {
+  *comm_blocks += *comm_blocks & 1;
+  *gemm_blocks = (budget - *comm_blocks) & ~1;
+}
+/* Whether a fused kernel of gemm_blocks + comm_blocks a rank runs in 2-CTA clusters: a pair of GEMM
+ * blocks at least, both counts even (no cluster mixes the roles), and every rank's clusters resident
+ * at once (max_clusters on this GPU). */
+static inline int weave_pairs_fit(int gemm_blocks, int comm_blocks, int ranks_on_device, int max_clusters) {
+  return gemm_blocks >= 2 && !((gemm_blocks | comm_blocks) & 1) &&
+         (gemm_blocks + comm_blocks) / 2 * ranks_on_device <= max_clusters;
+}
+
 /* Return 0 or a cudaError_t value. */
 int weave_launch_fused(const weave_fused_params_t *p, struct CUstream_st *stream);
 /* Plain GEMM into `out` (dtype out_dtype, ld N) with alpha and bias, on `blocks` persistent blocks. */

@@ -175,17 +175,16 @@ static weave_result_t ag_choose_strategy(weave_ag_gemm_plan_t p) {
  * with both counts even (the planner's split rounds them) and every rank's clusters resident at once. */
 static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   const weave_device_info_t *info = &p->team->info;
-  const int spare = info->ranks_on_device > 1 ? (info->ranks_on_device + 1) / 2 : 0;
   p->pair_cols = 0;
   if (p->strategy != WEAVE_STRATEGY_FUSED) {
-    p->budget = (info->sm_count - spare) / info->ranks_on_device;
+    p->budget = weave_rank_blocks(info->sm_count, info->ranks_on_device);
     if (p->budget < 1) p->budget = 1;
     p->comm_blocks = p->budget;
     p->gemm_blocks = p->budget;
     return WEAVE_SUCCESS;
   }
   const int per_sm = weave_ag_fused_blocks_per_sm(NULL);
-  p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
+  p->budget = weave_rank_blocks(per_sm * info->sm_count, info->ranks_on_device);
   if (per_sm < 1 || p->budget < 2)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "%s: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; the "
@@ -196,14 +195,13 @@ static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
   if (p->desc.gemm_blocks > 0) {
     p->gemm_blocks = p->desc.gemm_blocks;
     p->comm_blocks = p->desc.comm_blocks;
-  } else if (info->ranks_on_device > 1 || p->team->world == 1) {
-    p->comm_blocks = 0;
-    p->gemm_blocks = pairs ? p->budget & ~1 : p->budget;
   } else {
-    p->comm_blocks = p->budget / 8 < 1 ? 1 : p->budget / 8 > 16 ? 16 : p->budget / 8;
-    if (pairs) p->comm_blocks = (p->comm_blocks + 1) & ~1;
+    if (info->ranks_on_device > 1 || p->team->world == 1)
+      p->comm_blocks = 0;
+    else
+      p->comm_blocks = p->budget / 8 < 1 ? 1 : p->budget / 8 > 16 ? 16 : p->budget / 8;
     p->gemm_blocks = p->budget - p->comm_blocks;
-    if (pairs) p->gemm_blocks &= ~1;
+    if (pairs) weave_pairs_round(p->budget, &p->gemm_blocks, &p->comm_blocks);
   }
   if (p->gemm_blocks + p->comm_blocks > p->budget)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
@@ -214,8 +212,8 @@ static weave_result_t ag_choose_blocks(weave_ag_gemm_plan_t p) {
    * where the columns pair up */
   const int tiles = weave_cdiv(p->M, WEAVE_HGEMM_BM) * tiles_n;
   if (p->gemm_blocks > tiles) p->gemm_blocks = tiles;
-  p->pair_cols = pairs && p->gemm_blocks >= 2 && !((p->gemm_blocks | p->comm_blocks) & 1) &&
-                 (p->gemm_blocks + p->comm_blocks) / 2 * info->ranks_on_device <= weave_ag_fused_max_clusters();
+  p->pair_cols =
+      pairs && weave_pairs_fit(p->gemm_blocks, p->comm_blocks, info->ranks_on_device, weave_ag_fused_max_clusters());
   return WEAVE_SUCCESS;
 }
 

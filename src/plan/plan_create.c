@@ -214,12 +214,7 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_aut
   const int fused = p->strategy == WEAVE_STRATEGY_FUSED;
   size_t smem = 0;
   int per_sm = weave_kernel_blocks_per_sm(p->out_dtype, p->hopper, fused, &smem);
-  /* Ranks sharing a GPU leave about half an SM each free (at least one in all), so the short kernels
-   * around the calls (memsets, the bulk strategy's signal kernels) never take the place of a block
-   * that others wait for (as AllGather + GEMM's plans: 16 blocks a rank at 8 ranks on 132 SMs, an
-   * even count for 2-CTA clusters). */
-  int spare = info->ranks_on_device > 1 ? (info->ranks_on_device + 1) / 2 : 0;
-  p->budget = (per_sm * info->sm_count - spare) / info->ranks_on_device;
+  p->budget = weave_rank_blocks(per_sm * info->sm_count, info->ranks_on_device);
   if (per_sm < 1 || p->budget < (fused ? 2 : 1))
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "plan: %d blocks/SM x %d SMs / %d ranks on this GPU leaves %d resident blocks per rank; "
@@ -239,15 +234,16 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_aut
    * once */
   const int pairs = p->hopper && p->desc.reduce != WEAVE_REDUCE_ATOMIC &&
                     weave_hgemm_shares_a(weave_tiles_n(&p->tiling), p->budget, p->desc.dtype == WEAVE_FP8_E4M3);
-  if (pairs && own_split && p->comm_blocks > 0) { /* (an odd budget leaves one block out) */
-    const int comm = p->comm_blocks + (p->comm_blocks & 1), gemm = (p->budget - comm) & ~1;
+  if (pairs && own_split && p->comm_blocks > 0) {
+    int gemm = p->gemm_blocks, comm = p->comm_blocks;
+    weave_pairs_round(p->budget, &gemm, &comm);
     if (gemm >= 2) {
       p->comm_blocks = comm;
       p->gemm_blocks = gemm;
     }
   }
-  p->tiling.pair_n = pairs && p->gemm_blocks >= 2 && !((p->gemm_blocks | p->comm_blocks) & 1) &&
-                     (p->gemm_blocks + p->comm_blocks) / 2 * info->ranks_on_device <= weave_kernel_fused_max_clusters();
+  p->tiling.pair_n = pairs && weave_pairs_fit(p->gemm_blocks, p->comm_blocks, info->ranks_on_device,
+                                              weave_kernel_fused_max_clusters());
   if (p->gemm_blocks + p->comm_blocks > p->budget)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "plan: %d GEMM + %d communication blocks could deadlock: only %d blocks of this kernel are "

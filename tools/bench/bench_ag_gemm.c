@@ -106,10 +106,7 @@ static int ag_rank(harness_rank_t *r) {
       weave_device_info_t info;
       weave_team_device_info(r->team, &info);
       d.comm_blocks = b->comm_blocks;
-      /* the planner's budget: ranks sharing a GPU leave about half an SM each */
-      d.gemm_blocks =
-          (info.sm_count - (info.ranks_on_device + 1) / 2 * (info.ranks_on_device > 1)) / info.ranks_on_device -
-          b->comm_blocks;
+      d.gemm_blocks = bench_rank_blocks(info.sm_count, info.ranks_on_device) - b->comm_blocks; /* one per SM */
     }
     C[s] = harness_dev_alloc((size_t)M * N * o);
     b->ok[r->rank][s] = weave_ag_gemm_plan_create(r->team, M, N, K, &d, &plan[s]) == WEAVE_SUCCESS;

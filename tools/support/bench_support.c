@@ -100,3 +100,7 @@ void bench_print_ag_roofline(FILE *f, const int *Ms, int nM, int N, int K, int w
               r.t_gemm_ms, r.t_rs_ms, r.t_baseline_ms, r.t_fused_ms, r.t_baseline_ms / r.t_fused_ms);
     }
 }
+
+int bench_rank_blocks(int blocks_on_gpu, int ranks_on_device) {
+  return weave_rank_blocks(blocks_on_gpu, ranks_on_device);
+}

@@ -33,6 +33,10 @@ void bench_tune_key(weave_team_t team, int M, int N, int K_local, const weave_ge
 int bench_tune_record(const bench_tune_key_t *key, weave_strategy_t strategy, int gemm_blocks, int comm_blocks,
                       double speedup, char *path, size_t path_len, char *why, size_t why_len);
 
+/* A rank's share of the GPU's blocks as the planners count it (kernels.h, weave_rank_blocks): the
+ * budget a --comm-blocks split of the fused kernel must fit. */
+int bench_rank_blocks(int blocks_on_gpu, int ranks_on_device);
+
 /* AllGather + GEMM's roofline (weave_roofline_ag) on H100 and H200 for each of the nM values of M. */
 void bench_print_ag_roofline(FILE *f, const int *Ms, int nM, int N, int K, int world, weave_dtype_t dtype);
 

@@ -36,4 +36,18 @@ static inline cudaError_t weave_hgemm_max_pairs(KERN kern, int threads, size_t s
   return cudaOccupancyMaxActiveClusters(n, kern, &cfg);
 }
 
+/* The most 2-CTA clusters of `kern` resident at once on the current device, its dynamic smem limit
+ * raised to `smem` first (the planners' question for the fused kernels); 0 where it cannot run (the
+ * CUDA error cleared). */
+template <typename KERN>
+static inline int weave_hgemm_resident_pairs(KERN kern, int threads, size_t smem) {
+  int n = 0;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+      weave_hgemm_max_pairs(kern, threads, smem, &n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 #endif /* WEAVE_GEMM_HOPPER_CLUSTER_LAUNCH_CUH */
