@@ -1,7 +1,8 @@
 /* CPU test of the tuning cache (src/plan/tune.c, documented in tune.h): the M bucket, one entry
  * formatted and parsed back, malformed lines, the key, where the file lives, and the file itself:
  * lookups and stores, foreign, corrupt and unsafe files, writers in processes of their own, and the
- * bound on the lock's wait. Every file lives in a mkdtemp folder, removed at the end. */
+ * bound on the lock's wait; and the tuner's verdict on measured times (plan/autotune.h). Every file
+ * lives in a mkdtemp folder, removed at the end. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "plan/autotune.h"
 #include "plan/tune.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -1119,6 +1121,50 @@ static void test_files(void) {
   CHECK(nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0);
 }
 
+/* ---- the tuner's verdict on measured times ----------------------------------------------------- */
+static void expect_race(const double *ms, int n, int first, int second, int close) {
+  int f = -2, s = -2;
+  const int c = weave_tune_close_race(ms, n, &f, &s);
+  CHECK_MSG(f == first && s == second && c == close, "close race over %d times: got (%d, %d, %d), want (%d, %d, %d)", n,
+            f, s, c, first, second, close);
+}
+
+static void test_choice(void) {
+  /* the baseline (first) keeps a near tie; a later candidate must be 1% faster than the best so far */
+  const double near[] = {1.000, 0.995, 1.200};
+  CHECK(weave_tune_pick(near, 3) == 0);
+  expect_race(near, 3, 1, 0, 1);
+  const double clear[] = {1.000, 0.980, 0.970};
+  CHECK(weave_tune_pick(clear, 3) == 2);
+  /* 0.980 then 0.975: the second is not 1% faster than the first winner */
+  const double steps[] = {1.000, 0.980, 0.975};
+  CHECK(weave_tune_pick(steps, 3) == 1);
+  /* the slow one avoided, whatever its place */
+  const double slow_first[] = {2.000, 1.000, 1.100};
+  CHECK(weave_tune_pick(slow_first, 3) == 1);
+  expect_race(slow_first, 3, 1, 2, 0);
+  /* a tie keeps the earlier first, and is a race */
+  const double tie[] = {1.000, 1.000};
+  CHECK(weave_tune_pick(tie, 2) == 0);
+  expect_race(tie, 2, 0, 1, 1);
+  /* 3% apart is no race; just under is */
+  const double apart[] = {1.000, 1.031};
+  expect_race(apart, 2, 0, 1, 0);
+  const double under[] = {1.000, 1.029};
+  expect_race(under, 2, 0, 1, 1);
+  /* candidates that did not run (< 0) or gave no number (NaN) are never chosen */
+  const double dead[] = {-1.0, NAN, 1.500, 3.000};
+  CHECK(weave_tune_pick(dead, 4) == 2);
+  expect_race(dead, 4, 2, 3, 0);
+  const double one[] = {-1.0, 0.700};
+  CHECK(weave_tune_pick(one, 2) == 1);
+  expect_race(one, 2, 1, -1, 0);
+  const double none[] = {-1.0, -1.0};
+  CHECK(weave_tune_pick(none, 2) == -1);
+  expect_race(none, 2, -1, -1, 0);
+  CHECK(weave_tune_pick(none, 0) == -1);
+}
+
 int main(void) {
   setenv("WEAVE_DEBUG", "NONE", 1);
   test_bucket_and_names();
@@ -1127,5 +1173,6 @@ int main(void) {
   test_key_equal();
   test_path();
   test_files();
+  test_choice();
   return check_summary("test_tune");
 }

@@ -379,6 +379,27 @@ static weave_result_t time_candidates(tuner_t *t, candidate_t *cand, const int *
   return WEAVE_SUCCESS;
 }
 
+int weave_tune_close_race(const double *ms, int n, int *first, int *second) {
+  *first = *second = -1;
+  for (int i = 0; i < n; ++i) {
+    if (!(ms[i] >= 0)) continue;
+    if (*first < 0 || ms[i] < ms[*first]) {
+      *second = *first;
+      *first = i;
+    } else if (*second < 0 || ms[i] < ms[*second]) {
+      *second = i;
+    }
+  }
+  return *second >= 0 && ms[*second] < TUNE_CLOSE * ms[*first];
+}
+
+int weave_tune_pick(const double *ms, int n) {
+  int best = -1;
+  for (int i = 0; i < n; ++i)
+    if (ms[i] >= 0 && (best < 0 || ms[i] < TUNE_PREFER * ms[best])) best = i;
+  return best;
+}
+
 /* The model's time for a fused split, relative to (g0, c0): what prunes the neighbours. */
 static double model_fused_ratio(weave_team_t team, const tuner_t *t, int g0, int c0, int g, int c) {
   weave_auto_model_in_t in;
@@ -455,28 +476,20 @@ static weave_result_t measure(const tuner_t *proto, weave_auto_choice_t *out, in
   }
   /* a close race: the two fastest within TUNE_CLOSE of each other (every rank sees the same times)
    * are timed TUNE_ROUNDS rounds more, their times then the medians over both runs */
+  double ms[TUNE_MAX_CANDIDATES];
+  for (int i = 0; i < n; ++i) ms[i] = cand[i].ms;
   int fast1 = -1, fast2 = -1;
-  for (int i = 0; i < n && rc == WEAVE_SUCCESS; ++i) {
-    if (cand[i].ms < 0) continue;
-    if (fast1 < 0 || cand[i].ms < cand[fast1].ms) {
-      fast2 = fast1;
-      fast1 = i;
-    } else if (fast2 < 0 || cand[i].ms < cand[fast2].ms) {
-      fast2 = i;
-    }
-  }
-  const int close = fast2 >= 0 && cand[fast2].ms < TUNE_CLOSE * cand[fast1].ms;
+  const int close = rc == WEAVE_SUCCESS && weave_tune_close_race(ms, n, &fast1, &fast2);
   if (close) {
     const int pair[2] = {fast1 < fast2 ? fast1 : fast2, fast1 < fast2 ? fast2 : fast1};
     rc = time_candidates(&t, cand, pair, 2);
   }
-  /* in the order above: the baseline keeps a tie, a later candidate must be 1% faster */
-  int best = -1;
+  for (int i = 0; i < n; ++i) ms[i] = cand[i].ms;
+  const int best = rc == WEAVE_SUCCESS ? weave_tune_pick(ms, n) : -1;
   char list[320] = "";
   size_t used = 0;
   for (int i = 0; i < n && rc == WEAVE_SUCCESS; ++i) {
     if (cand[i].ms < 0) continue;
-    if (best < 0 || cand[i].ms < TUNE_PREFER * cand[best].ms) best = i;
     char name[48];
     describe(name, sizeof(name), cand[i].strategy, cand[i].gemm_blocks, cand[i].comm_blocks);
     used += (size_t)snprintf(list + used, used < sizeof(list) ? sizeof(list) - used : 0, "%s%s %.3f", used ? ", " : "",

@@ -59,6 +59,15 @@ void weave_tune_key_for_ag(weave_team_t team, int M, int N, int K, const weave_a
  * (WEAVE_TRACE is for the caller's plans). plan_create.c. */
 void weave_plan_untraced(int on);
 
+/* The measured times' verdicts (ms[i] < 0: candidate i did not run), candidates in the order they
+ * were timed, the baseline first. weave_tune_close_race: the fastest and the second fastest (-1
+ * where fewer ran; a tie keeps the earlier first) and whether the second is within 3% of the first,
+ * a race timed again. weave_tune_pick: the choice, where each later candidate must beat the best so
+ * far by 1% (the noise of one shared GPU: the earlier, the baseline first, keeps a near tie); -1 when
+ * none ran. */
+int weave_tune_close_race(const double *ms, int n, int *first, int *second);
+int weave_tune_pick(const double *ms, int n);
+
 /* 1 when a stream capture is under way that timing calls could break: on this thread's legacy or
  * per-thread default stream, or on a blocking stream of this device (seen through the legacy stream). */
 int weave_capture_active(void);
