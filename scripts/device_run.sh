@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|ab|agab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -325,6 +325,23 @@ PY
       else
         echo "prof: no build-prof/weave-bench"
       fi
+      ;;
+    hold) # the SM clock and power under weave's kernel and cuBLASLt's, each alone for 3 s (weave-bench
+          # --op gemm --hold; nvidia-smi sampled every 100 ms beside it): HOLD_DTYPE (default fp8),
+          # HOLD_ACCUM (fp8: fp32 fast), HOLD_SHAPES; the table by scripts/hold_table.py (hold.md)
+      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active \
+        --format=csv,noheader,nounits -lms 100 > "$out/smi.csv" 2>&1 &
+      smi=$!
+      logs=
+      for acc in ${HOLD_ACCUM:-fp32 fast}; do
+        a=; [ "${HOLD_DTYPE:-fp8}" = fp8 ] && a="--fp8-accum $acc"
+        timeout 120 $b/weave-bench --op gemm -d ${HOLD_DTYPE:-fp8} $a ${HOLD_SHAPES:--s 8192x8192x8192 -s 4096x8192x3584} \
+          -B 132 -n 5 -w 2 -c 0 --hold 3000 > "$out/hold_$acc.log" 2>&1
+        echo "hold ${HOLD_DTYPE:-fp8} $acc: rc=$?"; logs="$logs $out/hold_$acc.log"
+        [ "${HOLD_DTYPE:-fp8}" = fp8 ] || break
+      done
+      kill $smi 2>/dev/null; wait $smi 2>/dev/null
+      python3 scripts/hold_table.py "$out/smi.csv" $logs | tee "$out/hold.md"
       ;;
     gemm) # the --op gemm table (GEMM_ENV: e.g. WEAVE_HGEMM_CLUSTER=2 for a clustered table)
       echo "=== weave-bench --op gemm ${GEMM_ENV:-}" >> "$out/bench.log"

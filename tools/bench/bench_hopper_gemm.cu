@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -301,11 +302,12 @@ struct Options {
   int scales = WEAVE_SCALE_TENSOR; /* fp8 */
   int fast_accum = 0;              /* fp8: --fp8-accum fast */
   int warm = 5, iters = 20, check = 1;
+  int hold_ms = 0; /* --hold */
   const char *json = NULL;
   std::vector<int> shapes, blist;
 };
 
-enum { OPT_OP = 256, OPT_SCALES, OPT_ACCUM };
+enum { OPT_OP = 256, OPT_SCALES, OPT_ACCUM, OPT_HOLD };
 static const cli_option_t gemm_options[] = {
     {"op", OPT_OP, "gemm", "this benchmark (weave-bench --op gemm)"},
     {"dtype", 'd', "T", "bf16, fp16 or fp8 (e4m3 in, bf16 out; B col only; default bf16)"},
@@ -319,6 +321,10 @@ static const cli_option_t gemm_options[] = {
     {"iters", 'n', "N", "timed launches per kernel, median reported (default 20)"},
     {"check", 'c', "0|1", "count weave's wrong elements against cuBLASLt (default 1)"},
     {"json", 'J', "FILE", "also write the rows as JSON (default: none)"},
+    {"hold", OPT_HOLD, "MS",
+     "after each shape's rows, weave (first block count) and then cuBLASLt's default back to back for MS ms "
+     "each, printing their rates and wall-clock spans, to read the SM clock and power beside them (default 0: "
+     "none)"},
     {"help", 'h', NULL, "this text"},
     {NULL, 0, NULL, NULL},
 };
@@ -368,6 +374,7 @@ static void parse_options(int argc, char **argv, Options &o) {
       case 'n': o.iters = (int)cli_long(&c, optarg, 1, 100000); break;
       case 'c': o.check = (int)cli_long(&c, optarg, 0, 1); break;
       case 'J': o.json = optarg; break;
+      case OPT_HOLD: o.hold_ms = (int)cli_long(&c, optarg, 0, 600000); break;
       case 'h': cli_usage(&c, stdout, "[options]   (weave's Hopper GEMM against cuBLASLt)"); exit(0);
     }
   }
@@ -529,6 +536,41 @@ static int lt_plans(const Ctx &c, const std::vector<int> &blist, weave_lt_t **de
   return 0;
 }
 
+/* --hold: one kernel launched back to back for about ms milliseconds (no other kernel between), its
+ * rate and its span in wall-clock milliseconds (CLOCK_REALTIME, as `nvidia-smi --query-gpu=timestamp`
+ * reads the clock), so that clock and power samples taken beside the run can be told apart: under the
+ * power cap a kernel's rate follows the clock its own power draw allows. */
+static double wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int hold(Ctx &c, const char *name, int which, int blocks, weave_lt_t *lp, int ms, double flop) {
+  cudaEvent_t e0, e1;
+  BCK(cudaEventCreate(&e0));
+  BCK(cudaEventCreate(&e1));
+  void *C = which == 1 ? c.Cref : c.C;
+  long launches = 0;
+  float spent = 0;
+  const double t0 = wall_ms();
+  BCK(cudaEventRecord(e0, c.st));
+  while (spent < (float)ms) { /* batches of 20, the events' time checked after each */
+    for (int i = 0; i < 20; ++i, ++launches)
+      if (launch(c, which, blocks, lp, (int)(launches % c.sets), C)) return 1;
+    BCK(cudaEventRecord(e1, c.st));
+    BCK(cudaEventSynchronize(e1));
+    BCK(cudaEventElapsedTime(&spent, e0, e1));
+  }
+  const double t1 = wall_ms();
+  BCK(cudaEventDestroy(e0));
+  BCK(cudaEventDestroy(e1));
+  printf("# hold %dx%dx%d %-6s %ld launches in %.1f ms: %.1f TFLOP/s, wall %.0f-%.0f ms\n", c.M, c.N, c.K, name,
+         launches, spent, flop * launches / (spent * 1e-3) * 1e-12, t0, t1);
+  fflush(stdout);
+  return 0;
+}
+
 /* One shape: every block count's rows (and JSON rows); adds to *total_wrong. */
 static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long long *total_wrong) {
   const double flop = 2.0 * c.M * c.N * c.K;
@@ -612,6 +654,15 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
       json_kv_number(jw, "scaling", scal);
       json_kv_int(jw, "wrong", (long long)wrong);
       json_end_object(jw);
+    }
+  }
+  /* --hold: weave then cuBLASLt's default, a second apart (the clock settles between) */
+  if (o.hold_ms > 0 && !rc) {
+    rc = hold(c, "weave", 0, blist[0], NULL, o.hold_ms, flop);
+    if (!rc) {
+      const struct timespec pause = {1, 0};
+      nanosleep(&pause, NULL);
+      rc = hold(c, "lt_def", 1, 0, def, o.hold_ms, flop);
     }
   }
   if (other && !rc)
