@@ -19,7 +19,9 @@ HOLD = re.compile(r"^# hold (\S+) +(\S+) .*: ([0-9.]+) TFLOP/s, wall ([0-9.]+)-(
 
 def samples(path):
     out = []
-    for line in open(path):
+    with open(path) as fh:
+        lines = fh.readlines()
+    for line in lines:
         f = [x.strip() for x in line.split(",")]
         try:
             t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f")
@@ -38,7 +40,9 @@ def main(argv):
     print("| log | shape | kernel | TFLOP/s | SM clock (MHz) | power (W) | clock event reasons | samples |")
     print("|---|---|---|---|---|---|---|---|")
     for log in argv[2:]:
-        for line in open(log):
+        with open(log) as fh:
+            lines = fh.readlines()
+        for line in lines:
             m = HOLD.match(line)
             if not m:
                 continue
