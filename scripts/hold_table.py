@@ -54,7 +54,8 @@ def main(argv):
             clock = statistics.median(x[1] for x in s)
             power = statistics.median(x[2] for x in s)
             reasons = " ".join(sorted(set(x[3] for x in s)))
-            print(f"| {log} | {m.group(1)} | {m.group(2)} | {m.group(3)} | {clock:.0f} | {power:.0f} | {reasons} | {len(s)} |")
+            row = [log, m.group(1), m.group(2), m.group(3), f"{clock:.0f}", f"{power:.0f}", reasons, str(len(s))]
+            print("| " + " | ".join(row) + " |")
     return 0
 
 
