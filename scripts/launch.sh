@@ -58,16 +58,31 @@ for ((r = 0; r < n; r++)); do
   [ -z "${WEAVE_LAUNCH_PIDFILE:-}" ] || echo "$r $!" >> "$WEAVE_LAUNCH_PIDFILE"
 done
 status=0 grace=$(( (${WEAVE_TIMEOUT_MS:-10000} + 999) / 1000 + 5 ))
+# A rank is running while /proc says it is this shell's child and not a zombie. Polled, not `wait -n
+# PID...`: bash 5.2's wait -n once blocked on ranks that had already exited until the killer below
+# (also a child) ended, 125 s later (CI, 2026-12-06).
+running() {
+  local s
+  { read -r s < "/proc/$1/stat"; } 2>/dev/null || return 1
+  s=${s##*) }
+  set -- $s
+  [ "$1" != Z ] && [ "$2" = "$$" ]
+}
 live=("${pids[@]}")
 while [ ${#live[@]} -gt 0 ]; do
-  wait -n -p done_pid "${live[@]}"; rc=$?
-  rest=(); for p in "${live[@]}"; do [ "$p" = "$done_pid" ] || rest+=("$p"); done; live=("${rest[@]}")
-  if [ $rc != 0 ] && [ $status = 0 ]; then
-    status=$rc
-    echo "launch.sh: a rank exited with $rc; the others have ${grace}s" >&2
-    # (its output away from ours: a caller reading our output must not wait for its sleep)
-    ( sleep $grace; kill -9 "${pids[@]}" 2>/dev/null ) >/dev/null 2>&1 & killer=$!
-  fi
+  rest=()
+  for p in "${live[@]}"; do
+    if running "$p"; then rest+=("$p"); continue; fi
+    wait "$p"; rc=$?
+    if [ $rc != 0 ] && [ $status = 0 ]; then
+      status=$rc
+      echo "launch.sh: a rank exited with $rc; the others have ${grace}s" >&2
+      # (its output away from ours: a caller reading our output must not wait for its sleep)
+      ( sleep $grace; kill -9 "${pids[@]}" 2>/dev/null ) >/dev/null 2>&1 & killer=$!
+    fi
+  done
+  live=("${rest[@]}")
+  [ ${#live[@]} -eq 0 ] || sleep 0.05
 done
 [ -n "${killer:-}" ] && { pkill -P $killer 2>/dev/null; kill $killer 2>/dev/null; }
 exit $status
