@@ -59,8 +59,8 @@ for ((r = 0; r < n; r++)); do
 done
 status=0 grace=$(( (${WEAVE_TIMEOUT_MS:-10000} + 999) / 1000 + 5 ))
 # A rank is running while /proc says it is this shell's child and not a zombie. Polled, not `wait -n
-# PID...`: bash 5.2's wait -n once blocked on ranks that had already exited until the killer below
-# (also a child) ended, 125 s later (CI, 2026-12-06).
+# PID...`: bash 5.2's wait -n can block on ranks that have already exited until another child (the
+# killer below, asleep for the grace) ends.
 running() {
   local s
   { read -r s < "/proc/$1/stat"; } 2>/dev/null || return 1
