@@ -269,25 +269,37 @@ static weave_hgemm_args_t auto_args(int M, int N, int K, weave_dtype_t dt, int b
 static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist, weave_dtype_t dt,
                                       int fast_accum) {
   const int sms = 132;
+  /* fp8 with fp32 accumulation runs the three-warpgroup kernel (192 x 128 tiles, data-parallel) */
+  const bool p3 = dt == WEAVE_FP8_E4M3 && !fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3;
+  const int bm = p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, bn = p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN;
   printf(
       "# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
-      "# %d-SM H100/H200 (WEAVE_HGEMM_* from the environment): schedule (cooperative or ping-pong), stream-K\n# tail tiles, and "
-      "the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md, steps 3 and 5)\n",
-      sms);
-  printf("#%7s %6s %6s %6s %6s %6s %10s %5s %9s %9s\n", "M", "N", "K", "blocks", "tiles", "kt", "schedule", "sk",
-         "est_coop", "est_pp");
+      "# %d-SM H100/H200 (WEAVE_HGEMM_* from the environment): %dx%d tiles, schedule (cooperative, ping-pong or\n"
+      "# three warpgroups), stream-K tail tiles, the tile order's group (tile rows), 2-CTA clusters (pairs\n"
+      "# sharing A or B) and the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md)\n",
+      sms, bm, bn);
+  printf("#%7s %6s %6s %6s %6s %6s %10s %5s %5s %5s %9s %9s\n", "M", "N", "K", "blocks", "tiles", "kt", "schedule",
+         "sk", "group", "pairs", "est_coop", "est_pp");
   for (size_t i = 0; i + 2 < shapes.size(); i += 3) {
     const int M = shapes[i], N = shapes[i + 1], K = shapes[i + 2];
-    const int tiles = ((M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM) * ((N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN);
+    const int tiles_m = (M + bm - 1) / bm, tiles_n = (N + bn - 1) / bn, tiles = tiles_m * tiles_n;
     const int kt = weave_hgemm_k_blocks(K, dt);
     for (int b : blist) {
       b = std::min(std::max(b, 1), sms);
       const weave_hgemm_args_t q = auto_args(M, N, K, dt, b, fast_accum);
-      int sched;
-      const weave_hgemm_sk_t plan = weave_hgemm_plan_on(&q, sms, &sched);
-      const int pp = sched == WEAVE_HGEMM_SCHED_PINGPONG, sk = pp ? 0 : plan.sk_tiles;
+      int sched, cluster;
+      const weave_hgemm_sk_t plan = weave_hgemm_plan_on(&q, sms, &sched, &cluster);
+      const int pp = !p3 && sched == WEAVE_HGEMM_SCHED_PINGPONG, sk = pp ? 0 : plan.sk_tiles;
+      const int grid = sk ? b : std::min(b, tiles); /* the launcher trims a grid of whole tiles */
       const double est_pp = weave_hgemm_pp_units32(tiles, b, kt) / 32.0;
-      printf(" %7d %6d %6d %6d %6d %6d %10s %5d %9lld %9.1f\n", M, N, K, b, tiles, kt, pp ? "ping-pong" : "coop", sk,
+      printf(" %7d %6d %6d %6d %6d %6d %10s %5d %5d %5s %9lld %9.1f\n", M, N, K, b, tiles, kt,
+             p3   ? "3 wg"
+             : pp ? "ping-pong"
+                  : "coop",
+             sk, weave_hgemm_group_for(grid, tiles_m),
+             cluster == 3   ? "A"
+             : cluster == 2 ? "B"
+                            : "no",
              weave_hgemm_coop_units(tiles, b, kt, WEAVE_HGEMM_SK_AUTO), est_pp);
     }
   }

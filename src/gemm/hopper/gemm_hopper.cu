@@ -399,22 +399,37 @@ static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int s
                           promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, grid_out, cluster_out, pp_out);
 }
 
-extern "C" weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *a, int sms, int *schedule) {
-  int pp = 0;
+/* The clusters a call of `a` runs with on `grid` blocks (1 none, 2 tile rows sharing B, 3 tile columns
+ * sharing A), given the planned `cluster`: the three-warpgroup fp8 kernel pairs its 128-column tiles
+ * itself. */
+static int weave_hgemm_role_cluster(const weave_hgemm_args_t *a, int cluster, int grid) {
+  if (!weave_hgemm_promotes(a) || weave_hgemm_knobs().promote_wgs != 3) return cluster;
+  return weave_hgemm_pairs_columns(weave_hgemm_knobs().cluster, (a->N + WEAVE_HGEMM_P3_BN - 1) / WEAVE_HGEMM_P3_BN,
+                                   grid, 1)
+             ? 3
+             : 1;
+}
+
+extern "C" weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *a, int sms, int *schedule, int *cluster) {
+  int pp = 0, grid = 0, cl = 1;
   weave_hgemm_sk_t sk = weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
-  if (a->M > 0 && a->N > 0 && a->K > 0 && sms > 0) sk = weave_hgemm_plan_args(a, sms, NULL, NULL, &pp);
+  if (a->M > 0 && a->N > 0 && a->K > 0 && sms > 0) {
+    sk = weave_hgemm_plan_args(a, sms, &grid, &cl, &pp);
+    cl = weave_hgemm_role_cluster(a, cl, grid);
+  }
   if (schedule) *schedule = pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
+  if (cluster) *cluster = cl;
   return sk;
 }
 
 extern "C" int weave_hgemm_schedule(const weave_hgemm_args_t *a) {
   int schedule;
-  weave_hgemm_plan_on(a, weave_hgemm_sm_count(), &schedule);
+  weave_hgemm_plan_on(a, weave_hgemm_sm_count(), &schedule, NULL);
   return schedule;
 }
 
 extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *a) {
-  return weave_hgemm_plan_on(a, weave_hgemm_sm_count(), NULL);
+  return weave_hgemm_plan_on(a, weave_hgemm_sm_count(), NULL, NULL);
 }
 
 extern "C" size_t weave_hgemm_workspace_size(const weave_hgemm_args_t *a) {
@@ -513,8 +528,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     p.sk_counters = (unsigned *)a->workspace;
     p.sk_partials = (float *)((char *)a->workspace + WEAVE_HGEMM_SK_SLOTS_OFFSET);
   }
-  /* the three-warpgroup fp8 kernel pairs its 128-column tiles itself */
-  if (p3) cluster = weave_hgemm_pairs_columns(knobs.cluster, p.tiles_n, grid, 1) ? 3 : 1;
+  cluster = weave_hgemm_role_cluster(a, cluster, grid);
   const bool share_a = cluster == 3;
   const int cl = cluster == 1 ? 1 : 2;
   if (share_a) {

@@ -184,8 +184,9 @@ int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *bas
  * most any shape can need on num_blocks blocks (<= 0: all SMs of the current device):
  * weave_hgemm_workspace_max. */
 weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *args);
-/* The same two on a device of `sms` SMs (no device needed: weave-bench's plan without a GPU). */
-weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, int *schedule);
+/* The same two on a device of `sms` SMs (no device needed: weave-bench's plan without a GPU), and the
+ * clusters (1 none, 2 tile rows sharing B, 3 tile columns sharing A; cluster may be NULL). */
+weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, int *schedule, int *cluster);
 size_t weave_hgemm_workspace_size(const weave_hgemm_args_t *args);
 int weave_hgemm_schedule(const weave_hgemm_args_t *args);
 size_t weave_hgemm_workspace_max(int num_blocks);
