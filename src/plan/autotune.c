@@ -277,6 +277,11 @@ static weave_result_t tuner_call(tuner_t *t, const tune_plan_t *plan) {
   return weave_gemm_rs_execute_scaled(plan->rs, t->A, t->B, t->sa, t->sb, t->bias, t->C, (weave_stream_t)t->stream);
 }
 
+/* A `why` that snprintf (its return value n) cut at len bytes ends in "..." instead. */
+static void why_cut(char *why, size_t len, int n) {
+  if (n >= (int)len && len >= 4) memcpy(why + len - 4, "...", 4);
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -510,8 +515,10 @@ static weave_result_t measure(const tuner_t *proto, weave_auto_choice_t *out, in
   char name[48];
   describe(name, sizeof(name), out->strategy, out->gemm_blocks, out->comm_blocks);
   *speedup = base_ms > 0 ? base_ms / cand[best].ms : 1.0;
-  snprintf(out->why, sizeof(out->why), "measured (ms, slowest rank's median%s): %s; chose %s (%.3fx the baseline)",
-           close ? "; the two fastest timed twice as long" : "", list, name, *speedup);
+  why_cut(
+      out->why, sizeof(out->why),
+      snprintf(out->why, sizeof(out->why), "measured (ms, slowest rank's median%s): %s; chose %s (%.3fx the baseline)",
+               close ? "; the two fastest timed twice as long" : "", list, name, *speedup));
   *measured = 1;
   return WEAVE_SUCCESS;
 }
@@ -596,8 +603,9 @@ static weave_result_t choose(const tuner_t *proto, const weave_env_t *env, const
     char name[48];
     describe(name, sizeof(name), out->strategy, out->gemm_blocks, out->comm_blocks);
     if (team->rank == 0)
-      snprintf(out->why, sizeof(out->why), "cached: %s (%.3fx the baseline when measured) in %s", name, e.speedup,
-               path);
+      why_cut(out->why, sizeof(out->why),
+              snprintf(out->why, sizeof(out->why), "cached: %s (%.3fx the baseline when measured) in %s", name,
+                       e.speedup, path));
     else
       snprintf(out->why, sizeof(out->why), "cached: %s (rank 0's tuning cache)", name);
     out->choose_ms = now_ms() - t0;
