@@ -16,6 +16,7 @@
  * (src/plan/lt.c).
  */
 #include <algorithm>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -266,11 +267,15 @@ static weave_hgemm_args_t auto_args(int M, int N, int K, weave_dtype_t dt, int b
 
 /* Without a device: what weave's AUTO would run per row on a 132-SM H100/H200 (default knobs), from
  * the same plan functions the launcher calls (tile_scheduler.h). */
+/* fp8 with fp32 accumulation runs the three-warpgroup kernel unless WEAVE_HGEMM_PROMOTE_WGS=2 */
+static bool runs_p3(weave_dtype_t dt, int fast_accum) {
+  return dt == WEAVE_FP8_E4M3 && !fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3;
+}
+
 static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist, weave_dtype_t dt,
                                       int fast_accum) {
   const int sms = 132;
-  /* fp8 with fp32 accumulation runs the three-warpgroup kernel (192 x 128 tiles, data-parallel) */
-  const bool p3 = dt == WEAVE_FP8_E4M3 && !fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3;
+  const bool p3 = runs_p3(dt, fast_accum);
   const int bm = p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, bn = p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN;
   printf(
       "# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
@@ -431,8 +436,7 @@ static void print_header(const Options &o, const cudaDeviceProp &prop) {
         : o.scales == WEAVE_SCALE_TENSOR ? "per-tensor"
                                          : "no",
         o.fast_accum ? "fast (the tensor cores' own)" : "fp32 (promoted every 128 of K)", o.fast_accum);
-  /* fp8 with fp32 accumulation runs the three-warpgroup kernel unless WEAVE_HGEMM_PROMOTE_WGS=2 */
-  const bool p3 = o.dt == WEAVE_FP8_E4M3 && !o.fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3;
+  const bool p3 = runs_p3(o.dt, o.fast_accum);
   printf("# device 0: %s, %d SMs, L2 %d MB, cc %d.%d, CUDA runtime %d\n", prop.name, prop.multiProcessorCount,
          prop.l2CacheSize >> 20, prop.major, prop.minor, rtv);
   printf(
@@ -458,24 +462,33 @@ static void print_header(const Options &o, const cudaDeviceProp &prop) {
 
 /* Bring the clocks up before anything is timed: about half a second of the first shape (the first
  * rows of a cold process measured ~10% low, for weave and cuBLASLt alike). */
-static int warm_clocks(Ctx &c) {
+/* Launches kernel `which` (blocks, lp as launch) back to back, in batches of 10, until they span `ms`
+ * of GPU time or max_launches ran: *launches, *spent (ms, first launch to last end). */
+static int launch_for(Ctx &c, int which, int blocks, weave_lt_t *lp, float ms, long max_launches, long *launches,
+                      float *spent) {
   cudaEvent_t e0, e1;
   BCK(cudaEventCreate(&e0));
   BCK(cudaEventCreate(&e1));
-  float spent = 0;
-  for (int round = 0; spent < 500.f && round < 1000; ++round) {
-    BCK(cudaEventRecord(e0, c.st));
-    for (int i = 0; i < 10; ++i)
-      if (launch(c, 0, 0, NULL, i % c.sets, c.C)) return 1;
+  void *C = which == 1 ? c.Cref : c.C;
+  *launches = 0;
+  *spent = 0;
+  BCK(cudaEventRecord(e0, c.st));
+  while (*spent < ms && *launches < max_launches) {
+    for (int i = 0; i < 10; ++i, ++*launches)
+      if (launch(c, which, blocks, lp, (int)(*launches % c.sets), C)) return 1;
     BCK(cudaEventRecord(e1, c.st));
     BCK(cudaEventSynchronize(e1));
-    float ms = 0;
-    BCK(cudaEventElapsedTime(&ms, e0, e1));
-    spent += ms;
+    BCK(cudaEventElapsedTime(spent, e0, e1));
   }
   BCK(cudaEventDestroy(e0));
   BCK(cudaEventDestroy(e1));
   return 0;
+}
+
+static int warm_clocks(Ctx &c) {
+  long launches;
+  float spent;
+  return launch_for(c, 0, 0, NULL, 500.f, 10000, &launches, &spent);
 }
 
 /* Input sets rotated past twice the L2, the output and the reference output. */
@@ -559,24 +572,11 @@ static double wall_ms(void) {
 }
 
 static int hold(Ctx &c, const char *name, int which, int blocks, weave_lt_t *lp, int ms, double flop) {
-  cudaEvent_t e0, e1;
-  BCK(cudaEventCreate(&e0));
-  BCK(cudaEventCreate(&e1));
-  void *C = which == 1 ? c.Cref : c.C;
-  long launches = 0;
-  float spent = 0;
+  long launches;
+  float spent;
   const double t0 = wall_ms();
-  BCK(cudaEventRecord(e0, c.st));
-  while (spent < (float)ms) { /* batches of 20, the events' time checked after each */
-    for (int i = 0; i < 20; ++i, ++launches)
-      if (launch(c, which, blocks, lp, (int)(launches % c.sets), C)) return 1;
-    BCK(cudaEventRecord(e1, c.st));
-    BCK(cudaEventSynchronize(e1));
-    BCK(cudaEventElapsedTime(&spent, e0, e1));
-  }
+  if (launch_for(c, which, blocks, lp, (float)ms, LONG_MAX, &launches, &spent)) return 1;
   const double t1 = wall_ms();
-  BCK(cudaEventDestroy(e0));
-  BCK(cudaEventDestroy(e1));
   printf("# hold %dx%dx%d %-6s %ld launches in %.1f ms: %.1f TFLOP/s, wall %.0f-%.0f ms\n", c.M, c.N, c.K, name,
          launches, spent, flop * launches / (spent * 1e-3) * 1e-12, t0, t1);
   fflush(stdout);
