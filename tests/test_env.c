@@ -120,13 +120,13 @@ static void test_parse_bool_level(void) {
   CHECK(weave_parse_log_level("INFO", NULL) == -1);
 }
 
-static const char *const vars[] = {"WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",          "WEAVE_TIMEOUT_MS",
-                                   "WEAVE_INFO",          "WEAVE_TUNE_FILE",          "WEAVE_TRACE",
-                                   "WEAVE_TMA_EPILOGUE",  "WEAVE_HGEMM_PINGPONG",     "WEAVE_HGEMM_STREAMK",
-                                   "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE",    "WEAVE_HGEMM_GROUP_M",
-                                   "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT",     "WEAVE_AUTOTUNE",
-                                   "WEAVE_TEST_DELAY",    "WEAVE_RANKS_PER_NODE",     "WEAVE_HGEMM_PROMOTE_WGS",
-                                   "WEAVE_TEST_HOST",     "WEAVE_HGEMM_FUSED_GROUP_M"};
+static const char *const vars[] = {"WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",       "WEAVE_TIMEOUT_MS",
+                                   "WEAVE_INFO",          "WEAVE_TUNE_FILE",       "WEAVE_TRACE",
+                                   "WEAVE_TMA_EPILOGUE",  "WEAVE_HGEMM_PINGPONG",  "WEAVE_HGEMM_STREAMK",
+                                   "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
+                                   "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT",  "WEAVE_AUTOTUNE",
+                                   "WEAVE_TEST_DELAY",    "WEAVE_RANKS_PER_NODE",  "WEAVE_HGEMM_PROMOTE_WGS",
+                                   "WEAVE_TEST_HOST"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -268,10 +268,8 @@ static void test_hgemm_knobs(void) {
   static const struct {
     const char *name;
     long lo, hi;
-  } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},        {"WEAVE_HGEMM_STREAMK", 0, 2},
-               {"WEAVE_HGEMM_CLUSTER", 0, 3},         {"WEAVE_HGEMM_TMA_STORE", 0, 1},
-               {"WEAVE_HGEMM_GROUP_M", 0, 4096},      {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3},
-               {"WEAVE_HGEMM_FUSED_GROUP_M", 0, 4096}};
+  } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},  {"WEAVE_HGEMM_STREAMK", 0, 2},    {"WEAVE_HGEMM_CLUSTER", 0, 3},
+               {"WEAVE_HGEMM_TMA_STORE", 0, 1}, {"WEAVE_HGEMM_GROUP_M", 0, 4096}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3}};
   for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
     const char *n = knobs[i].name;
     char v[32];

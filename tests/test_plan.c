@@ -349,7 +349,7 @@ static void test_split(void) {
   for (int i = 0; i < 3; ++i) {
     weave_split_inputs_t ci;
     weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_BF16, 1, cal[i].budget, &ci);
-    const weave_tiling_t tiling = {8192, 8192, cal[i].world, 128, 256, 0, 0, 0}; /* the Hopper role's tiles */
+    const weave_tiling_t tiling = {8192, 8192, cal[i].world, 128, 256, 0, 0}; /* the Hopper role's tiles */
     const double owner_tiles = weave_max_owner_tiles(&tiling);
     int c = weave_split_comm_blocks(&ci, weave_plan_gemm_flops(8192, 8192, 28672 / cal[i].world, cal[i].world),
                                     weave_plan_comm_bytes(8192, 8192, cal[i].world, 2, 2), owner_tiles);

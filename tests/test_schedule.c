@@ -108,11 +108,10 @@ static int check_tiling(const weave_tiling_t *t) {
         break;
       }
     /* Grouped order: tiles j in [g*GROUP*tiles_n, (g+1)*GROUP*tiles_n) stay within tile-rows of group g. */
-    const int group = weave_tiling_group(t);
     for (int j = 0; j < n; ++j) {
       int tm, tn;
       weave_owner_tile_coords(t, o, j, &tm, &tn);
-      if (tm / group != j / (group * tiles_n)) {
+      if (tm / WEAVE_GROUP_M != j / (WEAVE_GROUP_M * tiles_n)) {
         errors++;
         break;
       }
@@ -197,48 +196,30 @@ static void test_tilings(void) {
       for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); ++w)
         for (size_t ti = 0; ti < sizeof(tiles) / sizeof(tiles[0]); ++ti)
           for (int order = 0; order <= 1; ++order)
-            for (int pair = 0; pair <= 1; ++pair)
-              for (int gi = 0; gi < 4; ++gi) {
-                static const int groups[] = {0, 1, 2, 5}; /* WEAVE_HGEMM_FUSED_GROUP_M: 0 the default */
-                if (Ms[a] < worlds[w]) continue;          /* plans reject M < world */
-                weave_tiling_t t = {Ms[a], Ns[b], worlds[w], tiles[ti][0], tiles[ti][1], order, pair, groups[gi]};
-                if (pair && weave_tiles_n(&t) % 2) continue; /* plans pair only even tile columns */
-                int e = check_tiling(&t);
-                cases++;
-                if (e) {
-                  failed++;
-                  if (failed < 10)
-                    fprintf(stderr, "tiling M %d N %d world %d tile %dx%d order %d pair %d group %d: %d errors\n", t.M,
-                            t.N, t.world, t.tile_m, t.tile_n, t.order, t.pair_n, t.group_m, e);
-                }
+            for (int pair = 0; pair <= 1; ++pair) {
+              if (Ms[a] < worlds[w]) continue; /* plans reject M < world */
+              weave_tiling_t t = {Ms[a], Ns[b], worlds[w], tiles[ti][0], tiles[ti][1], order, pair};
+              if (pair && weave_tiles_n(&t) % 2) continue; /* plans pair only even tile columns */
+              int e = check_tiling(&t);
+              cases++;
+              if (e) {
+                failed++;
+                if (failed < 10)
+                  fprintf(stderr, "tiling M %d N %d world %d tile %dx%d order %d pair %d: %d errors\n", t.M, t.N,
+                          t.world, t.tile_m, t.tile_n, t.order, t.pair_n, e);
               }
+            }
   CHECK_MSG(failed == 0, "%d of %d tilings wrong", failed, cases);
-  /* group_m 0 is WEAVE_GROUP_M; another group another order */
-  {
-    weave_tiling_t d = {4096, 1024, 4, 128, 128, WEAVE_ORDER_OWN_LAST, 0, 0}, g = d, h = d;
-    g.group_m = WEAVE_GROUP_M;
-    h.group_m = 2;
-    int same = 1, differ = 0;
-    for (int j = 0; j < weave_owner_tiles(&d, 1); ++j) {
-      int a0, a1, b0, b1, c0, c1;
-      weave_owner_tile_coords(&d, 1, j, &a0, &a1);
-      weave_owner_tile_coords(&g, 1, j, &b0, &b1);
-      weave_owner_tile_coords(&h, 1, j, &c0, &c1);
-      same &= a0 == b0 && a1 == b1;
-      differ |= a0 != c0 || a1 != c1;
-    }
-    CHECK(same && differ);
-  }
   /* A larger world, and M < tile (one partial tile per owner). */
-  weave_tiling_t big = {1000, 300, WEAVE_MAX_WORLD, 128, 128, WEAVE_ORDER_OWN_LAST, 0, 0};
+  weave_tiling_t big = {1000, 300, WEAVE_MAX_WORLD, 128, 128, WEAVE_ORDER_OWN_LAST, 0};
   CHECK(check_tiling(&big) == 0);
   big.order = WEAVE_ORDER_OWN_FIRST;
   CHECK(check_tiling(&big) == 0);
-  weave_tiling_t small = {24, 40, 3, 128, 256, WEAVE_ORDER_OWN_LAST, 0, 0};
+  weave_tiling_t small = {24, 40, 3, 128, 256, WEAVE_ORDER_OWN_LAST, 0};
   CHECK(check_tiling(&small) == 0);
   CHECK(weave_total_tiles(&small) == 3);
   /* Spot values: M 1000, world 4 -> 250 rows each, tile 128 -> 2 tile-rows; N 384 / 128 -> 3. */
-  weave_tiling_t t = {1000, 384, 4, 128, 128, WEAVE_ORDER_OWN_LAST, 0, 0};
+  weave_tiling_t t = {1000, 384, 4, 128, 128, WEAVE_ORDER_OWN_LAST, 0};
   CHECK(weave_owner_tiles_m(&t, 0) == 2 && weave_tiles_n(&t) == 3 && weave_owner_tiles(&t, 3) == 6);
   CHECK(weave_total_tiles(&t) == 24);
   int o, j;
@@ -249,7 +230,7 @@ static void test_tilings(void) {
   CHECK(weave_seq_tile(&t, 1, -1, &o, &j) == -1);
   /* Pairs of tile columns: N 512 / 128 -> 4 tile columns, 2 tile-rows an owner: 8 tiles, 4 pairs. */
   int tm0, tn0;
-  weave_tiling_t tp = {1000, 512, 4, 128, 128, WEAVE_ORDER_OWN_LAST, 1, 0};
+  weave_tiling_t tp = {1000, 512, 4, 128, 128, WEAVE_ORDER_OWN_LAST, 1};
   CHECK(weave_seq_tile(&tp, 3, 0, &o, &j) == 0 && o == 0 && j == 0);
   CHECK(weave_seq_tile(&tp, 3, 1, &o, &j) == 0 && o == 0 && j == 1);
   CHECK(weave_seq_tile(&tp, 3, 2, &o, &j) == 0 && o == 1 && j == 0);
@@ -259,7 +240,7 @@ static void test_tilings(void) {
   weave_owner_tile_coords(&tp, 0, 5, &tm0, &tn0);
   CHECK(tm0 == 0 && tn0 == 3); /* pair 2: the next pair of columns */
   /* Grouped order within an owner: column-major inside a group of WEAVE_GROUP_M tile-rows. */
-  weave_tiling_t g = {64 * 20, 64 * 3, 1, 64, 64, 0, 0, 0};
+  weave_tiling_t g = {64 * 20, 64 * 3, 1, 64, 64, 0, 0};
   int tm, tn;
   weave_owner_tile_coords(&g, 0, 0, &tm, &tn);
   CHECK(tm == 0 && tn == 0);

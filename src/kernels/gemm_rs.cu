@@ -173,7 +173,7 @@ static int weave_launch_gemm_t(const weave_mma_args_t &a, float alpha, const voi
   int e = weave_prepare(weave_gemm_kernel<T, O>, smem);
   if (e) return e;
   weave_store_sink<O> sink;
-  sink.tiling = weave_tiling_t{a.M, a.N, 1, WEAVE_MMA_BM, WEAVE_MMA_BN, 0, 0, 0};
+  sink.tiling = weave_tiling_t{a.M, a.N, 1, WEAVE_MMA_BM, WEAVE_MMA_BN, 0, 0};
   sink.out = (O *)out;
   sink.bias = bias;
   sink.bias_dtype = bias_dtype;

@@ -168,9 +168,7 @@ static void plan_choose_dtypes(weave_gemm_rs_plan_t p) {
 static void plan_choose_tiling(weave_gemm_rs_plan_t p) {
   int tm, tn;
   weave_kernel_tile_shape(p->hopper, &tm, &tn);
-  /* WEAVE_HGEMM_FUSED_GROUP_M: the owners' tile order (an experiment's knob, part of the tuning key) */
-  p->tiling = (weave_tiling_t){
-      p->M, p->N, p->team->world, tm, tn, (int)p->desc.tile_order, 0, weave_hgemm_knob("WEAVE_HGEMM_FUSED_GROUP_M")};
+  p->tiling = (weave_tiling_t){p->M, p->N, p->team->world, tm, tn, (int)p->desc.tile_order, 0};
   p->rows_cap = weave_cdiv(p->M, p->team->world);
   p->tiles_cap = weave_max_owner_tiles(&p->tiling);
 }

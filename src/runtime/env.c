@@ -34,8 +34,6 @@
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")   \
   X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                          \
     "Hopper GEMM tile rows per group of its tile order (0: 16; whole columns under 32 blocks)")                   \
-  X(WEAVE_HGEMM_FUSED_GROUP_M, "0..4096", "0",                                                                    \
-    "fused GEMM + ReduceScatter: tile rows per group of each owner's tile order (0: 8)")                          \
   X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                         \
     "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")             \
   X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                             \
@@ -122,10 +120,9 @@ static const struct {
   const char *name;
   long lo, hi, def;
   char letter; /* its letter in the tuning cache's key (weave_hgemm_knobs_key) */
-} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1, 'p'},        {"WEAVE_HGEMM_STREAMK", 0, 2, 1, 's'},
-                   {"WEAVE_HGEMM_CLUSTER", 0, 3, 0, 'c'},         {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1, 't'},
-                   {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0, 'g'},      {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3, 'w'},
-                   {"WEAVE_HGEMM_FUSED_GROUP_M", 0, 4096, 0, 'f'}};
+} hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1, 'p'},   {"WEAVE_HGEMM_STREAMK", 0, 2, 1, 's'},
+                   {"WEAVE_HGEMM_CLUSTER", 0, 3, 0, 'c'},    {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1, 't'},
+                   {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0, 'g'}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3, 'w'}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 
 int weave_hgemm_knob(const char *name) {

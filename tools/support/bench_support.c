@@ -16,7 +16,7 @@ void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype
   const size_t osz = weave_dtype_size(weave_dtype_out(dtype, WEAVE_DTYPE_AUTO)); /* what travels: the output type */
   int hopper = weave_kernel_hopper_ok(dtype, layout, N, K);
   weave_kernel_tile_shape(hopper, &tm, &tn);
-  weave_tiling_t t = {M, N, world, tm, tn, (int)order, 0, 0};
+  weave_tiling_t t = {M, N, world, tm, tn, (int)order, 0};
   fprintf(f,
           "# plan of the fused kernel: %s role, tiles %dx%d, each owner's rows tiled on their own, owners\n"
           "# interleaved tile by tile in an order rotated per rank (%s)\n",

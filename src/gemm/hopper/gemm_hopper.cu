@@ -44,13 +44,14 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     /* per-tensor scales: folded into alpha, one product a thread instead of one a element */
     if (p.scales.mode == WEAVE_SCALE_TENSOR) sink.a.alpha *= __ldg(p.scales.a) * __ldg(p.scales.b);
   }
-  /* one sequence number a tile; 2-CTA clusters take them in pairs, which come whole: the launcher
-   * pairs only even counts of tile rows (columns) */
   if constexpr (PP) {
-    weave_hgemm_role_pingpong<sink_t, DT, BCOL, CL, SC>(p, smem, blockIdx.x, gridDim.x, p.tiles_m * p.tiles_n, sink);
+    const int seq_count = CL == 1 ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
+    weave_hgemm_role_pingpong<sink_t, DT, BCOL, CL, SC>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   } else {
     /* CL == 1: data-parallel tiles, then the stream-K tail if the launcher planned one */
-    const int seq_count = CL == 1 ? p.sk.dp_tiles : p.tiles_m * p.tiles_n;
+    const int seq_count = CL == 1   ? p.sk.dp_tiles
+                          : SHARE_A ? p.tiles_m * 2 * ((p.tiles_n + 1) / 2)
+                                    : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
     weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE, SC, PROMOTE, SHARE_A>(p, smem, blockIdx.x,
                                                                                            gridDim.x, seq_count, sink);
   }
@@ -72,8 +73,8 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_P3_THREADS, 1)
   if constexpr (std::is_same<SC, weave_hgemm_scale_none>::value) {
     if (p.scales.mode == WEAVE_SCALE_TENSOR) sink.a.alpha *= __ldg(p.scales.a) * __ldg(p.scales.b);
   }
-  /* pairs of tile columns come whole (the launcher pairs only an even count) */
-  weave_hgemm_role_promote3<sink_t, SC, CL>(p, smem, blockIdx.x, gridDim.x, p.tiles_m * p.tiles_n, sink);
+  const int seq_count = CL == 1 ? p.tiles_m * p.tiles_n : p.tiles_m * 2 * ((p.tiles_n + 1) / 2);
+  weave_hgemm_role_promote3<sink_t, SC, CL>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -535,13 +536,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     r = weave_hgemm_params_share_a(&p, a->A, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, errmsg, errlen);
     if (r) return r;
   }
-  /* the kernels walk tiles_m x tiles_n sequence numbers, a cluster's pair whole (weave_hgemm_plan
-   * and weave_hgemm_pairs_columns pair only an even count of tile rows or columns) */
-  if (cl == 2 && (share_a ? p.tiles_n : p.tiles_m) % 2 != 0)
-    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INTERNAL,
-                            "hopper gemm: 2-CTA clusters over an odd count of tile %s (%d)",
-                            share_a ? "columns" : "rows", share_a ? p.tiles_n : p.tiles_m);
-  const int seqs = p.tiles_m * p.tiles_n;
+  const int seqs = cl == 1 || share_a ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   sa.group_m = weave_hgemm_group_for(grid, p.tiles_m);
   cudaError_t e;
