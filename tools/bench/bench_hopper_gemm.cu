@@ -265,13 +265,13 @@ static weave_hgemm_args_t auto_args(int M, int N, int K, weave_dtype_t dt, int b
   return q;
 }
 
-/* Without a device: what weave's AUTO would run per row on a 132-SM H100/H200 (default knobs), from
- * the same plan functions the launcher calls (tile_scheduler.h). */
 /* fp8 with fp32 accumulation runs the three-warpgroup kernel unless WEAVE_HGEMM_PROMOTE_WGS=2 */
 static bool runs_p3(weave_dtype_t dt, int fast_accum) {
   return dt == WEAVE_FP8_E4M3 && !fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3;
 }
 
+/* Without a device: what weave's AUTO would run per row on a 132-SM H100/H200 (default knobs), from
+ * the same plan functions the launcher calls (tile_scheduler.h). */
 static void print_plan_without_device(const std::vector<int> &shapes, const std::vector<int> &blist, weave_dtype_t dt,
                                       int fast_accum) {
   const int sms = 132;
@@ -460,8 +460,6 @@ static void print_header(const Options &o, const cudaDeviceProp &prop) {
          "time(ms)", "TFLOP/s", "coop", "pp", "lt_def", "lt_sm", "pp/coop", "vs_def", "vs_sm", "scal", "#wrong");
 }
 
-/* Bring the clocks up before anything is timed: about half a second of the first shape (the first
- * rows of a cold process measured ~10% low, for weave and cuBLASLt alike). */
 /* Launches kernel `which` (blocks, lp as launch) back to back, in batches of 10, until they span `ms`
  * of GPU time or max_launches ran: *launches, *spent (ms, first launch to last end). */
 static int launch_for(Ctx &c, int which, int blocks, weave_lt_t *lp, float ms, long max_launches, long *launches,
@@ -485,6 +483,8 @@ static int launch_for(Ctx &c, int which, int blocks, weave_lt_t *lp, float ms, l
   return 0;
 }
 
+/* Bring the clocks up before anything is timed: about half a second of the first shape (the first
+ * rows of a cold process measured ~10% low, for weave and cuBLASLt alike). */
 static int warm_clocks(Ctx &c) {
   long launches;
   float spent;
@@ -561,16 +561,16 @@ static int lt_plans(const Ctx &c, const std::vector<int> &blist, weave_lt_t **de
   return 0;
 }
 
-/* --hold: one kernel launched back to back for about ms milliseconds (no other kernel between), its
- * rate and its span in wall-clock milliseconds (CLOCK_REALTIME, as `nvidia-smi --query-gpu=timestamp`
- * reads the clock), so that clock and power samples taken beside the run can be told apart: under the
- * power cap a kernel's rate follows the clock its own power draw allows. */
+/* Wall-clock milliseconds (CLOCK_REALTIME, the clock `nvidia-smi --query-gpu=timestamp` reads). */
 static double wall_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
+/* --hold: one kernel launched back to back for about ms milliseconds (no other kernel between), its
+ * rate and its wall-clock span, so that clock and power samples taken beside the run can be told
+ * apart: under the power cap a kernel's rate follows the clock its own power draw allows. */
 static int hold(Ctx &c, const char *name, int which, int blocks, weave_lt_t *lp, int ms, double flop) {
   long launches;
   float spent;
