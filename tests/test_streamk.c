@@ -224,17 +224,28 @@ int main(void) {
         CHECK(simulate_arrivals(segs, seed, peek, &c) == 1);
         CHECK(c == 0);
       }
-  /* the grouped order's group (weave_hgemm_group_rows): 16 rows where a wave of the grid spans two
-   * or more columns of a group, whole columns (rounded up to even) on smaller grids, the knob as given
-   * (even, at least 2) */
-  CHECK(weave_hgemm_group_rows(0, 132, 64) == 16);
-  CHECK(weave_hgemm_group_rows(0, 32, 64) == 16);
-  CHECK(weave_hgemm_group_rows(0, 31, 64) == 64);
-  CHECK(weave_hgemm_group_rows(0, 15, 127) == 128);
-  CHECK(weave_hgemm_group_rows(0, 15, 16) == 16);
-  CHECK(weave_hgemm_group_rows(0, 15, 3) == 16);
-  CHECK(weave_hgemm_group_rows(8, 15, 64) == 8);
-  CHECK(weave_hgemm_group_rows(9, 132, 64) == 8);
-  CHECK(weave_hgemm_group_rows(1, 132, 64) == 2);
+  /* the grouped order's group (weave_hgemm_group_rows): on 32 blocks or more the even g with the
+   * smallest wave footprint g * tile_m + blocks / g * tile_n (no even neighbour smaller), whole columns
+   * (rounded up to even) on smaller grids, the knob as given (even, at least 2) */
+  CHECK(weave_hgemm_group_rows(0, 132, 64, 128, 256) == 16);
+  CHECK(weave_hgemm_group_rows(0, 132, 43, 192, 128) == 10);
+  CHECK(weave_hgemm_group_rows(0, 32, 43, 192, 128) == 4);
+  CHECK(weave_hgemm_group_rows(0, 32, 64, 128, 256) == 8);
+  CHECK(weave_hgemm_group_rows(0, 100, 64, 128, 256) == 14);
+  CHECK(weave_hgemm_group_rows(0, 31, 64, 128, 256) == 64);
+  CHECK(weave_hgemm_group_rows(0, 15, 127, 192, 128) == 128);
+  CHECK(weave_hgemm_group_rows(0, 15, 3, 128, 256) == 4);
+  CHECK(weave_hgemm_group_rows(8, 15, 64, 128, 256) == 8);
+  CHECK(weave_hgemm_group_rows(9, 132, 64, 128, 256) == 8);
+  CHECK(weave_hgemm_group_rows(1, 132, 64, 192, 128) == 2);
+  for (int blocks = 32; blocks <= 512; blocks += 7)
+    for (int tm = 64; tm <= 256; tm += 64)
+      for (int tn = 64; tn <= 256; tn += 64) {
+        const int g = weave_hgemm_group_rows(0, blocks, 1000, tm, tn);
+        const double at = g * (double)tm + (double)blocks * tn / g;
+        const double up = (g + 2) * (double)tm + (double)blocks * tn / (g + 2);
+        const double down = g > 2 ? (g - 2) * (double)tm + (double)blocks * tn / (g - 2) : at;
+        CHECK(g >= 2 && g % 2 == 0 && at <= up && at <= down);
+      }
   return check_summary("test_streamk");
 }

@@ -317,7 +317,8 @@ extern "C" int weave_launch_ag_fused(const weave_ag_params_t *p, const weave_hge
   sa.N = hg->N;
   sa.tiles_m = hg->tiles_m;
   sa.tiles_n = hg->tiles_n;
-  sa.group_m = weave_hgemm_group_for(p->gemm_blocks, p->blocks_m); /* as the standalone GEMM's */
+  sa.group_m =
+      weave_hgemm_group_for(p->gemm_blocks, p->blocks_m, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN); /* as the standalone GEMM's */
   sa.pair_ok = (hg->N % 2 == 0) && (((uintptr_t)C % (2 * osz)) == 0);
   CUtensorMap c_map;
   memset(&c_map, 0, sizeof c_map);

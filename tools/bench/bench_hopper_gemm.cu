@@ -301,7 +301,7 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
              p3   ? "3 wg"
              : pp ? "ping-pong"
                   : "coop",
-             sk, weave_hgemm_group_for(grid, tiles_m),
+             sk, weave_hgemm_group_for(grid, tiles_m, bm, bn),
              cluster == 3   ? "A"
              : cluster == 2 ? "B"
                             : "no",

@@ -322,8 +322,8 @@ static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
   return k;
 }
 
-extern "C" int weave_hgemm_group_for(int blocks, int tiles_m) {
-  return weave_hgemm_group_rows(weave_hgemm_knobs().group_m, blocks, tiles_m);
+extern "C" int weave_hgemm_group_for(int blocks, int tiles_m, int tile_m, int tile_n) {
+  return weave_hgemm_group_rows(weave_hgemm_knobs().group_m, blocks, tiles_m, tile_m, tile_n);
 }
 
 /* SMs of the current device, or 0 (no device) */
@@ -339,13 +339,13 @@ static int weave_hgemm_sm_count(void) {
 
 /* Whether 2-CTA clusters pair tile columns, the two CTAs sharing A (each loads half of the tile's
  * rows and multicasts it; gemm_hopper_cooperative.cuh): WEAVE_HGEMM_CLUSTER 0 (default) for 16-bit
- * inputs, and for fp8 on grids that walk whole tile columns (fewer than 2 x WEAVE_HGEMM_GROUP_ROWS
+ * inputs, and for fp8 on grids that walk whole tile columns (fewer than WEAVE_HGEMM_GROUP_MIN_BLOCKS
  * blocks: weave_hgemm_group_rows); 3 wherever they can; only where the tile columns pair up exactly
  * and the grid holds a cluster. Sharing A halves A's reads, which bound a small grid walking whole
  * columns (ranks sharing a GPU: 1.2-1.7x faster) and gain little or nothing on a whole GPU
  * (docs/hopper_gemm.md: up to 1.3x for 16-bit where the tile columns are few, no gain for fp8). */
 static int weave_hgemm_pairs_columns(int knob, int tiles_n, int grid, int fp8) {
-  return grid >= 2 && tiles_n % 2 == 0 && (knob == 3 || (knob == 0 && (!fp8 || grid < 2 * WEAVE_HGEMM_GROUP_ROWS)));
+  return grid >= 2 && tiles_n % 2 == 0 && (knob == 3 || (knob == 0 && (!fp8 || grid < WEAVE_HGEMM_GROUP_MIN_BLOCKS)));
 }
 
 extern "C" int weave_hgemm_shares_a(int tiles_n, int grid, int fp8) {
@@ -538,7 +538,8 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   }
   const int seqs = cl == 1 || share_a ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
-  sa.group_m = weave_hgemm_group_for(grid, p.tiles_m);
+  sa.group_m = weave_hgemm_group_for(grid, p.tiles_m, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM,
+                                     p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN);
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                                    \
   (pp        ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)               \

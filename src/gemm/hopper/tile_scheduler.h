@@ -43,18 +43,31 @@
 #include "common/schedule.h" /* weave_grouped_tile_coords, WEAVE_HOST_DEVICE */
 
 /* Tile rows per group of the grouped tile order (weave_grouped_tile_coords) for a persistent grid of
- * `blocks` blocks over tiles_m tile rows; `knob`: WEAVE_HGEMM_GROUP_M (0: this choice; else rounded
- * down to even, at least 2). A group of 16 rows pays when a wave of the grid spans two or more of its
- * columns: the rows of A loaded for one column serve the next from L2 (132 blocks: ~8 columns, faster
- * than 8 rows or 32: docs/hopper_gemm.md). A smaller grid (ranks sharing a GPU: 15 blocks a rank at 8)
- * spans one column per wave, where a group only makes every group read B again: it walks whole
- * columns instead (8 ranks on one H100: AllGather + GEMM's bulk 1.6-1.9x faster, GEMM + ReduceScatter's
- * bulk GEMM up to 1.27x in bf16 and level in fp8; docs/performance.md). */
-#define WEAVE_HGEMM_GROUP_ROWS 16
-static inline WEAVE_HOST_DEVICE int weave_hgemm_group_rows(int knob, int blocks, int tiles_m) {
+ * `blocks` blocks of tile_m x tile_n tiles over tiles_m tile rows; `knob`: WEAVE_HGEMM_GROUP_M (0:
+ * this choice; else rounded down to even, at least 2).
+ * A grid of 32 blocks or more: the even g that makes a wave's footprint smallest. A wave covers g
+ * tile rows and blocks / g tile columns, so a k-block of it reads g * tile_m rows of A and
+ * blocks / g * tile_n columns of B; g near sqrt(blocks * tile_n / tile_m) minimizes their sum, which
+ * is what L2 must hold for the wave and what the next wave of the group finds there. 128 x 256 tiles
+ * on 132 blocks: 16 (faster than 8 or 32); the fp8 kernel's 192 x 128 tiles on 132 blocks: 10, on
+ * 32 blocks (4 ranks sharing a GPU): 4, where 16 left four ranks' waves over L2's size together (fp8
+ * bulk GEMM + ReduceScatter at 4 ranks 1.35x faster with 4 or 8 than with 16; docs/performance.md).
+ * A grid under 32 blocks (ranks sharing a GPU: 15 blocks a rank at 8) spans one column per wave
+ * whatever g, where a group only makes every group read B again: it walks whole columns instead
+ * (8 ranks on one H100: AllGather + GEMM's bulk 1.6-1.9x faster, GEMM + ReduceScatter's bulk GEMM up
+ * to 1.27x in bf16 and level in fp8). */
+#define WEAVE_HGEMM_GROUP_MIN_BLOCKS 32
+static inline WEAVE_HOST_DEVICE int weave_hgemm_group_rows(int knob, int blocks, int tiles_m, int tile_m, int tile_n) {
   if (knob > 0) return knob < 2 ? 2 : knob & ~1;
-  if (blocks >= 2 * WEAVE_HGEMM_GROUP_ROWS || tiles_m <= WEAVE_HGEMM_GROUP_ROWS) return WEAVE_HGEMM_GROUP_ROWS;
-  return (tiles_m + 1) & ~1;
+  if (blocks < WEAVE_HGEMM_GROUP_MIN_BLOCKS) return (tiles_m + 1) & ~1;
+  /* g * tile_m + blocks * tile_n / g is convex in g: step while the next even g is smaller */
+  int g = 2;
+  for (; g < 64; g += 2) {
+    const double here = ((double)g * g * tile_m + (double)blocks * tile_n) / g;
+    const double next = ((double)(g + 2) * (g + 2) * tile_m + (double)blocks * tile_n) / (g + 2);
+    if (next >= here) break;
+  }
+  return g;
 }
 
 /* per-call choice */
