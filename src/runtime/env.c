@@ -33,7 +33,7 @@
     "Hopper GEMM 2-CTA clusters: 0 columns sharing A (fp8: small grids), 1 none, 2 rows sharing B, 3 A always")   \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")   \
   X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                          \
-    "Hopper GEMM tile rows per group of its tile order (0: by footprint; whole columns under 32 blocks)")         \
+    "Hopper GEMM tile rows per group of its tile order (0: 16 or by footprint; columns under 32 blocks)")         \
   X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                         \
     "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")             \
   X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                             \
