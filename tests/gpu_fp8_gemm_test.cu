@@ -24,6 +24,9 @@
  * The accuracy cases: inputs >= 0 (prefix sums grow with K), K = 16384, fp32 output, fp32 tolerance:
  * fp32 accumulation must stay within its bound; the fast mode's error on the same inputs is printed
  * against that bound (information, not a check: measured 1.05e3 of 4.1e3 against 2.25 for fp32).
+ * Accuracy against cuBLASLt at 8192^3 (not quick): the same inputs >= 0 through weave and cuBLASLt's
+ * default algorithm, each accumulation, bf16 out, sampled rows against fp64 (accuracy_vs_lt; weave's
+ * fp32 accumulation checked against its bound, the rest printed).
  * Exit: 0 pass, 1 failure, 77 no CUDA device / not sm_90 (skip). FP8_TEST_QUICK=1: small shapes only;
  * FP8_TEST_TINY=1: two small shapes per combination (for compute-sanitizer).
  */
@@ -254,6 +257,98 @@ done:
   CUDA_CHECK(cudaFree(dsb));
 }
 
+/* Accuracy at a benchmark shape, weave against cuBLASLt (information, except weave's fp32
+ * accumulation, which must stay within its bound): inputs >= 0 (the prefix sums grow with K, so an
+ * accumulation that drops low bits shows), bf16 out as weave-bench times them, weave's launcher
+ * choice and cuBLASLt's default algorithm, each accumulation; 12 sampled rows against the fp64
+ * reference and the fp32-accumulation bound. Says whether cuBLASLt's default promotes as weave's
+ * fp32 accumulation does (then its error is of the same order) or not (then of the fast mode's). */
+static void accuracy_vs_lt(int M, int N, int K, uint64_t seed) {
+  std::vector<uint8_t> hA((size_t)M * K), hB((size_t)N * K);
+  weave_fill_random(WEAVE_FP8_E4M3, hA.data(), hA.size(), seed);
+  weave_fill_random(WEAVE_FP8_E4M3, hB.data(), hB.size(), seed + 1);
+  for (auto &x : hA) x &= 0x7F;
+  for (auto &x : hB) x &= 0x7F;
+  void *dA, *dB, *dC;
+  const size_t cbytes = (size_t)M * N * 2;
+  CUDA_CHECK(cudaMalloc(&dA, hA.size()));
+  CUDA_CHECK(cudaMalloc(&dB, hB.size()));
+  CUDA_CHECK(cudaMalloc(&dC, cbytes));
+  CUDA_CHECK(cudaMemcpy(dA, hA.data(), hA.size(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dB, hB.data(), hB.size(), cudaMemcpyHostToDevice));
+  int begins[3];
+  const int n = weave_sample_rows(M, begins);
+  std::vector<double> ref((size_t)3 * n * N), bound(ref.size());
+  const void *pa = hA.data(), *pb = hB.data();
+  for (int i = 0; i < 3; ++i)
+    weave_ref_gemm_rs_scaled(M, N, K, 1, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, 1.0, WEAVE_SCALE_NONE, 0, NULL,
+                             NULL, &pa, &pb, NULL, begins[i], n, ref.data() + (size_t)i * n * N,
+                             bound.data() + (size_t)i * n * N);
+  double atol, rtol;
+  weave_tolerance(WEAVE_BF16, K, &atol, &rtol);
+  std::vector<uint16_t> got(ref.size());
+  for (int who = 0; who < 4; ++who) { /* weave fp32, weave fast, cuBLASLt default, cuBLASLt fast */
+    const int lt = who >= 2, fast = who & 1;
+    char err[256] = "", algo[160] = "";
+    CUDA_CHECK(cudaMemset(dC, 0xFF, cbytes));
+    int r;
+    if (!lt) {
+      weave_hgemm_args_t a;
+      memset(&a, 0, sizeof a);
+      a.M = M;
+      a.N = N;
+      a.K = K;
+      a.dtype = WEAVE_FP8_E4M3;
+      a.b_layout = WEAVE_LAYOUT_COL;
+      a.alpha = 1.0f;
+      a.A = dA;
+      a.B = dB;
+      a.C = dC;
+      a.workspace = g_sk_ws;
+      a.workspace_bytes = g_sk_bytes;
+      a.out_dtype = WEAVE_BF16;
+      a.fp8_fast_accum = fast;
+      r = weave_hgemm_launch(&a, 0, err, sizeof err);
+    } else {
+      weave_lt_t *h = NULL;
+      weave_lt_opts_t o = WEAVE_LT_OPTS_INIT;
+      o.fast_accum = fast;
+      r = weave_lt_create_ex(M, N, K, WEAVE_FP8_E4M3, WEAVE_BF16, WEAVE_LAYOUT_COL, &o, &h, err, sizeof err);
+      if (r == WEAVE_SUCCESS) {
+        weave_lt_describe(h, algo, sizeof algo);
+        r = weave_lt_run_scaled(h, 1.0f, dA, dB, NULL, NULL, dC, NULL);
+        if (r) snprintf(err, sizeof err, "cublasLtMatmul failed");
+      }
+      weave_lt_destroy(h);
+    }
+    const char *name = who == 0   ? "weave fp32acc"
+                       : who == 1 ? "weave fast"
+                       : who == 2 ? "cuBLASLt default"
+                                  : "cuBLASLt fast";
+    if (r != WEAVE_SUCCESS) {
+      printf("FAIL accuracy %dx%dx%d %s: %s\n", M, N, K, name, err);
+      g_fail = 1;
+      continue;
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < 3; ++i)
+      CUDA_CHECK(cudaMemcpy(got.data() + (size_t)i * n * N, (char *)dC + (size_t)begins[i] * N * 2, (size_t)n * N * 2,
+                            cudaMemcpyDeviceToHost));
+    weave_check_t chk;
+    weave_check_result_ex(WEAVE_BF16, got.data(), ref.data(), bound.data(), ref.size(), atol, rtol, &chk);
+    const int must = who == 0, ok = chk.wrong == 0 && chk.nonfinite == 0;
+    printf(
+        "%-4s accuracy %dx%dx%d inputs >= 0 bf16 out, %-16s rel %.2e max|d| %.3g outside the "
+        "fp32-accumulation bound %zu (nonfinite %zu)%s%s\n",
+        must ? (ok ? "ok" : "FAIL") : "info", M, N, K, name, chk.rel_err, chk.max_abs_err, chk.wrong, chk.nonfinite,
+        lt ? ", " : "", algo);
+    if (must && !ok) g_fail = 1;
+  }
+  CUDA_CHECK(cudaFree(dA));
+  CUDA_CHECK(cudaFree(dB));
+  CUDA_CHECK(cudaFree(dC));
+}
+
 static void expect_invalid(const char *what, int M, int N, int K, weave_layout_t ly, int a_off) {
   void *buf;
   CUDA_CHECK(cudaMalloc(&buf, 1 << 20));
@@ -388,6 +483,7 @@ int main(void) {
               0,   0,   fast,  1};
     run_case(c, 777);
   }
+  if (!quick) accuracy_vs_lt(8192, 8192, 8192, 4242);
   expect_invalid("fp8 with B [K, N] (ROW)", 128, 256, 128, WEAVE_LAYOUT_ROW, 0);
   expect_invalid("fp8 K = 40 (not a multiple of 16)", 128, 256, 40, WEAVE_LAYOUT_COL, 0);
   expect_invalid("fp8 A not 16-byte aligned", 128, 256, 128, WEAVE_LAYOUT_COL, 8);
