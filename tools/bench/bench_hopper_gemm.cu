@@ -471,16 +471,18 @@ static int launch_for(Ctx &c, int which, int blocks, weave_lt_t *lp, float ms, l
   *launches = 0;
   *spent = 0;
   BCK(cudaEventRecord(e0, c.st));
-  while (*spent < ms && *launches < max_launches) {
+  int failed = 0;
+  while (!failed && *spent < ms && *launches < max_launches) {
     for (int i = 0; i < 10; ++i, ++*launches)
-      if (launch(c, which, blocks, lp, (int)(*launches % c.sets), C)) return 1;
+      if ((failed = launch(c, which, blocks, lp, (int)(*launches % c.sets), C)) != 0) break;
+    if (failed) break;
     BCK(cudaEventRecord(e1, c.st));
     BCK(cudaEventSynchronize(e1));
     BCK(cudaEventElapsedTime(spent, e0, e1));
   }
   BCK(cudaEventDestroy(e0));
   BCK(cudaEventDestroy(e1));
-  return 0;
+  return failed;
 }
 
 /* Bring the clocks up before anything is timed: about half a second of the first shape (the first
