@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +70,16 @@ for mode in "$@"; do
         echo "sanitizer $tool (hopper gemm): rc=$?"
       done
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases passed" "$log"
+      ;;
+    fp8san) # the fp8 kernels under the three sanitizers: gpu_fp8_gemm_test's tiny cases (every scale
+            # mode, output type, accumulation and schedule on two small shapes: the three-warpgroup
+            # role for fp32 accumulation, cooperative and ping-pong for fast)
+      for tool in memcheck racecheck synccheck; do
+        FP8_TEST_TINY=1 timeout ${SAN_TIMEOUT:-300} stdbuf -oL -eL compute-sanitizer --tool $tool --error-exitcode 9 \
+          $b/tests/gpu_fp8_gemm_test >> "$out/fp8san.log" 2>&1
+        echo "sanitizer $tool (fp8 gemm, tiny): rc=$?"
+      done
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^FAIL" "$out/fp8san.log" | head -12
       ;;
     autotune) # AUTO plans: gpu_autotune_test in threads (worlds 1, 2, 4), then 4 processes under MPS
       XDG_CACHE_HOME=$(mktemp -d) timeout 300 $b/tests/gpu_autotune_test > "$out/autotune.log" 2>&1
