@@ -86,6 +86,25 @@ static void make_scales(const Case &c, uint64_t seed, std::vector<float> &sa, st
   }
 }
 
+/* The launcher's arguments for an fp8 C[M,N] = A[M,K] . B with B laid out `ly`, alpha 1, the
+ * stream-K workspace; the rest zero (callers set what their case needs). */
+static weave_hgemm_args_t fp8_args(int M, int N, int K, weave_layout_t ly, const void *A, const void *B, void *C) {
+  weave_hgemm_args_t a;
+  memset(&a, 0, sizeof a);
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.dtype = WEAVE_FP8_E4M3;
+  a.b_layout = ly;
+  a.alpha = 1.0f;
+  a.A = A;
+  a.B = B;
+  a.C = C;
+  a.workspace = g_sk_ws;
+  a.workspace_bytes = g_sk_bytes;
+  return a;
+}
+
 static void run_case(const Case &c, uint64_t seed) {
   const int M = c.M, N = c.N, K = c.K;
   const size_t osz = weave_dtype_size(c.out);
@@ -146,21 +165,10 @@ static void run_case(const Case &c, uint64_t seed) {
     r = weave_gemm_ex(&g, NULL);
     if (r) snprintf(err, sizeof err, "%s", weave_get_last_error(NULL));
   } else {
-    weave_hgemm_args_t a;
-    memset(&a, 0, sizeof a);
-    a.M = M;
-    a.N = N;
-    a.K = K;
-    a.dtype = WEAVE_FP8_E4M3;
-    a.b_layout = WEAVE_LAYOUT_COL;
+    weave_hgemm_args_t a = fp8_args(M, N, K, WEAVE_LAYOUT_COL, dA, dB, dC);
     a.alpha = c.alpha;
-    a.A = dA;
-    a.B = dB;
     a.bias = c.bias ? dbias : NULL;
-    a.C = dC;
     a.num_blocks = c.blocks;
-    a.workspace = g_sk_ws;
-    a.workspace_bytes = g_sk_bytes;
     a.streamk = c.streamk;
     a.schedule = c.schedule;
     a.out_dtype = c.out;
@@ -293,19 +301,7 @@ static void accuracy_vs_lt(int M, int N, int K, uint64_t seed) {
     CUDA_CHECK(cudaMemset(dC, 0xFF, cbytes));
     int r;
     if (!lt) {
-      weave_hgemm_args_t a;
-      memset(&a, 0, sizeof a);
-      a.M = M;
-      a.N = N;
-      a.K = K;
-      a.dtype = WEAVE_FP8_E4M3;
-      a.b_layout = WEAVE_LAYOUT_COL;
-      a.alpha = 1.0f;
-      a.A = dA;
-      a.B = dB;
-      a.C = dC;
-      a.workspace = g_sk_ws;
-      a.workspace_bytes = g_sk_bytes;
+      weave_hgemm_args_t a = fp8_args(M, N, K, WEAVE_LAYOUT_COL, dA, dB, dC);
       a.out_dtype = WEAVE_BF16;
       a.fp8_fast_accum = fast;
       r = weave_hgemm_launch(&a, 0, err, sizeof err);
@@ -352,17 +348,7 @@ static void accuracy_vs_lt(int M, int N, int K, uint64_t seed) {
 static void expect_invalid(const char *what, int M, int N, int K, weave_layout_t ly, int a_off) {
   void *buf;
   CUDA_CHECK(cudaMalloc(&buf, 1 << 20));
-  weave_hgemm_args_t a;
-  memset(&a, 0, sizeof a);
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.dtype = WEAVE_FP8_E4M3;
-  a.b_layout = ly;
-  a.alpha = 1.f;
-  a.A = (char *)buf + a_off;
-  a.B = buf;
-  a.C = buf;
+  weave_hgemm_args_t a = fp8_args(M, N, K, ly, (char *)buf + a_off, buf, buf);
   char err[256] = "";
   int r = weave_hgemm_launch(&a, 0, err, sizeof err);
   int ok = r == WEAVE_ERROR_INVALID_ARGUMENT;

@@ -196,9 +196,10 @@ int weave_hgemm_profile_save(const char *path);
 
 /* A knob of this GEMM (WEAVE_HGEMM_*: runtime/env.c documents them): its value, or its default. */
 int weave_hgemm_knob(const char *name);
-/* Tile rows per group of the grouped tile order for a grid of `blocks` blocks of tile_m x tile_n tiles
- * over tiles_m tile rows: weave_hgemm_group_rows (tile_scheduler.h) with this process's WEAVE_HGEMM_GROUP_M (read once). The
- * standalone GEMM's launcher and the fused AllGather + GEMM kernel's both take it from here. */
+/* Tile rows per group of the grouped tile order for a grid of `blocks` blocks of tile_m x tile_n
+ * tiles over tiles_m tile rows: weave_hgemm_group_rows (tile_scheduler.h) with this process's
+ * WEAVE_HGEMM_GROUP_M (read once). The standalone GEMM's launcher and the fused AllGather + GEMM
+ * kernel's both take it from here. */
 int weave_hgemm_group_for(int blocks, int tiles_m, int tile_m, int tile_n);
 
 /* Enqueues the standalone persistent GEMM on `stream`. Returns a weave_result_t; on failure a
