@@ -98,8 +98,11 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
   for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    /* as cuBLASLt's promoted fp8 kernel: the next stage's full barrier is waited for while this
+     * warpgroup's group runs, so that once the group is done only its release and adds stand between
+     * it and the next group's issue */
+    weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
     for (int kb = 0; kb < p.k_blocks; ++kb) {
-      weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
       const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + cw * (64 * 128);
       const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + WEAVE_HGEMM_P3_A_STAGE_BYTES;
       const uint64_t da = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
@@ -111,10 +114,12 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       for (int k = 0; k < WEAVE_HGEMM_BK_FP8 / 32; ++k) /* 4 k32 steps of 32 bytes; the first zeroes part */
         WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(part, da + 2u * k, db + 2u * k, k > 0 ? 1u : 0u);
       weave_hgemm_wgmma_commit();
+      const uint32_t done_stage = pipe.stage;
+      weave_hgemm_pipe_advance(&pipe, STAGES);
+      if (kb + 1 < p.k_blocks) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
       weave_hgemm_wgmma_wait<0>();
       weave_hgemm_fence_regs<64>(part);
-      if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * pipe.stage);
-      weave_hgemm_pipe_advance(&pipe, STAGES);
+      if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * done_stage);
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
     }
