@@ -136,7 +136,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
       }
       for (int kb = kb0; kb < kb1; ++kb) {
-        weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
+        /* PROMOTE waits for the next k-block's stage under its second half's group (below) */
+        if (!PROMOTE || kb == kb0) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
         if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
         const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
         const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
@@ -160,6 +161,12 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
               WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(part, da + 2u * k, db + (uint64_t)(h * 128 * 128 >> 4) + 2u * k,
                                                 k > 0 ? 1u : 0u);
             weave_hgemm_wgmma_commit();
+            if (h == 1 && kb + 1 < kb1) { /* as cuBLASLt's promoted kernel: the next stage's barrier
+                                           * under this group, not between its adds and the next issue */
+              weave_hgemm_pipe_t next = pipe;
+              weave_hgemm_pipe_advance(&next, WEAVE_HGEMM_STAGES);
+              weave_hgemm_mbar_wait(full_bar + 8 * next.stage, next.phase);
+            }
             weave_hgemm_wgmma_wait<0>();
             weave_hgemm_fence_regs<64>(part);
 #pragma unroll
