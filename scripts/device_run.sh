@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -258,6 +258,30 @@ PY
         echo "fp8acc $d $i rc=$?"
       done; done
       grep -E "^===|^ +[0-9]+ +[0-9]+ +[0-9]+ " "$out/bench_fp8acc.log"
+      ;;
+    fp8ncu) # Nsight Compute at 8192^3, fp32 accumulation (ncu --clock-control none: the clock as it
+            # runs): weave's three-warpgroup kernel (one launch after two warm-ups) and cuBLASLt's first
+            # four (its default and its fast kernel, each named): cycles, tensor-pipe use, FADDs, L2
+            # and DRAM (fp8ncu.txt); then the source view of weave's kernel: its hot instructions
+            # with their share of the stall samples (fp8ncu_sass.txt; scripts/ncu_fp8.py reads both)
+      met='sm__cycles_elapsed.avg,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active'
+      met="$met,smsp__sass_thread_inst_executed_op_fadd_pred_on.sum,lts__t_sectors.sum,lts__t_sector_hit_rate.pct"
+      met="$met,dram__bytes_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread"
+      run8=(--op gemm -d fp8 --fp8-accum fp32 -s 8192x8192x8192 -B 132 -n 3 -w 1 -c 0)
+      for k in kernel_p3:2:1 nvjet:0:4; do
+        IFS=: read -r name skip count <<< "$k"
+        timeout 150 ncu --clock-control none -k "regex:$name" --launch-skip $skip --launch-count $count --metrics "$met" \
+          --csv --page raw $b/weave-bench "${run8[@]}" > "$out/ncu_$name.csv" 2>> "$out/fp8ncu_err.log"
+        echo "ncu $name rc=$?"
+      done
+      python3 scripts/ncu_fp8.py raw "$out"/ncu_kernel_p3.csv "$out"/ncu_nvjet.csv > "$out/fp8ncu.txt"
+      rm -f "$out"/ncu_*.csv; cat "$out/fp8ncu.txt"
+      timeout 150 ncu --clock-control none -k regex:kernel_p3 --launch-skip 2 --launch-count 1 --section SourceCounters \
+        -o /tmp/fp8ncu_src -f $b/weave-bench "${run8[@]}" >> "$out/fp8ncu_err.log" 2>&1
+      echo "ncu source view rc=$?"
+      ncu --import /tmp/fp8ncu_src.ncu-rep --page source --csv --print-source sass > /tmp/fp8ncu_src.csv 2>> "$out/fp8ncu_err.log"
+      python3 scripts/ncu_fp8.py sass /tmp/fp8ncu_src.csv > "$out/fp8ncu_sass.txt"; head -120 "$out/fp8ncu_sass.txt"
+      tail -3 "$out/fp8ncu_err.log"
       ;;
     fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
             # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes and the auto sweep's
