@@ -472,7 +472,7 @@ static int launch_for(Ctx &c, int which, int blocks, weave_lt_t *lp, float ms, l
   *spent = 0;
   BCK(cudaEventRecord(e0, c.st));
   int failed = 0;
-  while (!failed && *spent < ms && *launches < max_launches) {
+  while (*spent < ms && *launches < max_launches) {
     for (int i = 0; i < 10; ++i, ++*launches)
       if ((failed = launch(c, which, blocks, lp, (int)(*launches % c.sets), C)) != 0) break;
     if (failed) break;
