@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8knobs|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8knobs|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -296,6 +296,20 @@ PY
         grep -vE '^#|WARN|^$' "$out/fp8knobs.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8knobs.log"
       done; done
       rm -f "$out/fp8knobs.tmp"
+      ;;
+    fp8ab) # fp8 with fp32 accumulation on the five target shapes for several builds carried beside
+           # this one: FP8_AB="label=dir[@VAR=value] ..." (dir holds a weave-bench; @ sets one knob),
+           # each its own process with cuBLASLt's default beside it, all alternating, twice; rows as
+           # fp8knobs (fp8ab.log)
+      S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
+      for i in 1 2; do for entry in ${FP8_AB:-}; do
+        label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}
+        env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $dir/weave-bench --op gemm -d fp8 --fp8-accum fp32 \
+          $S -B 132 -n 20 -w 5 -c 1 > "$out/fp8ab.tmp" 2>&1 < /dev/null
+        echo "=== fp8ab $label run $i rc=$?" | tee -a "$out/fp8ab.log"
+        grep -vE '^#|WARN|^$' "$out/fp8ab.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8ab.log"
+      done; done
+      rm -f "$out/fp8ab.tmp"
       ;;
     fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
             # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes and the auto sweep's
