@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8knobs|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8knobs|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -156,6 +156,24 @@ for mode in "$@"; do
       timeout 300 env -u CUDA_DEVICE_MAX_CONNECTIONS scripts/launch.sh -n 4 --mps $b/tests/gpu_gemm_rs --quick \
         --ranks-per-node 2 > "$out/nodes_procs4.log" 2>&1
       echo "gpu_gemm_rs past one node, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/nodes_procs4.log" | tail -4
+      ;;
+    freshsuite) # the GPU suite of a fresh clone: clones this tree to $FRESH (default /tmp/weave-fresh) and
+                # builds it as README says (Release, every target; not again while the machine stays
+                # warm), then runs ctest -L gpu over SUITE_RANGE (ctest -I, which counts the GPU tests
+                # alone, e.g. "7,41"; default all) within SUITE_TIMEOUT seconds (default 500);
+                # suite.log. pytest on that build:
+                # WEAVE_BUILD=$FRESH/build scripts/device_run.sh pytest
+      fresh=${FRESH:-/tmp/weave-fresh}
+      if [ ! -e "$fresh/build/weave-bench" ]; then
+        rm -rf "$fresh"; git clone -q . "$fresh" && git -C "$fresh" log --oneline -1
+        t0=$(date +%s)
+        (cmake -S "$fresh" -B "$fresh/build" -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build "$fresh/build" -j "$(nproc)") \
+          > "$out/fresh_build.log" 2>&1
+        echo "fresh build: rc=$? in $(($(date +%s) - t0)) s"; grep -E "error|warning" "$out/fresh_build.log" | head -5
+      fi
+      (cd "$fresh/build" && timeout ${SUITE_TIMEOUT:-500} ctest -L gpu --output-on-failure ${SUITE_RANGE:+-I $SUITE_RANGE}) \
+        > "$out/suite.log" 2>&1
+      echo "gpu suite ${SUITE_RANGE:-all}: rc=$?"; grep -E "tests passed|Failed|\*\*\*|Test +#" "$out/suite.log" | tail -40
       ;;
     pytest) # the Python package's tests with the GPU (the worker at 1, 2 and 4 processes, the examples)
       lib=$b/libweave.so; case $b in /*) ;; *) lib=$PWD/$lib ;; esac
