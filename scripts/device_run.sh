@@ -316,12 +316,12 @@ PY
       rm -f "$out/fp8knobs.tmp"
       ;;
     fp8ab) # fp8 with fp32 accumulation on the five target shapes for several builds carried beside
-           # this one: FP8_AB="label=dir[@VAR=value] ..." (dir holds a weave-bench; @ sets one knob),
+           # this one: FP8_AB="label=dir[@VAR=value...] ..." (dir holds a weave-bench; each @ sets a knob),
            # each its own process with cuBLASLt's default beside it, all alternating, twice; rows as
            # fp8knobs (fp8ab.log)
       S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
       for i in 1 2; do for entry in ${FP8_AB:-}; do
-        label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}
+        label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}; e=${e//@/ }
         env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $dir/weave-bench --op gemm -d fp8 --fp8-accum fp32 \
           $S -B 132 -n 20 -w 5 -c 1 > "$out/fp8ab.tmp" 2>&1 < /dev/null
         echo "=== fp8ab $label run $i rc=$?" | tee -a "$out/fp8ab.log"
