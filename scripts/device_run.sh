@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8knobs|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -301,24 +301,11 @@ PY
       python3 scripts/ncu_fp8.py sass /tmp/fp8ncu_src.csv > "$out/fp8ncu_sass.txt"; head -120 "$out/fp8ncu_sass.txt"
       tail -3 "$out/fp8ncu_err.log"
       ;;
-    fp8knobs) # fp8 with fp32 accumulation on the five target shapes under each setting of FP8_KNOBS
-              # (space-separated VAR=value, e.g. "WEAVE_HGEMM_PROMOTE_WGS=2 WEAVE_HGEMM_CLUSTER=3")
-              # against the defaults, each its own process with cuBLASLt's default beside it, all
-              # alternating, twice; rows: M N K weave-TFLOP/s lt_def-TFLOP/s weave/lt_def #wrong
-      S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
-      for i in 1 2; do for kv in defaults ${FP8_KNOBS:-}; do
-        e=; [ "$kv" != defaults ] && e=$kv
-        env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $b/weave-bench --op gemm -d fp8 --fp8-accum fp32 \
-          $S -B 132 -n 20 -w 5 -c 1 > "$out/fp8knobs.tmp" 2>&1 < /dev/null
-        echo "=== fp8knobs $kv run $i rc=$?" | tee -a "$out/fp8knobs.log"
-        grep -vE '^#|WARN|^$' "$out/fp8knobs.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8knobs.log"
-      done; done
-      rm -f "$out/fp8knobs.tmp"
-      ;;
     fp8ab) # fp8 with fp32 accumulation on the five target shapes for several builds carried beside
            # this one: FP8_AB="label=dir[@VAR=value...] ..." (dir holds a weave-bench; each @ sets a knob),
-           # each its own process with cuBLASLt's default beside it, all alternating, twice; rows as
-           # fp8knobs (fp8ab.log)
+           # e.g. "main=build cl=build@WEAVE_HGEMM_CLUSTER=3", each its own process with cuBLASLt's
+           # default beside it, all alternating, twice; rows: M N K weave-TFLOP/s lt_def-TFLOP/s
+           # weave/lt_def #wrong (fp8ab.log)
       S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
       for i in 1 2; do for entry in ${FP8_AB:-}; do
         label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}; e=${e//@/ }
