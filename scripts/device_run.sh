@@ -169,7 +169,7 @@ for mode in "$@"; do
         t0=$(date +%s)
         (cmake -S "$fresh" -B "$fresh/build" -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build "$fresh/build" -j "$(nproc)") \
           > "$out/fresh_build.log" 2>&1
-        echo "fresh build: rc=$? in $(($(date +%s) - t0)) s"; grep -E "error|warning" "$out/fresh_build.log" | head -5
+        echo "fresh build: rc=$? in $(($(date +%s) - t0)) s"; grep -E "(error|warning) *:" "$out/fresh_build.log" | head -5
       fi
       (cd "$fresh/build" && timeout ${SUITE_TIMEOUT:-500} ctest -L gpu --output-on-failure ${SUITE_RANGE:+-I $SUITE_RANGE}) \
         > "$out/suite.log" 2>&1
