@@ -165,7 +165,12 @@ for mode in "$@"; do
                 # WEAVE_BUILD=$FRESH/build scripts/device_run.sh pytest
       fresh=${FRESH:-/tmp/weave-fresh}
       if [ ! -e "$fresh/build/weave-bench" ]; then
-        rm -rf "$fresh"; git clone -q . "$fresh" && git -C "$fresh" log --oneline -1
+        # a clone where the tree is a git checkout; else a copy of the tree the device received (the
+        # tracked and unignored files), without the carried folders and builds
+        rm -rf "$fresh"
+        git clone -q . "$fresh" 2> /dev/null && git -C "$fresh" log --oneline -1 ||
+          { mkdir -p "$fresh" && tar -cf - --exclude='./.s*' --exclude='./.gb*' --exclude='./build*' \
+              --exclude="./$out" . | tar -xf - -C "$fresh" && echo "fresh copy of the received tree"; }
         t0=$(date +%s)
         (cmake -S "$fresh" -B "$fresh/build" -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build "$fresh/build" -j "$(nproc)") \
           > "$out/fresh_build.log" 2>&1
