@@ -215,13 +215,15 @@ static int rank_fn(harness_rank_t *hr) {
   }
   double atol, rtol;
   weave_tolerance(c->out, c->K * world, &atol, &rtol);
-  if (scaled) { /* |C| grows with the scales: the largest |alpha sa sb| of any rank */
-    double smax = 0;
+  /* |C| and its rounding grow with alpha and the scales: the largest |alpha sa sb| of any rank */
+  double smax = fabs((double)c->alpha);
+  if (scaled) {
+    smax = 0;
     for (int s = 0; s < world; ++s)
       for (size_t i = 0; i < na; ++i)
         for (size_t j = 0; j < nb; ++j) smax = fmax(smax, fabs((double)c->alpha * c->sa[s][i] * c->sb[s][j]));
-    atol *= smax > 1 ? smax : 1;
   }
+  atol *= smax > 1 ? smax : 1;
   /* Sampled shapes: every row is checked too, against cuBLASLt over the gathered K. */
   double *ref_all = NULL;
   if (c->sample) {

@@ -1,7 +1,7 @@
-/* CPU test of the fp64 reference (src/reference.c): bf16/fp16/fp8 e4m3 conversions (exhaustive round trips,
- * ties to even, NaN, overflow, subnormals), the blocked reference against the naive one, the result
- * checker (it must be able to fail), the random fill, and the fp8 error bounds against an emulation of
- * the accumulation they model. */
+/* CPU test of the fp64 reference (tools/support/reference.c): bf16/fp16/fp8 e4m3 conversions
+ * (exhaustive round trips, ties to even, NaN, overflow, subnormals), the blocked reference against the
+ * naive one, the result checker (it must be able to fail), the tolerance against fp32 sums, the random
+ * fill, and the fp8 error bounds against an emulation of the accumulation they model. */
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -689,7 +689,52 @@ static void test_sampled_rows(void) {
   CHECK(res[2].wrong == 1);
 }
 
+/* weave_tolerance holds fp32 sums as the GPU's fp32 kernels round them: sequential fp32 FMAs over
+ * each rank's K, the ranks' partials, scaled by alpha, added in fp32. Sequential sums over K 30000,
+ * and four ranks of K 1920 at alpha 32 (the largest error is a third of the bound). Without the
+ * bound's term growing like K, 11 of the 1,000 sums over K 30000 fall outside; without alpha's factor,
+ * 51 of the 1,000 at alpha 32. */
+static void test_tolerance_fp32_sums(void) {
+  enum { SUMS = 1000, KMAX = 30000 };
+  static float a[KMAX], b[KMAX];
+  const struct {
+    int K, world;
+    float alpha;
+  } cases[] = {{30000, 1, 1.0f}, {1920, 4, 32.0f}};
+  for (int c = 0; c < 2; ++c) {
+    const int K = cases[c].K, W = cases[c].world;
+    const float alpha = cases[c].alpha;
+    double atol, rtol;
+    weave_tolerance(WEAVE_FP32, K * W, &atol, &rtol);
+    atol *= fmax(fabs(alpha), 1.0);
+    size_t wrong = 0;
+    double worst = 0;
+    for (int e = 0; e < SUMS; ++e) {
+      float got = 0.f;
+      double ref = 0;
+      for (int r = 0; r < W; ++r) {
+        weave_fill_random(WEAVE_FP32, a, (size_t)K, 1000003u * (uint64_t)(e * W + r) + 1);
+        weave_fill_random(WEAVE_FP32, b, (size_t)K, 1000003u * (uint64_t)(e * W + r) + 2);
+        float acc = 0.f;
+        for (int k = 0; k < K; ++k) {
+          acc = fmaf(a[k], b[k], acc);
+          ref += (double)a[k] * b[k];
+        }
+        got += alpha * acc;
+      }
+      ref *= alpha;
+      weave_check_t chk;
+      weave_check_result(WEAVE_FP32, &got, &ref, 1, atol, rtol, &chk);
+      wrong += chk.wrong;
+      worst = fmax(worst, fabs(got - ref) / (atol + rtol * fabs(ref)));
+    }
+    CHECK_MSG(wrong == 0 && worst < 0.8, "K %d x %d, alpha %g: %zu of %d sums outside, worst at %.2f of the bound", K,
+              W, alpha, wrong, SUMS, worst);
+  }
+}
+
 int main(void) {
+  test_tolerance_fp32_sums();
   test_sampled_rows();
   test_bf16();
   test_fp16();
