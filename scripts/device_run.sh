@@ -157,7 +157,7 @@ for mode in "$@"; do
         --ranks-per-node 2 > "$out/nodes_procs4.log" 2>&1
       echo "gpu_gemm_rs past one node, 4 processes: rc=$?"; grep -E "^FAIL|cases passed" "$out/nodes_procs4.log" | tail -4
       ;;
-    freshsuite) # the GPU suite of a fresh clone: clones this tree to $FRESH (default /tmp/weave-fresh) and
+    freshsuite) # the GPU suite of a fresh checkout: copies this tree to $FRESH (default /tmp/weave-fresh) and
                 # builds it as README says (Release, every target; not again while the machine stays
                 # warm), then runs ctest -L gpu over SUITE_RANGE (ctest -I, which counts the GPU tests
                 # alone, e.g. "7,41"; default all) within SUITE_TIMEOUT seconds (default 500);
@@ -165,12 +165,11 @@ for mode in "$@"; do
                 # WEAVE_BUILD=$FRESH/build scripts/device_run.sh pytest
       fresh=${FRESH:-/tmp/weave-fresh}
       if [ ! -e "$fresh/build/weave-bench" ]; then
-        # a clone where the tree is a git checkout; else a copy of the tree the device received (the
-        # tracked and unignored files), without the carried folders and builds
-        rm -rf "$fresh"
-        git clone -q . "$fresh" 2> /dev/null && git -C "$fresh" log --oneline -1 ||
-          { mkdir -p "$fresh" && tar -cf - --exclude='./.s*' --exclude='./.gb*' --exclude='./build*' \
-              --exclude="./$out" . | tar -xf - -C "$fresh" && echo "fresh copy of the received tree"; }
+        # the files of the tree as received that git tracks or does not ignore (not a clone: the
+        # .git beside them may predate the tree), without carried folders or build outputs
+        rm -rf "$fresh"; mkdir -p "$fresh"
+        git ls-files -co --exclude-standard | tar -cf - --ignore-failed-read -T - 2> /dev/null | tar -xf - -C "$fresh"
+        echo "fresh copy: $(find "$fresh" -type f | wc -l) files; .git here at $(git log --oneline -1 | cut -c1-60)"
         t0=$(date +%s)
         (cmake -S "$fresh" -B "$fresh/build" -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build "$fresh/build" -j "$(nproc)") \
           > "$out/fresh_build.log" 2>&1
