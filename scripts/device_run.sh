@@ -284,8 +284,9 @@ PY
     fp8ncu) # Nsight Compute at 8192^3, fp32 accumulation (ncu --clock-control none: the clock as it
             # runs): weave's three-warpgroup kernel (one launch after two warm-ups) and cuBLASLt's first
             # four (its default and its fast kernel, each named): cycles, tensor-pipe use, FADDs, L2
-            # and DRAM (fp8ncu.txt); then the source view of weave's kernel: its hot instructions
-            # with their share of the stall samples (fp8ncu_sass.txt; scripts/ncu_fp8.py reads both)
+            # and DRAM (fp8ncu.txt); then the source views of weave's kernel and cuBLASLt's first:
+            # their hot instructions with their share of the stall samples (fp8ncu_sass_<kernel>.txt;
+            # scripts/ncu_fp8.py reads both)
       met='sm__cycles_elapsed.avg,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active'
       met="$met,smsp__sass_thread_inst_executed_op_fadd_pred_on.sum,lts__t_sectors.sum,lts__t_sector_hit_rate.pct"
       met="$met,dram__bytes_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread"
@@ -298,11 +299,14 @@ PY
       done
       python3 scripts/ncu_fp8.py raw "$out"/ncu_kernel_p3.csv "$out"/ncu_nvjet.csv > "$out/fp8ncu.txt"
       rm -f "$out"/ncu_*.csv; cat "$out/fp8ncu.txt"
-      timeout 150 ncu --clock-control none -k regex:kernel_p3 --launch-skip 2 --launch-count 1 --section SourceCounters \
-        -o /tmp/fp8ncu_src -f $b/weave-bench "${run8[@]}" >> "$out/fp8ncu_err.log" 2>&1
-      echo "ncu source view rc=$?"
-      ncu --import /tmp/fp8ncu_src.ncu-rep --page source --csv --print-source sass > /tmp/fp8ncu_src.csv 2>> "$out/fp8ncu_err.log"
-      python3 scripts/ncu_fp8.py sass /tmp/fp8ncu_src.csv > "$out/fp8ncu_sass.txt"; head -120 "$out/fp8ncu_sass.txt"
+      for k in kernel_p3:2 nvjet:0; do
+        IFS=: read -r name skip <<< "$k"
+        timeout 150 ncu --clock-control none -k "regex:$name" --launch-skip $skip --launch-count 1 --section SourceCounters \
+          -o /tmp/fp8ncu_src -f $b/weave-bench "${run8[@]}" >> "$out/fp8ncu_err.log" 2>&1
+        echo "ncu source view of $name rc=$?"
+        ncu --import /tmp/fp8ncu_src.ncu-rep --page source --csv --print-source sass > /tmp/fp8ncu_src.csv 2>> "$out/fp8ncu_err.log"
+        python3 scripts/ncu_fp8.py sass /tmp/fp8ncu_src.csv > "$out/fp8ncu_sass_$name.txt"; head -80 "$out/fp8ncu_sass_$name.txt"
+      done
       tail -3 "$out/fp8ncu_err.log"
       ;;
     fp8ab) # fp8 with fp32 accumulation on the five target shapes for several builds carried beside
