@@ -540,10 +540,11 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
   /* The three-warpgroup fp8 kernel takes as many blocks as its rounds of whole tiles need and no more:
    * 4096 x 8192 is 1408 tiles, 11 rounds on 132 blocks or on 128, and ran 0.7% faster on 128 (H100,
-   * docs/hopper_gemm.md) */
+   * docs/hopper_gemm.md). Not below WEAVE_HGEMM_GROUP_MIN_BLOCKS, where the tile order and the
+   * clusters, chosen for the grid as asked, would change. */
   if (p3 && cl == 1 && !p.sk.sk_tiles) {
-    const int rounds = (seqs + grid - 1) / grid;
-    grid = (seqs + rounds - 1) / rounds;
+    const int rounds = (seqs + grid - 1) / grid, fewer = (seqs + rounds - 1) / rounds;
+    if (fewer >= WEAVE_HGEMM_GROUP_MIN_BLOCKS) grid = fewer;
   }
   sa.group_m = weave_hgemm_group_for(grid, p.tiles_m, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM,
                                      p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN);
