@@ -27,6 +27,22 @@ ag_sanitizers() {
     echo "sanitizer $tool (ag_gemm, world 1): rc=$?"
   done
 }
+# fp8's five target shapes (issue 33)
+fp8_shapes="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
+# fp8 with fp32 accumulation on fp8_shapes for several carried builds and knob settings: $1 holds
+# "label=dir[@VAR=value...] ..." (dir holds a weave-bench; each @ sets a knob), each its own process
+# with cuBLASLt's default beside it, all alternating, twice; rows to fp8ab.log: M N K weave-TFLOP/s
+# lt_def-TFLOP/s weave/lt_def #wrong
+fp8_alternate() {
+  for i in 1 2; do for entry in $1; do
+    label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}; e=${e//@/ }
+    env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $dir/weave-bench --op gemm -d fp8 --fp8-accum fp32 \
+      $fp8_shapes -B 132 -n 20 -w 5 -c 1 > "$out/fp8ab.tmp" 2>&1 < /dev/null
+    echo "=== fp8ab $label run $i rc=$?" | tee -a "$out/fp8ab.log"
+    grep -vE '^#|WARN|^$' "$out/fp8ab.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8ab.log"
+  done; done
+  rm -f "$out/fp8ab.tmp"
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
   case $mode in
@@ -256,8 +272,7 @@ PY
         >> "$out/bench_fp8.log" 2>&1
       # the linear-share target: the five shapes at 132 blocks and at 128 (4 left to communication)
       echo "=== fp8sweep linear share" >> "$out/bench_fp8.log"
-      timeout 120 $b/weave-bench --op gemm -d fp8 -s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 \
-        -s 4096x8192x3584 -s 16384x8192x3584 -B 132,128 -n 20 -w 5 -c 0 >> "$out/bench_fp8.log" 2>&1
+      timeout 120 $b/weave-bench --op gemm -d fp8 $fp8_shapes -B 132,128 -n 20 -w 5 -c 0 >> "$out/bench_fp8.log" 2>&1
       grep -E "^===|[0-9]x[0-9]+x[0-9]" "$out/bench_fp8.log"
       ;;
     probe) # tensor-core occupancy of promoted fp8 schedules outside any GEMM (tools/bench/probe_promote.cu;
@@ -268,18 +283,12 @@ PY
     fp8acc) # builds of the promoted fp8 accumulation against each other: FP8ACC_DIRS names folders,
             # each with a weave-bench and a gpu_fp8_gemm_test (e.g. main's and a branch's); each
             # folder's quick fp8 test (correctness, the accuracy
-            # case), then the five target shapes with fp32 accumulation, folders alternating, twice
+            # case), then fp8ab over the folders (labelled by their names)
       for d in ${FP8ACC_DIRS:-}; do
         FP8_TEST_QUICK=1 timeout 120 $d/gpu_fp8_gemm_test > "$out/fp8acc_test_$(basename $d).log" 2>&1
         echo "fp8acc $d test rc=$?"; grep -E "^FAIL|^info" "$out/fp8acc_test_$(basename $d).log" | head -5
       done
-      for i in 1 2; do for d in ${FP8ACC_DIRS:-}; do
-        echo "=== fp8acc $d $i" >> "$out/bench_fp8acc.log"
-        timeout 100 $d/weave-bench --op gemm -d fp8 --fp8-accum fp32 -s 8192x8192x8192 -s 8192x8192x3584 \
-          -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584 -B 132 -n 20 -w 5 -c 1 >> "$out/bench_fp8acc.log" 2>&1
-        echo "fp8acc $d $i rc=$?"
-      done; done
-      grep -E "^===|^ +[0-9]+ +[0-9]+ +[0-9]+ " "$out/bench_fp8acc.log"
+      fp8_alternate "$(for d in ${FP8ACC_DIRS:-}; do printf '%s=%s ' "$(basename "$d")" "$d"; done)"
       ;;
     fp8ncu) # Nsight Compute at 8192^3, fp32 accumulation (ncu --clock-control none: the clock as it
             # runs): weave's three-warpgroup kernel (one launch after two warm-ups) and cuBLASLt's first
@@ -309,28 +318,16 @@ PY
       done
       tail -3 "$out/fp8ncu_err.log"
       ;;
-    fp8ab) # fp8 with fp32 accumulation on the five target shapes for several builds carried beside
-           # this one: FP8_AB="label=dir[@VAR=value...] ..." (dir holds a weave-bench; each @ sets a knob),
-           # e.g. "main=build cl=build@WEAVE_HGEMM_CLUSTER=3", each its own process with cuBLASLt's
-           # default beside it, all alternating, twice; rows: M N K weave-TFLOP/s lt_def-TFLOP/s
-           # weave/lt_def #wrong (fp8ab.log)
-      S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
-      for i in 1 2; do for entry in ${FP8_AB:-}; do
-        label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}; e=${e//@/ }
-        env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $dir/weave-bench --op gemm -d fp8 --fp8-accum fp32 \
-          $S -B 132 -n 20 -w 5 -c 1 > "$out/fp8ab.tmp" 2>&1 < /dev/null
-        echo "=== fp8ab $label run $i rc=$?" | tee -a "$out/fp8ab.log"
-        grep -vE '^#|WARN|^$' "$out/fp8ab.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8ab.log"
-      done; done
-      rm -f "$out/fp8ab.tmp"
+    fp8ab) # fp8_alternate (above) over FP8_AB="label=dir[@VAR=value...] ...", builds carried beside
+           # this one, e.g. "main=build cl=build@WEAVE_HGEMM_CLUSTER=3"
+      fp8_alternate "${FP8_AB:-}"
       ;;
     fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
             # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes and the auto sweep's
             # one-rank bulk shapes at M 512 and 16384 (N 8192, K 28672: bulk moved there when three
             # warpgroups became the default), alternating, twice; the linear share (132 and 128
             # blocks); then GEMM + ReduceScatter fp8 at 4 and 8 ranks
-      S="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
-      S="$S -s 512x8192x28672 -s 16384x8192x28672"
+      S="$fp8_shapes -s 512x8192x28672 -s 16384x8192x28672"
       for i in 1 2; do for w in 3 2; do
         echo "=== fp8wgs wgs $w run $i" >> "$out/bench_fp8wgs.log"
         WEAVE_HGEMM_PROMOTE_WGS=$w timeout 100 $b/weave-bench --op gemm -d fp8 --fp8-accum fp32 $S -B 132 -n 20 -w 5 \

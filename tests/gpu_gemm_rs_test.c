@@ -213,8 +213,6 @@ static int rank_fn(harness_rank_t *hr) {
                         row_begin + rb[i], rc_[i], ref[i]);
     }
   }
-  double atol, rtol;
-  weave_tolerance(c->out, c->K * world, &atol, &rtol);
   /* |C| and its rounding grow with alpha and the scales: the largest |alpha sa sb| of any rank */
   double smax = fabs((double)c->alpha);
   if (scaled) {
@@ -223,7 +221,8 @@ static int rank_fn(harness_rank_t *hr) {
       for (size_t i = 0; i < na; ++i)
         for (size_t j = 0; j < nb; ++j) smax = fmax(smax, fabs((double)c->alpha * c->sa[s][i] * c->sb[s][j]));
   }
-  atol *= smax > 1 ? smax : 1;
+  double atol, rtol;
+  weave_tolerance_scaled(c->out, c->K * world, smax, &atol, &rtol);
   /* Sampled shapes: every row is checked too, against cuBLASLt over the gathered K. */
   double *ref_all = NULL;
   if (c->sample) {

@@ -705,8 +705,7 @@ static void test_tolerance_fp32_sums(void) {
     const int K = cases[c].K, W = cases[c].world;
     const float alpha = cases[c].alpha;
     double atol, rtol;
-    weave_tolerance(WEAVE_FP32, K * W, &atol, &rtol);
-    atol *= fmax(fabs(alpha), 1.0);
+    weave_tolerance_scaled(WEAVE_FP32, K * W, alpha, &atol, &rtol);
     size_t wrong = 0;
     double worst = 0;
     for (int e = 0; e < SUMS; ++e) {

@@ -297,6 +297,11 @@ void weave_tolerance(weave_dtype_t t, int K_total, double *atol, double *rtol) {
   *atol = 4.0 * eps * scale + ldexp((double)K_total, -24);
 }
 
+void weave_tolerance_scaled(weave_dtype_t t, int K_total, double gain, double *atol, double *rtol) {
+  weave_tolerance(t, K_total, atol, rtol);
+  *atol *= fmax(fabs(gain), 1.0);
+}
+
 int weave_sample_rows(int rows, int begins[3]) {
   const int n = rows < 4 ? rows : 4;
   begins[0] = 0;
@@ -311,8 +316,7 @@ size_t weave_check_sampled_rows(int M, int N, int K, int world, weave_dtype_t t,
   int begins[3];
   const int n = weave_sample_rows(rows, begins);
   double atol, rtol;
-  weave_tolerance(t, K * world, &atol, &rtol);
-  atol *= fmax(fabs(alpha), 1.0); /* the sums' rounding is scaled by alpha with them */
+  weave_tolerance_scaled(t, K * world, alpha, &atol, &rtol);
   double *ref = (double *)malloc(sizeof(double) * 4 * (size_t)N + 1);
   size_t wrong = 0;
   for (int i = 0; i < 3; ++i) {

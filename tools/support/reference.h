@@ -77,16 +77,19 @@ void weave_check_result(weave_dtype_t t, const void *got, const double *ref, siz
  * weave_ref_gemm_rs_scaled); extra NULL: none. */
 void weave_check_result_ex(weave_dtype_t t, const void *got, const double *ref, const double *extra, size_t n,
                            double atol, double rtol, weave_check_t *out);
-/* Tolerance for a K-term fp32-accumulated dot of dtype t inputs, output rounded to t; a result
- * scaled by alpha (or fp8 scales) larger than 1 takes atol times that factor. */
+/* Tolerance for a K-term fp32-accumulated dot of dtype t inputs, output rounded to t. */
 void weave_tolerance(weave_dtype_t t, int K_total, double *atol, double *rtol);
+/* The same for such a dot scaled by `gain` (alpha, or alpha times fp8 scales): the sums' rounding
+ * scales with it, so atol is multiplied by max(|gain|, 1). */
+void weave_tolerance_scaled(weave_dtype_t t, int K_total, double gain, double *atol, double *rtol);
 
 /* The rows the GPU tests check of a rank's block of `rows` rows: three ranges (first, middle, last;
  * they may overlap) of n = min(rows, 4) rows each, begins[] relative to the block. Returns n (0: the
  * rank owns no row, nothing to check). */
 int weave_sample_rows(int rows, int begins[3]);
 /* This rank's block of C (got: [rows, N] of dtype t, rows from row_begin) on the sampled ranges
- * against weave_ref_gemm_rs with weave_tolerance(t, K * world), atol times max(|alpha|, 1); A[r] needs only the sampled rows.
+ * against weave_ref_gemm_rs with weave_tolerance_scaled(t, K * world, alpha); A[r] needs only the
+ * sampled rows.
  * res[i] for range i (begins from weave_sample_rows); returns the wrong elements of all ranges. */
 size_t weave_check_sampled_rows(int M, int N, int K, int world, weave_dtype_t t, weave_layout_t b_layout, double alpha,
                                 const void *const *A, const void *const *B, const void *bias, int row_begin, int rows,

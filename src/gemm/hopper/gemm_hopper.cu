@@ -537,14 +537,14 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     if (r) return r;
   }
   const int seqs = cl == 1 || share_a ? p.tiles_m * p.tiles_n : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-  if (!p.sk.sk_tiles && grid > seqs) grid = seqs;
-  /* The three-warpgroup fp8 kernel takes as many blocks as its rounds of whole tiles need and no more:
-   * 4096 x 8192 is 1408 tiles, 11 rounds on 132 blocks or on 128, and ran 0.7% faster on 128 (H100,
-   * docs/hopper_gemm.md). Not below WEAVE_HGEMM_GROUP_MIN_BLOCKS, where the tile order and the
-   * clusters, chosen for the grid as asked, would change. */
-  if (p3 && cl == 1 && !p.sk.sk_tiles) {
-    const int rounds = (seqs + grid - 1) / grid, fewer = (seqs + rounds - 1) / rounds;
-    if (fewer >= WEAVE_HGEMM_GROUP_MIN_BLOCKS) grid = fewer;
+  /* Whole tiles only (no stream-K tail): the fewest blocks that take the same rounds of tiles. Every
+   * grid is trimmed to the tile count; the unclustered three-warpgroup fp8 kernel to that fewest
+   * count (4096 x 8192 is 1408 tiles, 11 rounds on 132 blocks or on 128, and ran 0.7% faster on 128:
+   * H100, docs/hopper_gemm.md), though not below WEAVE_HGEMM_GROUP_MIN_BLOCKS, where the tile order
+   * and the clusters, chosen for the grid as asked, would change. */
+  if (!p.sk.sk_tiles) {
+    const int rounds = (seqs + grid - 1) / grid, fewest = (seqs + rounds - 1) / rounds;
+    if (grid > seqs || (p3 && cl == 1 && fewest >= WEAVE_HGEMM_GROUP_MIN_BLOCKS)) grid = fewest;
   }
   sa.group_m = weave_hgemm_group_for(grid, p.tiles_m, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM,
                                      p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN);
