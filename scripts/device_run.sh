@@ -306,7 +306,17 @@ PY
           --csv --page raw $b/weave-bench "${run8[@]}" > "$out/ncu_$name.csv" 2>> "$out/fp8ncu_err.log"
         echo "ncu $name rc=$?"
       done
-      python3 scripts/ncu_fp8.py raw "$out"/ncu_kernel_p3.csv "$out"/ncu_nvjet.csv > "$out/fp8ncu.txt"
+      # shared memory's banks (the stages' TMA writes, the wgmmas' operand reads) in runs of their own:
+      # a metric name this ncu lacks then fails only these
+      smem='l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed'
+      smem="$smem,l1tex__throughput.avg.pct_of_peak_sustained_elapsed"
+      for k in kernel_p3:2:1 nvjet:0:1; do
+        IFS=: read -r name skip count <<< "$k"
+        timeout 100 ncu --clock-control none -k "regex:$name" --launch-skip $skip --launch-count $count --metrics "$smem" \
+          --csv --page raw $b/weave-bench "${run8[@]}" > "$out/ncu_smem_$name.csv" 2>> "$out/fp8ncu_err.log"
+        echo "ncu smem $name rc=$?"
+      done
+      python3 scripts/ncu_fp8.py raw "$out"/ncu_kernel_p3.csv "$out"/ncu_nvjet.csv "$out"/ncu_smem_*.csv > "$out/fp8ncu.txt"
       rm -f "$out"/ncu_*.csv; cat "$out/fp8ncu.txt"
       for k in kernel_p3:2 nvjet:0; do
         IFS=: read -r name skip <<< "$k"
