@@ -394,18 +394,20 @@ PY
         echo "agab: no $b/weave-bench-base to compare with"
       fi
       ;;
-    prof) # clock64 breakdown of the cooperative kernel (docs/hopper_gemm.md, session 7): needs a
-          # diagnostic build in build-prof (cmake -S . -B build-prof -DCMAKE_BUILD_TYPE=Release
-          # -DCMAKE_CUDA_FLAGS=-DWEAVE_HGEMM_PROFILE=1; carry build-prof/weave-bench); the stamps come
-          # back as prof.tar, read with scripts/hgemm_profile.py [--timeline] (PROF_SHAPES, PROF_BLOCKS=124,132
-          # to change the shapes and block counts)
-      if [ -x build-prof/weave-bench ]; then
+    prof) # clock64 breakdown of the cooperative kernel or the three-warpgroup fp8 one
+          # (PROF_ARGS="-d fp8 --fp8-accum fp32"; docs/hopper_gemm.md, Profiling build): needs a
+          # diagnostic build in PROF_BUILD (default build-prof: cmake -S . -B build-prof
+          # -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS=-DWEAVE_HGEMM_PROFILE=1; carry its
+          # weave-bench); the stamps come back as prof.tar, read with scripts/hgemm_profile.py [--bk 128]
+          # [--timeline] (PROF_SHAPES, PROF_BLOCKS=124,132 to change the shapes and block counts)
+      pb=${PROF_BUILD:-build-prof}
+      if [ -x "$pb/weave-bench" ]; then
         mkdir -p "$out/prof"
-        WEAVE_HGEMM_PINGPONG=0 WEAVE_HGEMM_PROFILE_DIR="$out/prof" timeout 150 build-prof/weave-bench --op gemm \
+        WEAVE_HGEMM_PINGPONG=0 WEAVE_HGEMM_PROFILE_DIR="$out/prof" timeout 150 "$pb/weave-bench" --op gemm ${PROF_ARGS:-} \
           ${PROF_SHAPES:--s 4096x8192x3584 -s 8192x8192x1024} -B ${PROF_BLOCKS:-132} -n 5 -w 2 -c 0 >> "$out/bench.log" 2>&1
         echo "prof rc=$?"; (cd "$out/prof" && tar cf ../prof.tar *.bin) && rm -rf "$out/prof"
       else
-        echo "prof: no build-prof/weave-bench"
+        echo "prof: no $pb/weave-bench"
       fi
       ;;
     hold) # the SM clock and power under weave's kernel and cuBLASLt's, each alone for 3 s (weave-bench

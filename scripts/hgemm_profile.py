@@ -5,10 +5,14 @@ tile's cycles go: medians over every (block, consumer warpgroup, tile) but each 
 With --timeline: per block, when each item (tile or stream-K piece) starts and when the block exits
 (globaltimer), and what a stream-K tail costs beyond its main loops: the last segment's wait-free
 reads of the others' partials, the other segments' partial writes (docs/hopper_gemm.md, session 8).
-Usage: scripts/hgemm_profile.py [--timeline] prof_*.bin"""
+fp8 runs 128 of K a k-block: pass --bk 128 (the default, 64, is the 16-bit types'). For the
+three-warpgroup fp8 role, wg_spread is how far apart (max - min) its three warpgroups end a tile's
+main loop, and idle_edge how long after the last of them ends it the first starts the next tile.
+Usage: scripts/hgemm_profile.py [--bk 128] [--timeline] prof_*.bin"""
 import re, statistics, struct, sys
 
-BLOCKS, WHO, TILES, EV = 132, 3, 16, 16  # src/gemm/hopper/prof.cuh WEAVE_HGEMM_PROF_*
+BLOCKS, WHO, TILES, EV = 132, 4, 16, 16  # src/gemm/hopper/prof.cuh WEAVE_HGEMM_PROF_*
+PROD = 3  # WEAVE_HGEMM_PROF_PRODUCER: consumer warpgroups are 0, 1 and (three-warpgroup fp8 role) 2
 
 def load(path):
     raw = open(path, "rb").read()
@@ -23,9 +27,9 @@ def timeline(path):
     m = re.search(r"prof_(\d+)x(\d+)x(\d+)_(\d+)\.bin", path)
     B = min(BLOCKS, int(m.group(4))) if m else BLOCKS
     K = int(m.group(3)) if m else 0
-    kt = max(1, (K + 63) // 64)
+    kt = max(1, (K + BK - 1) // BK)
     at = load(path)
-    t0 = min(at(b, 2, TILES - 1, 0) for b in range(B))
+    t0 = min(at(b, PROD, TILES - 1, 0) for b in range(B))
     rows = []
     for b in range(B):
         items = []  # a slot of an earlier launch (the array keeps the last write) starts before its predecessor
@@ -33,7 +37,7 @@ def timeline(path):
             if not at(b, 0, t, 0) or (items and at(b, 0, t, 14) < at(b, 0, items[-1], 14)):
                 break
             items.append(t)
-        rows.append((b, items, (at(b, 2, TILES - 1, 2) - t0) / 1e3))
+        rows.append((b, items, (at(b, PROD, TILES - 1, 2) - t0) / 1e3))
     print("%s: %d blocks, %d k-blocks a tile" % (path, B, kt))
     for b, items, ex in rows[:4] + rows[-2:]:
         print("  block %3d exit %7.1f us | " % (b, ex) + " ".join(
@@ -59,6 +63,11 @@ def timeline(path):
         if xs:
             print("  %-42s median %7.0f  max %7.0f  n=%d" % (name, med(xs), max(xs), len(xs)))
 
+BK = 64
+if sys.argv[1:2] == ["--bk"]:
+    BK = int(sys.argv[2])
+    del sys.argv[1:3]
+
 if sys.argv[1:2] == ["--timeline"]:
     for path in sys.argv[2:]:
         timeline(path)
@@ -67,17 +76,20 @@ if sys.argv[1:2] == ["--timeline"]:
 for path in sys.argv[1:]:
     m = re.search(r"prof_(\d+)x(\d+)x(\d+)_(\d+)\.bin", path)
     K = int(m.group(3)) if m else 0
-    kt = max(1, (K + 63) // 64)
+    kt = max(1, (K + BK - 1) // BK)
     B = min(BLOCKS, int(m.group(4))) if m else BLOCKS  # rows past the launch's blocks are stale
     at = load(path)
     rows = {k: [] for k in ("first_full", "mainloop", "per_kblock", "to_epi", "epilogue", "chunk_wait",
-                             "chunk_write", "tail_bar", "gap_next", "tile", "prod_empty_wait")}
+                             "chunk_write", "tail_bar", "gap_next", "tile", "prod_empty_wait", "wg_spread",
+                             "idle_edge")}
     ntiles = []
     for b in range(B):
-        for w in (0, 1):
+        for w in (0, 1, 2):
             n = 0
             while n < TILES and at(b, w, n, 0):
                 n += 1
+            if w == 2 and n == 0:  # the cooperative role's two consumer warpgroups
+                continue
             ntiles.append(n)
             for t in range(1, n):
                 e = [at(b, w, t, i) for i in range(EV)]
@@ -92,11 +104,16 @@ for path in sys.argv[1:]:
                 if t + 1 < n:
                     rows["gap_next"].append(at(b, w, t + 1, 0) - e[13])
                     rows["tile"].append(at(b, w, t + 1, 0) - e[0])
+        for t in range(1, TILES - 1):  # three warpgroups: how far apart they end a tile, the gap to the next
+            if at(b, 2, t, 0) and at(b, 2, t + 1, 0):
+                ends = [at(b, w, t, 2) for w in (0, 1, 2)]
+                rows["wg_spread"].append(max(ends) - min(ends))
+                rows["idle_edge"].append(min(at(b, w, t + 1, 1) for w in (0, 1, 2)) - max(ends))
         for t in range(1, TILES - 1):  # the producer's last slot holds the block's entry / exit
-            if at(b, 2, t, 0):
-                rows["prod_empty_wait"].append(at(b, 2, t, 1) - at(b, 2, t, 0))
+            if at(b, PROD, t, 0):
+                rows["prod_empty_wait"].append(at(b, PROD, t, 1) - at(b, PROD, t, 0))
     print("%s: K=%d (%d k-blocks), tiles per block %d..%d" % (path, K, kt, min(ntiles), max(ntiles)))
-    edge = [[at(b, 2, TILES - 1, i) for i in range(4)] for b in range(B)]
+    edge = [[at(b, PROD, TILES - 1, i) for i in range(4)] for b in range(B)]
     edge = [e for e in edge if e[0] and e[2]]
     if edge:
         t0 = min(e[0] for e in edge)

@@ -621,7 +621,8 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
     const int b = blist[bi];
     const double *med = &meds[4 * bi];
 #if WEAVE_HGEMM_PROFILE
-    /* diagnostic build: clock64() stamps of one more cooperative launch (src/gemm/hopper/prof.cuh) */
+    /* diagnostic build: clock64() stamps of one more launch with the cooperative schedule (fp8 with
+     * fp32 accumulation: the three-warpgroup kernel; src/gemm/hopper/prof.cuh) */
     if (getenv("WEAVE_HGEMM_PROFILE_DIR")) {
       char path[512];
       snprintf(path, sizeof path, "%s/prof_%dx%dx%d_%d.bin", getenv("WEAVE_HGEMM_PROFILE_DIR"), c.M, c.N, c.K, b);

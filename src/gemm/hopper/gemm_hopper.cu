@@ -445,9 +445,9 @@ extern "C" size_t weave_hgemm_workspace_max(int num_blocks) {
 
 #if WEAVE_HGEMM_PROFILE
 /* Diagnostic build only: writes the last launch's clock64() stamps (prof.cuh,
- * WEAVE_HGEMM_PROFILE) to `path` as raw int64 [blocks][3][tiles][events] and zeroes them. */
+ * WEAVE_HGEMM_PROFILE) to `path` as raw int64 [blocks][4][tiles][events] and zeroes them. */
 extern "C" int weave_hgemm_profile_save(const char *path) {
-  static long long h[WEAVE_HGEMM_PROF_BLOCKS][3][WEAVE_HGEMM_PROF_TILES][WEAVE_HGEMM_PROF_EVENTS];
+  static long long h[WEAVE_HGEMM_PROF_BLOCKS][WEAVE_HGEMM_PROF_WHO][WEAVE_HGEMM_PROF_TILES][WEAVE_HGEMM_PROF_EVENTS];
   if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, weave_hgemm_prof, sizeof h) != cudaSuccess)
     return WEAVE_ERROR_CUDA;
   FILE *f = fopen(path, "wb");

@@ -192,8 +192,8 @@ weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, in
 size_t weave_hgemm_workspace_size(const weave_hgemm_args_t *args);
 int weave_hgemm_schedule(const weave_hgemm_args_t *args);
 size_t weave_hgemm_workspace_max(int num_blocks);
-/* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, prof.cuh): saves the last cooperative
- * launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
+/* Diagnostic builds only (-DWEAVE_HGEMM_PROFILE=1, prof.cuh): saves the last cooperative or
+ * three-warpgroup fp8 launch's clock64() stamps to `path` (scripts/hgemm_profile.py reads them) and clears them. */
 int weave_hgemm_profile_save(const char *path);
 
 /* A knob of this GEMM (WEAVE_HGEMM_*: runtime/env.c documents them): its value, or its default. */

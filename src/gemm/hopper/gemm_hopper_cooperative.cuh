@@ -94,7 +94,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         sink.coords(seq, &m0, &n0);
         if constexpr (weave_hgemm_sink_waits<Sink>::value) sink.wait_inputs(m0);
 #if WEAVE_HGEMM_PROFILE /* as a block: the default build's producer SASS stays the verified one */
-        long long *prof = weave_hgemm_prof_slot(2, ptile++);
+        long long *prof = weave_hgemm_prof_slot(WEAVE_HGEMM_PROF_PRODUCER, ptile++);
 #endif
         for (int kb = kb0; kb < kb1; ++kb) {
 #if WEAVE_HGEMM_PROFILE

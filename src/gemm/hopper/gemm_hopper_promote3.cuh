@@ -40,6 +40,7 @@
 #include "gemm/hopper/epilogue.cuh"
 #include "gemm/hopper/gemm_hopper.h"
 #include "gemm/hopper/pipeline.cuh"
+#include "gemm/hopper/prof.cuh"
 #include "gemm/hopper/ptx.cuh"
 
 static_assert(WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES <= 227 * 1024,
@@ -58,6 +59,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
   const uint32_t empty_bar = full_bar + STAGES * 8;
   const int tid = threadIdx.x;
   const uint32_t cta_rank = CL == 2 ? weave_hgemm_cluster_ctarank() : 0;
+  if (WEAVE_HGEMM_PROFILE && tid == 0) weave_hgemm_prof_edge(0);
   weave_hgemm_ring_init<CL>(full_bar, empty_bar, STAGES, 3 * CL);
 
   if ((tid >> 7) == 0) {
@@ -67,11 +69,15 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       weave_hgemm_tma_prefetch_map(&p.tmap_a);
       weave_hgemm_tma_prefetch_map(&p.tmap_b_half);
       weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
+      int ptile = 0; /* WEAVE_HGEMM_PROFILE */
       for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
         int m0, n0;
         sink.coords(seq, &m0, &n0);
+        long long *prof = weave_hgemm_prof_slot(WEAVE_HGEMM_PROF_PRODUCER, ptile++);
         for (int kb = 0; kb < p.k_blocks; ++kb) {
+          if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 0);
           weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
+          if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
           const uint32_t fb = full_bar + 8 * pipe.stage;
           const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES;
           weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_P3_STAGE_BYTES); /* both halves of A land here */
@@ -97,12 +103,18 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
   const int M = p.M, N = p.N;
   float acc[64];
   weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
+  int ptile = 0; /* WEAVE_HGEMM_PROFILE */
   for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
+    long long *prof = ltid == 0 ? weave_hgemm_prof_slot(cw, ptile) : nullptr;
+    ++ptile;
+    WEAVE_HGEMM_PROF_STAMP(prof, 0);
+    WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     /* the first stage's full barrier here, each next one while the group before it runs (the design's
      * order) */
     weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
+    WEAVE_HGEMM_PROF_STAMP(prof, 1);
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + cw * (64 * 128);
       const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + WEAVE_HGEMM_P3_A_STAGE_BYTES;
@@ -125,6 +137,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
     }
 
+    WEAVE_HGEMM_PROF_STAMP(prof, 2);
     /* epilogue: the m64n128 fragment, acc[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}), acc[4j + {2,3}]
      * at row + 8, row = 16*warp + lane/4 inside the warpgroup's 64 rows */
     int m0, n0;
@@ -135,6 +148,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
     const int col0 = n0 + (lane & 3) * 2;
     SC sc;
     sc.tile(p, row0);
+    WEAVE_HGEMM_PROF_STAMP(prof, 3);
     bool done = false;
     if constexpr (weave_hgemm_sink_tma<Sink>::value) {
       if (sink.tma_store()) {
@@ -158,14 +172,17 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
         }
       }
     }
+    WEAVE_HGEMM_PROF_STAMP(prof, 4);
     if constexpr (!weave_hgemm_sink_no_end<Sink>::value) {
       weave_hgemm_named_barrier_sync(WEAVE_HGEMM_CONSUMER_BARRIER_ID, 3 * 128);
       if (tid == 128) sink.end(seq);
     }
+    WEAVE_HGEMM_PROF_STAMP(prof, 13);
   }
   if constexpr (weave_hgemm_sink_tma<Sink>::value) {
     if (ltid == 0) weave_hgemm_bulk_wait_all(); /* smem must outlive the stores that read it */
   }
+  if (WEAVE_HGEMM_PROFILE && ltid == 0 && cw == 0) weave_hgemm_prof_edge(1);
   if (CL == 2) weave_hgemm_cluster_sync();
 }
 

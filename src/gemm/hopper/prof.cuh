@@ -1,7 +1,8 @@
 /*
- * Profiling hooks of the Hopper GEMM's cooperative role: a diagnostic, off by default.
+ * Profiling hooks of the Hopper GEMM's cooperative and three-warpgroup fp8 roles: a diagnostic, off
+ * by default.
  *
- * Build with -DWEAVE_HGEMM_PROFILE=1 in CMAKE_CUDA_FLAGS: the cooperative role writes clock64()
+ * Build with -DWEAVE_HGEMM_PROFILE=1 in CMAKE_CUDA_FLAGS: the roles write clock64()
  * stamps of each tile's phases (per block, warpgroup, tile; see WEAVE_HGEMM_PROF_* below) to a device
  * array that weave_hgemm_profile_save() (gemm_hopper.cu) writes to a file; the last launch wins.
  * scripts/hgemm_profile.py reads it. Adds global stores to the kernel: for breakdowns, not speed.
@@ -15,23 +16,26 @@
 #define WEAVE_HGEMM_PROF_BLOCKS 132
 #define WEAVE_HGEMM_PROF_TILES 16 /* the producer's last tile slot holds the block's entry / exit */
 #define WEAVE_HGEMM_PROF_EVENTS 16
+#define WEAVE_HGEMM_PROF_WHO 4 /* consumer warpgroups 0-2, then the producer */
+#define WEAVE_HGEMM_PROF_PRODUCER 3
 /* events per tile (consumer slots): 0 loop top, 1 first stage full, 2 main loop done, 3 epilogue
  * start, 4 epilogue done, 5 + 2c / 6 + 2c chunk c (c < 4) written / released, 13 tile done (past
  * the tile-end barrier and end() where the sink has them), 14 globaltimer at the loop top; producer slots: 0 / 1 before / after the first empty wait */
 #if WEAVE_HGEMM_PROFILE
 #include "weave_trace.h" /* weave_trace_now: %globaltimer */
-/* [block][0, 1: consumer warpgroup, 2: producer][tile][event] */
-static __device__ long long weave_hgemm_prof[WEAVE_HGEMM_PROF_BLOCKS][3][WEAVE_HGEMM_PROF_TILES]
+/* [block][0, 1, 2: consumer warpgroup (2: the three-warpgroup role's third), 3: producer][tile][event] */
+static __device__ long long weave_hgemm_prof[WEAVE_HGEMM_PROF_BLOCKS][WEAVE_HGEMM_PROF_WHO][WEAVE_HGEMM_PROF_TILES]
                                             [WEAVE_HGEMM_PROF_EVENTS];
 static __device__ __forceinline__ long long *weave_hgemm_prof_slot(int who, int tile) {
-  if (blockIdx.x >= WEAVE_HGEMM_PROF_BLOCKS || tile >= WEAVE_HGEMM_PROF_TILES - (who == 2)) return nullptr;
+  if (blockIdx.x >= WEAVE_HGEMM_PROF_BLOCKS || tile >= WEAVE_HGEMM_PROF_TILES - (who == WEAVE_HGEMM_PROF_PRODUCER))
+    return nullptr;
   return weave_hgemm_prof[blockIdx.x][who][tile];
 }
 /* the block's entry (i = 0, thread 0) and exit (i = 1, consumer warpgroup 0 after its last stores):
- * globaltimer (ns) and clock64 at [block][2][TILES - 1][2i, 2i + 1] */
+ * globaltimer (ns) and clock64 at [block][PRODUCER][TILES - 1][2i, 2i + 1] */
 static __device__ __forceinline__ void weave_hgemm_prof_edge(int i) {
   if (blockIdx.x >= WEAVE_HGEMM_PROF_BLOCKS) return;
-  long long *e = weave_hgemm_prof[blockIdx.x][2][WEAVE_HGEMM_PROF_TILES - 1];
+  long long *e = weave_hgemm_prof[blockIdx.x][WEAVE_HGEMM_PROF_PRODUCER][WEAVE_HGEMM_PROF_TILES - 1];
   e[2 * i] = (long long)weave_trace_now();
   e[2 * i + 1] = clock64();
 }
