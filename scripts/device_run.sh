@@ -300,23 +300,19 @@ PY
       met="$met,smsp__sass_thread_inst_executed_op_fadd_pred_on.sum,lts__t_sectors.sum,lts__t_sector_hit_rate.pct"
       met="$met,dram__bytes_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread"
       run8=(--op gemm -d fp8 --fp8-accum fp32 -s 8192x8192x8192 -B 132 -n 3 -w 1 -c 0)
-      for k in kernel_p3:2:1 nvjet:0:4; do
-        IFS=: read -r name skip count <<< "$k"
-        timeout 150 ncu --clock-control none -k "regex:$name" --launch-skip $skip --launch-count $count --metrics "$met" \
-          --csv --page raw $b/weave-bench "${run8[@]}" > "$out/ncu_$name.csv" 2>> "$out/fp8ncu_err.log"
-        echo "ncu $name rc=$?"
-      done
       # shared memory's banks (the stages' TMA writes, the wgmmas' operand reads) in runs of their own:
       # a metric name this ncu lacks then fails only these
       smem='l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed'
       smem="$smem,l1tex__throughput.avg.pct_of_peak_sustained_elapsed"
-      for k in kernel_p3:2:1 nvjet:0:1; do
-        IFS=: read -r name skip count <<< "$k"
-        timeout 100 ncu --clock-control none -k "regex:$name" --launch-skip $skip --launch-count $count --metrics "$smem" \
-          --csv --page raw $b/weave-bench "${run8[@]}" > "$out/ncu_smem_$name.csv" 2>> "$out/fp8ncu_err.log"
-        echo "ncu smem $name rc=$?"
+      # set:kernel regex:launches skipped:launches taken:the variable naming the metrics
+      for k in main:kernel_p3:2:1:met main:nvjet:0:4:met smem:kernel_p3:2:1:smem smem:nvjet:0:1:smem; do
+        IFS=: read -r set name skip count var <<< "$k"
+        timeout 150 ncu --clock-control none -k "regex:$name" --launch-skip $skip --launch-count $count --metrics "${!var}" \
+          --csv --page raw $b/weave-bench "${run8[@]}" > "$out/ncu_${set}_$name.csv" 2>> "$out/fp8ncu_err.log"
+        echo "ncu $set $name rc=$?"
       done
-      python3 scripts/ncu_fp8.py raw "$out"/ncu_kernel_p3.csv "$out"/ncu_nvjet.csv "$out"/ncu_smem_*.csv > "$out/fp8ncu.txt"
+      python3 scripts/ncu_fp8.py raw "$out"/ncu_main_kernel_p3.csv "$out"/ncu_main_nvjet.csv "$out"/ncu_smem_*.csv \
+        > "$out/fp8ncu.txt"
       rm -f "$out"/ncu_*.csv; cat "$out/fp8ncu.txt"
       for k in kernel_p3:2 nvjet:0; do
         IFS=: read -r name skip <<< "$k"
