@@ -42,6 +42,14 @@ fp8_alternate() {
     grep -vE '^#|WARN|^$' "$out/fp8ab.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8ab.log"
   done; done
   rm -f "$out/fp8ab.tmp"
+  fp8_means < "$out/fp8ab.log"
+}
+# per label of fp8ab rows on stdin: how many rows, the least and largest weave/lt_def and their mean
+fp8_means() {
+  awk '/^=== fp8ab/ { label = $3; next }
+       NF == 7 { n[label]++; s[label] += $6; if (!(label in lo) || $6 < lo[label]) lo[label] = $6
+                 if (!(label in hi) || $6 > hi[label]) hi[label] = $6 }
+       END { for (l in n) printf "fp8ab %s: %d rows, weave/lt_def %.3f-%.3f, mean %.3f\n", l, n[l], lo[l], hi[l], s[l] / n[l] }'
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
@@ -325,7 +333,8 @@ PY
       tail -3 "$out/fp8ncu_err.log"
       ;;
     fp8ab) # fp8_alternate (above) over FP8_AB="label=dir[@VAR=value...] ...", builds carried beside
-           # this one, e.g. "main=build cl=build@WEAVE_HGEMM_CLUSTER=3"
+           # this one, e.g. "main=build cl=build@WEAVE_HGEMM_CLUSTER=3"; then each label's range and
+           # mean of weave/lt_def over fp8ab.log (every fp8ab of this command so far)
       fp8_alternate "${FP8_AB:-}"
       ;;
     fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
