@@ -22,12 +22,16 @@ def load(path):
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
+def launch(path):
+    """K, k-blocks a tile and blocks of a launch, from the file's name (prof_MxNxK_blocks.bin); rows
+    past the launch's blocks are stale"""
+    m = re.search(r"prof_(\d+)x(\d+)x(\d+)_(\d+)\.bin", path)
+    K = int(m.group(3)) if m else 0
+    return K, max(1, (K + BK - 1) // BK), min(BLOCKS, int(m.group(4))) if m else BLOCKS
+
 def timeline(path):
     """Per-block item starts and exits; stream-K fixup costs (items past the data-parallel rounds)."""
-    m = re.search(r"prof_(\d+)x(\d+)x(\d+)_(\d+)\.bin", path)
-    B = min(BLOCKS, int(m.group(4))) if m else BLOCKS
-    K = int(m.group(3)) if m else 0
-    kt = max(1, (K + BK - 1) // BK)
+    K, kt, B = launch(path)
     at = load(path)
     t0 = min(at(b, PROD, TILES - 1, 0) for b in range(B))
     rows = []
@@ -74,10 +78,7 @@ if sys.argv[1:2] == ["--timeline"]:
     sys.exit(0)
 
 for path in sys.argv[1:]:
-    m = re.search(r"prof_(\d+)x(\d+)x(\d+)_(\d+)\.bin", path)
-    K = int(m.group(3)) if m else 0
-    kt = max(1, (K + BK - 1) // BK)
-    B = min(BLOCKS, int(m.group(4))) if m else BLOCKS  # rows past the launch's blocks are stale
+    K, kt, B = launch(path)
     at = load(path)
     rows = {k: [] for k in ("first_full", "mainloop", "per_kblock", "to_epi", "epilogue", "chunk_wait",
                              "chunk_write", "tail_bar", "gap_next", "tile", "prod_empty_wait", "wg_spread",
