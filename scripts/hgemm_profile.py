@@ -7,11 +7,16 @@ With --timeline: per block, when each item (tile or stream-K piece) starts and w
 reads of the others' partials, the other segments' partial writes (docs/hopper_gemm.md, session 8).
 fp8 runs 128 of K a k-block: pass --bk 128 (the default, 64, is the 16-bit types'). For the
 three-warpgroup fp8 role, wg_spread is how far apart (max - min) its three warpgroups end a tile's
-main loop, and idle_edge how long after the last of them ends it the first starts the next tile.
+main loop, and idle_edge how long after the last of them ends it the first starts the next tile; over
+the k-blocks it stamps (prof.cuh: 8 from k-block 8), grp_spread is how far apart the three
+warpgroups' groups of one k-block end, grp_gap the shortest time between two of those ends (about a
+group's 256 cycles where the tensor cores run the queued groups one after another, near 0 where they
+end together) and grp_period a warpgroup's time from one group's end to its next.
 Usage: scripts/hgemm_profile.py [--bk 128] [--timeline] prof_*.bin"""
 import re, statistics, struct, sys
 
-BLOCKS, WHO, TILES, EV = 132, 4, 16, 16  # src/gemm/hopper/prof.cuh WEAVE_HGEMM_PROF_*
+BLOCKS, WHO, TILES, EV = 132, 4, 16, 24  # src/gemm/hopper/prof.cuh WEAVE_HGEMM_PROF_*
+GROUP_EV, GROUPS = 16, 8  # WEAVE_HGEMM_PROF_GROUP_EV, WEAVE_HGEMM_PROF_GROUPS
 PROD = 3  # WEAVE_HGEMM_PROF_PRODUCER: consumer warpgroups are 0, 1 and (three-warpgroup fp8 role) 2
 
 def load(path):
@@ -82,7 +87,7 @@ for path in sys.argv[1:]:
     at = load(path)
     rows = {k: [] for k in ("first_full", "mainloop", "per_kblock", "to_epi", "epilogue", "chunk_wait",
                              "chunk_write", "tail_bar", "gap_next", "tile", "prod_empty_wait", "wg_spread",
-                             "idle_edge")}
+                             "idle_edge", "grp_spread", "grp_gap", "grp_period")}
     ntiles = []
     for b in range(B):
         for w in (0, 1, 2):
@@ -99,8 +104,11 @@ for path in sys.argv[1:]:
                 rows["per_kblock"].append((e[2] - e[1]) / kt)
                 rows["to_epi"].append(e[3] - e[2])
                 rows["epilogue"].append(e[4] - e[3])
-                rows["chunk_wait"].append(sum(e[5 + 2 * c] - (e[4 + 2 * c] if c else e[3]) for c in range(4)))
-                rows["chunk_write"].append(sum(e[6 + 2 * c] - e[5 + 2 * c] for c in range(4)))
+                chunks = [c for c in range(4) if e[5 + 2 * c] and e[6 + 2 * c]]  # 128 columns of 16 bits: 2
+                rows["chunk_wait"].append(sum(e[5 + 2 * c] - (e[4 + 2 * c] if c else e[3]) for c in chunks))
+                rows["chunk_write"].append(sum(e[6 + 2 * c] - e[5 + 2 * c] for c in chunks))
+                g = [e[GROUP_EV + i] for i in range(GROUPS)]
+                rows["grp_period"] += [y - x for x, y in zip(g, g[1:]) if x and y]
                 rows["tail_bar"].append(e[13] - e[4])
                 if t + 1 < n:
                     rows["gap_next"].append(at(b, w, t + 1, 0) - e[13])
@@ -110,6 +118,12 @@ for path in sys.argv[1:]:
                 ends = [at(b, w, t, 2) for w in (0, 1, 2)]
                 rows["wg_spread"].append(max(ends) - min(ends))
                 rows["idle_edge"].append(min(at(b, w, t + 1, 1) for w in (0, 1, 2)) - max(ends))
+        for t in range(1, TILES):  # three warpgroups: how their groups of one k-block end
+            for i in range(GROUPS):
+                ends = sorted(at(b, w, t, GROUP_EV + i) for w in (0, 1, 2))
+                if ends[0] and at(b, 2, t, 0):
+                    rows["grp_spread"].append(ends[2] - ends[0])
+                    rows["grp_gap"].append(min(ends[1] - ends[0], ends[2] - ends[1]))
         for t in range(1, TILES - 1):  # the producer's last slot holds the block's entry / exit
             if at(b, PROD, t, 0):
                 rows["prod_empty_wait"].append(at(b, PROD, t, 1) - at(b, PROD, t, 0))

@@ -1,6 +1,8 @@
 """scripts/hgemm_profile.py on a synthetic stamp file in prof.cuh's layout ([block][4][tile][event],
 int64): the producer's slot (3) carries the edges, three consumer warpgroups give wg_spread and
-idle_edge, --bk 128 counts fp8's k-blocks. Usage: hgemm_profile_test.py SCRIPT"""
+idle_edge and, from their group-end stamps, grp_spread, grp_gap and grp_period; two epilogue chunks
+(128 columns of 16 bits) count alone; --bk 128 counts fp8's k-blocks. Usage: hgemm_profile_test.py
+SCRIPT"""
 import os
 import re
 import struct
@@ -8,7 +10,8 @@ import subprocess
 import sys
 import tempfile
 
-BLOCKS, WHO, TILES, EV = 132, 4, 16, 16
+BLOCKS, WHO, TILES, EV = 132, 4, 16, 24
+GROUP_EV, GROUPS = 16, 8
 PROD = 3
 K = 1024  # 8 k-blocks of 128 (fp8)
 
@@ -32,6 +35,13 @@ def main(script):
                 put(b, w, t, 2, base + 16000 + 100 * w)
                 put(b, w, t, 3, base + 16100 + 100 * w)
                 put(b, w, t, 4, base + 17000 + 100 * w)
+                # two chunks: waits 50 + 100, writes 150 + 200
+                for e, dt in ((5, 16150), (6, 16300), (7, 16400), (8, 16600)):
+                    put(b, w, t, e, base + dt + 100 * w)
+                # group ends: k-block i of warpgroup w at 851 i + 256 w (one after another on the tensor
+                # cores: 256 apart, 512 from first to last)
+                for i in range(GROUPS):
+                    put(b, w, t, GROUP_EV + i, base + 1000 + 851 * i + 256 * w)
                 put(b, w, t, 13, base + 17010 + 100 * w)
                 put(b, w, t, 14, 1000 * (t + 1))
             put(b, PROD, t, 0, base)
@@ -57,6 +67,11 @@ def main(script):
         ("edges from the producer's slot: 100 us, 1 GHz", "first entry -> last exit 100.0 us" in out
          and "SM clock 1.000 GHz" in out),
         ("producer empty wait 30", row.get("prod_empty_wait") == 30.0),
+        ("chunk_wait 150 over the two chunks", row.get("chunk_wait") == 150.0),
+        ("chunk_write 350 over the two chunks", row.get("chunk_write") == 350.0),
+        ("grp_spread 512", row.get("grp_spread") == 512.0),
+        ("grp_gap 256", row.get("grp_gap") == 256.0),
+        ("grp_period 851", row.get("grp_period") == 851.0),
     ]
     bad = [name for name, ok in checks if not ok]
     for name in bad:

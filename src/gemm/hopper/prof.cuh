@@ -15,12 +15,18 @@
 #endif
 #define WEAVE_HGEMM_PROF_BLOCKS 132
 #define WEAVE_HGEMM_PROF_TILES 16 /* the producer's last tile slot holds the block's entry / exit */
-#define WEAVE_HGEMM_PROF_EVENTS 16
-#define WEAVE_HGEMM_PROF_WHO 4 /* consumer warpgroups 0-2, then the producer */
+#define WEAVE_HGEMM_PROF_EVENTS 24
+#define WEAVE_HGEMM_PROF_GROUP_EV 16 /* first of the group-end events below */
+#define WEAVE_HGEMM_PROF_GROUP_KB 8  /* k-block of the first group-end stamp */
+#define WEAVE_HGEMM_PROF_GROUPS 8    /* group-end stamps a tile */
+#define WEAVE_HGEMM_PROF_WHO 4       /* consumer warpgroups 0-2, then the producer */
 #define WEAVE_HGEMM_PROF_PRODUCER 3
 /* events per tile (consumer slots): 0 loop top, 1 first stage full, 2 main loop done, 3 epilogue
  * start, 4 epilogue done, 5 + 2c / 6 + 2c chunk c (c < 4) written / released, 13 tile done (past
- * the tile-end barrier and end() where the sink has them), 14 globaltimer at the loop top; producer slots: 0 / 1 before / after the first empty wait */
+ * the tile-end barrier and end() where the sink has them), 14 globaltimer at the loop top; 16 + i
+ * (three-warpgroup fp8 role) the warpgroup's group of k-block WEAVE_HGEMM_PROF_GROUP_KB + i done
+ * (past its wgmma wait), for how the three warpgroups' groups share the tensor cores; producer
+ * slots: 0 / 1 before / after the first empty wait */
 #if WEAVE_HGEMM_PROFILE
 #include "weave_trace.h" /* weave_trace_now: %globaltimer */
 /* [block][0, 1, 2: consumer warpgroup (2: the three-warpgroup role's third), 3: producer][tile][event] */
