@@ -131,8 +131,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       weave_hgemm_pipe_advance(&pipe, STAGES);
       if (kb + 1 < p.k_blocks) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
       weave_hgemm_wgmma_wait<0>();
-      if (WEAVE_HGEMM_PROFILE && (unsigned)(kb - WEAVE_HGEMM_PROF_GROUP_KB) < WEAVE_HGEMM_PROF_GROUPS)
-        WEAVE_HGEMM_PROF_STAMP(prof, WEAVE_HGEMM_PROF_GROUP_EV + kb - WEAVE_HGEMM_PROF_GROUP_KB);
+      weave_hgemm_prof_group_end(prof, kb);
       weave_hgemm_fence_regs<64>(part);
       if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * done_stage);
 #pragma unroll

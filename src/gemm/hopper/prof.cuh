@@ -53,9 +53,15 @@ static __device__ __forceinline__ void weave_hgemm_prof_edge(int i) {
   do {                                                  \
     if (slot) (slot)[e] = (long long)weave_trace_now(); \
   } while (0)
+/* the three-warpgroup role's group of k-block kb done: its stamp where kb is one of those stamped */
+static __device__ __forceinline__ void weave_hgemm_prof_group_end(long long *slot, int kb) {
+  if ((unsigned)(kb - WEAVE_HGEMM_PROF_GROUP_KB) < WEAVE_HGEMM_PROF_GROUPS)
+    WEAVE_HGEMM_PROF_STAMP(slot, WEAVE_HGEMM_PROF_GROUP_EV + kb - WEAVE_HGEMM_PROF_GROUP_KB);
+}
 #else /* everything below compiles to nothing: the slot is a constant null pointer */
 static __device__ __forceinline__ long long *weave_hgemm_prof_slot(int, int) { return nullptr; }
 static __device__ __forceinline__ void weave_hgemm_prof_edge(int) {}
+static __device__ __forceinline__ void weave_hgemm_prof_group_end(long long *, int) {}
 #define WEAVE_HGEMM_PROF_STAMP(slot, e) \
   do {                                  \
   } while (0)
