@@ -379,7 +379,52 @@ static void test_paired_tiles(void) {
   CHECK(cases > 1000);
 }
 
+/* The multiply-high divider against the division: every divisor up to 4096 on dividends near 0, near
+ * its multiples and near 2^31, random pairs over the whole range; then the grouped order built on it
+ * against weave_grouped_tile_coords on every tile of grids up to 70 x 70 and groups up to 72. */
+static void test_divider(void) {
+  long bad = 0, cases = 0;
+  uint32_t s = 0x2545f491u;
+  for (int d = 1; d <= 4096; ++d) {
+    const weave_divider_t v = weave_divider(d);
+    for (int i = 0; i < 64; ++i) {
+      s = s * 1664525u + 1013904223u;
+      const int ns[6] = {i, d * i, d * i + d - 1, 0x7fffffff - i, (int)(s >> 1), (int)((s >> 1) / d * d)};
+      for (int j = 0; j < 6; ++j) {
+        int r;
+        const int q = weave_divide(v, ns[j], &r);
+        bad += q != ns[j] / d || r != ns[j] % d;
+        ++cases;
+      }
+    }
+  }
+  for (int i = 0; i < 1000000; ++i) {
+    s = s * 1664525u + 1013904223u;
+    const int d = (int)(s >> 1) >> (s & 31) | 1, n = (int)((s * 2654435761u) >> 1);
+    int r;
+    const int q = weave_divide(weave_divider(d), n, &r);
+    bad += q != n / d || r != n % d;
+    ++cases;
+  }
+  CHECK_MSG(bad == 0, "%ld of %ld divisions wrong", bad, cases);
+  long wrong = 0, tiles = 0;
+  for (int tiles_m = 1; tiles_m <= 70; tiles_m += (tiles_m < 20 ? 1 : 7))
+    for (int tiles_n = 1; tiles_n <= 70; tiles_n += (tiles_n < 10 ? 1 : 9))
+      for (int group_m = 1; group_m <= 72; group_m += (group_m < 8 ? 1 : 5)) {
+        const weave_grouped_order_t o = weave_grouped_order(tiles_m, tiles_n, group_m);
+        for (int seq = 0; seq < tiles_m * tiles_n; ++seq) {
+          int tm, tn, fm, fn;
+          weave_grouped_tile_coords(seq, tiles_m, tiles_n, group_m, &tm, &tn);
+          weave_grouped_order_coords(&o, seq, &fm, &fn);
+          wrong += tm != fm || tn != fn;
+          ++tiles;
+        }
+      }
+  CHECK_MSG(wrong == 0, "%ld of %ld tiles placed differently by the grouped order's dividers", wrong, tiles);
+}
+
 int main(void) {
+  test_divider();
   test_row_split();
   test_paired_tiles();
   test_ag_schedule();

@@ -85,6 +85,61 @@ static inline WEAVE_HOST_DEVICE void weave_grouped_tile_coords(int seq, int tile
   *tn = in / gm;
 }
 
+/* n / d and n % d for 0 <= n < 2^31, 1 <= d < 2^31, by a multiply-high instead of a division (a
+ * division is a dependent chain of ~20 instructions on the GPU): with l = ceil(log2 d) and
+ * mul = floor(2^32 (2^l - d) / d) + 1, n / d = (umulhi(n, mul) + n) >> l (Granlund and Montgomery,
+ * PLDI'94, for dividends under 2^31). The host sets a divider up once per divisor. */
+typedef struct {
+  uint32_t d, mul, shift;
+} weave_divider_t;
+
+static inline WEAVE_HOST_DEVICE weave_divider_t weave_divider(int d) {
+  weave_divider_t v;
+  uint32_t l = 0;
+  while ((1ull << l) < (unsigned long long)d) ++l;
+  v.d = (uint32_t)d;
+  v.shift = l;
+  v.mul = (uint32_t)((((1ull << l) - (unsigned long long)d) << 32) / (unsigned long long)d + 1);
+  return v;
+}
+
+static inline WEAVE_HOST_DEVICE int weave_divide(weave_divider_t v, int n, int *rem) {
+#ifdef __CUDA_ARCH__
+  const uint32_t hi = __umulhi((uint32_t)n, v.mul);
+#else
+  const uint32_t hi = (uint32_t)(((unsigned long long)(uint32_t)n * v.mul) >> 32);
+#endif
+  const int q = (int)((hi + (uint32_t)n) >> v.shift);
+  *rem = n - q * (int)v.d;
+  return q;
+}
+
+/* weave_grouped_tile_coords with its divisors set up once (weave_grouped_order) */
+typedef struct {
+  int tiles_m, group_m;
+  weave_divider_t group; /* group_m * tiles_n tiles a group */
+  weave_divider_t rows;  /* group_m tile rows a group ... */
+  weave_divider_t last;  /* ... the last group's rows */
+} weave_grouped_order_t;
+
+static inline WEAVE_HOST_DEVICE weave_grouped_order_t weave_grouped_order(int tiles_m, int tiles_n, int group_m) {
+  weave_grouped_order_t o;
+  o.tiles_m = tiles_m;
+  o.group_m = group_m;
+  o.group = weave_divider(group_m * tiles_n);
+  o.rows = weave_divider(group_m);
+  o.last = weave_divider(tiles_m % group_m ? tiles_m % group_m : group_m);
+  return o;
+}
+
+static inline WEAVE_HOST_DEVICE void weave_grouped_order_coords(const weave_grouped_order_t *o, int seq, int *tm,
+                                                                int *tn) {
+  int in, r;
+  const int first_m = weave_divide(o->group, seq, &in) * o->group_m;
+  *tn = weave_divide(o->tiles_m - first_m < o->group_m ? o->last : o->rows, in, &r);
+  *tm = first_m + r;
+}
+
 /* The grouped order over pairs of tiles, for 2-CTA clusters whose CTAs take tiles seq and seq ^ 1:
  * pair_n 0, tile rows (2i, 2i + 1) of one column (the CTAs share B); pair_n 1, tile columns
  * (2j, 2j + 1) of one row (they share A). An odd count of tile rows (columns) leaves the last pair's

@@ -548,6 +548,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   }
   sa.group_m = weave_hgemm_group_for(grid, p.tiles_m, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM,
                                      p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN);
+  sa.order = weave_grouped_order(p.tiles_m, p.tiles_n, sa.group_m);
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                                    \
   (pp        ? (cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, true>(p, c_map, sa, grid, dev, stream)               \

@@ -21,8 +21,9 @@ typedef struct {
   int M, N;
   int tiles_m, tiles_n;
   int group_m;
-  int pair_ok;   /* N even and C 4-byte aligned: store pairs */
-  int tma_store; /* C 16-byte aligned and N*2 % 16 == 0: smem + TMA-store epilogue */
+  weave_grouped_order_t order; /* tiles_m x tiles_n in groups of group_m rows: the launcher sets it up */
+  int pair_ok;                 /* N even and C 4-byte aligned: store pairs */
+  int tma_store;               /* C 16-byte aligned and N*2 % 16 == 0: smem + TMA-store epilogue */
 } weave_hgemm_sink_args_t;
 
 /* OUT: the type of C and bias (WEAVE_BF16, WEAVE_FP16; WEAVE_FP32 for fp8 inputs only); TBM x TBN:
@@ -44,7 +45,7 @@ struct weave_hgemm_standalone_sink_t {
   __device__ __forceinline__ void coords(int seq, int *row0, int *col0) {
     int tm, tn;
     if (CL == 1)
-      weave_grouped_tile_coords(seq, a.tiles_m, a.tiles_n, a.group_m, &tm, &tn);
+      weave_grouped_order_coords(&a.order, seq, &tm, &tn);
     else
       weave_paired_tile_coords(seq, a.tiles_m, a.tiles_n, a.group_m, PAIR_N, &tm, &tn);
     *row0 = tm * TBM;
