@@ -129,13 +129,16 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       weave_hgemm_wgmma_commit();
       const uint32_t done_stage = pipe.stage;
       weave_hgemm_pipe_advance(&pipe, STAGES);
-      if (kb + 1 < p.k_blocks) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
+      /* one try for the next stage while the group runs; a stage still on its way is waited for after
+       * the adds, which then overlap its arrival */
+      const bool next_ready = kb + 1 >= p.k_blocks || weave_hgemm_mbar_try(full_bar + 8 * pipe.stage, pipe.phase);
       weave_hgemm_wgmma_wait<0>();
       weave_hgemm_prof_group_end(prof, kb);
       weave_hgemm_fence_regs<64>(part);
       if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * done_stage);
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
+      if (!next_ready) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
     }
 
     WEAVE_HGEMM_PROF_STAMP(prof, 2);

@@ -35,16 +35,22 @@ static __device__ __forceinline__ void weave_hgemm_mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-static __device__ __forceinline__ void weave_hgemm_mbar_wait(uint32_t bar, uint32_t parity) {
+/* One mbarrier.try_wait: whether the phase of this parity has completed (acquire when it has). The
+ * thread may be suspended for a time the hardware chooses before the answer is false. */
+static __device__ __forceinline__ bool weave_hgemm_mbar_try(uint32_t bar, uint32_t parity) {
   uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+static __device__ __forceinline__ void weave_hgemm_mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!weave_hgemm_mbar_try(bar, parity)) {
+  }
 }
 
 /* ---- TMA loads ---- */
