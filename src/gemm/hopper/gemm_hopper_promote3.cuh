@@ -17,11 +17,12 @@
  *   Ring of WEAVE_HGEMM_P3_STAGES stages, each A [192 x 128] (one TMA box, p.tmap_a encoded with a
  *   192-row box by the launcher) and B [128 x 128] (p.tmap_b_half), K-major, 128-byte swizzle;
  *   `empty` takes one arrival per consumer warpgroup.
- *   Per k-block a consumer issues 4 x wgmma m64n128k32 into a zeroed `part`, waits for the next
- *   stage's full barrier while they run, then for them, releases the stage and adds part to acc in
- *   fp32 (cuBLASLt's order: only the release and the adds stand between a group's end and the next
- *   issue, 3-13% faster than waiting for the stage before the issue; the release before the adds: the
- *   producer refills the stage while the warpgroup adds).
+ *   Per k-block a consumer issues 4 x wgmma m64n128k32 into a zeroed `part`, tries the next stage's
+ *   full barrier once (one mbarrier.try_wait) while they run, waits for them, releases the stage and
+ *   adds part to acc in fp32, then waits for the next stage if the try found it still on its way
+ *   (cuBLASLt's order: only the release and the adds stand between a group's end and the next issue,
+ *   and a late stage's arrival overlaps the adds; the release before the adds: the producer refills
+ *   the stage while the warpgroup adds).
  *   CL == 2 (launched with cluster dims (2,1,1)): the two CTAs of a cluster compute two tiles of one
  *   tile row at the same time (the sink pairs tile columns: coords(seq) and coords(seq ^ 1) have the
  *   same m0), each loads one 96-row half of A (p.tmap_a encoded with a 96-row box) and multicasts it
@@ -111,8 +112,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
     WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    /* the first stage's full barrier here, each next one while the group before it runs (the design's
-     * order) */
+    /* the first stage's full barrier here, each next one under the group before it and its adds */
     weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
     WEAVE_HGEMM_PROF_STAMP(prof, 1);
     for (int kb = 0; kb < p.k_blocks; ++kb) {
