@@ -98,7 +98,9 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
 
   /* ---------------- consumers ---------------- */
   weave_hgemm_setmaxnreg_inc<WEAVE_HGEMM_P3_CONSUMER_REGS>();
-  const int cw = (tid >> 7) - 1; /* 0, 1, 2: which 64-row third of the tile */
+  /* 0, 1, 2: which 64-row third of the tile; broadcast from lane 0 so that ptxas knows it is the
+   * same across the warp and builds the A descriptors in uniform registers */
+  const int cw = __shfl_sync(0xffffffffu, tid >> 7, 0) - 1;
   const int ltid = tid & 127;
   const int warp = ltid >> 5, lane = ltid & 31;
   const int M = p.M, N = p.N;
