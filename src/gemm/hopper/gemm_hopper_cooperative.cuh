@@ -191,9 +191,9 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         }
         weave_hgemm_wgmma_commit();
         if (kb == kb0) {
-          /* the sink's coords (integer divisions: ~600 cycles with the jump to the epilogue's code
-           * when they ran after the main loop, by a clock64 breakdown) run while the tensor cores
-           * work on the first k-block; the empty asm pins them here */
+          /* the sink's coords (the fused sinks' integer divisions: ~600 cycles with the jump to the
+           * epilogue's code when they ran after the main loop, by a clock64 breakdown) run while the
+           * tensor cores work on the first k-block; the empty asm pins them here */
           sink.coords(seq, &m0, &n0);
           asm volatile("" : "+r"(m0), "+r"(n0));
         }
