@@ -3,7 +3,8 @@
  * under which schedule. Plain C with host-device functions, shared by the host launcher, the CPU test
  * (tests/test_streamk.c) and the kernel, so the test checks the very code the GPU runs. Holds:
  *   - the grouped tile order's default group (the order itself: weave_grouped_tile_coords in
- *     common/schedule.h);
+ *     common/schedule.h, and weave_grouped_order_coords, the same order by dividers the launcher
+ *     sets up once, which the standalone kernels' sink uses);
  *   - the stream-K tail: plan, per-block walk over items, split-tile segments and workspace slots
  *     (the device-side fixup of split tiles: streamk_fixup.cuh);
  *   - the choice between the cooperative and the ping-pong schedule.
