@@ -114,7 +114,9 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
     }
   } else {
     /* ---------------- consumers ---------------- */
-    const int cw = wg - 1; /* 0 or 1: which 64-row half of the tile */
+    /* 0 or 1: which 64-row half of the tile; broadcast from lane 0 so that ptxas knows it is the same
+     * across the warp and builds the A descriptors in uniform registers */
+    const int cw = __shfl_sync(0xffffffffu, wg, 0) - 1;
     const int ltid = tid & 127;
     const int warp = ltid >> 5, lane = ltid & 31;
     const uint64_t b_base = BCOL ? WEAVE_HGEMM_DESC_KMAJOR_SW128 : p.b_desc_base;
