@@ -296,7 +296,7 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
       const weave_hgemm_sk_t plan = weave_hgemm_plan_on(&q, sms, &sched, &cluster);
       const int pp = !p3 && sched == WEAVE_HGEMM_SCHED_PINGPONG, sk = pp ? 0 : plan.sk_tiles;
       const int grid = sk ? b : std::min(b, tiles); /* the launcher trims a grid of whole tiles */
-      const double est_pp = weave_hgemm_pp_units32(tiles, b, kt) / 32.0;
+      const double est_pp = weave_hgemm_pp_units32(tiles, b, kt, dt == WEAVE_FP8_E4M3) / 32.0;
       printf(" %7d %6d %6d %6d %6d %6d %10s %5d %5d %5s %9lld %9.1f\n", M, N, K, b, tiles, kt,
              p3   ? "3 wg"
              : pp ? "ping-pong"

@@ -376,7 +376,7 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
                       : k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2
                                                                         : 1;
   if (cluster != 1) mode = WEAVE_HGEMM_SK_OFF;
-  int pp = cluster == 3 ? 0 : weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode);
+  int pp = cluster == 3 ? 0 : weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode, fp8);
   if (pp) mode = WEAVE_HGEMM_SK_OFF;
   if (grid_out) *grid_out = grid;
   if (cluster_out) *cluster_out = cluster;

@@ -231,13 +231,19 @@ static inline WEAVE_HOST_DEVICE void weave_hgemm_sk_segments(const weave_hgemm_s
 #define WEAVE_HGEMM_SCHED_PINGPONG 2
 
 /* Ping-pong's time against the cooperative schedule's, per tile of kt k-blocks, in 1/32 k-block:
- * kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32. Each of its k-blocks costs ~3% more (A is
- * loaded twice, so more L2 -> SM bytes and, on a power-limited card, a lower clock), and it hides
- * ~1.75 k-blocks of epilogue a tile. Fitted to measurements (docs/hopper_gemm.md): ping-pong wins at
- * K = 1024, loses at K = 8192 and ties at K = 3584 (56 * 33 - 56 = 56 * 32); a tie goes to the
- * cooperative schedule. */
+ * kt * weave_hgemm_pp_kblock32(fp8) - WEAVE_HGEMM_PP_SAVED_32. Each of its k-blocks costs more (A is
+ * loaded twice, so more L2 -> SM bytes and, on a power-limited card, a lower clock): ~3% for 16-bit
+ * types, ~9% for fp8, whose k-blocks draw more power at the same bytes; it hides ~1.75 k-blocks of
+ * epilogue a tile. Fitted to measurements (docs/hopper_gemm.md): 16-bit ping-pong wins at K = 1024,
+ * loses at K = 8192 and ties at K = 3584 (56 * 33 - 56 = 56 * 32); fp8 (128 of K a k-block) wins at
+ * K = 1024 and loses at K = 3584. A tie goes to the cooperative schedule. */
 #define WEAVE_HGEMM_PP_KBLOCK_32 33
+#define WEAVE_HGEMM_PP_KBLOCK_32_FP8 35
 #define WEAVE_HGEMM_PP_SAVED_32 56
+
+static inline WEAVE_HOST_DEVICE int weave_hgemm_pp_kblock32(int fp8) {
+  return fp8 ? WEAVE_HGEMM_PP_KBLOCK_32_FP8 : WEAVE_HGEMM_PP_KBLOCK_32;
+}
 
 /* Time of the cooperative schedule's plan for `tiles` tiles on `blocks` blocks under `sk_mode`, in
  * k-blocks of main loop: its rounds of whole tiles, or the stream-K model's estimate of its tail. */
@@ -249,10 +255,10 @@ static inline WEAVE_HOST_DEVICE long long weave_hgemm_coop_units(int tiles, int 
 }
 
 /* Time of the ping-pong schedule (whole rounds of tiles, no stream-K) in 1/32 k-block of the
- * cooperative main loop. */
-static inline WEAVE_HOST_DEVICE long long weave_hgemm_pp_units32(int tiles, int blocks, int kt) {
+ * cooperative main loop; fp8: the operands' type is fp8. */
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_pp_units32(int tiles, int blocks, int kt, int fp8) {
   if (blocks < 1) blocks = 1;
-  long long tile32 = (long long)kt * WEAVE_HGEMM_PP_KBLOCK_32 - WEAVE_HGEMM_PP_SAVED_32;
+  long long tile32 = (long long)kt * weave_hgemm_pp_kblock32(fp8) - WEAVE_HGEMM_PP_SAVED_32;
   if (tile32 < 1) tile32 = 1;
   return (long long)((tiles + blocks - 1) / blocks) * tile32;
 }
@@ -261,14 +267,14 @@ static inline WEAVE_HOST_DEVICE long long weave_hgemm_pp_units32(int tiles, int 
  * call's request (WEAVE_HGEMM_SCHED_*); knob: the env override for AUTO (0 cooperative, 1 auto,
  * 2 ping-pong); sk_mode: the stream-K mode the call resolved to (WEAVE_HGEMM_SK_*). AUTO: ping-pong
  * only where its estimate is strictly shorter than the cooperative plan's (with that plan's
- * stream-K tail where one is planned). */
+ * stream-K tail where one is planned); fp8: the operands are fp8 (weave_hgemm_pp_kblock32). */
 static inline WEAVE_HOST_DEVICE int weave_hgemm_pick_pingpong(int schedule, int knob, int tiles, int blocks, int kt,
-                                                              int sk_mode) {
+                                                              int sk_mode, int fp8) {
   if (schedule == WEAVE_HGEMM_SCHED_PINGPONG || schedule == WEAVE_HGEMM_SCHED_COOP)
     return schedule == WEAVE_HGEMM_SCHED_PINGPONG;
   if (knob == 0 || knob == 2) return knob == 2;
   if (tiles < 1 || blocks < 1 || kt < 1) return 0;
-  return weave_hgemm_pp_units32(tiles, blocks, kt) < 32 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
+  return weave_hgemm_pp_units32(tiles, blocks, kt, fp8) < 32 * weave_hgemm_coop_units(tiles, blocks, kt, sk_mode);
 }
 
 #endif /* WEAVE_HGEMM_TILE_SCHEDULER_H */
