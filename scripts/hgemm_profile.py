@@ -11,12 +11,16 @@ main loop, and idle_edge how long after the last of them ends it the first start
 the k-blocks it stamps (prof.cuh: 8 from k-block 8), grp_spread is how far apart the three
 warpgroups' groups of one k-block end, grp_gap the shortest time between two of those ends (about a
 group's 256 cycles where the tensor cores run the queued groups one after another, near 0 where they
-end together) and grp_period a warpgroup's time from one group's end to its next.
+end together) and grp_period a warpgroup's time from one group's end to its next; late_kb and
+late_wait how many of a tile's k-blocks found their stage still on its way after the adds and the
+cycles a warpgroup then waited for them, ring_full_kb and ring_full_wait the same for the producer
+finding the stage it refills not yet released (a tile's sums).
 Usage: scripts/hgemm_profile.py [--bk 128] [--timeline] prof_*.bin"""
 import re, statistics, struct, sys
 
 BLOCKS, WHO, TILES, EV = 132, 4, 16, 24  # src/gemm/hopper/prof.cuh WEAVE_HGEMM_PROF_*
 GROUP_EV, GROUPS = 16, 8  # WEAVE_HGEMM_PROF_GROUP_EV, WEAVE_HGEMM_PROF_GROUPS
+LATE_EV = 15  # WEAVE_HGEMM_PROF_LATE_EV: count << 32 | cycles
 PROD = 3  # WEAVE_HGEMM_PROF_PRODUCER: consumer warpgroups are 0, 1 and (three-warpgroup fp8 role) 2
 
 def load(path):
@@ -87,7 +91,8 @@ for path in sys.argv[1:]:
     at = load(path)
     rows = {k: [] for k in ("first_full", "mainloop", "per_kblock", "to_epi", "epilogue", "chunk_wait",
                              "chunk_write", "tail_bar", "gap_next", "tile", "prod_empty_wait", "wg_spread",
-                             "idle_edge", "grp_spread", "grp_gap", "grp_period")}
+                             "idle_edge", "grp_spread", "grp_gap", "grp_period", "late_kb", "late_wait",
+                             "ring_full_kb", "ring_full_wait")}
     ntiles = []
     for b in range(B):
         for w in (0, 1, 2):
@@ -110,6 +115,9 @@ for path in sys.argv[1:]:
                 g = [e[GROUP_EV + i] for i in range(GROUPS)]
                 rows["grp_period"] += [y - x for x, y in zip(g, g[1:]) if x and y]
                 rows["tail_bar"].append(e[13] - e[4])
+                if w == 2 or at(b, 2, t, 0):  # the three-warpgroup role stamps its late stages
+                    rows["late_kb"].append(e[LATE_EV] >> 32)
+                    rows["late_wait"].append(e[LATE_EV] & 0xFFFFFFFF)
                 if t + 1 < n:
                     rows["gap_next"].append(at(b, w, t + 1, 0) - e[13])
                     rows["tile"].append(at(b, w, t + 1, 0) - e[0])
@@ -127,6 +135,9 @@ for path in sys.argv[1:]:
         for t in range(1, TILES - 1):  # the producer's last slot holds the block's entry / exit
             if at(b, PROD, t, 0):
                 rows["prod_empty_wait"].append(at(b, PROD, t, 1) - at(b, PROD, t, 0))
+                if at(b, 2, t, 0):
+                    rows["ring_full_kb"].append(at(b, PROD, t, LATE_EV) >> 32)
+                    rows["ring_full_wait"].append(at(b, PROD, t, LATE_EV) & 0xFFFFFFFF)
     print("%s: K=%d (%d k-blocks), tiles per block %d..%d" % (path, K, kt, min(ntiles), max(ntiles)))
     edge = [[at(b, PROD, TILES - 1, i) for i in range(4)] for b in range(B)]
     edge = [e for e in edge if e[0] and e[2]]

@@ -1,6 +1,7 @@
 """scripts/hgemm_profile.py on a synthetic stamp file in prof.cuh's layout ([block][4][tile][event],
 int64): the producer's slot (3) carries the edges, three consumer warpgroups give wg_spread and
-idle_edge and, from their group-end stamps, grp_spread, grp_gap and grp_period; two epilogue chunks
+idle_edge and, from their group-end stamps, grp_spread, grp_gap and grp_period, from event 15 the
+late stages (consumers) and full rings (producer); two epilogue chunks
 (128 columns of 16 bits) count alone; --bk 128 counts fp8's k-blocks. Usage: hgemm_profile_test.py
 SCRIPT"""
 import os
@@ -43,9 +44,12 @@ def main(script):
                 for i in range(GROUPS):
                     put(b, w, t, GROUP_EV + i, base + 1000 + 851 * i + 256 * w)
                 put(b, w, t, 13, base + 17010 + 100 * w)
+                # late stages: 2 of the tile's k-blocks, 300 cycles waited
+                put(b, w, t, 15, (2 << 32) | 300)
                 put(b, w, t, 14, 1000 * (t + 1))
             put(b, PROD, t, 0, base)
             put(b, PROD, t, 1, base + 30)
+            put(b, PROD, t, 15, (5 << 32) | 7000)  # 5 refills found their stage not yet released
         put(b, PROD, TILES - 1, 0, 5000)  # entry: globaltimer ns, clock
         put(b, PROD, TILES - 1, 1, 10000)
         put(b, PROD, TILES - 1, 2, 5000 + 100000)  # exit after 100 us at 1 GHz
@@ -72,6 +76,8 @@ def main(script):
         ("grp_spread 512", row.get("grp_spread") == 512.0),
         ("grp_gap 256", row.get("grp_gap") == 256.0),
         ("grp_period 851", row.get("grp_period") == 851.0),
+        ("late_kb 2, late_wait 300", row.get("late_kb") == 2.0 and row.get("late_wait") == 300.0),
+        ("ring_full_kb 5, ring_full_wait 7000", row.get("ring_full_kb") == 5.0 and row.get("ring_full_wait") == 7000.0),
     ]
     bad = [name for name, ok in checks if not ok]
     for name in bad:

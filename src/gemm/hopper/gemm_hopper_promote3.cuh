@@ -75,8 +75,14 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
         int m0, n0;
         sink.coords(seq, &m0, &n0);
         long long *prof = weave_hgemm_prof_slot(WEAVE_HGEMM_PROF_PRODUCER, ptile++);
+        long long late = 0; /* WEAVE_HGEMM_PROFILE: full rings */
         for (int kb = 0; kb < p.k_blocks; ++kb) {
           if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 0);
+          if (WEAVE_HGEMM_PROFILE && !weave_hgemm_mbar_try(empty_bar + 8 * pipe.stage, pipe.phase ^ 1)) {
+            const long long t0 = WEAVE_HGEMM_PROF_CLOCK();
+            weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
+            weave_hgemm_prof_late_add(&late, t0);
+          }
           weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
           if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
           const uint32_t fb = full_bar + 8 * pipe.stage;
@@ -90,6 +96,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
           weave_hgemm_tma_load_2d(sa + WEAVE_HGEMM_P3_A_STAGE_BYTES, &p.tmap_b_half, fb, kb * WEAVE_HGEMM_BK_FP8, n0);
           weave_hgemm_pipe_advance(&pipe, STAGES);
         }
+        if (prof) prof[WEAVE_HGEMM_PROF_LATE_EV] = late;
       }
     }
     if (CL == 2) weave_hgemm_cluster_sync(); /* no CTA leaves while its peer may still signal it */
@@ -117,6 +124,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
     /* the first stage's full barrier here, each next one under the group before it and its adds */
     weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
     WEAVE_HGEMM_PROF_STAMP(prof, 1);
+    long long late = 0; /* WEAVE_HGEMM_PROFILE: late stages */
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + cw * (64 * 128);
       const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + WEAVE_HGEMM_P3_A_STAGE_BYTES;
@@ -140,8 +148,13 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * done_stage);
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
-      if (!next_ready) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
+      if (!next_ready) {
+        const long long t0 = WEAVE_HGEMM_PROF_CLOCK();
+        weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
+        weave_hgemm_prof_late_add(&late, t0);
+      }
     }
+    if (prof) prof[WEAVE_HGEMM_PROF_LATE_EV] = late;
 
     WEAVE_HGEMM_PROF_STAMP(prof, 2);
     /* epilogue: the m64n128 fragment, acc[4j + {0,1}] at (row, 8j + 2*(lane%4) + {0,1}), acc[4j + {2,3}]

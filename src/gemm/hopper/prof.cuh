@@ -25,8 +25,12 @@
  * start, 4 epilogue done, 5 + 2c / 6 + 2c chunk c (c < 4) written / released, 13 tile done (past
  * the tile-end barrier and end() where the sink has them), 14 globaltimer at the loop top; 16 + i
  * (three-warpgroup fp8 role) the warpgroup's group of k-block WEAVE_HGEMM_PROF_GROUP_KB + i done
- * (past its wgmma wait), for how the three warpgroups' groups share the tensor cores; producer
- * slots: 0 / 1 before / after the first empty wait */
+ * (past its wgmma wait), for how the three warpgroups' groups share the tensor cores; 15
+ * (three-warpgroup fp8 role) the tile's late stages: (k-blocks whose one look found the next stage
+ * still on its way) << 32 | cycles spent waiting for them after the adds; producer slots: 0 / 1
+ * before / after the first empty wait, 15 the tile's full rings: (k-blocks whose empty barrier was
+ * not yet free) << 32 | cycles spent waiting for them */
+#define WEAVE_HGEMM_PROF_LATE_EV 15
 #if WEAVE_HGEMM_PROFILE
 #include "weave_trace.h" /* weave_trace_now: %globaltimer */
 /* [block][0, 1, 2: consumer warpgroup (2: the three-warpgroup role's third), 3: producer][tile][event] */
@@ -58,10 +62,17 @@ static __device__ __forceinline__ void weave_hgemm_prof_group_end(long long *slo
   if ((unsigned)(kb - WEAVE_HGEMM_PROF_GROUP_KB) < WEAVE_HGEMM_PROF_GROUPS)
     WEAVE_HGEMM_PROF_STAMP(slot, WEAVE_HGEMM_PROF_GROUP_EV + kb - WEAVE_HGEMM_PROF_GROUP_KB);
 }
+/* a wait's count and cycles, summed into `late` (count << 32 | cycles) while the tile runs */
+static __device__ __forceinline__ void weave_hgemm_prof_late_add(long long *late, long long t0) {
+  *late += (1ll << 32) + (clock64() - t0);
+}
+#define WEAVE_HGEMM_PROF_CLOCK() clock64()
 #else /* everything below compiles to nothing: the slot is a constant null pointer */
 static __device__ __forceinline__ long long *weave_hgemm_prof_slot(int, int) { return nullptr; }
 static __device__ __forceinline__ void weave_hgemm_prof_edge(int) {}
 static __device__ __forceinline__ void weave_hgemm_prof_group_end(long long *, int) {}
+static __device__ __forceinline__ void weave_hgemm_prof_late_add(long long *, long long) {}
+#define WEAVE_HGEMM_PROF_CLOCK() 0ll
 #define WEAVE_HGEMM_PROF_STAMP(slot, e) \
   do {                                  \
   } while (0)
