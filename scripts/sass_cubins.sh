@@ -24,7 +24,7 @@ flags=(-gencode arch=compute_90a,code=sm_90a -lineinfo --expt-relaxed-constexpr 
 # shellcheck disable=SC2206
 extra=(${EXTRA_NVCC_FLAGS:-})
 units=(src/kernels/gemm_rs.cu src/gemm/hopper/gemm_hopper.cu tools/bench/bench_hopper_gemm.cu
-       tests/gpu_hopper_gemm_test.cu tests/gpu_rma_test.cu tests/gpu_rma_compile_test.cu)
+       tests/gpu_hopper_gemm_test.cu tests/gpu_rma_test.cu tests/gpu_rma_compile_test.cu src/kernels/ag_gemm.cu)
 # trees before the tools' support left tests/ keep it there
 support=tools/support bench_dir=tools/bench
 [ -d "$tree/$support" ] || { support=tests/support bench_dir=tests/bench; }

@@ -68,7 +68,6 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
   const uint32_t empty_bar = full_bar + WEAVE_HGEMM_STAGES * 8;
   const int tid = threadIdx.x;
-  const int wg = tid >> 7;
   const uint32_t cta_rank = CL == 2 ? weave_hgemm_cluster_ctarank() : 0;
 
   if (WEAVE_HGEMM_PROFILE && tid == 0) weave_hgemm_prof_edge(0);
@@ -114,9 +113,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
     }
   } else {
     /* ---------------- consumers ---------------- */
-    /* 0 or 1: which 64-row half of the tile; broadcast from lane 0 so that ptxas knows it is the same
-     * across the warp and builds the A descriptors in uniform registers */
-    const int cw = __shfl_sync(0xffffffffu, wg, 0) - 1;
+    const int cw = weave_hgemm_consumer_index(tid); /* 0 or 1: which 64-row half of the tile */
     const int ltid = tid & 127;
     const int warp = ltid >> 5, lane = ltid & 31;
     const uint64_t b_base = BCOL ? WEAVE_HGEMM_DESC_KMAJOR_SW128 : p.b_desc_base;

@@ -78,12 +78,9 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
         long long late = 0; /* WEAVE_HGEMM_PROFILE: full rings */
         for (int kb = 0; kb < p.k_blocks; ++kb) {
           if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 0);
-          if (WEAVE_HGEMM_PROFILE && !weave_hgemm_mbar_try(empty_bar + 8 * pipe.stage, pipe.phase ^ 1)) {
-            const long long t0 = WEAVE_HGEMM_PROF_CLOCK();
-            weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
-            weave_hgemm_prof_late_add(&late, t0);
-          }
-          weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1);
+          if (WEAVE_HGEMM_PROFILE && !weave_hgemm_mbar_try(empty_bar + 8 * pipe.stage, pipe.phase ^ 1))
+            weave_hgemm_mbar_wait_counted(empty_bar + 8 * pipe.stage, pipe.phase ^ 1, &late);
+          weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1); /* at once where counted */
           if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
           const uint32_t fb = full_bar + 8 * pipe.stage;
           const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES;
@@ -105,9 +102,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
 
   /* ---------------- consumers ---------------- */
   weave_hgemm_setmaxnreg_inc<WEAVE_HGEMM_P3_CONSUMER_REGS>();
-  /* 0, 1, 2: which 64-row third of the tile; broadcast from lane 0 so that ptxas knows it is the
-   * same across the warp and builds the A descriptors in uniform registers */
-  const int cw = __shfl_sync(0xffffffffu, tid >> 7, 0) - 1;
+  const int cw = weave_hgemm_consumer_index(tid); /* 0, 1, 2: which 64-row third of the tile */
   const int ltid = tid & 127;
   const int warp = ltid >> 5, lane = ltid & 31;
   const int M = p.M, N = p.N;
@@ -148,11 +143,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * done_stage);
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
-      if (!next_ready) {
-        const long long t0 = WEAVE_HGEMM_PROF_CLOCK();
-        weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
-        weave_hgemm_prof_late_add(&late, t0);
-      }
+      if (!next_ready) weave_hgemm_mbar_wait_counted(full_bar + 8 * pipe.stage, pipe.phase, &late);
     }
     if (prof) prof[WEAVE_HGEMM_PROF_LATE_EV] = late;
 

@@ -10,6 +10,8 @@
 #ifndef WEAVE_HGEMM_PROF_CUH
 #define WEAVE_HGEMM_PROF_CUH
 
+#include "gemm/hopper/ptx.cuh"
+
 #ifndef WEAVE_HGEMM_PROFILE
 #define WEAVE_HGEMM_PROFILE 0
 #endif
@@ -62,17 +64,19 @@ static __device__ __forceinline__ void weave_hgemm_prof_group_end(long long *slo
   if ((unsigned)(kb - WEAVE_HGEMM_PROF_GROUP_KB) < WEAVE_HGEMM_PROF_GROUPS)
     WEAVE_HGEMM_PROF_STAMP(slot, WEAVE_HGEMM_PROF_GROUP_EV + kb - WEAVE_HGEMM_PROF_GROUP_KB);
 }
-/* a wait's count and cycles, summed into `late` (count << 32 | cycles) while the tile runs */
-static __device__ __forceinline__ void weave_hgemm_prof_late_add(long long *late, long long t0) {
+/* an mbarrier wait, its count and cycles summed into *late (count << 32 | cycles) */
+static __device__ __forceinline__ void weave_hgemm_mbar_wait_counted(uint32_t bar, uint32_t parity, long long *late) {
+  const long long t0 = clock64();
+  weave_hgemm_mbar_wait(bar, parity);
   *late += (1ll << 32) + (clock64() - t0);
 }
-#define WEAVE_HGEMM_PROF_CLOCK() clock64()
 #else /* everything below compiles to nothing: the slot is a constant null pointer */
 static __device__ __forceinline__ long long *weave_hgemm_prof_slot(int, int) { return nullptr; }
 static __device__ __forceinline__ void weave_hgemm_prof_edge(int) {}
 static __device__ __forceinline__ void weave_hgemm_prof_group_end(long long *, int) {}
-static __device__ __forceinline__ void weave_hgemm_prof_late_add(long long *, long long) {}
-#define WEAVE_HGEMM_PROF_CLOCK() 0ll
+static __device__ __forceinline__ void weave_hgemm_mbar_wait_counted(uint32_t bar, uint32_t parity, long long *) {
+  weave_hgemm_mbar_wait(bar, parity);
+}
 #define WEAVE_HGEMM_PROF_STAMP(slot, e) \
   do {                                  \
   } while (0)

@@ -53,6 +53,13 @@ static __device__ __forceinline__ void weave_hgemm_mbar_wait(uint32_t bar, uint3
   }
 }
 
+/* A consumer thread's warpgroup among the consumers (warpgroup 0 is the producer: 0 for warpgroup 1),
+ * broadcast from lane 0 so that ptxas knows it is the same across the warp and builds the A
+ * descriptors in uniform registers (no R2UR between the wgmmas). */
+static __device__ __forceinline__ int weave_hgemm_consumer_index(int tid) {
+  return __shfl_sync(0xffffffffu, tid >> 7, 0) - 1;
+}
+
 /* ---- TMA loads ---- */
 static __device__ __forceinline__ void weave_hgemm_tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
                                                                int c0, int c1) {
