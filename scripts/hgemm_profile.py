@@ -14,7 +14,8 @@ group's 256 cycles where the tensor cores run the queued groups one after anothe
 end together) and grp_period a warpgroup's time from one group's end to its next; late_kb and
 late_wait how many of a tile's k-blocks found their stage still on its way after the adds and the
 cycles a warpgroup then waited for them, ring_full_kb and ring_full_wait the same for the producer
-finding the stage it refills not yet released (a tile's sums).
+finding the stage it refills not yet released (a tile's sums; a look is an mbarrier.try_wait, which
+suspends for a while itself, so they count only waits longer than that).
 Usage: scripts/hgemm_profile.py [--bk 128] [--timeline] prof_*.bin"""
 import re, statistics, struct, sys
 

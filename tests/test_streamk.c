@@ -234,16 +234,18 @@ int main(void) {
         CHECK(simulate_arrivals(segs, seed, peek, &c) == 1);
         CHECK(c == 0);
       }
-  /* the grouped order's group (weave_hgemm_group_rows): on 32 blocks or more 16, unless the even g
-   * with the smallest wave footprint g * tile_m + blocks / g * tile_n (no even neighbour smaller) is
-   * a quarter or more below 16's; whole columns (rounded up to even) on smaller grids; the knob as
-   * given (even, at least 2) */
-  CHECK(weave_hgemm_group_rows(0, 132, 64, 128, 256) == 16);
-  CHECK(weave_hgemm_group_rows(0, 132, 43, 192, 128) == 16); /* 10 is smallest, 13% below 16's */
-  CHECK(weave_hgemm_group_rows(0, 32, 43, 192, 128) == 4);   /* 46% below */
-  CHECK(weave_hgemm_group_rows(0, 66, 43, 192, 128) == 6);   /* 29% below */
-  CHECK(weave_hgemm_group_rows(0, 32, 64, 128, 256) == 16);  /* 8 is smallest, 20% below */
-  CHECK(weave_hgemm_group_rows(0, 100, 64, 128, 256) == 16);
+  /* the grouped order's group (weave_hgemm_group_rows): on 32 blocks or more the largest even g
+   * (up to 64) whose wave, g tile rows by blocks / g tile columns, is no taller than wide; whole
+   * columns (rounded up to even) on smaller grids; the knob as given (even, at least 2) */
+  CHECK(weave_hgemm_group_rows(0, 132, 64, 128, 256) == 16); /* 2048 rows of A, 2112 columns of B */
+  CHECK(weave_hgemm_group_rows(0, 132, 43, 192, 128) == 8);  /* 1536 / 2112; 10: 1920 / 1690 */
+  CHECK(weave_hgemm_group_rows(0, 32, 43, 192, 128) == 4);   /* 768 / 1024 */
+  CHECK(weave_hgemm_group_rows(0, 66, 43, 192, 128) == 6);   /* 1152 / 1408 */
+  CHECK(weave_hgemm_group_rows(0, 32, 64, 128, 256) == 8);   /* 1024 / 1024: square */
+  CHECK(weave_hgemm_group_rows(0, 66, 64, 128, 256) == 10);
+  CHECK(weave_hgemm_group_rows(0, 100, 64, 128, 256) == 14);
+  CHECK(weave_hgemm_group_rows(0, 4096, 64, 64, 256) == 64); /* capped */
+  CHECK(weave_hgemm_group_rows(0, 32, 64, 256, 64) == 2);    /* at least 2 */
   CHECK(weave_hgemm_group_rows(0, 31, 64, 128, 256) == 64);
   CHECK(weave_hgemm_group_rows(0, 15, 127, 192, 128) == 128);
   CHECK(weave_hgemm_group_rows(0, 15, 3, 128, 256) == 4);
@@ -253,13 +255,10 @@ int main(void) {
   for (int blocks = 32; blocks <= 512; blocks += 7)
     for (int tm = 64; tm <= 256; tm += 64)
       for (int tn = 64; tn <= 256; tn += 64) {
-        /* brute force over every even g: the least footprint, then the rule */
-        int best = 2;
+        /* brute force in floating point over every even g */
+        int want = 2;
         for (int g = 4; g <= 64; g += 2)
-          if (weave_hgemm_wave_footprint(g, blocks, tm, tn) < weave_hgemm_wave_footprint(best, blocks, tm, tn))
-            best = g;
-        const double least = weave_hgemm_wave_footprint(best, blocks, tm, tn);
-        const int want = least <= 0.75 * weave_hgemm_wave_footprint(16, blocks, tm, tn) ? best : 16;
+          if ((double)g * tm <= (double)blocks / g * tn) want = g;
         CHECK(weave_hgemm_group_rows(0, blocks, 1000, tm, tn) == want);
       }
   return check_summary("test_streamk");

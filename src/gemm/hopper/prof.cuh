@@ -31,7 +31,8 @@
  * (three-warpgroup fp8 role) the tile's late stages: (k-blocks whose one look found the next stage
  * still on its way) << 32 | cycles spent waiting for them after the adds; producer slots: 0 / 1
  * before / after the first empty wait, 15 the tile's full rings: (k-blocks whose empty barrier was
- * not yet free) << 32 | cycles spent waiting for them */
+ * not yet free) << 32 | cycles spent waiting for them. A look is an mbarrier.try_wait, which itself
+ * suspends for a while: both counts see only waits longer than that. */
 #define WEAVE_HGEMM_PROF_LATE_EV 15
 #if WEAVE_HGEMM_PROFILE
 #include "weave_trace.h" /* weave_trace_now: %globaltimer */

@@ -46,37 +46,32 @@
 /* Tile rows per group of the grouped tile order (weave_grouped_tile_coords) for a persistent grid of
  * `blocks` blocks of tile_m x tile_n tiles over tiles_m tile rows; `knob`: WEAVE_HGEMM_GROUP_M (0:
  * this choice; else rounded down to even, at least 2).
- * A grid of 32 blocks or more: 16 rows, unless another even g makes a wave's footprint a quarter
- * smaller or more. A wave covers g tile rows and blocks / g tile columns, so a k-block of it reads
- * g * tile_m rows of A and blocks / g * tile_n columns of B: what L2 must hold for the wave and what
- * the next wave of the group finds there. 16 is the group measured best for 128 x 256 tiles on 132
- * blocks (faster than 8 or 32), and within a quarter of the smallest footprint for those tiles on 32
- * to 600 blocks, where smaller groups measured no faster (bf16 bulk GEMM + ReduceScatter at 4 ranks,
- * 8 rows against 16: level within the runs' noise). fp8's 192 x 128 tiles on 32 blocks (4 ranks
- * sharing a GPU) take 4, where 16 left four ranks' waves over L2's size together (fp8 bulk GEMM +
- * ReduceScatter at 4 ranks 0.57x the baseline with 16, 0.80x with 4; docs/performance.md); on the
- * whole GPU they keep 16 (10, the smallest, measured level).
+ * A grid of 32 blocks or more: the largest even g whose wave is no taller than it is wide. A wave
+ * covers g tile rows and blocks / g tile columns, so a k-block of it reads g * tile_m rows of A and
+ * blocks / g * tile_n columns of B; their sum, what L2 holds for the wave, is least where the two
+ * are equal, g = sqrt(blocks * tile_n / tile_m); of the even g around that point the one on the
+ * wide side measured fastest for fp8's 192 x 128 tiles and level for 128 x 256 (H100,
+ * docs/performance.md, "The tile order's group"):
+ *   192 x 128 on 132 blocks: 8 (fp32 accumulation 4-7% faster than 16 at 8192^3 and
+ *     8192x28672x4096 in every run, level or ahead elsewhere; 4 to 12 within the runs' noise);
+ *   192 x 128 on 32 blocks (4 ranks sharing a GPU): 4 (fp8 bulk GEMM + ReduceScatter 0.80x the
+ *     baseline, 0.57x with 16, whose four ranks' waves together overflowed L2); on 65: 6 (0.71-0.79x
+ *     against 0.66-0.69x);
+ *   128 x 256 on 132 blocks: 16 (faster than 8 or 32); on 127, 60 and 32 blocks 14, 10 and 8, level
+ *     with 16 within 1.5% (bf16 GEMM, GEMM + ReduceScatter, AllGather + GEMM).
  * A grid under 32 blocks (ranks sharing a GPU: 15 blocks a rank at 8) spans one column per wave
  * whatever g, where a group only makes every group read B again: it walks whole columns instead
  * (8 ranks on one H100: AllGather + GEMM's bulk 1.6-1.9x faster, GEMM + ReduceScatter's bulk GEMM up
  * to 1.27x in bf16 and level in fp8). */
-#define WEAVE_HGEMM_GROUP_ROWS 16
 #define WEAVE_HGEMM_GROUP_MIN_BLOCKS 32
-/* a wave's footprint with groups of g tile rows: rows of A plus columns of B that a k-block reads */
-static inline WEAVE_HOST_DEVICE double weave_hgemm_wave_footprint(int g, int blocks, int tile_m, int tile_n) {
-  return (double)g * tile_m + (double)blocks * tile_n / g;
-}
+#define WEAVE_HGEMM_GROUP_MAX_ROWS 64
 static inline WEAVE_HOST_DEVICE int weave_hgemm_group_rows(int knob, int blocks, int tiles_m, int tile_m, int tile_n) {
   if (knob > 0) return knob < 2 ? 2 : knob & ~1;
   if (blocks < WEAVE_HGEMM_GROUP_MIN_BLOCKS) return (tiles_m + 1) & ~1;
-  int g = 2; /* the footprint is convex in g: step while the next even g is smaller */
-  while (g < 64 && weave_hgemm_wave_footprint(g + 2, blocks, tile_m, tile_n) <
-                       weave_hgemm_wave_footprint(g, blocks, tile_m, tile_n))
-    g += 2;
-  const double least = weave_hgemm_wave_footprint(g, blocks, tile_m, tile_n);
-  return least <= 0.75 * weave_hgemm_wave_footprint(WEAVE_HGEMM_GROUP_ROWS, blocks, tile_m, tile_n)
-             ? g
-             : WEAVE_HGEMM_GROUP_ROWS;
+  /* g * tile_m <= blocks / g * tile_n, in integers: g^2 * tile_m <= blocks * tile_n */
+  int g = 2;
+  while (g < WEAVE_HGEMM_GROUP_MAX_ROWS && (long long)(g + 2) * (g + 2) * tile_m <= (long long)blocks * tile_n) g += 2;
+  return g;
 }
 
 /* per-call choice */
