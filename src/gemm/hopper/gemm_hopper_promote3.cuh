@@ -78,9 +78,9 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
         long long late = 0; /* WEAVE_HGEMM_PROFILE: full rings */
         for (int kb = 0; kb < p.k_blocks; ++kb) {
           if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 0);
-          if (WEAVE_HGEMM_PROFILE && !weave_hgemm_mbar_try(empty_bar + 8 * pipe.stage, pipe.phase ^ 1))
+          /* the profiling build looks once first and counts only the waits that look did not end */
+          if (!WEAVE_HGEMM_PROFILE || !weave_hgemm_mbar_try(empty_bar + 8 * pipe.stage, pipe.phase ^ 1))
             weave_hgemm_mbar_wait_counted(empty_bar + 8 * pipe.stage, pipe.phase ^ 1, &late);
-          weave_hgemm_mbar_wait(empty_bar + 8 * pipe.stage, pipe.phase ^ 1); /* at once where counted */
           if (kb == 0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
           const uint32_t fb = full_bar + 8 * pipe.stage;
           const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES;
