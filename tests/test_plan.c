@@ -1,6 +1,7 @@
 /* CPU test of plan logic that needs no device: the plan argument checks (weave_gemm_rs_check_args in
  * src/plan/plan_create.c: it links the library, still without a GPU), the split cost
- * model, byte counts, the roofline, and the tuning cache file. */
+ * model, byte counts, the roofline, the tuning cache file, and what the Hopper GEMM's plan runs
+ * (schedule, clusters, stream-K) with the default knobs. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "plan/hier.h"
 #include "plan/plan.h" /* and plan/lt.h */
 #include "plan/plan_model.h"
+#include "gemm/hopper/gemm_hopper.h"
 
 /* ---- argument checks --------------------------------------------------------------------------- */
 static void expect_bad(const char *what, int M, int N, int K, const weave_gemm_rs_desc_t *d, const char *needle) {
@@ -707,7 +709,50 @@ static void test_rank_blocks(void) {
   CHECK(!weave_pairs_fit(0, 2, 1, 66) && !weave_pairs_fit(12, 4, 8, 63)); /* no GEMM pair; 64 > 63 resident */
 }
 
+/* ---- the Hopper GEMM's plan: schedule and clusters (default knobs; docs/hopper_gemm.md) ----------- */
+static void expect_gemm_plan(int M, int N, int K, weave_dtype_t dtype, int fast, int sms, int want_schedule,
+                             int want_cluster, int want_sk) {
+  weave_hgemm_args_t a;
+  memset(&a, 0, sizeof a);
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.dtype = dtype;
+  a.b_layout = WEAVE_LAYOUT_COL;
+  a.out_dtype = WEAVE_BF16;
+  a.fp8_fast_accum = fast;
+  int schedule = -1, cluster = -1;
+  const weave_hgemm_sk_t sk = weave_hgemm_plan_on(&a, sms, &schedule, &cluster);
+  CHECK_MSG(schedule == want_schedule && cluster == want_cluster && (sk.sk_tiles > 0) == want_sk,
+            "%dx%dx%d %s%s on %d SMs: schedule %d cluster %d stream-K tiles %d, want %d %d %s", M, N, K,
+            weave_dtype_name(dtype), fast ? " fast" : "", sms, schedule, cluster, sk.sk_tiles, want_schedule,
+            want_cluster, want_sk ? "some" : "none");
+}
+
+static void test_gemm_plan(void) {
+  const int C = WEAVE_HGEMM_SCHED_COOP, P = WEAVE_HGEMM_SCHED_PINGPONG;
+  /* 16-bit: tile columns paired wherever they pair up (32 columns of 256), on any grid */
+  expect_gemm_plan(8192, 8192, 3584, WEAVE_BF16, 0, 132, C, 3, 0);
+  expect_gemm_plan(8192, 8192, 8192, WEAVE_BF16, 0, 16, C, 3, 0);
+  expect_gemm_plan(8192, 8192 + 256, 3584, WEAVE_BF16, 0, 132, C, 1, 0); /* 33 columns: none */
+  /* fp8, fast accumulation: unpaired (the cooperative kernel runs fp8 without clusters on 128 x 256
+   * tiles), a stream-K tail where the cost model gives one; ping-pong at small K */
+  expect_gemm_plan(8192, 8192, 3584, WEAVE_FP8_E4M3, 1, 132, C, 1, 0);
+  expect_gemm_plan(16384, 8192, 3584, WEAVE_FP8_E4M3, 1, 132, C, 1, 1);
+  expect_gemm_plan(8192, 8192, 7168, WEAVE_FP8_E4M3, 1, 32, C, 1, 0);
+  expect_gemm_plan(8192, 8192, 1024, WEAVE_FP8_E4M3, 1, 132, P, 1, 0);
+  expect_gemm_plan(7936, 8192 + 256, 8192, WEAVE_FP8_E4M3, 1, 132, C, 1, 1);
+  /* fp8, fp32 accumulation (three warpgroups, 128-column tiles): paired only under 32 blocks */
+  expect_gemm_plan(8192, 8192, 3584, WEAVE_FP8_E4M3, 0, 132, C, 1, 0);
+  expect_gemm_plan(8192, 8192, 3584, WEAVE_FP8_E4M3, 0, 16, C, 3, 0);
+}
+
 int main(void) {
+  /* the plan's knobs at their defaults (read once, at the first plan) */
+  unsetenv("WEAVE_HGEMM_CLUSTER");
+  unsetenv("WEAVE_HGEMM_STREAMK");
+  unsetenv("WEAVE_HGEMM_PINGPONG");
+  unsetenv("WEAVE_HGEMM_PROMOTE_WGS");
   setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
   test_check_args();
   test_execute_args();
@@ -718,5 +763,6 @@ int main(void) {
   test_auto_model();
   test_lt_alignment();
   test_rank_blocks();
+  test_gemm_plan();
   return check_summary("test_plan");
 }
