@@ -712,15 +712,7 @@ static void test_rank_blocks(void) {
 /* ---- the Hopper GEMM's plan: schedule and clusters (default knobs; docs/hopper_gemm.md) ----------- */
 static void expect_gemm_plan(int M, int N, int K, weave_dtype_t dtype, int fast, int sms, int want_schedule,
                              int want_cluster, int want_sk) {
-  weave_hgemm_args_t a;
-  memset(&a, 0, sizeof a);
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.dtype = dtype;
-  a.b_layout = WEAVE_LAYOUT_COL;
-  a.out_dtype = WEAVE_BF16;
-  a.fp8_fast_accum = fast;
+  const weave_hgemm_args_t a = weave_hgemm_auto_args(M, N, K, dtype, 0, fast);
   int schedule = -1, cluster = -1;
   const weave_hgemm_sk_t sk = weave_hgemm_plan_on(&a, sms, &schedule, &cluster);
   CHECK_MSG(schedule == want_schedule && cluster == want_cluster && (sk.sk_tiles > 0) == want_sk,

@@ -248,23 +248,6 @@ static int count_wrong(Ctx &c, int which, int blocks, weave_lt_t *def, unsigned 
   return 0;
 }
 
-/* A call's arguments as the plan queries read them (weave_hgemm_plan_on: schedule and stream-K AUTO;
- * fp8 with fp32 accumulation plans cooperative without stream-K): what weave's AUTO runs. */
-static weave_hgemm_args_t auto_args(int M, int N, int K, weave_dtype_t dt, int blocks, int fast_accum) {
-  weave_hgemm_args_t q;
-  memset(&q, 0, sizeof q);
-  q.M = M;
-  q.N = N;
-  q.K = K;
-  q.dtype = dt;
-  q.num_blocks = blocks;
-  q.streamk = WEAVE_HGEMM_SK_AUTO;
-  q.schedule = WEAVE_HGEMM_SCHED_AUTO;
-  q.out_dtype = WEAVE_BF16;
-  q.fp8_fast_accum = fast_accum;
-  return q;
-}
-
 /* fp8 with fp32 accumulation runs the three-warpgroup kernel unless WEAVE_HGEMM_PROMOTE_WGS=2 */
 static bool runs_p3(weave_dtype_t dt, int fast_accum) {
   return dt == WEAVE_FP8_E4M3 && !fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3;
@@ -291,7 +274,7 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
     const int kt = weave_hgemm_k_blocks(K, dt);
     for (int b : blist) {
       b = std::min(std::max(b, 1), sms);
-      const weave_hgemm_args_t q = auto_args(M, N, K, dt, b, fast_accum);
+      const weave_hgemm_args_t q = weave_hgemm_auto_args(M, N, K, dt, b, fast_accum);
       int sched, cluster;
       const weave_hgemm_sk_t plan = weave_hgemm_plan_on(&q, sms, &sched, &cluster);
       const int pp = !p3 && sched == WEAVE_HGEMM_SCHED_PINGPONG, sk = pp ? 0 : plan.sk_tiles;
@@ -632,7 +615,8 @@ static int run_shape(Ctx &c, const Options &o, json_writer_t *jw, unsigned long 
 #endif
     const double t_w = med[0], t_def = meds[4 * nb], t_sm = med[3], tf_def = flop / t_def * 1e-9;
     const double tf_coop = flop / med[1] * 1e-9, tf_pp = flop / med[2] * 1e-9;
-    const weave_hgemm_args_t q = auto_args(c.M, c.N, c.K, c.dt, b, c.fast_accum); /* the rows' schedule, stream-K */
+    const weave_hgemm_args_t q =
+        weave_hgemm_auto_args(c.M, c.N, c.K, c.dt, b, c.fast_accum); /* the rows' schedule, stream-K */
     const int pp = weave_hgemm_schedule(&q) == WEAVE_HGEMM_SCHED_PINGPONG;
     const int sk_tiles = pp ? 0 : weave_hgemm_streamk_plan(&q).sk_tiles;
     unsigned long long wrong = 0, wrong_pp = 0;

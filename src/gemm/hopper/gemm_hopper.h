@@ -21,7 +21,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <cuda.h> /* CUtensorMap (type only) */
+#include <string.h> /* memset: weave_hgemm_auto_args */
+#include <cuda.h>   /* CUtensorMap (type only) */
 #include <cuda_runtime_api.h>
 
 #include "weave.h"
@@ -189,6 +190,24 @@ weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *args);
 /* The same two on a device of `sms` SMs (no device needed: weave-bench's plan without a GPU), and the
  * clusters (1 none, 2 tile rows sharing B, 3 tile columns sharing A; cluster may be NULL). */
 weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, int *schedule, int *cluster);
+/* A call's arguments as the plan queries above read them, everything else zero: schedule and
+ * stream-K AUTO, bf16 out (fp8 with fp32 accumulation plans cooperative without stream-K), so that
+ * a query answers what weave's AUTO runs (weave-bench's plan, test_plan). */
+static inline weave_hgemm_args_t weave_hgemm_auto_args(int M, int N, int K, weave_dtype_t dtype, int num_blocks,
+                                                       int fp8_fast_accum) {
+  weave_hgemm_args_t q;
+  memset(&q, 0, sizeof q);
+  q.M = M;
+  q.N = N;
+  q.K = K;
+  q.dtype = dtype;
+  q.num_blocks = num_blocks;
+  q.streamk = WEAVE_HGEMM_SK_AUTO;
+  q.schedule = WEAVE_HGEMM_SCHED_AUTO;
+  q.out_dtype = WEAVE_BF16;
+  q.fp8_fast_accum = fp8_fast_accum;
+  return q;
+}
 size_t weave_hgemm_workspace_size(const weave_hgemm_args_t *args);
 int weave_hgemm_schedule(const weave_hgemm_args_t *args);
 size_t weave_hgemm_workspace_max(int num_blocks);
