@@ -29,14 +29,14 @@ ag_sanitizers() {
 }
 # fp8's five target shapes (issue 33)
 fp8_shapes="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
-# fp8 with fp32 accumulation on fp8_shapes for several carried builds and knob settings: $1 holds
+# fp8 with FP8_ACCUM accumulation (default fp32) on fp8_shapes for several carried builds and knob settings: $1 holds
 # "label=dir[@VAR=value...] ..." (dir holds a weave-bench; each @ sets a knob), each its own process
 # with cuBLASLt's default beside it, all alternating, twice; rows to fp8ab.log: M N K weave-TFLOP/s
 # lt_def-TFLOP/s weave/lt_def #wrong
 fp8_alternate() {
   for i in 1 2; do for entry in $1; do
     label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}; e=${e//@/ }
-    env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $dir/weave-bench --op gemm -d fp8 --fp8-accum fp32 \
+    env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $dir/weave-bench --op gemm -d fp8 --fp8-accum ${FP8_ACCUM:-fp32} \
       $fp8_shapes -B 132 -n 20 -w 5 -c 1 > "$out/fp8ab.tmp" 2>&1 < /dev/null
     echo "=== fp8ab $label run $i rc=$?" | tee -a "$out/fp8ab.log"
     grep -vE '^#|WARN|^$' "$out/fp8ab.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8ab.log"

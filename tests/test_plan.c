@@ -727,11 +727,12 @@ static void test_gemm_plan(void) {
   expect_gemm_plan(8192, 8192, 3584, WEAVE_BF16, 0, 132, C, 3, 0);
   expect_gemm_plan(8192, 8192, 8192, WEAVE_BF16, 0, 16, C, 3, 0);
   expect_gemm_plan(8192, 8192 + 256, 3584, WEAVE_BF16, 0, 132, C, 1, 0); /* 33 columns: none */
-  /* fp8, fast accumulation: unpaired (the cooperative kernel runs fp8 without clusters on 128 x 256
-   * tiles), a stream-K tail where the cost model gives one; ping-pong at small K */
-  expect_gemm_plan(8192, 8192, 3584, WEAVE_FP8_E4M3, 1, 132, C, 1, 0);
-  expect_gemm_plan(16384, 8192, 3584, WEAVE_FP8_E4M3, 1, 132, C, 1, 1);
-  expect_gemm_plan(8192, 8192, 7168, WEAVE_FP8_E4M3, 1, 32, C, 1, 0);
+  /* fp8, fast accumulation: ping-pong where it is picked (small K), unpaired; else cooperative with
+   * columns paired wherever they pair up (no stream-K tail then), else a stream-K tail where the
+   * cost model gives one */
+  expect_gemm_plan(8192, 8192, 3584, WEAVE_FP8_E4M3, 1, 132, C, 3, 0);
+  expect_gemm_plan(16384, 8192, 3584, WEAVE_FP8_E4M3, 1, 132, C, 3, 0);
+  expect_gemm_plan(8192, 8192, 7168, WEAVE_FP8_E4M3, 1, 32, C, 3, 0);
   expect_gemm_plan(8192, 8192, 1024, WEAVE_FP8_E4M3, 1, 132, P, 1, 0);
   expect_gemm_plan(7936, 8192 + 256, 8192, WEAVE_FP8_E4M3, 1, 132, C, 1, 1);
   /* fp8, fp32 accumulation (three warpgroups, 128-column tiles): paired only under 32 blocks */

@@ -368,16 +368,22 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
     mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
   const int pp_asked =
       schedule == WEAVE_HGEMM_SCHED_PINGPONG || (schedule != WEAVE_HGEMM_SCHED_COOP && k.pingpong == 2);
-  /* not built for fp8 here (the three-warpgroup kernel pairs columns in the launcher); clusters
-   * sharing B only where the tile rows pair up */
-  const int cluster = fp8 ? 1
-                      : !pp_asked && mode != WEAVE_HGEMM_SK_ON && weave_hgemm_pairs_columns(k.cluster, tiles_n, grid, 0)
-                          ? 3
-                      : k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2
-                                                                        : 1;
-  if (cluster != 1) mode = WEAVE_HGEMM_SK_OFF;
-  int pp = cluster == 3 ? 0 : weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode, fp8);
-  if (pp) mode = WEAVE_HGEMM_SK_OFF;
+  const int pairs = !pp_asked && mode != WEAVE_HGEMM_SK_ON && weave_hgemm_pairs_columns(k.cluster, tiles_n, grid, 0);
+  int cluster, pp;
+  if (fp8) {
+    /* ping-pong first (at small K it beat the cooperative schedule by 8-17%; no fp8 kernel pairs it),
+     * then clusters sharing A on the cooperative schedule (the three-warpgroup kernel pairs its own
+     * columns: weave_hgemm_role_cluster) */
+    pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode, fp8);
+    cluster = pairs && !pp ? 3 : 1;
+  } else {
+    /* clusters sharing B only where the tile rows pair up */
+    cluster = pairs ? 3 : k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+    pp = cluster == 3 ? 0
+                      : weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt,
+                                                  cluster == 1 ? mode : WEAVE_HGEMM_SK_OFF, fp8);
+  }
+  if (cluster != 1 || pp) mode = WEAVE_HGEMM_SK_OFF;
   if (grid_out) *grid_out = grid;
   if (cluster_out) *cluster_out = cluster;
   if (pp_out) *pp_out = pp;
@@ -401,10 +407,11 @@ static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int s
 }
 
 /* The clusters a call of `a` runs with on `grid` blocks (1 none, 2 tile rows sharing B, 3 tile columns
- * sharing A), given the planned `cluster`: the three-warpgroup fp8 kernel pairs its 128-column tiles
- * itself. */
+ * sharing A), given the planned `cluster`: fp8 with promoted accumulation runs the three-warpgroup
+ * kernel, which pairs its 128-column tiles by its own rule, or the two-warpgroup one, unclustered. */
 static int weave_hgemm_role_cluster(const weave_hgemm_args_t *a, int cluster, int grid) {
-  if (!weave_hgemm_promotes(a) || weave_hgemm_knobs().promote_wgs != 3) return cluster;
+  if (!weave_hgemm_promotes(a)) return cluster;
+  if (weave_hgemm_knobs().promote_wgs != 3) return 1;
   return weave_hgemm_pairs_columns(weave_hgemm_knobs().cluster, (a->N + WEAVE_HGEMM_P3_BN - 1) / WEAVE_HGEMM_P3_BN,
                                    grid, 1)
              ? 3
@@ -560,10 +567,12 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
    * no ping-pong kernel is built for it. */
-#define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                        \
-  (p3        ? weave_hgemm_launch_p3<OUT, SC>(p, c_map, sa, grid, cl, dev, stream)                                  \
-   : promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream) \
-             : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
+#define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                         \
+  (p3        ? weave_hgemm_launch_p3<OUT, SC>(p, c_map, sa, grid, cl, dev, stream)                                   \
+   : promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream)  \
+   : share_a                                                                                                         \
+       ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 2, false, SC, false, true>(p, c_map, sa, grid, dev, stream) \
+       : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
 #define WEAVE_HGEMM_LAUNCH_FP8(OUT, SC)                                                               \
   (pp ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, true, SC>(p, c_map, sa, grid, dev, stream) \
       : WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC))
