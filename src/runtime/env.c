@@ -30,7 +30,7 @@
   X(WEAVE_HGEMM_STREAMK, "0..2", "1",                                                                             \
     "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over")                             \
   X(WEAVE_HGEMM_CLUSTER, "0..3", "0",                                                                             \
-    "Hopper GEMM 2-CTA clusters: 0 columns sharing A (fp8: small grids), 1 none, 2 rows sharing B, 3 A always")   \
+    "Hopper GEMM 2-CTA clusters: 0 sharing A (fp8 fp32-accum: small grids), 1 none, 2 sharing B, 3 A always")     \
   X(WEAVE_HGEMM_TMA_STORE, "0..1", "1", "Hopper GEMM writes C through smem and TMA stores (0: from registers)")   \
   X(WEAVE_HGEMM_GROUP_M, "0..4096", "0",                                                                          \
     "Hopper GEMM tile rows per group of its tile order (0: 16 or by footprint; columns under 32 blocks)")         \

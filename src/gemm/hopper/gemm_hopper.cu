@@ -301,7 +301,7 @@ static cudaError_t weave_hgemm_launch_p3(const weave_hgemm_params_t &p, const CU
 
 /* Tuning knobs (documented, with their measurements, in docs/hopper_gemm.md), read once per process:
  * the TMA-store epilogue on by default (faster); 2-CTA clusters sharing A where tile columns pair up
- * (16-bit; faster, most where the grid is small), sharing B verified but off (no faster); the
+ * (16-bit, fast fp8; faster, most where the grid is small), sharing B verified but off (no faster); the
  * stream-K tail by its cost model. */
 typedef struct {
   int cluster, tma_store, group_m, streamk, pingpong, promote_wgs;
@@ -338,12 +338,14 @@ static int weave_hgemm_sm_count(void) {
 }
 
 /* Whether 2-CTA clusters pair tile columns, the two CTAs sharing A (each loads half of the tile's
- * rows and multicasts it; gemm_hopper_cooperative.cuh): WEAVE_HGEMM_CLUSTER 0 (default) for 16-bit
- * inputs, and for fp8 on grids that walk whole tile columns (fewer than WEAVE_HGEMM_GROUP_MIN_BLOCKS
- * blocks: weave_hgemm_group_rows); 3 wherever they can; only where the tile columns pair up exactly
- * and the grid holds a cluster. Sharing A halves A's reads, which bound a small grid walking whole
- * columns (ranks sharing a GPU: 1.2-1.7x faster) and gain little or nothing on a whole GPU
- * (docs/hopper_gemm.md: up to 1.3x for 16-bit where the tile columns are few, no gain for fp8). */
+ * rows and multicasts it; gemm_hopper_cooperative.cuh): WEAVE_HGEMM_CLUSTER 0 (default) for the
+ * two-warpgroup cooperative kernel (16-bit inputs, fp8 with fast accumulation: fp8 == 0), and for the
+ * three-warpgroup fp8 kernel and the fused fp8 roles (fp8 == 1) on grids that walk whole tile columns
+ * (fewer than WEAVE_HGEMM_GROUP_MIN_BLOCKS blocks: weave_hgemm_group_rows); 3 wherever they can; only
+ * where the tile columns pair up exactly and the grid holds a cluster. Sharing A halves A's reads,
+ * which bound a small grid walking whole columns (ranks sharing a GPU: 1.2-1.7x faster), and on a
+ * whole GPU gains up to 1.3x for 16-bit where the tile columns are few, 3% for fast fp8 at
+ * 8192x8192x3584, nothing for the three-warpgroup kernel (docs/hopper_gemm.md). */
 static int weave_hgemm_pairs_columns(int knob, int tiles_n, int grid, int fp8) {
   return grid >= 2 && tiles_n % 2 == 0 && (knob == 3 || (knob == 0 && (!fp8 || grid < WEAVE_HGEMM_GROUP_MIN_BLOCKS)));
 }
@@ -564,7 +566,8 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
                                                                                                   dev, stream)        \
    : cl == 2 ? weave_hgemm_launch_impl<DT, DT, BC, 2, false>(p, c_map, sa, grid, dev, stream)                         \
              : weave_hgemm_launch_impl<DT, DT, BC, 1, false>(p, c_map, sa, grid, dev, stream))
-  /* fp8: B [N, K], one CTA a cluster; per-row scales through the role's policy, the rest folded into
+  /* fp8: B [N, K]; clusters sharing A on the cooperative kernels only (not on ping-pong nor on the
+   * two-warpgroup promoted one); per-row scales through the role's policy, the rest folded into
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
    * no ping-pong kernel is built for it. */
 #define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                         \
