@@ -95,7 +95,13 @@ extern "C" {
 #ifndef WEAVE_HGEMM_SKEW_KB
 #define WEAVE_HGEMM_SKEW_KB 0
 #endif
-#define WEAVE_HGEMM_SKEW_BARRIER_ID 7
+/* The same for the three-warpgroup fp8 role: warpgroup w + 1 starts WEAVE_HGEMM_P3_SKEW_KB k-blocks
+ * behind warpgroup w (barriers WEAVE_HGEMM_SKEW_BARRIER_ID + w); twice that below
+ * WEAVE_HGEMM_P3_STAGES. */
+#ifndef WEAVE_HGEMM_P3_SKEW_KB
+#define WEAVE_HGEMM_P3_SKEW_KB 0
+#endif
+#define WEAVE_HGEMM_SKEW_BARRIER_ID 7 /* and 8 */
 
 /* K elements per smem stage for inputs of `dtype`, and the k-blocks of a K (host, device, CPU test). */
 static inline WEAVE_HOST_DEVICE int weave_hgemm_bk(int dtype) {
