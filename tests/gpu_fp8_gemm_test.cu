@@ -89,12 +89,7 @@ static void make_scales(const Case &c, uint64_t seed, std::vector<float> &sa, st
 /* The launcher's arguments for an fp8 C[M,N] = A[M,K] . B with B laid out `ly`, alpha 1, the
  * stream-K workspace; the rest zero (callers set what their case needs). */
 static weave_hgemm_args_t fp8_args(int M, int N, int K, weave_layout_t ly, const void *A, const void *B, void *C) {
-  weave_hgemm_args_t a;
-  memset(&a, 0, sizeof a);
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.dtype = WEAVE_FP8_E4M3;
+  weave_hgemm_args_t a = weave_hgemm_auto_args(M, N, K, WEAVE_FP8_E4M3, 0, 0);
   a.b_layout = ly;
   a.alpha = 1.0f;
   a.A = A;

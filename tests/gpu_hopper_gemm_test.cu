@@ -138,13 +138,7 @@ static int launch_case(const weave_hgemm_args_t *a, char *err, size_t errlen) {
 static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, float alpha, int use_bias, int blocks,
                      int vs_cublas) {
   char what[200];
-  weave_hgemm_args_t q;
-  memset(&q, 0, sizeof q);
-  q.M = M;
-  q.N = N;
-  q.K = K;
-  q.dtype = dt;
-  q.num_blocks = blocks;
+  weave_hgemm_args_t q = weave_hgemm_auto_args(M, N, K, dt, blocks, 0);
   q.streamk = g_streamk;
   q.schedule = g_schedule;
   const int pp = weave_hgemm_schedule(&q) == WEAVE_HGEMM_SCHED_PINGPONG;
@@ -169,23 +163,15 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
   CUDA_CHECK(cudaMemcpy(b.B, hB.data(), hB.size() * 2, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(b.bias, hbias.data(), (size_t)N * 2, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemset(b.C, 0xFF, cbytes));
-  weave_hgemm_args_t a;
-  memset(&a, 0, sizeof a);
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.dtype = dt;
+  weave_hgemm_args_t a = q; /* the query's shape, blocks and requests, and the call's operands */
   a.b_layout = ly;
   a.alpha = alpha;
   a.A = b.A;
   a.B = b.B;
   a.bias = use_bias ? b.bias : NULL;
   a.C = b.C;
-  a.num_blocks = blocks;
   a.workspace = g_sk_ws;
   a.workspace_bytes = g_sk_bytes;
-  a.streamk = g_streamk;
-  a.schedule = g_schedule;
   char err[256] = "";
   int r = launch_case(&a, err, sizeof err);
   if (r != WEAVE_SUCCESS) {

@@ -62,15 +62,16 @@ def main(env_c_path, readme_path):
         readme = f.read()
     bad = check(env_c, readme)
     # the check must be able to fail: a changed default and a dropped row are caught
-    name = next(n for n in sorted(env_table(env_c)) if env_table(env_c)[n][1] and not n.startswith("WEAVE_TEST_"))
-    default = env_table(env_c)[name][1]
+    table = env_table(env_c)
+    name = next(n for n in sorted(table) if table[n][1] and not n.startswith("WEAVE_TEST_"))
+    default = table[name][1]
     changed = readme.replace(f"| `{name}` | `{default}` |", f"| `{name}` | `{default}9` |", 1)
     dropped = "\n".join(line for line in readme.split("\n") if not line.startswith(f"| `{name}` |"))
     if changed == readme or not check(env_c, changed) or not check(env_c, dropped):
         bad.append(f"self-check: a changed or dropped row of {name} was not caught")
     for line in bad:
         print("FAIL", line)
-    print(f"readme_env_test: {len(env_table(env_c))} variables, {len(readme_rows(readme))} README rows: "
+    print(f"readme_env_test: {len(table)} variables, {len(readme_rows(readme))} README rows: "
           + ("FAILED" if bad else "PASSED"))
     return 1 if bad else 0
 

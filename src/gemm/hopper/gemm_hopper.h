@@ -208,7 +208,8 @@ weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *args);
 weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, int *schedule, int *cluster);
 /* A call's arguments as the plan queries above read them, everything else zero: schedule and
  * stream-K AUTO, bf16 out (fp8 with fp32 accumulation plans cooperative without stream-K), so that
- * a query answers what weave's AUTO runs (weave-bench's plan, test_plan). */
+ * a query answers what weave's AUTO runs (weave-bench's plan, test_plan); the GPU tests start their
+ * launches from it. */
 static inline weave_hgemm_args_t weave_hgemm_auto_args(int M, int N, int K, weave_dtype_t dtype, int num_blocks,
                                                        int fp8_fast_accum) {
   weave_hgemm_args_t q;

@@ -134,11 +134,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       ++ptile;
       WEAVE_HGEMM_PROF_STAMP(prof, 0);
       WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
-      if constexpr (WEAVE_HGEMM_SKEW_KB > 0) {
-        if (cw == 1 && skew_pending) { /* wait for the first warpgroup's lead (below) */
-          weave_hgemm_named_barrier_sync(WEAVE_HGEMM_SKEW_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-          skew_pending = false;
-        }
+      if constexpr (WEAVE_HGEMM_SKEW_KB > 0) { /* the second waits for the first's lead (below) */
+        if (cw == 1) weave_hgemm_lead_wait(skew_pending, WEAVE_HGEMM_SKEW_BARRIER_ID);
       }
       if constexpr (PROMOTE) {
 #pragma unroll
@@ -146,10 +143,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       }
       for (int kb = kb0; kb < kb1; ++kb) {
         if constexpr (WEAVE_HGEMM_SKEW_KB > 0) {
-          if (cw == 0 && skew_pending && kb - kb0 == WEAVE_HGEMM_SKEW_KB) {
-            weave_hgemm_named_barrier_arrive(WEAVE_HGEMM_SKEW_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-            skew_pending = false;
-          }
+          if (cw == 0 && kb - kb0 == WEAVE_HGEMM_SKEW_KB)
+            weave_hgemm_lead_give(skew_pending, WEAVE_HGEMM_SKEW_BARRIER_ID);
         }
         /* PROMOTE waits for the next k-block's stage under its second half's group (below) */
         if (!PROMOTE || kb == kb0) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
@@ -218,11 +213,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         prev_stage = pipe.stage;
         weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
       }
-      if constexpr (WEAVE_HGEMM_SKEW_KB > 0) {
-        if (cw == 0 && skew_pending) { /* a first tile of WEAVE_HGEMM_SKEW_KB k-blocks or fewer */
-          weave_hgemm_named_barrier_arrive(WEAVE_HGEMM_SKEW_BARRIER_ID, WEAVE_HGEMM_CONSUMER_THREADS);
-          skew_pending = false;
-        }
+      if constexpr (WEAVE_HGEMM_SKEW_KB > 0) { /* a first tile of WEAVE_HGEMM_SKEW_KB k-blocks or fewer */
+        if (cw == 0) weave_hgemm_lead_give(skew_pending, WEAVE_HGEMM_SKEW_BARRIER_ID);
       }
       if constexpr (!PROMOTE) {
         weave_hgemm_wgmma_wait<0>();

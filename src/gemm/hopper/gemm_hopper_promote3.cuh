@@ -117,12 +117,8 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
     ++ptile;
     WEAVE_HGEMM_PROF_STAMP(prof, 0);
     WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
-    if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) {
-      if (wait_lead) { /* the warpgroup before this one has issued its lead (below) */
-        weave_hgemm_named_barrier_sync(WEAVE_HGEMM_SKEW_BARRIER_ID + cw - 1, 256);
-        wait_lead = false;
-      }
-    }
+    if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) /* the lead of the warpgroup before this one (below) */
+      weave_hgemm_lead_wait(wait_lead, WEAVE_HGEMM_SKEW_BARRIER_ID + cw - 1);
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     /* the first stage's full barrier here, each next one under the group before it and its adds */
@@ -131,10 +127,7 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
     long long late = 0; /* WEAVE_HGEMM_PROFILE: late stages */
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) {
-        if (give_lead && kb == WEAVE_HGEMM_P3_SKEW_KB) {
-          weave_hgemm_named_barrier_arrive(WEAVE_HGEMM_SKEW_BARRIER_ID + cw, 256);
-          give_lead = false;
-        }
+        if (kb == WEAVE_HGEMM_P3_SKEW_KB) weave_hgemm_lead_give(give_lead, WEAVE_HGEMM_SKEW_BARRIER_ID + cw);
       }
       const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + cw * (64 * 128);
       const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + WEAVE_HGEMM_P3_A_STAGE_BYTES;
@@ -160,12 +153,8 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
       if (!next_ready) weave_hgemm_mbar_wait_counted(full_bar + 8 * pipe.stage, pipe.phase, &late);
     }
-    if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) {
-      if (give_lead) { /* a first tile of WEAVE_HGEMM_P3_SKEW_KB k-blocks or fewer */
-        weave_hgemm_named_barrier_arrive(WEAVE_HGEMM_SKEW_BARRIER_ID + cw, 256);
-        give_lead = false;
-      }
-    }
+    if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) /* a first tile of WEAVE_HGEMM_P3_SKEW_KB k-blocks or fewer */
+      weave_hgemm_lead_give(give_lead, WEAVE_HGEMM_SKEW_BARRIER_ID + cw);
     if (prof) prof[WEAVE_HGEMM_PROF_LATE_EV] = late;
 
     WEAVE_HGEMM_PROF_STAMP(prof, 2);
