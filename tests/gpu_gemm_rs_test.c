@@ -136,14 +136,10 @@ static int expected_comm_blocks(const test_case_t *c, int world, weave_dtype_t o
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev);
   cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev);
   cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev);
-  /* the role the plan's tile names */
-  weave_gemm_role_t role = WEAVE_ROLE_MMA;
-  for (int r = WEAVE_ROLE_HOPPER; r <= WEAVE_ROLE_HOPPER_P3; ++r) {
-    int hm, hn;
-    weave_kernel_tile_shape((weave_gemm_role_t)r, &hm, &hn);
-    if (info->tile_m == hm && info->tile_n == hn) role = (weave_gemm_role_t)r;
-  }
-  const int per_sm = weave_kernel_blocks_per_sm(out, role, 1, NULL);
+  int hm, hn;
+  weave_kernel_tile_shape(1, &hm, &hn);
+  const int hopper = info->tile_m == hm && info->tile_n == hn;
+  const int per_sm = weave_kernel_blocks_per_sm(out, hopper, 1, NULL);
   weave_split_inputs_t in;
   weave_split_inputs_from_device(sms, clock_khz * 1e3, 2.0 * mem_khz * 1e3 * bus_bits / 8.0, c->dtype, per_sm, budget,
                                  &in);
@@ -291,7 +287,7 @@ static int rank_fn(harness_rank_t *hr) {
     if (d.strategy == WEAVE_STRATEGY_FUSED && !hier && (d.dtype == WEAVE_BF16 || d.dtype == WEAVE_FP16) &&
         d.reduce != WEAVE_REDUCE_ATOMIC) {
       int hm, hn;
-      weave_kernel_tile_shape(WEAVE_ROLE_HOPPER, &hm, &hn);
+      weave_kernel_tile_shape(1, &hm, &hn);
       const char *knob = getenv("WEAVE_HGEMM_CLUSTER");
       const int k = knob ? atoi(knob) : 0;
       const int want = (k == 0 || k == 3) && info.tile_m == hm && info.tile_n == hn &&

@@ -126,7 +126,7 @@ static const char *const vars[] = {"WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",    
                                    "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
                                    "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT",  "WEAVE_AUTOTUNE",
                                    "WEAVE_TEST_DELAY",    "WEAVE_RANKS_PER_NODE",  "WEAVE_HGEMM_PROMOTE_WGS",
-                                   "WEAVE_TEST_HOST",     "WEAVE_FUSED_GROUP_M"};
+                                   "WEAVE_TEST_HOST"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {

@@ -351,7 +351,7 @@ static void test_split(void) {
   for (int i = 0; i < 3; ++i) {
     weave_split_inputs_t ci;
     weave_split_inputs_from_device(132, 1.98e9, 4.8e12, WEAVE_BF16, 1, cal[i].budget, &ci);
-    const weave_tiling_t tiling = {8192, 8192, cal[i].world, 128, 256, 0, 0, 0}; /* the Hopper role's tiles */
+    const weave_tiling_t tiling = {8192, 8192, cal[i].world, 128, 256, 0, 0}; /* the Hopper role's tiles */
     const double owner_tiles = weave_max_owner_tiles(&tiling);
     int c = weave_split_comm_blocks(&ci, weave_plan_gemm_flops(8192, 8192, 28672 / cal[i].world, cal[i].world),
                                     weave_plan_comm_bytes(8192, 8192, cal[i].world, 2, 2), owner_tiles);
@@ -414,20 +414,6 @@ static void test_split(void) {
   CHECK_MSG(range_bad == 0, "%d splits outside [1, blocks-1]", range_bad);
   CHECK_MSG(mono_bytes == 0, "%d times more bytes gave fewer comm blocks", mono_bytes);
   CHECK_MSG(mono_flops == 0, "%d times more flops gave more comm blocks", mono_flops);
-}
-
-/* The fused walk's group of tile rows: what L2 holds of every owner's rows of A */
-static void test_group_rows(void) {
-  const size_t l2 = 50u << 20; /* an H100's */
-  /* fp8, 192-row tiles, K_local 7168, 4 ranks sharing one GPU: one tile row of A a group (22 MB) */
-  CHECK(weave_plan_group_rows(4, 192, 7168, 1, 4, l2) == 1);
-  /* bf16, 128-row tiles, K_local 3584, 8 ranks on 8 GPUs: 7.3 MB a row of groups -> 3 */
-  CHECK_MSG(weave_plan_group_rows(8, 128, 3584, 2, 1, l2) == 3, "%d", weave_plan_group_rows(8, 128, 3584, 2, 1, l2));
-  /* small K: the most, WEAVE_GROUP_M; never below 1, whatever K */
-  CHECK(weave_plan_group_rows(2, 128, 256, 2, 1, l2) == WEAVE_GROUP_M);
-  CHECK(weave_plan_group_rows(8, 128, 1 << 20, 2, 8, l2) == 1);
-  /* degenerate inputs (no L2 reported, world 0) stay in range */
-  CHECK(weave_plan_group_rows(0, 128, 4096, 2, 0, 0) == 1);
 }
 
 static void test_bytes_roofline(void) {
@@ -764,7 +750,6 @@ int main(void) {
   test_check_args();
   test_execute_args();
   test_split();
-  test_group_rows();
   test_bytes_roofline();
   test_roofline_nodes();
   test_hier_applies();

@@ -130,7 +130,7 @@ static void *actor(void *arg) {
 static int run(int use_credit, int pair_n) {
   model_t *m = (model_t *)calloc(1, sizeof(*m));
   /* tails: 10/9/9/9 rows, 3/3/3/3 tile-rows x 2 tile columns (pair_n: one pair) */
-  m->t = (weave_tiling_t){37, 16, WORLD, 4, 8, 0, pair_n, 0};
+  m->t = (weave_tiling_t){37, 16, WORLD, 4, 8, 0, pair_n};
   m->tiles_cap = weave_max_owner_tiles(&m->t);
   m->use_credit = use_credit;
   size_t n = (size_t)WORLD * WORLD * m->tiles_cap;

@@ -907,7 +907,7 @@ static void print_dry(const bench_t *b, const variant_options_t *vo, const char 
   printf("# variants:");
   for (int vi = 0; vi < b->nv; ++vi) printf(" %s", b->v[vi].label);
   printf("\n");
-  bench_print_plan(stdout, b->min_M, b->N, b->K_total, b->world, b->dtype, b->layout, b->order, b->fp8_accum);
+  bench_print_plan(stdout, b->min_M, b->N, b->K_total, b->world, b->dtype, b->layout, b->order);
 }
 
 int main(int argc, char **argv) {

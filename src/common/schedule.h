@@ -4,8 +4,8 @@
  *
  * Rows of C are split into `world` contiguous chunks of whole rows, the first M % world ranks one row
  * more. Each owner's chunk is tiled on its own (tiles never straddle two owners); an owner's tiles
- * are numbered j = 0 .. tiles(o)-1 in a grouped order (group_m tile-rows at a time, column by column)
- * so that tiles in flight together share rows of A and columns of B in L2.
+ * are numbered j = 0 .. tiles(o)-1 in a grouped order (WEAVE_GROUP_M tile-rows at a time, column by
+ * column) so that tiles in flight together share rows of A and columns of B in L2.
  *
  * Rank r walks all tiles of all owners as one sequence that interleaves the owners tile by tile, in
  * an order rotated per rank: step i goes to owner visit(i % world), tile i / world of that owner, with
@@ -24,22 +24,16 @@
 
 #include "weave_device_types.h" /* WEAVE_HOST_DEVICE */
 
-/* Tile rows per group of an owner's order where the tiling names none (group_m 0) */
 #define WEAVE_GROUP_M 8
 
 typedef struct {
   int M, N, world;
   int tile_m, tile_n;
-  int order;   /* weave_tile_order_t */
-  int pair_n;  /* 1: tiles go in pairs of tile columns of one tile row (2-CTA clusters sharing A): an
+  int order;  /* weave_tile_order_t */
+  int pair_n; /* 1: tiles go in pairs of tile columns of one tile row (2-CTA clusters sharing A): an
                * owner's tiles 2q and 2q + 1, and a walk's steps 2q and 2q + 1, are such a pair; the
                * tile columns must pair up (tiles_n even) */
-  int group_m; /* tile rows per group of an owner's order (0: WEAVE_GROUP_M) */
 } weave_tiling_t;
-
-static inline WEAVE_HOST_DEVICE int weave_tiling_group_m(const weave_tiling_t *t) {
-  return t->group_m > 0 ? t->group_m : WEAVE_GROUP_M;
-}
 
 static inline WEAVE_HOST_DEVICE int weave_cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -195,9 +189,9 @@ static inline WEAVE_HOST_DEVICE void weave_ag_tile_coords(int seq, int blocks_m,
 static inline WEAVE_HOST_DEVICE void weave_owner_tile_coords(const weave_tiling_t *t, int owner, int j, int *tm,
                                                              int *tn) {
   if (t->pair_n)
-    weave_paired_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), weave_tiling_group_m(t), 1, tm, tn);
+    weave_paired_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, 1, tm, tn);
   else
-    weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), weave_tiling_group_m(t), tm, tn);
+    weave_grouped_tile_coords(j, weave_owner_tiles_m(t, owner), weave_tiles_n(t), WEAVE_GROUP_M, tm, tn);
 }
 
 /* k-th owner visited by rank r. */

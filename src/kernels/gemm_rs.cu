@@ -49,10 +49,9 @@
 /* ------------------------------------------------------------------------------------------------
  * launchers
  * ---------------------------------------------------------------------------------------------- */
-static size_t weave_gemm_smem(int dtype, weave_gemm_role_t role) {
-  /* the fused Hopper kernels always have room for the TMA-store staging (one block per SM either way) */
-  if (role == WEAVE_ROLE_HOPPER_P3) return (size_t)WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES;
-  if (role == WEAVE_ROLE_HOPPER) return (size_t)WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
+static size_t weave_gemm_smem(int dtype, bool hopper) {
+  /* the fused Hopper kernel always has room for the TMA-store staging (one block per SM either way) */
+  if (hopper) return (size_t)WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES;
   return dtype == WEAVE_FP32 ? (size_t)2 * WEAVE_SIMT_BK * WEAVE_MMA_BM * sizeof(float) : (size_t)WEAVE_MMA_SMEM;
 }
 
@@ -76,80 +75,47 @@ extern "C" int weave_kernel_hopper_ok(weave_dtype_t dtype, weave_layout_t b_layo
   return ((size_t)K * 2) % 16 == 0 && b_row % 16 == 0;
 }
 
-extern "C" weave_gemm_role_t weave_kernel_role(weave_dtype_t dtype, weave_layout_t b_layout, int N, int K,
-                                               int fp8_fast_accum) {
-  if (!weave_kernel_hopper_ok(dtype, b_layout, N, K)) return WEAVE_ROLE_MMA;
-  if (dtype == WEAVE_FP8_E4M3 && !fp8_fast_accum && weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS") == 3)
-    return WEAVE_ROLE_HOPPER_P3;
-  return WEAVE_ROLE_HOPPER;
+extern "C" void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n) {
+  *tile_m = hopper ? WEAVE_HGEMM_BM : WEAVE_MMA_BM;
+  *tile_n = hopper ? WEAVE_HGEMM_BN : WEAVE_MMA_BN;
 }
 
-extern "C" void weave_kernel_tile_shape(weave_gemm_role_t role, int *tile_m, int *tile_n) {
-  *tile_m = role == WEAVE_ROLE_HOPPER_P3 ? WEAVE_HGEMM_P3_BM
-            : role == WEAVE_ROLE_HOPPER  ? WEAVE_HGEMM_BM
-                                         : WEAVE_MMA_BM;
-  *tile_n = role == WEAVE_ROLE_HOPPER_P3 ? WEAVE_HGEMM_P3_BN
-            : role == WEAVE_ROLE_HOPPER  ? WEAVE_HGEMM_BN
-                                         : WEAVE_MMA_BN;
-}
-
-/* One instantiation of the fused kernel on each role (they share the role's resources), unclustered
- * or paired. */
-typedef void (*weave_fused_fn_t)(const weave_fused_params_t);
-static weave_fused_fn_t weave_fused_sample(weave_gemm_role_t role, bool pair) {
-  if (role == WEAVE_ROLE_HOPPER_P3)
-    return pair ? weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, true, true, true, true>
-                : weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, true, true, false, true>;
-  if (role == WEAVE_ROLE_HOPPER)
-    return pair ? weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, false, false, true>
-                : weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true>;
-  return weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, false>;
-}
-static int weave_fused_threads(weave_gemm_role_t role) {
-  return role == WEAVE_ROLE_HOPPER_P3 ? WEAVE_HGEMM_P3_THREADS
-         : role == WEAVE_ROLE_HOPPER  ? WEAVE_HGEMM_THREADS
-                                      : WEAVE_MMA_THREADS;
-}
-
-extern "C" int weave_kernel_blocks_per_sm(weave_dtype_t dtype, weave_gemm_role_t role, int fused, size_t *smem_bytes) {
-  if (!fused) role = WEAVE_ROLE_MMA;
-  size_t smem = weave_gemm_smem(dtype, role);
+extern "C" int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int fused, size_t *smem_bytes) {
+  size_t smem = weave_gemm_smem(dtype, hopper && fused);
   if (smem_bytes) *smem_bytes = smem;
+  /* Every instantiation of a kernel shares the role and its resources: ask one of them. */
   if (fused) {
     if (dtype == WEAVE_FP32)
       return weave_occupancy(weave_fused_kernel<float, float, false, false>, WEAVE_MMA_THREADS, smem);
-    return weave_occupancy(weave_fused_sample(role, false), weave_fused_threads(role), smem);
+    if (hopper)
+      return weave_occupancy(weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true>, WEAVE_HGEMM_THREADS, smem);
+    return weave_occupancy(weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, false>, WEAVE_MMA_THREADS, smem);
   }
   if (dtype == WEAVE_FP32) return weave_occupancy(weave_gemm_kernel<float, float>, WEAVE_MMA_THREADS, smem);
   return weave_occupancy(weave_gemm_kernel<__nv_bfloat16, __nv_bfloat16>, WEAVE_MMA_THREADS, smem);
 }
 
-extern "C" int weave_kernel_fused_max_clusters(weave_gemm_role_t role) {
-  if (role == WEAVE_ROLE_MMA) return 0;
-  return weave_hgemm_resident_pairs(weave_fused_sample(role, true), weave_fused_threads(role),
-                                    weave_gemm_smem(WEAVE_BF16, role));
+typedef void (*weave_fused_fn_t)(const weave_fused_params_t);
+
+extern "C" int weave_kernel_fused_max_clusters(void) {
+  return weave_hgemm_resident_pairs(weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, false, false, true>,
+                                    WEAVE_HGEMM_THREADS, weave_gemm_smem(WEAVE_BF16, true));
 }
 
 template <typename T, typename S, bool ATOMIC, bool FP8 = false, bool PROMOTE = false>
 static int weave_launch_fused_t(const weave_fused_params_t *p, cudaStream_t s) {
-  const size_t smem = weave_gemm_smem(p->dtype, p->role);
-  if (p->role != WEAVE_ROLE_MMA) {
+  size_t smem = weave_gemm_smem(p->dtype, p->hopper);
+  if (p->hopper) {
     if constexpr (sizeof(T) == 2) {
       /* no clusters for the atomic accumulator (its sink and the A-sharing producer spill) */
       const bool pair = !ATOMIC && p->tiling.pair_n != 0;
-      weave_fused_fn_t kern = pair ? weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE, !ATOMIC>
-                                   : weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE, false>;
-      if constexpr (FP8 && PROMOTE) {
-        if (p->role == WEAVE_ROLE_HOPPER_P3)
-          kern = pair ? weave_fused_kernel<T, S, ATOMIC, true, true, true, !ATOMIC, true>
-                      : weave_fused_kernel<T, S, ATOMIC, true, true, true, false, true>;
-      }
+      const weave_fused_fn_t kern = pair ? weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE, !ATOMIC>
+                                         : weave_fused_kernel<T, S, ATOMIC, true, FP8, PROMOTE, false>;
       int e = weave_prepare(kern, smem);
       if (e) return e;
       cudaLaunchConfig_t cfg;
       cudaLaunchAttribute attr;
-      weave_hgemm_launch_config(&cfg, &attr, p->gemm_blocks + p->comm_blocks, weave_fused_threads(p->role), smem, s,
-                                pair);
+      weave_hgemm_launch_config(&cfg, &attr, p->gemm_blocks + p->comm_blocks, WEAVE_HGEMM_THREADS, smem, s, pair);
       return (int)cudaLaunchKernelEx(&cfg, kern, *p);
     }
     return (int)cudaErrorInvalidValue;
@@ -181,10 +147,8 @@ extern "C" int weave_launch_fused(const weave_fused_params_t *p, struct CUstream
   cudaStream_t s = (cudaStream_t)stream;
   bool atomic = p->reduce == WEAVE_REDUCE_ATOMIC, f32slot = p->slot_dtype == WEAVE_FP32;
   if (p->tiling.pair_n &&
-      (p->role == WEAVE_ROLE_MMA || atomic || ((p->gemm_blocks | p->comm_blocks) & 1) || weave_tiles_n(&p->tiling) & 1))
+      (!p->hopper || atomic || ((p->gemm_blocks | p->comm_blocks) & 1) || weave_tiles_n(&p->tiling) & 1))
     return (int)cudaErrorInvalidValue; /* clusters: the Hopper role, slots, even block counts, pairs of columns */
-  if (p->role == WEAVE_ROLE_HOPPER_P3 && (p->in_dtype != WEAVE_FP8_E4M3 || p->fp8_fast_accum))
-    return (int)cudaErrorInvalidValue; /* the three-warpgroup role: fp8 with fp32 accumulation only */
   if (p->in_dtype == WEAVE_FP8_E4M3)   /* p->dtype: the output, bf16 or fp16 */
     return p->fp8_fast_accum ? weave_launch_fused_fp8<false>(p, s) : weave_launch_fused_fp8<true>(p, s);
   switch (p->dtype) {
@@ -205,11 +169,11 @@ extern "C" int weave_launch_fused(const weave_fused_params_t *p, struct CUstream
 template <typename T, typename O>
 static int weave_launch_gemm_t(const weave_mma_args_t &a, float alpha, const void *bias, int bias_dtype, void *out,
                                int blocks, cudaStream_t s) {
-  size_t smem = weave_gemm_smem(sizeof(T) == 4 ? WEAVE_FP32 : WEAVE_BF16, WEAVE_ROLE_MMA);
+  size_t smem = weave_gemm_smem(sizeof(T) == 4 ? WEAVE_FP32 : WEAVE_BF16, false);
   int e = weave_prepare(weave_gemm_kernel<T, O>, smem);
   if (e) return e;
   weave_store_sink<O> sink;
-  sink.tiling = weave_tiling_t{a.M, a.N, 1, WEAVE_MMA_BM, WEAVE_MMA_BN, 0, 0, 0};
+  sink.tiling = weave_tiling_t{a.M, a.N, 1, WEAVE_MMA_BM, WEAVE_MMA_BN, 0, 0};
   sink.out = (O *)out;
   sink.bias = bias;
   sink.bias_dtype = bias_dtype;

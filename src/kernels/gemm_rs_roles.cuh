@@ -12,12 +12,9 @@
  * ---------------------------------------------------------------------------------------------- */
 /* Rows [r0, r1) and columns [c0, c1) of the owner's chunk. src(s) is source s's partial for the
  * chunk's first row (row stride N). zero_after: clear src(0) after reading (atomic accumulator). */
-/* U: vectors of 8 elements in flight per thread and source: 4, and in the three-warpgroup fused
- * kernel's communication blocks (384 threads under a 152-register split, which spills at 4) 3 of
- * 16-bit slots and 2 of fp32 ones */
-#define WEAVE_REDUCE_UNROLL 4
+#define WEAVE_REDUCE_UNROLL 4 /* 16-byte vectors in flight per thread and source */
 
-template <typename S, typename T, class Src, int U = WEAVE_REDUCE_UNROLL>
+template <typename S, typename T, class Src>
 __device__ void weave_reduce_region(const weave_fused_params_t &p, const weave_threads &g, Src src, int nsrc, int r0,
                                     int r1, int c0, int c1, bool zero_after) {
   const int N = p.N, w = c1 - c0;
@@ -30,12 +27,12 @@ __device__ void weave_reduce_region(const weave_fused_params_t &p, const weave_t
     const int groups = w / 8, rows = r1 - r0, step_r = g.n / groups, step_v = g.n - step_r * groups;
     int row = g.tid / groups, vec = g.tid - row * groups; /* this thread's next vector */
     while (row < rows) {
-      float acc[U][8];
-      size_t off[U];
-      int col[U];
-      bool ok[U];
+      float acc[WEAVE_REDUCE_UNROLL][8];
+      size_t off[WEAVE_REDUCE_UNROLL];
+      int col[WEAVE_REDUCE_UNROLL];
+      bool ok[WEAVE_REDUCE_UNROLL];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
+      for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u) {
         ok[u] = row < rows;
         col[u] = c0 + vec * 8;
         off[u] = ok[u] ? (size_t)(r0 + row) * N + col[u] : 0;
@@ -48,17 +45,17 @@ __device__ void weave_reduce_region(const weave_fused_params_t &p, const weave_t
         }
       }
       for (int s = 1; s < nsrc; ++s) {
-        float v[U][8];
+        float v[WEAVE_REDUCE_UNROLL][8];
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+        for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u)
           if (ok[u]) weave_load8_cg(src(s) + off[u], v[u]);
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+        for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u)
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[u][i] += v[u][i];
       }
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
+      for (int u = 0; u < WEAVE_REDUCE_UNROLL; ++u) {
         if (!ok[u]) continue;
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[u][i] = p.alpha * acc[u][i] + weave_bias_at(p.bias, p.dtype, col[u] + i);
@@ -118,24 +115,19 @@ __device__ __forceinline__ void weave_gemm_role(const weave_mma_args_t &a, unsig
 }
 
 /* The GEMM role of the fused kernel: TMA + wgmma (384 threads) or mma.sync / SIMT (256 threads); FP8:
- * the fp8 wgmma role (inputs e4m3, T is the output type; PROMOTE: fp32 accumulation, on the
- * three-warpgroup role's 512 threads and 192 x 128 tiles where P3), whose tiles reach the sink
- * already scaled by this call's p.hg.scales (so do the partials it pushes). PAIR (Hopper role):
- * launched in 2-CTA clusters whose CTAs take walk steps 2q and 2q + 1, two tile columns of one tile
- * row (p.tiling.pair_n), sharing A (p.hg.tmap_a's box is half a tile's rows). */
-template <typename T, bool HOPPER, bool FP8, bool PROMOTE, bool PAIR, bool P3, class Sink>
+ * the fp8 wgmma role (inputs e4m3, T is the output type; PROMOTE: fp32 accumulation), whose tiles
+ * reach the sink already scaled by this call's p.hg.scales (so do the partials it pushes). PAIR
+ * (Hopper role): launched in 2-CTA clusters whose CTAs take walk steps 2q and 2q + 1, two tile
+ * columns of one tile row (p.tiling.pair_n), sharing A (p.hg.tmap_a's box is half a tile's rows). */
+template <typename T, bool HOPPER, bool FP8, bool PROMOTE, bool PAIR, class Sink>
 __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, unsigned char *smem_raw, int total,
                                                  Sink &sink) {
   static_assert(!PAIR || HOPPER, "2-CTA clusters run on the Hopper role only");
-  static_assert(!P3 || (FP8 && PROMOTE), "the three-warpgroup role is fp8's with fp32 accumulation");
   constexpr int CL = PAIR ? 2 : 1;
   if constexpr (FP8) {
     static_assert(HOPPER, "fp8 runs on the Hopper role only");
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    if constexpr (P3)
-      weave_hgemm_role_fp8_p3<CL, Sink>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
-    else
-      weave_hgemm_role_fp8<CL, PROMOTE, Sink, PAIR>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
+    weave_hgemm_role_fp8<CL, PROMOTE, Sink, PAIR>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
   } else if constexpr (HOPPER && sizeof(T) == 2) {
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     weave_hgemm_role<CL, Sink, PAIR>(p.hg, smem, blockIdx.x, p.gemm_blocks, total, sink);
@@ -147,7 +139,7 @@ __device__ __forceinline__ void weave_fused_gemm(const weave_fused_params_t &p, 
 
 /* Communication role of the fused kernel (see the top of the file): owner tiles j = blockIdx -
  * gemm_blocks, + comm_blocks, ... of this rank, each waited for and reduced by the group g. */
-template <typename T, typename S, bool ATOMIC, int U = WEAVE_REDUCE_UNROLL>
+template <typename T, typename S, bool ATOMIC>
 __device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, const weave_threads &g,
                                                  uint32_t epoch) {
   const weave_device_team_t &t = p.team;
@@ -164,12 +156,12 @@ __device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, 
       if (weave_block_wait_sources(g, t, p.tile_flags + j, 0, 1, (uint32_t)t.world * epoch, j)) break;
       if (p.trace) t1 = weave_trace_now();
       weave_local_slots<float> src = {(const float *)p.data, 0};
-      weave_reduce_region<float, T, weave_local_slots<float>, U>(p, g, src, 1, r0, r1, c0, c1, true);
+      weave_reduce_region<float, T>(p, g, src, 1, r0, r1, c0, c1, true);
     } else {
       if (weave_block_wait_sources(g, t, p.tile_flags + j, (size_t)p.tiles_cap, t.world, epoch, j)) break;
       if (p.trace) t1 = weave_trace_now();
       weave_local_slots<S> src = {(const S *)p.data, (size_t)p.rows_cap * p.N};
-      weave_reduce_region<S, T, weave_local_slots<S>, U>(p, g, src, t.world, r0, r1, c0, c1, false);
+      weave_reduce_region<S, T>(p, g, src, t.world, r0, r1, c0, c1, false);
     }
     if (p.trace) { /* uniform branch, once per tile */
       g.sync();
@@ -181,18 +173,15 @@ __device__ __forceinline__ void weave_fused_comm(const weave_fused_params_t &p, 
   }
 }
 
-#define WEAVE_FUSED_THREADS(H, P3) ((P3) ? WEAVE_HGEMM_P3_THREADS : (H) ? WEAVE_HGEMM_THREADS : WEAVE_MMA_THREADS)
+#define WEAVE_FUSED_THREADS(H) ((H) ? WEAVE_HGEMM_THREADS : WEAVE_MMA_THREADS)
 
 /* S: slot type (deterministic) or float (atomic accumulator); T: input/output type (FP8: output type,
- * inputs e4m3; PROMOTE: their accumulation promoted to fp32; P3: on the three-warpgroup role); PAIR:
- * 2-CTA clusters sharing A (weave_fused_gemm; gemm_blocks and comm_blocks even, so that no cluster
- * mixes the roles). */
-template <typename T, typename S, bool ATOMIC, bool HOPPER, bool FP8 = false, bool PROMOTE = false, bool PAIR = false,
-          bool P3 = false>
-__global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER, P3), 1)
+ * inputs e4m3; PROMOTE: their accumulation promoted to fp32); PAIR: 2-CTA clusters sharing A
+ * (weave_fused_gemm; gemm_blocks and comm_blocks even, so that no cluster mixes the roles). */
+template <typename T, typename S, bool ATOMIC, bool HOPPER, bool FP8 = false, bool PROMOTE = false, bool PAIR = false>
+__global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER), 1)
     weave_fused_kernel(const __grid_constant__ weave_fused_params_t p) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  constexpr int THREADS = WEAVE_FUSED_THREADS(HOPPER, P3);
   const weave_device_team_t &t = p.team;
   const uint32_t epoch = weave_call_epoch(&p.ctl->epoch);
   if ((int)blockIdx.x < p.gemm_blocks) {
@@ -200,24 +189,22 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER, P3), 1)
     if constexpr (ATOMIC) {
       weave_atomic_sink sink;
       sink.init(&p);
-      weave_fused_gemm<T, HOPPER, FP8, PROMOTE, PAIR, P3>(p, smem, total, sink);
+      weave_fused_gemm<T, HOPPER, FP8, PROMOTE, PAIR>(p, smem, total, sink);
     } else {
       weave_slot_sink<S> sink;
       sink.init(&p);
-      weave_fused_gemm<T, HOPPER, FP8, PROMOTE, PAIR, P3>(p, smem, total, sink);
+      weave_fused_gemm<T, HOPPER, FP8, PROMOTE, PAIR>(p, smem, total, sink);
     }
   } else {
     if constexpr (HOPPER) {
       /* the GEMM blocks' register split here too (see weave_hgemm_regs_restore): warpgroup 0
-       * idles, the consumer warpgroups reduce */
-      const bool consumer = P3 ? weave_hgemm_regs_split<WEAVE_HGEMM_P3_PRODUCER_REGS, WEAVE_HGEMM_P3_CONSUMER_REGS>()
-                               : weave_hgemm_regs_split();
-      if (consumer)
-        weave_fused_comm<T, S, ATOMIC,
-                         !P3              ? WEAVE_REDUCE_UNROLL
-                         : sizeof(S) == 4 ? 2
-                                          : 3>(
-            p, weave_threads{(int)threadIdx.x - 128, THREADS - 128, WEAVE_HGEMM_CONSUMER_BARRIER_ID}, epoch);
+       * idles, warpgroups 1-2 reduce */
+      if (weave_hgemm_regs_split())
+        weave_fused_comm<T, S, ATOMIC>(
+            p,
+            weave_threads{(int)threadIdx.x - (WEAVE_HGEMM_THREADS - WEAVE_HGEMM_CONSUMER_THREADS),
+                          WEAVE_HGEMM_CONSUMER_THREADS, WEAVE_HGEMM_CONSUMER_BARRIER_ID},
+            epoch);
     } else {
       weave_fused_comm<T, S, ATOMIC>(p, weave_whole_block(), epoch);
     }
@@ -225,7 +212,7 @@ __global__ void __launch_bounds__(WEAVE_FUSED_THREADS(HOPPER, P3), 1)
   /* both paths ran one split (the role's or the comm blocks'): exactly one restore here. (A second
    * one would reuse the restore barrier while consumers' non-blocking arrivals of the first may still
    * be pending, i.e. miscount it.) */
-  if constexpr (HOPPER) weave_hgemm_regs_restore<THREADS>();
+  if constexpr (HOPPER) weave_hgemm_regs_restore();
   weave_block_arrive_and_signal(t, &p.ctl->arrive[0], gridDim.x, epoch, p.ctl->done, &p.ctl->epoch);
 }
 

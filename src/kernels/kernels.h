@@ -18,12 +18,6 @@
 extern "C" {
 #endif
 
-/* The GEMM role of the fused GEMM + ReduceScatter kernel, which sets its block (threads, shared
- * memory) and its tile: mma.sync / SIMT (256 threads, WEAVE_MMA_BM x WEAVE_MMA_BN), the Hopper
- * GEMM's cooperative role (384 threads, 128 x 256) or its three-warpgroup fp8 role with fp32
- * accumulation (512 threads, 192 x 128). */
-typedef enum { WEAVE_ROLE_MMA = 0, WEAVE_ROLE_HOPPER = 1, WEAVE_ROLE_HOPPER_P3 = 2 } weave_gemm_role_t;
-
 /* Control words of a plan, at the start of its heap allocation (zeroed at plan creation). Every
  * word only ever grows by one epoch per call, so nothing is reset between calls.
  *
@@ -58,7 +52,7 @@ typedef struct {
   int gemm_blocks, comm_blocks;
   int vec_ok;                 /* rows of A and B are 16-byte aligned: cp.async path */
   int out_vec;                /* C_out is 16-byte aligned: vector stores in the reduction */
-  weave_gemm_role_t role;     /* GEMM role: mma.sync, or TMA + wgmma (hg below) */
+  int hopper;                 /* GEMM role: TMA + wgmma (hg below) instead of mma.sync */
   weave_trace_event_t *trace; /* per-tile events (NULL: tracing off; one uniform branch per tile) */
   unsigned *trace_count;
   unsigned trace_cap;
@@ -123,16 +117,11 @@ int weave_launch_ag_finish(const weave_ag_params_t *p, struct CUstream_st *strea
  * aligned rows of A and B, or fp8 inputs (B [N, K], K % 16 == 0; fp8 has no other role); everything
  * else runs on the mma.sync / SIMT role. */
 int weave_kernel_hopper_ok(weave_dtype_t dtype, weave_layout_t b_layout, int N, int K);
-/* The fused kernel's GEMM role for a shape (weave_gemm_role_t): fp8 with fp32 accumulation runs the
- * Hopper GEMM's three-warpgroup role (unless WEAVE_HGEMM_PROMOTE_WGS=2), other Hopper-ready shapes
- * the cooperative role, the rest mma.sync / SIMT. */
-weave_gemm_role_t weave_kernel_role(weave_dtype_t dtype, weave_layout_t b_layout, int N, int K, int fp8_fast_accum);
-/* Occupancy (blocks per SM) and dynamic shared memory of the fused kernel on `role` (or, !fused, of
- * the plain GEMM kernel); the most 2-CTA clusters of the fused kernel on a Hopper role
- * (tiling.pair_n) resident at once on this GPU (0: none); a role's tile. */
-int weave_kernel_blocks_per_sm(weave_dtype_t dtype, weave_gemm_role_t role, int fused, size_t *smem_bytes);
-int weave_kernel_fused_max_clusters(weave_gemm_role_t role);
-void weave_kernel_tile_shape(weave_gemm_role_t role, int *tile_m, int *tile_n);
+/* Occupancy (blocks per SM) and dynamic shared memory of the fused (or plain GEMM) kernel; the most
+ * 2-CTA clusters of the Hopper fused kernel (tiling.pair_n) resident at once on this GPU (0: none). */
+int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int fused, size_t *smem_bytes);
+int weave_kernel_fused_max_clusters(void);
+void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n);
 
 /* A rank's share of `blocks_on_gpu` resident blocks when ranks_on_device ranks share its GPU: ranks
  * sharing one leave about half an SM each free (at least one in all), so that the short kernels

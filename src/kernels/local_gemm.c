@@ -114,7 +114,7 @@ weave_result_t weave_gemm_dispatch(const weave_gemm_call_t *c, weave_stream_t st
   int dev = 0, sms = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  int per_sm = weave_kernel_blocks_per_sm(c->dtype, WEAVE_ROLE_MMA, 0, NULL);
+  int per_sm = weave_kernel_blocks_per_sm(c->dtype, 0, 0, NULL);
   int num_blocks = c->num_blocks;
   if (num_blocks <= 0 || num_blocks > per_sm * sms) num_blocks = per_sm * sms;
   int err = weave_launch_gemm(M, N, K, c->dtype, c->b_layout, c->alpha, c->A, c->B, c->bias, c->C, c->out_dtype,

@@ -29,7 +29,7 @@ struct weave_gemm_rs_plan {
   weave_team_t team;
   weave_dtype_t out_dtype;  /* of C and bias: desc.out_dtype resolved (dtype, or bf16/fp16 for fp8) */
   weave_dtype_t slot_dtype; /* of the partials: out_dtype, or fp32 (fp32_slots, atomic accumulator) */
-  weave_gemm_role_t role;   /* the fused kernel's GEMM role (mma.sync for the other strategies) */
+  int hopper;               /* GEMM role: TMA + wgmma */
   int M, N, K;
   weave_gemm_rs_desc_t desc;
   weave_strategy_t strategy;

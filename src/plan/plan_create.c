@@ -161,33 +161,16 @@ static void plan_choose_dtypes(weave_gemm_rs_plan_t p) {
   p->slot_dtype = desc->fp32_slots ? WEAVE_FP32 : p->out_dtype;
   if (p->strategy == WEAVE_STRATEGY_BASELINE) p->slot_dtype = p->out_dtype; /* cuBLASLt writes out_dtype */
   if (p->strategy == WEAVE_STRATEGY_FUSED && desc->reduce == WEAVE_REDUCE_ATOMIC) p->slot_dtype = WEAVE_FP32;
-  /* The fused kernel uses a Hopper role when rows allow TMA; execute then wants aligned A, B. */
-  p->role = p->strategy == WEAVE_STRATEGY_FUSED
-                ? weave_kernel_role(desc->dtype, desc->b_layout, p->N, p->K, desc->fp8_accum == WEAVE_FP8_ACCUM_FAST)
-                : WEAVE_ROLE_MMA;
+  /* The fused kernel uses the Hopper role when rows allow TMA; execute then wants aligned A, B. */
+  p->hopper = p->strategy == WEAVE_STRATEGY_FUSED && weave_kernel_hopper_ok(desc->dtype, desc->b_layout, p->N, p->K);
 }
 
-static void plan_choose_tiling(weave_gemm_rs_plan_t p, const weave_env_t *env) {
+static void plan_choose_tiling(weave_gemm_rs_plan_t p) {
   int tm, tn;
-  weave_kernel_tile_shape(p->role, &tm, &tn);
-  const weave_device_info_t *info = &p->team->info;
-  const int group = env && env->fused_group_m > 0
-                        ? env->fused_group_m
-                        : weave_plan_group_rows(p->team->world, tm, p->K, weave_dtype_size(p->desc.dtype),
-                                                info->ranks_on_device, info->l2_bytes);
-  p->tiling = (weave_tiling_t){p->M, p->N, p->team->world, tm, tn, (int)p->desc.tile_order, 0, group};
+  weave_kernel_tile_shape(p->hopper, &tm, &tn);
+  p->tiling = (weave_tiling_t){p->M, p->N, p->team->world, tm, tn, (int)p->desc.tile_order, 0};
   p->rows_cap = weave_cdiv(p->M, p->team->world);
   p->tiles_cap = weave_max_owner_tiles(&p->tiling);
-}
-
-/* Every rank must number an owner's tiles alike (the owner waits for its tile j from every source):
- * the smallest group any rank chose (ranks_on_device may differ between GPUs). */
-static weave_result_t plan_agree_group(weave_gemm_rs_plan_t p) {
-  int all[WEAVE_MAX_WORLD];
-  WEAVE_CHECK(weave_team_allgather_int(p->team, p->tiling.group_m, all));
-  for (int r = 0; r < p->team->world; ++r)
-    if (all[r] < p->tiling.group_m) p->tiling.group_m = all[r];
-  return WEAVE_SUCCESS;
 }
 
 /* ---- blocks ------------------------------------------------------------------------------------ */
@@ -230,7 +213,7 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_aut
   const weave_device_info_t *info = &p->team->info;
   const int fused = p->strategy == WEAVE_STRATEGY_FUSED;
   size_t smem = 0;
-  int per_sm = weave_kernel_blocks_per_sm(p->out_dtype, p->role, fused, &smem);
+  int per_sm = weave_kernel_blocks_per_sm(p->out_dtype, p->hopper, fused, &smem);
   p->budget = weave_rank_blocks(per_sm * info->sm_count, info->ranks_on_device);
   if (per_sm < 1 || p->budget < (fused ? 2 : 1))
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
@@ -249,7 +232,7 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_aut
    * role with slots only: the atomic accumulator's kernel spills with them): the planner's own split
    * rounded to even counts (a given odd one runs unclustered), and every rank's clusters resident at
    * once */
-  const int pairs = p->role != WEAVE_ROLE_MMA && p->desc.reduce != WEAVE_REDUCE_ATOMIC &&
+  const int pairs = p->hopper && p->desc.reduce != WEAVE_REDUCE_ATOMIC &&
                     weave_hgemm_shares_a(weave_tiles_n(&p->tiling), p->budget, p->desc.dtype == WEAVE_FP8_E4M3);
   if (pairs && own_split && p->comm_blocks > 0) {
     int gemm = p->gemm_blocks, comm = p->comm_blocks;
@@ -260,7 +243,7 @@ static weave_result_t plan_choose_blocks(weave_gemm_rs_plan_t p, const weave_aut
     }
   }
   p->tiling.pair_n = pairs && weave_pairs_fit(p->gemm_blocks, p->comm_blocks, info->ranks_on_device,
-                                              weave_kernel_fused_max_clusters(p->role));
+                                              weave_kernel_fused_max_clusters());
   if (p->gemm_blocks + p->comm_blocks > p->budget)
     return weave_fail(p->team, WEAVE_ERROR_UNSUPPORTED,
                       "plan: %d GEMM + %d communication blocks could deadlock: only %d blocks of this kernel are "
@@ -393,7 +376,7 @@ static void plan_fill_params(weave_gemm_rs_plan_t p) {
   fp->fp8_fast_accum = p->desc.fp8_accum == WEAVE_FP8_ACCUM_FAST;
   fp->b_layout = p->desc.b_layout;
   fp->slot_dtype = p->slot_dtype;
-  fp->role = p->role;
+  fp->hopper = p->hopper;
   fp->reduce = p->desc.reduce;
   fp->alpha = p->desc.alpha;
   weave_team_device_view(p->team, &fp->team);
@@ -420,8 +403,8 @@ static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) 
   const int M = p->M, N = p->N;
   size_t slot_bytes = weave_dtype_size(p->slot_dtype);
   /* (a rail plan across hosts has peers it cannot address: NCCL moves its rows, no kernel of it runs) */
-  if (!(p->role != WEAVE_ROLE_MMA && p->desc.reduce == WEAVE_REDUCE_DETERMINISTIC && env->tma_epilogue &&
-        M >= team->world && ((size_t)N * slot_bytes) % 16 == 0) ||
+  if (!(p->hopper && p->desc.reduce == WEAVE_REDUCE_DETERMINISTIC && env->tma_epilogue && M >= team->world &&
+        ((size_t)N * slot_bytes) % 16 == 0) ||
       team->peers_unmapped)
     return;
   int ok = 1;
@@ -474,7 +457,7 @@ static weave_result_t plan_fused_split(weave_team_t team, int M, int N, int K, c
   p->desc.strategy = WEAVE_STRATEGY_FUSED;
   p->strategy = WEAVE_STRATEGY_FUSED;
   plan_choose_dtypes(p);
-  plan_choose_tiling(p, NULL);
+  plan_choose_tiling(p);
   weave_result_t rc = plan_choose_blocks(p, NULL);
   *gemm_blocks = p->gemm_blocks;
   *comm_blocks = p->comm_blocks;
@@ -531,9 +514,8 @@ static weave_result_t plan_create(weave_team_t team, int M, int N, int K, const 
     return rc;
   }
   plan_choose_dtypes(p);
-  plan_choose_tiling(p, &env);
-  rc = plan_agree_group(p);
-  if (rc == WEAVE_SUCCESS) rc = plan_choose_blocks(p, &choice);
+  plan_choose_tiling(p);
+  rc = plan_choose_blocks(p, &choice);
   plan_size_memory(p);
   plan_note_choice(p, &choice);
   if (env.delay_us && env.delay_strategy == p->strategy) p->delay_us = env.delay_us; /* WEAVE_TEST_DELAY */

@@ -180,16 +180,15 @@ static weave_result_t enqueue(weave_gemm_rs_plan_t p, const char *fn, const void
   fp.out_vec = aligned16(C_out);
   fp.vec_ok = aligned16(A) && aligned16(B) && rowb_a % 16 == 0 && rowb_b % 16 == 0;
 
-  if (p->role != WEAVE_ROLE_MMA) {
+  if (p->hopper) {
     char msg[256];
     if (!aligned16(A) || !aligned16(B))
       return weave_fail(team, WEAVE_ERROR_INVALID_ARGUMENT,
                         "%s: this plan runs the TMA GEMM: A %p and B %p must be 16-byte aligned", fn, A, B);
-    /* A's box is the role's tile rows; with 2-CTA clusters sharing A each CTA loads half of them */
-    int rc = weave_hgemm_make_params_for(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, p->tiling.tile_m,
-                                         p->tiling.tile_n, &fp.hg, msg, sizeof(msg));
+    int rc = weave_hgemm_make_params(p->M, p->N, p->K, p->desc.dtype, p->desc.b_layout, A, B, &fp.hg, msg, sizeof(msg));
+    /* 2-CTA clusters sharing A: each CTA loads half of a tile's rows */
     if (rc == WEAVE_SUCCESS && p->tiling.pair_n)
-      rc = weave_hgemm_params_share_a(&fp.hg, A, p->tiling.tile_m, msg, sizeof(msg));
+      rc = weave_hgemm_params_share_a(&fp.hg, A, WEAVE_HGEMM_BM, msg, sizeof(msg));
     if (rc != WEAVE_SUCCESS) return weave_fail(team, (weave_result_t)rc, "%s: %s", fn, msg);
     fp.hg.scales = sc;
   }

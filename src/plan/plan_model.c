@@ -141,11 +141,3 @@ weave_strategy_t weave_auto_model(const weave_auto_model_in_t *in, weave_auto_mo
   if (out->fused_ms < 0.97 * best) s = WEAVE_STRATEGY_FUSED;
   return s;
 }
-
-int weave_plan_group_rows(int world, int tile_m, int K_local, size_t in_bytes, int ranks_on_device, size_t l2_bytes) {
-  const double row_group = (double)(world > 0 ? world : 1) * tile_m * K_local * (double)in_bytes *
-                           (ranks_on_device > 0 ? ranks_on_device : 1); /* one tile row of every group in flight */
-  int g = WEAVE_GROUP_M;
-  while (g > 1 && g * row_group > 0.5 * (double)l2_bytes) --g;
-  return g;
-}

@@ -32,13 +32,6 @@ void weave_split_inputs_from_device(int sm_count, double clock_hz, double hbm_by
  * remaining blocks: argmin_c max(t_gemm(blocks-c), t_comm(c)), at least 1 and at most blocks-1. */
 int weave_split_comm_blocks(const weave_split_inputs_t *in, double gemm_flops, double comm_bytes, double comm_tiles);
 
-/* Tile rows per group of the fused walk's owner order (weave_tiling_t.group_m): a group is walked
- * column by column, so L2 must hold its rows of A across the columns (world owners' groups are in
- * flight at once, each tile_m x K_local elements of in_bytes a tile row, for every one of the
- * ranks_on_device ranks sharing the GPU): the largest g <= WEAVE_GROUP_M whose rows fit in half of
- * l2_bytes, at least 1. */
-int weave_plan_group_rows(int world, int tile_m, int K_local, size_t in_bytes, int ranks_on_device, size_t l2_bytes);
-
 /* Per rank and call: FLOPs of the local GEMM; bytes the owner-side reduction moves; bytes pushed to
  * peers. */
 double weave_plan_gemm_flops(int M, int N, int K_local, int world);

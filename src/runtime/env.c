@@ -26,8 +26,6 @@
   X(WEAVE_SOCKET_ADDR, "address", "", "this host's address in a unique id (default: first non-loopback IPv4)")    \
   X(WEAVE_BOOTSTRAP_PORT, "port", "", "rendezvous port of weave_bootstrap_create_env (default: MASTER_PORT + 1)") \
   X(WEAVE_TMA_EPILOGUE, "bool", "1", "fused GEMM blocks send tiles to owners with TMA stores (0: plain stores)")  \
-  X(WEAVE_FUSED_GROUP_M, "0..64", "0",                                                                            \
-    "fused GEMM + ReduceScatter: tile rows per group of an owner's tile order (0: what L2 holds, at most 8)")     \
   X(WEAVE_HGEMM_PINGPONG, "0..2", "1", "Hopper GEMM schedule: 0 cooperative, 1 auto (cost model), 2 ping-pong")   \
   X(WEAVE_HGEMM_STREAMK, "0..2", "1",                                                                             \
     "Hopper GEMM stream-K tail: 0 off, 1 cost model, 2 whenever tiles are left over")                             \
@@ -214,10 +212,6 @@ weave_result_t weave_env_load(weave_env_t *env) {
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_RANKS_PER_NODE='%s': expected an integer in 0..%d", v,
                       WEAVE_MAX_WORLD);
   env->ranks_per_node = (int)l;
-  v = env_value("WEAVE_FUSED_GROUP_M", "0");
-  if (weave_parse_int(v, 0, 64, &l))
-    return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_FUSED_GROUP_M='%s': expected an integer in 0..64", v);
-  env->fused_group_m = (int)l;
   v = env_value("WEAVE_TMA_EPILOGUE", "1");
   if (weave_parse_bool(v, &env->tma_epilogue))
     return weave_fail(NULL, WEAVE_ERROR_ENV, "WEAVE_TMA_EPILOGUE='%s': expected 0/1/true/false/yes/no/on/off", v);

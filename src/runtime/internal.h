@@ -55,7 +55,6 @@ typedef struct {
   char tune_file[512];
   char trace[512];
   int tma_epilogue;
-  int fused_group_m;               /* WEAVE_FUSED_GROUP_M: the fused walk's group of tile rows (0: the plan's) */
   int autotune;                    /* WEAVE_AUTOTUNE: AUTO plans time their candidates when nothing is cached */
   weave_strategy_t delay_strategy; /* WEAVE_TEST_DELAY=<strategy>:<us>: that strategy's calls start with a */
   int delay_us;                    /* delay of us microseconds (0: none), to test that auto avoids it */

@@ -11,19 +11,16 @@
 #include "runtime/internal.h"
 
 void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype_t dtype, weave_layout_t layout,
-                      weave_tile_order_t order, int fp8_accum) {
+                      weave_tile_order_t order) {
   int K = K_total / world, tm, tn;
   const size_t osz = weave_dtype_size(weave_dtype_out(dtype, WEAVE_DTYPE_AUTO)); /* what travels: the output type */
-  const weave_gemm_role_t role = weave_kernel_role(dtype, layout, N, K, fp8_accum == WEAVE_FP8_ACCUM_FAST);
-  weave_kernel_tile_shape(role, &tm, &tn);
-  weave_tiling_t t = {M, N, world, tm, tn, (int)order, 0, 0};
+  int hopper = weave_kernel_hopper_ok(dtype, layout, N, K);
+  weave_kernel_tile_shape(hopper, &tm, &tn);
+  weave_tiling_t t = {M, N, world, tm, tn, (int)order, 0};
   fprintf(f,
           "# plan of the fused kernel: %s role, tiles %dx%d, each owner's rows tiled on their own, owners\n"
           "# interleaved tile by tile in an order rotated per rank (%s)\n",
-          role == WEAVE_ROLE_HOPPER_P3 ? "TMA + wgmma, three consumer warpgroups"
-          : role == WEAVE_ROLE_HOPPER  ? "TMA + wgmma"
-                                       : "mma.sync",
-          t.tile_m, t.tile_n,
+          hopper ? "TMA + wgmma" : "mma.sync", t.tile_m, t.tile_n,
           order == WEAVE_ORDER_OWN_FIRST ? "own tile first in each round" : "own tile last in each round");
   fprintf(f, "#  rank  rows[begin,+n)     tiles_owned  owners in a round          bytes sent/call (%s slots)\n",
           weave_dtype_name(weave_dtype_out(dtype, WEAVE_DTYPE_AUTO)));

@@ -10,11 +10,11 @@
 
 #include "weave.h"
 
-/* The fused kernel's plan for this shape (its GEMM role and tiles, given fp8_accum, a
- * weave_fp8_accum_t; rows and tiles per rank, visiting order, bytes sent, symmetric memory), the
- * cost model's split on a 132-SM H200 and the datasheet roofline of H100 and H200; no device needed. */
+/* The fused kernel's plan for this shape (tiles, rows and tiles per rank, visiting order, bytes
+ * sent, symmetric memory), the cost model's split on a 132-SM H200 and the datasheet roofline of
+ * H100 and H200; no device needed. */
 void bench_print_plan(FILE *f, int M, int N, int K_total, int world, weave_dtype_t dtype, weave_layout_t layout,
-                      weave_tile_order_t order, int fp8_accum);
+                      weave_tile_order_t order);
 
 /* Reads every WEAVE_* variable as a team would: 0 when all are valid, else -1 with the message
  * (which variable, which value, what it takes) in weave_get_last_error(NULL). The dry run checks

@@ -149,9 +149,11 @@ extern "C" int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem
   return weave_hgemm_encode(map, elem, base, cols, rows, pitch, 128 / eb, WEAVE_HGEMM_EPI_ROWS, errmsg, errlen);
 }
 
-extern "C" int weave_hgemm_make_params_for(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout,
-                                           const void *A, const void *B, int tile_m, int tile_n,
-                                           weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
+/* weave_hgemm_make_params for a role whose tiles are tile_m x tile_n: A's box is tile_m rows, the
+ * tile counts follow (the B maps are the same for every role). */
+static int weave_hgemm_params_for(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
+                                  const void *B, int tile_m, int tile_n, weave_hgemm_params_t *p, char *errmsg,
+                                  size_t errlen) {
   if (!p || !A || !B)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL params, A or B");
   if (M <= 0 || N <= 0 || K <= 0)
@@ -224,7 +226,7 @@ extern "C" int weave_hgemm_make_params_for(int M, int N, int K, weave_dtype_t dt
 
 extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
                                        const void *B, weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
-  return weave_hgemm_make_params_for(M, N, K, dtype, b_layout, A, B, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, p, errmsg, errlen);
+  return weave_hgemm_params_for(M, N, K, dtype, b_layout, A, B, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, p, errmsg, errlen);
 }
 
 extern "C" int weave_hgemm_params_share_a(weave_hgemm_params_t *p, const void *A, int tile_m, char *errmsg,
@@ -502,9 +504,9 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   const bool promote = weave_hgemm_promotes(a);
   const bool p3 = promote && knobs.promote_wgs == 3;
   weave_hgemm_params_t p;
-  int r = weave_hgemm_make_params_for(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B,
-                                      p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN,
-                                      &p, errmsg, errlen);
+  int r = weave_hgemm_params_for(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B,
+                                 p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN, &p,
+                                 errmsg, errlen);
   if (r) return r;
   p.scales = sc;
   weave_hgemm_sink_args_t sa;

@@ -48,7 +48,6 @@
 #include "gemm/hopper/gemm_hopper.h"
 #include "gemm/hopper/gemm_hopper_cooperative.cuh"
 #include "gemm/hopper/gemm_hopper_pingpong.cuh"
-#include "gemm/hopper/gemm_hopper_promote3.cuh"
 
 /* The cooperative role for the (dtype, B layout) in p, chosen at run time (one uniform branch), on CL
  * CTAs per cluster (CL == 2: launched with 2-CTA clusters, pairs of tile rows sharing B or, SHARE_A,
@@ -84,14 +83,6 @@ __device__ __forceinline__ void weave_hgemm_role_fp8(const weave_hgemm_params_t 
                                                      int seq_stride, int seq_count, Sink &sink) {
   weave_hgemm_role_coop<Sink, WEAVE_FP8_E4M3, 1, CL, false, weave_hgemm_scale_fp8, PROMOTE, SHARE_A>(
       p, smem, seq_begin, seq_stride, seq_count, sink);
-}
-
-/* fp8 with accumulation promoted to fp32 on three consumer warpgroups (gemm_hopper_promote3.cuh:
- * 512 threads, 192 x 128 tiles, p.tmap_a's box 192 rows or, CL == 2, 96), p.scales applied as above. */
-template <int CL, class Sink>
-__device__ __forceinline__ void weave_hgemm_role_fp8_p3(const weave_hgemm_params_t &p, unsigned char *smem,
-                                                        int seq_begin, int seq_stride, int seq_count, Sink &sink) {
-  weave_hgemm_role_promote3<Sink, weave_hgemm_scale_fp8, CL>(p, smem, seq_begin, seq_stride, seq_count, sink);
 }
 
 #endif /* WEAVE_GEMM_HOPPER_CUH */

@@ -83,9 +83,8 @@ extern "C" {
 /* Named barrier id the role uses among its 256 consumer threads (id 0 is __syncthreads); the
  * TMA-store epilogue also uses ids 2 and 3 (128 threads each). */
 #define WEAVE_HGEMM_CONSUMER_BARRIER_ID 1
-/* Named barrier id of weave_hgemm_regs_restore (every thread of the block): above the ids the roles
- * use, the three-warpgroup role's epilogue taking 2, 3 and 4. */
-#define WEAVE_HGEMM_RESTORE_BARRIER_ID 9
+/* Named barrier id of weave_hgemm_regs_restore (all 384 threads). */
+#define WEAVE_HGEMM_RESTORE_BARRIER_ID 4
 /* The ping-pong role's turn barriers use ids 5 and 6 (WEAVE_HGEMM_PP_ORDER_BARRIER_ID). */
 /* Skewed consumers (compile time, default 0: off): the cooperative role's second consumer
  * warpgroup starts its first tile only once the first has issued WEAVE_HGEMM_SKEW_KB k-blocks of
@@ -181,11 +180,6 @@ typedef struct {
  * Used by the standalone launcher and by the fused kernel's host code. Returns a weave_result_t. */
 int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
                             const void *B, weave_hgemm_params_t *params, char *errmsg, size_t errlen);
-/* The same for a role whose tiles are tile_m x tile_n (the three-warpgroup fp8 role's 192 x 128):
- * A's box is tile_m rows, the tile counts follow (the B maps are the same for every role). */
-int weave_hgemm_make_params_for(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
-                                const void *B, int tile_m, int tile_n, weave_hgemm_params_t *params, char *errmsg,
-                                size_t errlen);
 
 /* For 2-CTA clusters whose CTAs share A (weave_hgemm_shares_a): re-encodes params->tmap_a over A with
  * a box of half a tile's rows (tile_m / 2), the half each CTA loads and multicasts. */

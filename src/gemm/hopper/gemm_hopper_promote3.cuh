@@ -29,10 +29,9 @@
  *   to both, and loads its own B; `empty` then takes an arrival from each consumer warpgroup of both
  *   CTAs. A CTA of cluster rank r passes seq_begin = 2j + r and an even stride.
  *   Data-parallel tiles only (no stream-K); whole-tile epilogue per warpgroup through
- *   epilogue.cuh (TMA stores: named barriers 2 + warpgroup, i.e. 2, 3 and 4) or the sink's store2.
- *   A kernel that runs other code after the role gives the registers back with
- *   weave_hgemm_regs_restore<WEAVE_HGEMM_P3_THREADS>() (register_split.cuh), as the fused GEMM +
- *   ReduceScatter kernel does.
+ *   epilogue.cuh (TMA stores: named barriers 2 + warpgroup, i.e. 2, 3 and 4, the last being
+ *   WEAVE_HGEMM_RESTORE_BARRIER_ID: a kernel running this role must not restore registers) or the
+ *   sink's store2.
  * Sinks: the Sink contract of gemm_hopper.cuh with 192 x 128 tiles; end(), if the sink has one,
  * after all 384 consumer threads are done (barrier WEAVE_HGEMM_CONSUMER_BARRIER_ID).
  */
