@@ -336,7 +336,8 @@ PY
       ;;
     variants) # builds this tree's weave-bench once per VARIANTS entry "label=CUDA flags" (';' between
               # entries, e.g. "base=;skew2=-DWEAVE_HGEMM_SKEW_KB=2") into /tmp/weave-var/<label> (Release,
-              # all at once; not again while the machine stays warm), for later modes of the batch:
+              # all at once; not again while the machine stays warm; scripts/build_variants.sh builds
+              # them on the CPU machine instead, to carry, which costs no device time), for later modes:
               # FP8_AB="base=/tmp/weave-var/base skew2=/tmp/weave-var/skew2" scripts/device_run.sh variants fp8ab
       IFS=';' read -ra vs <<< "${VARIANTS:-}"
       for v in "${vs[@]}"; do
