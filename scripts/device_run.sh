@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|variants|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ ag_sanitizers() {
 # fp8's five target shapes (issue 33)
 fp8_shapes="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3584 -s 16384x8192x3584"
 # fp8 with FP8_ACCUM accumulation (default fp32; AB_DTYPE=bf16|fp16: that dtype instead) on fp8_shapes for several
-# carried or variant builds and knob settings: $1 holds
+# carried builds (scripts/build_variants.sh builds compile-time variants to carry) and knob settings: $1 holds
 # "label=dir[@VAR=value...] ..." (dir holds a weave-bench; each @ sets a knob), each its own process
 # with cuBLASLt's default beside it, all alternating, twice; rows to fp8ab.log: M N K weave-TFLOP/s
 # lt_def-TFLOP/s weave/lt_def #wrong
@@ -333,24 +333,6 @@ PY
         python3 scripts/ncu_fp8.py sass /tmp/fp8ncu_src.csv > "$out/fp8ncu_sass_$name.txt"; head -80 "$out/fp8ncu_sass_$name.txt"
       done
       tail -3 "$out/fp8ncu_err.log"
-      ;;
-    variants) # builds this tree's weave-bench once per VARIANTS entry "label=CUDA flags" (';' between
-              # entries, e.g. "base=;skew2=-DWEAVE_HGEMM_SKEW_KB=2") into /tmp/weave-var/<label> (Release,
-              # all at once; not again while the machine stays warm; scripts/build_variants.sh builds
-              # them on the CPU machine instead, to carry, which costs no device time), for later modes:
-              # FP8_AB="base=/tmp/weave-var/base skew2=/tmp/weave-var/skew2" scripts/device_run.sh variants fp8ab
-      IFS=';' read -ra vs <<< "${VARIANTS:-}"
-      for v in "${vs[@]}"; do
-        label=${v%%=*}; flags=${v#*=}; dir=/tmp/weave-var/$label
-        [ -x "$dir/weave-bench" ] && continue
-        (cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_FLAGS=$flags" > /dev/null &&
-          cmake --build "$dir" -j "$(nproc)" --target weave-bench) > "$out/variant_$label.log" 2>&1 &
-      done
-      wait
-      for v in "${vs[@]}"; do
-        label=${v%%=*}; [ -x "/tmp/weave-var/$label/weave-bench" ] && echo "variant $label: built" ||
-          { echo "variant $label: FAILED"; tail -5 "$out/variant_$label.log"; }
-      done
       ;;
     fp8ab) # fp8_alternate (above) over FP8_AB="label=dir[@VAR=value...] ...", builds carried beside
            # this one, e.g. "main=build cl=build@WEAVE_HGEMM_CLUSTER=3"; then each label's range and

@@ -230,12 +230,7 @@ static void run_case(int M, int N, int K, weave_dtype_t dt, weave_layout_t ly, f
 static void expect_invalid(int M, int N, int K, weave_layout_t ly) {
   void *buf;
   CUDA_CHECK(cudaMalloc(&buf, 1 << 20));
-  weave_hgemm_args_t a;
-  memset(&a, 0, sizeof a);
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.dtype = WEAVE_BF16;
+  weave_hgemm_args_t a = weave_hgemm_auto_args(M, N, K, WEAVE_BF16, 0, 0);
   a.b_layout = ly;
   a.alpha = 1.f;
   a.A = buf;

@@ -129,28 +129,20 @@ struct Ctx {
  * schedule (stream-K by its cost model), 3 weave ping-pong schedule, 1 cuBLASLt plan */
 static int launch(Ctx &c, int which, int blocks, weave_lt_t *lp, int set, void *C) {
   if (which != 1) {
-    weave_hgemm_args_t a;
-    memset(&a, 0, sizeof a);
-    a.M = c.M;
-    a.N = c.N;
-    a.K = c.K;
-    a.dtype = c.dt;
+    const int fp8 = c.dt == WEAVE_FP8_E4M3;
+    weave_hgemm_args_t a = weave_hgemm_auto_args(c.M, c.N, c.K, c.dt, blocks, fp8 && c.fast_accum);
     a.b_layout = c.ly;
     a.alpha = 1.f;
     a.A = c.A[set];
     a.B = c.B[set];
     a.C = C;
-    a.num_blocks = blocks;
     a.workspace = c.sk_ws;
     a.workspace_bytes = c.sk_bytes;
-    if (c.dt == WEAVE_FP8_E4M3) {
-      a.out_dtype = WEAVE_BF16;
+    if (fp8) {
       a.scales.mode = c.scale_mode;
       a.scales.a = c.scale_mode ? c.sa : NULL;
       a.scales.b = c.scale_mode ? c.sb : NULL;
-      a.fp8_fast_accum = c.fast_accum;
     }
-    a.streamk = WEAVE_HGEMM_SK_AUTO;
     a.schedule = which == 2 ? WEAVE_HGEMM_SCHED_COOP : which == 3 ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_AUTO;
     char err[256];
     int r = weave_hgemm_launch(&a, c.st, err, sizeof err);
