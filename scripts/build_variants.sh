@@ -4,9 +4,9 @@
 # costs minutes of device time; these binaries link weave statically, ~14 MB each, and a call
 # carries 64 MiB at most). Each variant builds from a clean worktree of REV (default HEAD), so edits
 # made in the working tree meanwhile do not leak into a build half way.
-#   VARIANTS="base=;skew2=-DWEAVE_HGEMM_SKEW_KB=2" scripts/build_variants.sh [REV]
+#   VARIANTS="base=;st5=-DWEAVE_HGEMM_P3_STAGES=5 -DWEAVE_HGEMM_EPI_BUFS=1" scripts/build_variants.sh [REV]
 #   then on the device, carrying [".variants"]:
-#   FP8_ACCUM=fast FP8_AB="base=.variants/base skew2=.variants/skew2" scripts/device_run.sh fp8ab
+#   FP8_ACCUM=fast FP8_AB="base=.variants/base st5=.variants/st5" scripts/device_run.sh fp8ab
 # VARIANTS: "label=CUDA flags" entries, ';' between them; OUTDIR: where <label>/weave-bench goes
 # (default .variants, which git ignores); JOBS: parallel compile jobs (default: the CPUs).
 set -euo pipefail

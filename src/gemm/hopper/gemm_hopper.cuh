@@ -37,8 +37,7 @@
  * Synchronization used: one block-wide barrier at entry (after the mbarrier init; all 384 threads
  * must call the role), then only mbarriers and named barriers among the consumers:
  * WEAVE_HGEMM_CONSUMER_BARRIER_ID (256; end of a tile unless the sink declares kWeaveNoEnd, stream-K
- * fixup), 2 + warpgroup (128 each; TMA-store epilogue) and, only where built with WEAVE_HGEMM_SKEW_KB,
- * WEAVE_HGEMM_SKEW_BARRIER_ID (256, once). Producer threads other than thread 0
+ * fixup) and 2 + warpgroup (128 each; TMA-store epilogue). Producer threads other than thread 0
  * return at once (after setmaxnreg). After the role returns, the producer warpgroup runs with 40
  * registers and the consumers with 232 (weave_hgemm_regs_restore gives the launch count back).
  */

@@ -86,22 +86,6 @@ extern "C" {
 /* Named barrier id of weave_hgemm_regs_restore (all 384 threads). */
 #define WEAVE_HGEMM_RESTORE_BARRIER_ID 4
 /* The ping-pong role's turn barriers use ids 5 and 6 (WEAVE_HGEMM_PP_ORDER_BARRIER_ID). */
-/* Skewed consumers (compile time, default 0: off): the cooperative role's second consumer
- * warpgroup starts its first tile only once the first has issued WEAVE_HGEMM_SKEW_KB k-blocks of
- * it (named barrier WEAVE_HGEMM_SKEW_BARRIER_ID, 256 threads). Nothing realigns the two later (the
- * standalone sink has no tile-end barrier), so while one warpgroup runs its epilogue the other
- * still has k-blocks to issue and the tensor cores stay busy; the ring bounds the lead (a stage is
- * refilled only once both have read it), so it must stay below WEAVE_HGEMM_STAGES. */
-#ifndef WEAVE_HGEMM_SKEW_KB
-#define WEAVE_HGEMM_SKEW_KB 0
-#endif
-/* The same for the three-warpgroup fp8 role: warpgroup w + 1 starts WEAVE_HGEMM_P3_SKEW_KB k-blocks
- * behind warpgroup w (barriers WEAVE_HGEMM_SKEW_BARRIER_ID + w); twice that below
- * WEAVE_HGEMM_P3_STAGES. */
-#ifndef WEAVE_HGEMM_P3_SKEW_KB
-#define WEAVE_HGEMM_P3_SKEW_KB 0
-#endif
-#define WEAVE_HGEMM_SKEW_BARRIER_ID 7 /* and 8 */
 
 /* K elements per smem stage for inputs of `dtype`, and the k-blocks of a K (host, device, CPU test). */
 static inline WEAVE_HOST_DEVICE int weave_hgemm_bk(int dtype) {

@@ -21,8 +21,7 @@
  *   work; stores are masked (row < M, col < N) by the role before it calls the sink.
  *
  * The Sink contract, the synchronization the role uses and the register state it leaves:
- * gemm_hopper.cuh. Optional: stream-K split tiles (SK, streamk_fixup.cuh), 2-CTA clusters (CL == 2),
- * consumers skewed by WEAVE_HGEMM_SKEW_KB k-blocks (gemm_hopper.h; compile time, off by default).
+ * gemm_hopper.cuh. Optional: stream-K split tiles (SK, streamk_fixup.cuh), 2-CTA clusters (CL == 2).
  */
 #ifndef WEAVE_HGEMM_COOPERATIVE_CUH
 #define WEAVE_HGEMM_COOPERATIVE_CUH
@@ -37,8 +36,6 @@
 
 static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024,
               "stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
-static_assert(WEAVE_HGEMM_SKEW_KB >= 0 && WEAVE_HGEMM_SKEW_KB < WEAVE_HGEMM_STAGES,
-              "the first consumer warpgroup's lead must leave it a stage the producer can fill");
 
 /* ---------------------------------------------------------------------------------------------
  * The role, for one (dtype, B layout, cluster size).
@@ -125,8 +122,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
     const int M = p.M, N = p.N;
     float acc[128];
     weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
-    [[maybe_unused]] bool skew_pending = true; /* WEAVE_HGEMM_SKEW_KB: the first tile's lead not yet given */
-    int ptile = 0;                             /* WEAVE_HGEMM_PROFILE */
+    int ptile = 0; /* WEAVE_HGEMM_PROFILE */
     while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
       int prev_stage = 0;
       int m0 = 0, n0 = 0; /* the tile's place: computed under its first k-block's wgmmas */
@@ -134,18 +130,11 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       ++ptile;
       WEAVE_HGEMM_PROF_STAMP(prof, 0);
       WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
-      if constexpr (WEAVE_HGEMM_SKEW_KB > 0) { /* the second waits for the first's lead (below) */
-        if (cw == 1) weave_hgemm_lead_wait(skew_pending, WEAVE_HGEMM_SKEW_BARRIER_ID);
-      }
       if constexpr (PROMOTE) {
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
       }
       for (int kb = kb0; kb < kb1; ++kb) {
-        if constexpr (WEAVE_HGEMM_SKEW_KB > 0) {
-          if (cw == 0 && kb - kb0 == WEAVE_HGEMM_SKEW_KB)
-            weave_hgemm_lead_give(skew_pending, WEAVE_HGEMM_SKEW_BARRIER_ID);
-        }
         /* PROMOTE waits for the next k-block's stage under its second half's group (below) */
         if (!PROMOTE || kb == kb0) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
         if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
@@ -212,9 +201,6 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         if (kb > kb0 && ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
         prev_stage = pipe.stage;
         weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
-      }
-      if constexpr (WEAVE_HGEMM_SKEW_KB > 0) { /* a first tile of WEAVE_HGEMM_SKEW_KB k-blocks or fewer */
-        if (cw == 0) weave_hgemm_lead_give(skew_pending, WEAVE_HGEMM_SKEW_BARRIER_ID);
       }
       if constexpr (!PROMOTE) {
         weave_hgemm_wgmma_wait<0>();

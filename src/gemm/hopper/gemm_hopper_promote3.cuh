@@ -48,8 +48,6 @@ static_assert(WEAVE_HGEMM_P3_SMEM_ALLOC_BYTES <= 227 * 1024,
               "three-warpgroup stages + epilogue staging exceed Hopper's 227 KiB of smem per block");
 static_assert(WEAVE_HGEMM_P3_PRODUCER_REGS * 128 + 3 * 128 * WEAVE_HGEMM_P3_CONSUMER_REGS <= 65536,
               "the three-warpgroup register split exceeds the register file");
-static_assert(WEAVE_HGEMM_P3_SKEW_KB >= 0 && 2 * WEAVE_HGEMM_P3_SKEW_KB < WEAVE_HGEMM_P3_STAGES,
-              "the first consumer warpgroup's lead must leave it a stage the producer can fill");
 
 template <class Sink, class SC, int CL>
 __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_params_t &p, unsigned char *smem,
@@ -110,15 +108,12 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
   const int M = p.M, N = p.N;
   float acc[64];
   weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
-  int ptile = 0;                                                /* WEAVE_HGEMM_PROFILE */
-  [[maybe_unused]] bool wait_lead = cw > 0, give_lead = cw < 2; /* WEAVE_HGEMM_P3_SKEW_KB: first tile */
+  int ptile = 0; /* WEAVE_HGEMM_PROFILE */
   for (int seq = seq_begin; seq < seq_count; seq += seq_stride) {
     long long *prof = ltid == 0 ? weave_hgemm_prof_slot(cw, ptile) : nullptr;
     ++ptile;
     WEAVE_HGEMM_PROF_STAMP(prof, 0);
     WEAVE_HGEMM_PROF_STAMP_NS(prof, 14);
-    if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) /* the lead of the warpgroup before this one (below) */
-      weave_hgemm_lead_wait(wait_lead, WEAVE_HGEMM_SKEW_BARRIER_ID + cw - 1);
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     /* the first stage's full barrier here, each next one under the group before it and its adds */
@@ -126,9 +121,6 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
     WEAVE_HGEMM_PROF_STAMP(prof, 1);
     long long late = 0; /* WEAVE_HGEMM_PROFILE: late stages */
     for (int kb = 0; kb < p.k_blocks; ++kb) {
-      if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) {
-        if (kb == WEAVE_HGEMM_P3_SKEW_KB) weave_hgemm_lead_give(give_lead, WEAVE_HGEMM_SKEW_BARRIER_ID + cw);
-      }
       const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + cw * (64 * 128);
       const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_P3_STAGE_BYTES + WEAVE_HGEMM_P3_A_STAGE_BYTES;
       const uint64_t da = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
@@ -153,8 +145,6 @@ __device__ __forceinline__ void weave_hgemm_role_promote3(const weave_hgemm_para
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
       if (!next_ready) weave_hgemm_mbar_wait_counted(full_bar + 8 * pipe.stage, pipe.phase, &late);
     }
-    if constexpr (WEAVE_HGEMM_P3_SKEW_KB > 0) /* a first tile of WEAVE_HGEMM_P3_SKEW_KB k-blocks or fewer */
-      weave_hgemm_lead_give(give_lead, WEAVE_HGEMM_SKEW_BARRIER_ID + cw);
     if (prof) prof[WEAVE_HGEMM_PROF_LATE_EV] = late;
 
     WEAVE_HGEMM_PROF_STAMP(prof, 2);

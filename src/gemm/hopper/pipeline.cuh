@@ -89,20 +89,4 @@ static __device__ __forceinline__ void weave_hgemm_release_stage(uint32_t empty)
   }
 }
 
-/* Skewed consumers (WEAVE_HGEMM_SKEW_KB, WEAVE_HGEMM_P3_SKEW_KB; gemm_hopper.h): a warpgroup gives
- * its lead once (named barrier `id`, non-blocking) and the warpgroup behind it waits for it once,
- * before its first tile; `pending` says whether that is still to do. */
-static __device__ __forceinline__ void weave_hgemm_lead_give(bool &pending, int id) {
-  if (pending) {
-    weave_hgemm_named_barrier_arrive(id, 256);
-    pending = false;
-  }
-}
-static __device__ __forceinline__ void weave_hgemm_lead_wait(bool &pending, int id) {
-  if (pending) {
-    weave_hgemm_named_barrier_sync(id, 256);
-    pending = false;
-  }
-}
-
 #endif /* WEAVE_HGEMM_PIPELINE_CUH */
