@@ -109,7 +109,30 @@ struct weave_slot_sink : weave_owner_walk {
   }
 };
 
+/* The atomic accumulator's tiles through the TMA unit's reduce-adds (compile time, default 0: off,
+ * the default build's kernels unchanged; not yet measured on a GPU, docs/hopper_gemm.md, What is
+ * left): with 1 the Hopper role stages each tile in smem and cp.reduce.async.bulk adds it into the
+ * owner's accumulator, so that no SM does the adds; with 0, store2's reductions from registers. */
+#ifndef WEAVE_ATOMIC_TMA
+#define WEAVE_ATOMIC_TMA 0
+#endif
+
 struct weave_atomic_sink : weave_owner_walk {
+  /* WEAVE_ATOMIC_TMA: the TMA-reduce epilogue (epilogue.cuh) where the plan made the maps
+   * (tma_slots): the tile is added into o's fp32 accumulator through slot_map[o], clipped at o's
+   * last row by the map; the role waits for the adds before end() publishes. Else store2's remote
+   * reductions from registers. */
+  static constexpr bool kWeaveTmaStore = WEAVE_ATOMIC_TMA != 0;
+  static constexpr bool kWeaveTmaPublish = true;
+  static constexpr bool kWeaveTmaReduce = true;
+  typedef float TmaElem;
+  __device__ bool tma_store() const { return p->tma_slots != 0; }
+  __device__ bool tma_issue() const { return !dead; }
+  __device__ const CUtensorMap *c_map() const { return &p->slot_map[owner]; }
+  __device__ int tma_row(int row0) const { return row0 - row_begin; }
+  __device__ bool epi_bias() const { return false; } /* raw partials: alpha and bias are the owner's */
+  template <bool>
+  __device__ void epi(int, float &, float &) {}
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;
