@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8ab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8ab|rsab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -338,6 +338,21 @@ PY
            # this one, e.g. "main=build cl=build@WEAVE_HGEMM_CLUSTER=3"; then each label's range and
            # mean of weave/lt_def over fp8ab.log (every fp8ab of this command so far)
       fp8_alternate "${FP8_AB:-}"
+      ;;
+    rsab) # GEMM + ReduceScatter of several carried builds (scripts/build_variants.sh): RS_AB="label=dir
+          # ..." (dir holds a weave-bench), each its own process per world in RS_G (default "4 8"),
+          # ranks as threads, M = N = 8192, K 28672, -d RS_D (default fp8; RS_ARGS adds options, e.g.
+          # "--fp8-accum fast"), the fused kernel in both reductions beside the baseline, -c 1; the
+          # labels alternate, twice; rows (variant, blocks, ms, ..., speed-up) to rsab.log
+      for i in 1 2; do for g in ${RS_G:-4 8}; do for entry in ${RS_AB:-}; do
+        label=${entry%%=*}; dir=${entry#*=}
+        XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout ${RS_TIMEOUT:-90} $dir/weave-bench -M 8192 -N 8192 \
+          -K 28672 -g $g -d ${RS_D:-fp8} ${RS_ARGS:-} --strategy fused --reduce both -n 10 -w 3 -c 1 \
+          > "$out/rsab.tmp" 2>&1 < /dev/null
+        echo "=== rsab $label g=$g run $i rc=$?" | tee -a "$out/rsab.log"
+        grep -vE '^#|WARN|^$' "$out/rsab.tmp" | tr -s ' ' | tee -a "$out/rsab.log"
+      done; done; done
+      rm -f "$out/rsab.tmp"
       ;;
     fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
             # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes and the auto sweep's
