@@ -78,6 +78,7 @@ typedef struct {
   int iters, warmup, check, tune;
   int dry_run;         /* print what would run; use no GPU */
   int tune_fp32_slots; /* --tune sweeps fused plans with fp32 slots (--slot fp32) */
+  int tune_reduce;     /* --tune sweeps fused plans of this weave_reduce_t (--reduce atomic: atomic) */
   const char *json_path, *trace_path;
   bench_variant_t v[MAX_VARIANTS];
   int nv;
@@ -138,7 +139,8 @@ static const cli_option_t bench_options[] = {
     {"warmup", 'w', "N", "warm-up calls per variant (default 5)"},
     {"check", 'c', "0|1", "validate one call per variant (default 1)"},
     {"json", 'J', "FILE", "also write the rows as JSON (default: none)"},
-    {"tune", OPT_TUNE, NULL, "sweep the fused kernel's split; record the best in WEAVE_TUNE_FILE"},
+    {"tune", OPT_TUNE, NULL,
+     "sweep the fused kernel's split (det, or atomic with --reduce atomic); record the best in WEAVE_TUNE_FILE"},
     {"trace", OPT_TRACE, "FILE", "time one more traced fused variant; write its last call (Chrome JSON + CSV)"},
     {"op", OPT_OP, "OP", "gemm_rs (default), or gemm: weave's Hopper GEMM against cuBLASLt (see --op gemm --help)"},
     {"dry-run", OPT_DRY_RUN, NULL, "print the options, the variants, the plan and the roofline; use no GPU"},
@@ -302,6 +304,7 @@ static void add_variants(bench_t *b, const variant_options_t *vo, int visible_de
   const int want_det = vo->reduce != REDUCE_ATOMIC, want_atomic = vo->reduce != REDUCE_DET;
   const weave_dtype_t slot = vo->fp32_slot ? WEAVE_FP32 : b->dtype;
   b->tune_fp32_slots = vo->fp32_slot && b->dtype != WEAVE_FP32;
+  b->tune_reduce = vo->reduce == REDUCE_ATOMIC ? WEAVE_REDUCE_ATOMIC : WEAVE_REDUCE_DETERMINISTIC;
   const int gb = vo->gemm_blocks, cb = vo->comm_blocks;
   add_variant(b, WEAVE_STRATEGY_BASELINE, WEAVE_REDUCE_DETERMINISTIC, b->dtype, 0, 0);
   if (all || vo->strategy == PICK_FUSED) {
@@ -324,7 +327,8 @@ static void add_variants(bench_t *b, const variant_options_t *vo, int visible_de
     if (visible_devices > 0 && harness_sm_count(b->devices[0]) > 0) sms = harness_sm_count(b->devices[0]);
     int budget_guess = (sms - (ranks_here > 1 ? ranks_here : 0)) / ranks_here;
     for (int c = 1; c < budget_guess && b->nv < MAX_VARIANTS; c = c < 4 ? c + 1 : c * 3 / 2)
-      add_variant(b, WEAVE_STRATEGY_FUSED, WEAVE_REDUCE_DETERMINISTIC, slot, budget_guess - c, c);
+      add_variant(b, WEAVE_STRATEGY_FUSED, (weave_reduce_t)b->tune_reduce,
+                  b->tune_reduce == WEAVE_REDUCE_ATOMIC ? b->dtype : slot, budget_guess - c, c);
   }
 }
 
@@ -493,10 +497,11 @@ static void plans_create(rank_run_t *x) {
     d.gemm_blocks = v->gemm_blocks;
     d.comm_blocks = v->comm_blocks;
     d.trace = v->trace;
-    if (b->tune && vi == 0) { /* the key --tune stores under: det reduction, the swept slot type */
+    if (b->tune && vi == 0) { /* the key --tune stores under: the swept reduction and slot type */
       weave_gemm_rs_desc_t k = d;
       k.strategy = WEAVE_STRATEGY_AUTO;
-      k.fp32_slots = b->tune_fp32_slots;
+      k.reduce = (weave_reduce_t)b->tune_reduce;
+      k.fp32_slots = b->tune_reduce == WEAVE_REDUCE_DETERMINISTIC && b->tune_fp32_slots;
       bench_tune_key(x->hr->team, b->M, b->N, x->K, &k, &x->rec->tune_key);
     }
     const double t0 = harness_now_ms();
