@@ -133,6 +133,14 @@ struct weave_atomic_sink : weave_owner_walk {
   __device__ bool epi_bias() const { return false; } /* raw partials: alpha and bias are the owner's */
   template <bool>
   __device__ void epi(int, float &, float &) {}
+#if WEAVE_ATOMIC_TMA
+  /* the owner re-zeroed its accumulator with generic stores before the done word this begin()
+   * acquires; the reduce-adds are the async proxy's: order them after (each thread, once a tile) */
+  __device__ void begin(int seq) {
+    weave_owner_walk::begin(seq);
+    weave_hgemm_fence_proxy_async_global();
+  }
+#endif
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;
