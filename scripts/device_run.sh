@@ -34,16 +34,25 @@ fp8_shapes="-s 8192x8192x8192 -s 8192x8192x3584 -s 8192x8192x1024 -s 4096x8192x3
 # "label=dir[@VAR=value...] ..." (dir holds a weave-bench; each @ sets a knob), each its own process
 # with cuBLASLt's default beside it, all alternating, twice; rows to fp8ab.log: M N K weave-TFLOP/s
 # lt_def-TFLOP/s weave/lt_def #wrong
+# One entry "label=dir[@VAR=value...]" of an A/B of carried builds: runs $dir/weave-bench with the entry's knobs, a fresh tuning cache and the arguments after the
+# timeout ($2 seconds); its rows (no comments, spaces squeezed) to stdout, its status returned.
+bench_entry() {
+  local entry=$1 limit=$2; shift 2
+  local rest=${entry#*=} e=; local dir=${rest%%@*}
+  [ "$rest" != "$dir" ] && e=${rest#*@}; e=${e//@/ }
+  env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout $limit $dir/weave-bench "$@" > "$out/entry.tmp" 2>&1 < /dev/null
+  local rc=$?
+  grep -vE '^#|WARN|^$' "$out/entry.tmp" | tr -s ' '
+  rm -f "$out/entry.tmp"
+  return $rc
+}
 fp8_alternate() {
   local acc=; [ "${AB_DTYPE:-fp8}" = fp8 ] && acc="--fp8-accum ${FP8_ACCUM:-fp32}"
   for i in 1 2; do for entry in $1; do
-    label=${entry%%=*}; rest=${entry#*=}; dir=${rest%%@*}; e=; [ "$rest" != "$dir" ] && e=${rest#*@}; e=${e//@/ }
-    env $e XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout 100 $dir/weave-bench --op gemm -d ${AB_DTYPE:-fp8} $acc \
-      $fp8_shapes -B 132 -n 20 -w 5 -c 1 > "$out/fp8ab.tmp" 2>&1 < /dev/null
-    echo "=== fp8ab $label run $i rc=$?" | tee -a "$out/fp8ab.log"
-    grep -vE '^#|WARN|^$' "$out/fp8ab.tmp" | tr -s ' ' | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8ab.log"
+    rows=$(bench_entry "$entry" 100 --op gemm -d ${AB_DTYPE:-fp8} $acc $fp8_shapes -B 132 -n 20 -w 5 -c 1)
+    echo "=== fp8ab ${entry%%=*} run $i rc=$?" | tee -a "$out/fp8ab.log"
+    [ -n "$rows" ] && echo "$rows" | cut -d' ' -f2-4,9,12,15,18 | tee -a "$out/fp8ab.log"
   done; done
-  rm -f "$out/fp8ab.tmp"
   fp8_means < "$out/fp8ab.log"
 }
 # per label of fp8ab rows on stdin: how many rows, the least and largest weave/lt_def and their mean
@@ -340,19 +349,16 @@ PY
       fp8_alternate "${FP8_AB:-}"
       ;;
     rsab) # GEMM + ReduceScatter of several carried builds (scripts/build_variants.sh): RS_AB="label=dir
-          # ..." (dir holds a weave-bench), each its own process per world in RS_G (default "4 8"),
+          # [@VAR=value...] ..." as fp8ab's, each its own process per world in RS_G (default "4 8"),
           # ranks as threads, M = N = 8192, K 28672, -d RS_D (default fp8; RS_ARGS adds options, e.g.
           # "--fp8-accum fast"), the fused kernel in both reductions beside the baseline, -c 1; the
           # labels alternate, twice; rows (variant, blocks, ms, ..., speed-up) to rsab.log
       for i in 1 2; do for g in ${RS_G:-4 8}; do for entry in ${RS_AB:-}; do
-        label=${entry%%=*}; dir=${entry#*=}
-        XDG_CACHE_HOME=$(mktemp -d) WEAVE_TUNE_FILE= timeout ${RS_TIMEOUT:-90} $dir/weave-bench -M 8192 -N 8192 \
-          -K 28672 -g $g -d ${RS_D:-fp8} ${RS_ARGS:-} --strategy fused --reduce both -n 10 -w 3 -c 1 \
-          > "$out/rsab.tmp" 2>&1 < /dev/null
-        echo "=== rsab $label g=$g run $i rc=$?" | tee -a "$out/rsab.log"
-        grep -vE '^#|WARN|^$' "$out/rsab.tmp" | tr -s ' ' | tee -a "$out/rsab.log"
+        rows=$(bench_entry "$entry" ${RS_TIMEOUT:-90} -M 8192 -N 8192 -K 28672 -g $g -d ${RS_D:-fp8} ${RS_ARGS:-} \
+          --strategy fused --reduce both -n 10 -w 3 -c 1)
+        echo "=== rsab ${entry%%=*} g=$g run $i rc=$?" | tee -a "$out/rsab.log"
+        [ -n "$rows" ] && echo "$rows" | tee -a "$out/rsab.log"
       done; done; done
-      rm -f "$out/rsab.tmp"
       ;;
     fp8wgs) # fp8 with fp32 accumulation: the three-warpgroup kernel against the two-warpgroup one
             # (WEAVE_HGEMM_PROMOTE_WGS) and cuBLASLt on the five target shapes and the auto sweep's
