@@ -466,19 +466,26 @@ static const char *cmp_name(uint32_t c) {
 }
 
 #ifdef WEAVE_HAVE_CUDA
-/* The abort notice in this rank's heap header (0: none), read on the team's current device. */
-static cudaError_t header_notice(weave_team_t team, uint32_t *notice) {
-  return cudaMemcpy(notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by), sizeof(*notice),
-                    cudaMemcpyDefault);
+/* The abort notice in this rank's heap header (0: none), read on the team's current device through
+ * `stream`, which the read leaves synchronized. */
+static cudaError_t header_notice(weave_team_t team, uint32_t *notice, cudaStream_t stream) {
+  cudaError_t e = cudaMemcpyAsync(notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by),
+                                  sizeof(*notice), cudaMemcpyDefault, stream);
+  return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
 }
 #endif
 
 static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
 #ifdef WEAVE_HAVE_CUDA
-  WEAVE_CUDA_CHECK(team, cudaStreamSynchronize((cudaStream_t)stream));
+  /* Every copy here goes on the caller's stream, which holds only this rank's work: on the legacy
+   * stream it could share a hardware queue with a peer's kernel that spins until this rank's next
+   * call, which this rank cannot make while the copy waits behind that kernel. */
+  const cudaStream_t s = (cudaStream_t)stream;
+  WEAVE_CUDA_CHECK(team, cudaStreamSynchronize(s));
   weave_heap_header_t head; /* the record and the abort notice: the header up to the barrier flags */
-  WEAVE_CUDA_CHECK(
-      team, cudaMemcpy(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags), cudaMemcpyDeviceToHost));
+  WEAVE_CUDA_CHECK(team, cudaMemcpyAsync(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags),
+                                         cudaMemcpyDeviceToHost, s));
+  WEAVE_CUDA_CHECK(team, cudaStreamSynchronize(s));
   const weave_device_error_t rec = head.error;
   if (rec.code == WEAVE_DEVICE_ABORTED || head.aborted_by) {
     /* kept: the team is of no further use, and every later call says so */
@@ -486,15 +493,16 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
     return weave_team_check_live(team, "weave_team_sync");
   }
   if (rec.code == WEAVE_DEVICE_OK) return WEAVE_SUCCESS;
-  WEAVE_CUDA_CHECK(team, cudaMemset(team->heap_base, 0, sizeof(rec)));
+  WEAVE_CUDA_CHECK(team, cudaMemsetAsync(team->heap_base, 0, sizeof(rec), s));
   /* A peer's abort may have landed between the read above and the clearing: its notice precedes its
    * code, so a notice seen now means the clearing may have erased that code; write it back. */
   uint32_t notice = 0;
-  WEAVE_CUDA_CHECK(team, header_notice(team, &notice));
+  WEAVE_CUDA_CHECK(team, header_notice(team, &notice, s));
   if (notice) {
     const uint32_t code = WEAVE_DEVICE_ABORTED;
-    WEAVE_CUDA_CHECK(team, cudaMemcpy((char *)team->heap_base + offsetof(weave_heap_header_t, error.code), &code,
-                                      sizeof(code), cudaMemcpyHostToDevice));
+    WEAVE_CUDA_CHECK(team, cudaMemcpyAsync((char *)team->heap_base + offsetof(weave_heap_header_t, error.code), &code,
+                                           sizeof(code), cudaMemcpyHostToDevice, s));
+    WEAVE_CUDA_CHECK(team, cudaStreamSynchronize(s));
     team->aborted_by = (int)notice;
     return weave_team_check_live(team, "weave_team_sync");
   }
@@ -601,7 +609,7 @@ void weave_team_refresh_abort(weave_team_t team) {
   if (team->aborted_by > 0 || !team->heap_base) return; /* known, or nothing to read; -1: the rank not yet named */
   uint32_t notice = 0;
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
-  if (header_notice(team, &notice) != cudaSuccess)
+  if (header_notice(team, &notice, 0) != cudaSuccess)
     cudaGetLastError();
   else if (notice)
     team->aborted_by = (int)notice;

@@ -96,6 +96,10 @@ typedef struct {
   int result;
 } rank_thread_t;
 
+/* The calling thread's rank stream while its harness_fn runs (NULL outside one): harness_upload and
+ * harness_download copy on it. */
+static _Thread_local cudaStream_t rank_stream;
+
 static void *rank_main(void *arg) {
   rank_thread_t *t = (rank_thread_t *)arg;
   CUDA_CHECK(cudaSetDevice(t->r.device));
@@ -108,7 +112,9 @@ static void *rank_main(void *arg) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   t->r.stream = (weave_stream_t)s;
+  rank_stream = s;
   t->result = t->fn(&t->r);
+  rank_stream = NULL;
   CUDA_CHECK(cudaStreamSynchronize(s));
   CUDA_CHECK(cudaStreamDestroy(s));
   if (weave_team_destroy(t->r.team) != WEAVE_SUCCESS) {
@@ -198,15 +204,17 @@ void *harness_dev_alloc(size_t bytes) {
   return p;
 }
 void harness_dev_free(void *p) { CUDA_CHECK(cudaFree(p)); }
-/* cudaMemcpy from pageable memory may return before its DMA has landed, and the ranks' streams do not
- * wait for the legacy stream it runs on: wait for that stream (not the whole device, which would
- * wait for the other ranks' kernels too). */
-void harness_upload(void *dst, const void *src, size_t bytes) {
-  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaStreamSynchronize(0));
+/* Inside a rank, on the rank's own stream: a copy on the legacy stream could share a hardware queue
+ * with another rank's kernel that spins until this rank's next call, and wait behind it until that
+ * kernel times out. Outside one, on the legacy stream. Either way the copy has landed on return
+ * (a copy from pageable memory may return before its DMA has). */
+static void copy_landed(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, rank_stream));
+  CUDA_CHECK(cudaStreamSynchronize(rank_stream));
 }
+void harness_upload(void *dst, const void *src, size_t bytes) { copy_landed(dst, src, bytes, cudaMemcpyHostToDevice); }
 void harness_download(void *dst, const void *src, size_t bytes) {
-  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  copy_landed(dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 void harness_poison(void *p, size_t bytes, weave_stream_t s) {
   CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, (cudaStream_t)s));
