@@ -466,11 +466,10 @@ static const char *cmp_name(uint32_t c) {
 }
 
 #ifdef WEAVE_HAVE_CUDA
-/* The abort notice in this rank's heap header (0: none), read on the team's current device through
+/* `bytes` of this rank's heap header from `offset` on, read on the team's current device through
  * `stream`, which the read leaves synchronized. */
-static cudaError_t header_notice(weave_team_t team, uint32_t *notice, cudaStream_t stream) {
-  cudaError_t e = cudaMemcpyAsync(notice, (char *)team->heap_base + offsetof(weave_heap_header_t, aborted_by),
-                                  sizeof(*notice), cudaMemcpyDefault, stream);
+static cudaError_t header_read(weave_team_t team, size_t offset, void *dst, size_t bytes, cudaStream_t stream) {
+  cudaError_t e = cudaMemcpyAsync(dst, (char *)team->heap_base + offset, bytes, cudaMemcpyDeviceToHost, stream);
   return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
 }
 #endif
@@ -483,9 +482,7 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
   const cudaStream_t s = (cudaStream_t)stream;
   WEAVE_CUDA_CHECK(team, cudaStreamSynchronize(s));
   weave_heap_header_t head; /* the record and the abort notice: the header up to the barrier flags */
-  WEAVE_CUDA_CHECK(team, cudaMemcpyAsync(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags),
-                                         cudaMemcpyDeviceToHost, s));
-  WEAVE_CUDA_CHECK(team, cudaStreamSynchronize(s));
+  WEAVE_CUDA_CHECK(team, header_read(team, 0, &head, offsetof(weave_heap_header_t, barrier_flags), s));
   const weave_device_error_t rec = head.error;
   if (rec.code == WEAVE_DEVICE_ABORTED || head.aborted_by) {
     /* kept: the team is of no further use, and every later call says so */
@@ -497,7 +494,7 @@ static weave_result_t team_sync(weave_team_t team, weave_stream_t stream) {
   /* A peer's abort may have landed between the read above and the clearing: its notice precedes its
    * code, so a notice seen now means the clearing may have erased that code; write it back. */
   uint32_t notice = 0;
-  WEAVE_CUDA_CHECK(team, header_notice(team, &notice, s));
+  WEAVE_CUDA_CHECK(team, header_read(team, offsetof(weave_heap_header_t, aborted_by), &notice, sizeof(notice), s));
   if (notice) {
     const uint32_t code = WEAVE_DEVICE_ABORTED;
     WEAVE_CUDA_CHECK(team, cudaMemcpyAsync((char *)team->heap_base + offsetof(weave_heap_header_t, error.code), &code,
@@ -543,10 +540,7 @@ static weave_result_t team_poll_one(weave_team_t team, char *msg, size_t len) {
   weave_heap_header_t head;
   cudaStream_t s = NULL;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (e == cudaSuccess)
-    e = cudaMemcpyAsync(&head, team->heap_base, offsetof(weave_heap_header_t, barrier_flags), cudaMemcpyDeviceToHost,
-                        s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (e == cudaSuccess) e = header_read(team, 0, &head, offsetof(weave_heap_header_t, barrier_flags), s);
   if (s) cudaStreamDestroy(s);
   weave_device_leave(caller);
   if (e != cudaSuccess) {
@@ -609,7 +603,7 @@ void weave_team_refresh_abort(weave_team_t team) {
   if (team->aborted_by > 0 || !team->heap_base) return; /* known, or nothing to read; -1: the rank not yet named */
   uint32_t notice = 0;
   const weave_device_scope_t caller = weave_device_enter(team->info.device);
-  if (header_notice(team, &notice, 0) != cudaSuccess)
+  if (header_read(team, offsetof(weave_heap_header_t, aborted_by), &notice, sizeof(notice), 0) != cudaSuccess)
     cudaGetLastError();
   else if (notice)
     team->aborted_by = (int)notice;
