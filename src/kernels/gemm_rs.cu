@@ -11,9 +11,7 @@
  *          deterministic: o's slot for this source rank (slot dtype): TMA stores from a swizzled
  *                         smem staging buffer (Hopper role, rows of 16-byte multiples), waited for
  *                         with cp.async.bulk.wait_group 0 + fence.proxy.async; else plain stores;
- *          atomic:        o's fp32 accumulator, red.relaxed.sys.add (v2 where aligned); built
- *                         with WEAVE_ATOMIC_TMA=1, TMA reduce-adds from the staging buffer instead
- *                         (Hopper role, the same conditions and wait as the slots' stores);
+ *          atomic:        o's fp32 accumulator, red.relaxed.sys.add (v2 where aligned);
  *     3. block barrier, then one thread publishes with a release atomic at system scope:
  *          deterministic: flags_o[rank][tile] <- epoch      (atom.release.sys.exch)
  *          atomic:        count_o[tile] += 1                (red.release.sys.add; world per call)
@@ -98,8 +96,6 @@ extern "C" int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int f
 }
 
 typedef void (*weave_fused_fn_t)(const weave_fused_params_t);
-
-extern "C" int weave_kernel_atomic_tma(void) { return WEAVE_ATOMIC_TMA != 0; }
 
 extern "C" int weave_kernel_fused_max_clusters(void) {
   return weave_hgemm_resident_pairs(weave_fused_kernel<__nv_bfloat16, __nv_bfloat16, false, true, false, false, true>,

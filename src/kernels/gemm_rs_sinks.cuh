@@ -81,11 +81,14 @@ struct weave_owner_walk {
   }
 };
 
-/* The TMA epilogue's side of the owner walk (epilogue.cuh), the same for both reductions: tile rows
- * through slot_map[o] (fixed per plan), clipped at o's last row by the map; raw partials (alpha and
- * bias are the owner's); a dead walk sends nothing. The sinks add what they send and how. */
-struct weave_owner_tma : weave_owner_walk {
-  static constexpr bool kWeaveTmaPublish = true; /* the role waits for the transfers before end() */
+template <typename S>
+struct weave_slot_sink : weave_owner_walk {
+  /* TMA-store epilogue (epilogue.cuh): tile rows into this rank's slot in o's heap through
+   * slot_map[o] (fixed per plan), clipped at o's last row by the map; raw partials (alpha and bias
+   * are the owner's); a dead walk sends nothing; the role waits for the stores before end() */
+  static constexpr bool kWeaveTmaStore = true;
+  static constexpr bool kWeaveTmaPublish = true;
+  typedef S TmaElem;
   __device__ bool tma_store() const { return p->tma_slots != 0; }
   __device__ bool tma_issue() const { return !dead; }
   __device__ const CUtensorMap *c_map() const { return &p->slot_map[owner]; }
@@ -93,13 +96,6 @@ struct weave_owner_tma : weave_owner_walk {
   __device__ bool epi_bias() const { return false; }
   template <bool>
   __device__ void epi(int, float &, float &) {}
-};
-
-template <typename S>
-struct weave_slot_sink : weave_owner_tma {
-  /* TMA stores into this rank's slot in o's heap */
-  static constexpr bool kWeaveTmaStore = true;
-  typedef S TmaElem;
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;
@@ -114,28 +110,7 @@ struct weave_slot_sink : weave_owner_tma {
   }
 };
 
-/* The atomic accumulator's tiles through the TMA unit's reduce-adds (compile time, default 0: off,
- * the default build's kernels unchanged; not yet measured on a GPU, docs/hopper_gemm.md, What is
- * left): with 1 the Hopper role stages each tile in smem and cp.reduce.async.bulk adds it into the
- * owner's accumulator, so that no SM does the adds; with 0, store2's reductions from registers. */
-#ifndef WEAVE_ATOMIC_TMA
-#define WEAVE_ATOMIC_TMA 0
-#endif
-
-struct weave_atomic_sink : weave_owner_tma {
-  /* WEAVE_ATOMIC_TMA: TMA reduce-adds into o's fp32 accumulator where the plan made the maps
-   * (tma_slots); else store2's remote reductions from registers. */
-  static constexpr bool kWeaveTmaStore = WEAVE_ATOMIC_TMA != 0;
-  static constexpr bool kWeaveTmaReduce = true;
-  typedef float TmaElem;
-#if WEAVE_ATOMIC_TMA
-  /* the owner re-zeroed its accumulator with generic stores before the done word this begin()
-   * acquires; the reduce-adds are the async proxy's: order them after (each thread, once a tile) */
-  __device__ void begin(int seq) {
-    weave_owner_tma::begin(seq);
-    weave_hgemm_fence_proxy_async_global();
-  }
-#endif
+struct weave_atomic_sink : weave_owner_walk {
   __device__ void store2(int row, int col, float v0, float v1) {
     if (dead || row >= row_end) return;
     const int N = p->N;

@@ -57,10 +57,8 @@ typedef struct {
   unsigned *trace_count;
   unsigned trace_cap;
   weave_hgemm_params_t hg; /* tensor maps of this call's A and B (hopper only) */
-  int tma_slots;           /* hopper: GEMM blocks send tiles with the TMA unit through slot_map */
-  /* slot_map[o] (fixed per plan): deterministic, this rank's slot in owner o's heap, [rows of o, N] of
-   * slot_dtype (TMA stores); atomic, built with WEAVE_ATOMIC_TMA=1 (gemm_rs_sinks.cuh), o's fp32
-   * accumulator, [rows of o, N] (TMA reduce-adds) */
+  int tma_slots;           /* deterministic + hopper: GEMM blocks write tiles with TMA stores through slot_map */
+  /* slot_map[o]: this rank's slot in owner o's heap, [rows of o, N] of slot_dtype (fixed per plan) */
   CUtensorMap slot_map[WEAVE_MAX_WORLD];
   weave_dtype_t in_dtype; /* A and B: dtype, or WEAVE_FP8_E4M3 (then dtype is the output's; scales in hg.scales) */
   int fp8_fast_accum;     /* fp8: the tensor cores' accumulator over all of K instead of fp32 (weave_fp8_accum_t) */
@@ -123,9 +121,6 @@ int weave_kernel_hopper_ok(weave_dtype_t dtype, weave_layout_t b_layout, int N, 
  * 2-CTA clusters of the Hopper fused kernel (tiling.pair_n) resident at once on this GPU (0: none). */
 int weave_kernel_blocks_per_sm(weave_dtype_t dtype, int hopper, int fused, size_t *smem_bytes);
 int weave_kernel_fused_max_clusters(void);
-/* Whether the fused atomic kernels were built to add their tiles with TMA reduce-adds
- * (WEAVE_ATOMIC_TMA, gemm_rs_sinks.cuh): the plan then makes the maps onto the accumulators. */
-int weave_kernel_atomic_tma(void);
 void weave_kernel_tile_shape(int hopper, int *tile_m, int *tile_n);
 
 /* A rank's share of `blocks_on_gpu` resident blocks when ranks_on_device ranks share its GPU: ranks

@@ -395,21 +395,17 @@ static void plan_fill_params(weave_gemm_rs_plan_t p) {
   }
 }
 
-/* TMA epilogue: one map per owner, fixed for the plan's life (rows of 16-byte multiples, every owner
- * non-empty): deterministic, onto this rank's slot in that owner's heap (TMA stores); atomic, onto
- * that owner's fp32 accumulator, which every rank's tiles are added into (TMA reduce-adds; only where
- * the kernels are built with WEAVE_ATOMIC_TMA=1, else none and red from registers). */
+/* TMA-store epilogue: one store map per owner onto this rank's slot in that owner's heap (the
+ * addresses are fixed for the plan's life). Rows of 16-byte multiples, every owner non-empty. */
 static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) {
   weave_team_t team = p->team;
   weave_fused_params_t *fp = &p->params;
   const int M = p->M, N = p->N;
-  const int atomic = p->desc.reduce == WEAVE_REDUCE_ATOMIC;
-  const weave_dtype_t map_dtype = atomic ? WEAVE_FP32 : p->slot_dtype;
-  const size_t elem_bytes = weave_dtype_size(map_dtype);
-  const size_t offset = atomic ? 0 : (size_t)team->rank * p->rows_cap * N * elem_bytes;
+  const size_t slot_bytes = weave_dtype_size(p->slot_dtype);
   /* (a rail plan across hosts has peers it cannot address: NCCL moves its rows, no kernel of it runs) */
-  if (!(p->hopper && env->tma_epilogue && M >= team->world && ((size_t)N * elem_bytes) % 16 == 0) ||
-      (atomic && !weave_kernel_atomic_tma()) || team->peers_unmapped)
+  if (!(p->hopper && p->desc.reduce == WEAVE_REDUCE_DETERMINISTIC && env->tma_epilogue && M >= team->world &&
+        ((size_t)N * slot_bytes) % 16 == 0) ||
+      team->peers_unmapped)
     return;
   int ok = 1;
   for (int o = 0; o < team->world && ok; ++o) {
@@ -417,9 +413,10 @@ static void plan_tma_store_maps(weave_gemm_rs_plan_t p, const weave_env_t *env) 
     void *slot = NULL;
     char msg[256] = "no address of the slot in that owner's heap";
     weave_split_rows_of(M, team->world, o, &rb, &rows);
-    ok = weave_ptr(team, (char *)fp->data + offset, o, &slot) == WEAVE_SUCCESS &&
-         weave_hgemm_encode_store_map(&fp->slot_map[o], map_dtype, slot, (uint64_t)N, (uint64_t)rows,
-                                      (uint64_t)N * elem_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
+    ok = weave_ptr(team, (char *)fp->data + (size_t)team->rank * p->rows_cap * N * slot_bytes, o, &slot) ==
+             WEAVE_SUCCESS &&
+         weave_hgemm_encode_store_map(&fp->slot_map[o], p->slot_dtype, slot, (uint64_t)N, (uint64_t)rows,
+                                      (uint64_t)N * slot_bytes, msg, sizeof(msg)) == WEAVE_SUCCESS;
     if (!ok) weave_log(WEAVE_LOG_WARN, team, "plan: no TMA store map for owner %d (%s): plain stores", o, msg);
   }
   /* This rank's GEMM blocks only: how a tile reaches its owner does not change the protocol, so

@@ -57,16 +57,6 @@ template <class S>
 struct weave_hgemm_sink_waits<S, std::void_t<decltype(S::kWeaveWaitInputs)>>
     : std::integral_constant<bool, S::kWeaveWaitInputs> {};
 
-/* Optional, with kWeaveTmaStore: a sink that declares
- *   static constexpr bool kWeaveTmaReduce = true;
- * gets each chunk added into its c_map's target (cp.reduce.async.bulk.tensor .add) instead of stored:
- * several issuers may accumulate into one tile, in no set order. */
-template <class S, class = void>
-struct weave_hgemm_sink_tma_reduce : std::false_type {};
-template <class S>
-struct weave_hgemm_sink_tma_reduce<S, std::void_t<decltype(S::kWeaveTmaReduce)>>
-    : std::integral_constant<bool, S::kWeaveTmaReduce> {};
-
 template <class S, class = void>
 struct weave_hgemm_sink_tma : std::false_type {};
 template <class S>
@@ -140,10 +130,7 @@ static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, c
     weave_hgemm_named_barrier_sync(2 + cw, 128);
     if (c < 4) WEAVE_HGEMM_PROF_STAMP(prof, 6 + 2 * c);
     if (ltid == 0 && sink.tma_issue()) {
-      if constexpr (weave_hgemm_sink_tma_reduce<Sink>::value)
-        weave_hgemm_tma_reduce_add_2d(sink.c_map(), b, c0 + CC * c, trow);
-      else
-        weave_hgemm_tma_store_2d(sink.c_map(), b, c0 + CC * c, trow);
+      weave_hgemm_tma_store_2d(sink.c_map(), b, c0 + CC * c, trow);
       weave_hgemm_bulk_commit();
     }
   }

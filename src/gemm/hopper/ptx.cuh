@@ -147,15 +147,6 @@ static __device__ __forceinline__ void weave_hgemm_tma_store_2d(const CUtensorMa
                "r"(src), "r"(c0), "r"(c1)
                : "memory");
 }
-/* The same box added element-wise into global memory (the map's element type: f32, f16, bf16, ...) by
- * the TMA unit: no SM work, the adds are the memory system's (unordered between issuers). */
-static __device__ __forceinline__ void weave_hgemm_tma_reduce_add_2d(const CUtensorMap *map, uint32_t src, int c0,
-                                                                     int c1) {
-  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   (uint64_t)map),
-               "r"(src), "r"(c0), "r"(c1)
-               : "memory");
-}
 static __device__ __forceinline__ void weave_hgemm_bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
