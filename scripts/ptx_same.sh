@@ -3,7 +3,7 @@
 # two CUDA sources of the library (gemm_hopper.cu, gemm_rs.cu) of REV and of the working tree to PTX
 # and compares every kernel entry, ignoring line info, comments and the numbering of labels and call
 # sequences. A kernel whose mangled name gained a trailing `false` template argument (a new default,
-# e.g. PROMOTE) is matched to its old name. Prints per file: identical, differing, new kernels.
+# e.g. PROMOTE) or a trailing `256` (the tile's columns, TBN) is matched to its old name. Prints per file: identical, differing, new kernels.
 # Usage: scripts/ptx_same.sh REV   (needs nvcc; takes about a minute)
 set -euo pipefail
 rev=${1:?usage: scripts/ptx_same.sh REV}
@@ -35,7 +35,7 @@ for b in ('gemm_hopper', 'gemm_rs'):
     old, new = kernels(f'{tmp}/old_{b}.ptx'), kernels(f'{tmp}/new_{b}.ptx')
     same, differ, added = [], [], []
     for n, body in new.items():
-        o = n if n in old else re.sub(r'Lb0EEv', 'Ev', n, count=1)
+        o = n if n in old else re.sub(r'Li256EEv' if 'Li256EEv' in n else r'Lb0EEv', 'Ev', n, count=1)
         (added if o not in old else same if old[o] == body else differ).append(n)
     print(f'{b}.cu: {len(same)} identical, {len(differ)} differ, {len(added)} new (of {len(new)}; {len(old)} before)')
     for n in differ: print(f'  differs: {n}')

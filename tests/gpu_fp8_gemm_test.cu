@@ -3,7 +3,9 @@
  *
  * Every scale mode (none, per tensor, per row) x output type (bf16, fp16; fp32 for the bulk
  * strategy's partials) x accumulation (fp32, the default: cooperative schedule; fast: cooperative and
- * ping-pong) x stream-K tail forced or not on shapes with tails
+ * ping-pong; fast cooperative twice, as planned and on the narrow 128 x 192 tile forced, unclustered
+ * where its columns are odd and in 2-CTA clusters sharing A where they pair up) x stream-K tail forced
+ * or not on shapes with tails
  * (M, N not multiples of 128 x 256, K a multiple of 16 but not of the 128-element k-block, K below
  * one k-block, N odd: the register-store path), several grid sizes, alpha and bias, through the
  * launcher and through the public weave_gemm_ex; against the fp64 reference of the dequantized inputs
@@ -28,7 +30,7 @@
  * default algorithm, each accumulation, bf16 out, sampled rows against fp64 (accuracy_vs_lt; weave's
  * fp32 accumulation checked against its bound, the rest printed).
  * Exit: 0 pass, 1 failure, 77 no CUDA device / not sm_90 (skip). FP8_TEST_QUICK=1: small shapes only;
- * FP8_TEST_TINY=1: two small shapes per combination (for compute-sanitizer).
+ * FP8_TEST_TINY=1: three small shapes per combination (for compute-sanitizer).
  */
 #include <math.h>
 #include <stdint.h>
@@ -65,12 +67,13 @@ struct Case {
   float alpha;
   int bias;
   int blocks;
-  int schedule; /* WEAVE_HGEMM_SCHED_* */
-  int streamk;  /* WEAVE_HGEMM_SK_* */
-  int pub;      /* through weave_gemm_ex */
-  int vs_lt;    /* against cuBLASLt fp8 instead of fp64 */
-  int fast;     /* WEAVE_FP8_ACCUM_FAST (else fp32 accumulation) */
-  int positive; /* the accuracy case: inputs >= 0, fp32 tolerance, fp32-accumulation bound */
+  int schedule;   /* WEAVE_HGEMM_SCHED_* */
+  int streamk;    /* WEAVE_HGEMM_SK_* */
+  int pub;        /* through weave_gemm_ex */
+  int vs_lt;      /* against cuBLASLt fp8 instead of fp64 */
+  int fast;       /* WEAVE_FP8_ACCUM_FAST (else fp32 accumulation) */
+  int positive;   /* the accuracy case: inputs >= 0, fp32 tolerance, fp32-accumulation bound */
+  int tile_n = 0; /* weave_hgemm_args_t.tile_n (0: the plan's) */
 };
 
 /* host scales of a case: TENSOR one each; ROW [M] and [N] (values in [0.25, 2)) */
@@ -104,10 +107,12 @@ static void run_case(const Case &c, uint64_t seed) {
   const int M = c.M, N = c.N, K = c.K;
   const size_t osz = weave_dtype_size(c.out);
   char what[256];
-  snprintf(what, sizeof what, "%s%dx%dx%d out %s scales %s alpha %.2f bias %d blocks %d %s%s %s%s%s",
+  snprintf(what, sizeof what, "%s%dx%dx%d out %s scales %s alpha %.2f bias %d blocks %d %s%s%s %s%s%s",
            c.pub ? "weave_gemm_ex " : "", M, N, K, weave_dtype_name(c.out), mode_name(c.mode), c.alpha, c.bias,
-           c.blocks, sched_name(c.schedule), c.streamk == WEAVE_HGEMM_SK_ON && c.fast ? " stream-K" : "",
-           c.fast ? "fast" : "fp32acc", c.positive ? " inputs >= 0" : "", c.vs_lt ? " (vs cuBLASLt fp8)" : "");
+           c.blocks, sched_name(c.schedule),
+           c.tile_n ? c.tile_n == WEAVE_HGEMM_BN_NARROW ? " 128x192" : " 128x256" : "",
+           c.streamk == WEAVE_HGEMM_SK_ON && c.fast ? " stream-K" : "", c.fast ? "fast" : "fp32acc",
+           c.positive ? " inputs >= 0" : "", c.vs_lt ? " (vs cuBLASLt fp8)" : "");
   std::vector<uint8_t> hA((size_t)M * K), hB((size_t)N * K);
   weave_fill_random(WEAVE_FP8_E4M3, hA.data(), hA.size(), seed);
   weave_fill_random(WEAVE_FP8_E4M3, hB.data(), hB.size(), seed + 1);
@@ -171,6 +176,7 @@ static void run_case(const Case &c, uint64_t seed) {
     a.scales.a = psa;
     a.scales.b = psb;
     a.fp8_fast_accum = c.fast;
+    a.tile_n = c.tile_n;
     r = weave_hgemm_launch(&a, 0, err, sizeof err);
   }
   if (r != WEAVE_SUCCESS) {
@@ -340,10 +346,11 @@ static void accuracy_vs_lt(int M, int N, int K, uint64_t seed) {
   CUDA_CHECK(cudaFree(dC));
 }
 
-static void expect_invalid(const char *what, int M, int N, int K, weave_layout_t ly, int a_off) {
+static void expect_invalid(const char *what, int M, int N, int K, weave_layout_t ly, int a_off, int tile_n = 0) {
   void *buf;
   CUDA_CHECK(cudaMalloc(&buf, 1 << 20));
   weave_hgemm_args_t a = fp8_args(M, N, K, ly, (char *)buf + a_off, buf, buf);
+  a.tile_n = tile_n;
   char err[256] = "";
   int r = weave_hgemm_launch(&a, 0, err, sizeof err);
   int ok = r == WEAVE_ERROR_INVALID_ARGUMENT;
@@ -375,7 +382,7 @@ int main(void) {
     for (int o = 0; o < 2; ++o)
       for (int mode = WEAVE_SCALE_NONE; mode <= WEAVE_SCALE_ROW; ++mode)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
-          if ((quick && s == 8) || (tiny && s != 2 && s != 3)) continue;
+          if ((quick && s == 8) || (tiny && s != 2 && s != 3 && s != 4)) continue;
           const int var = (int)(s + mode) % 3;
           Case c = {shapes[s].M, shapes[s].N,
                     shapes[s].K, outs[o],
@@ -385,6 +392,10 @@ int main(void) {
                     0,           0,
                     sc > 0,      0};
           run_case(c, seed++);
+          if (scheds[sc] == WEAVE_HGEMM_SCHED_COOP) { /* the narrow tile: 6, 2, 2, 1, 3, 3 columns... */
+            c.tile_n = WEAVE_HGEMM_BN_NARROW;
+            run_case(c, seed++);
+          }
         }
   /* stream-K tail forced (cooperative): tiles over a few blocks, fewer tiles than blocks, K tails */
   struct {
@@ -409,6 +420,10 @@ int main(void) {
                   fast,
                   0};
         run_case(c, seed++);
+        if (fast) { /* the narrow tile asked for instead: whole tiles, no stream-K */
+          c.tile_n = WEAVE_HGEMM_BN_NARROW;
+          run_case(c, seed++);
+        }
       }
     }
   /* fp32 output (the bulk strategy's partials): cooperative, with and without stream-K */
@@ -419,6 +434,13 @@ int main(void) {
       run_case(c, seed++);
       Case d = {129, 257, 144, WEAVE_FP32, mode, 0.5f, 1, 0, WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SK_OFF, 0, 0, fast, 0};
       run_case(d, seed++);
+      if (fast) { /* fp32 out on the narrow tile: unclustered (one column) and sharing A (six) */
+        Case e = {200, 136, 16, WEAVE_FP32,           mode, 1.0f, 1, 0, WEAVE_HGEMM_SCHED_COOP, WEAVE_HGEMM_SK_OFF, 0,
+                  0,   1,   0,  WEAVE_HGEMM_BN_NARROW};
+        run_case(e, seed++);
+        c.tile_n = WEAVE_HGEMM_BN_NARROW;
+        run_case(c, seed++);
+      }
     }
   }
   /* the public entry (its per-stream workspace, AUTO schedule) */
@@ -450,7 +472,31 @@ int main(void) {
                   (int)(s + mode) % 2,
                   0};
         run_case(c, seed++);
+        if (c.fast) { /* the narrow tile asked for instead */
+          c.tile_n = WEAVE_HGEMM_BN_NARROW;
+          run_case(c, seed++);
+        }
       }
+    /* the shapes where the plan's cost model prefers the narrow tile (weave_hgemm_fp8_tile_n): 43
+     * columns unclustered, 42 sharing A */
+    for (int n = 0; n < 2; ++n) {
+      Case c = {8192,
+                n ? 8064 : 8192,
+                3584,
+                WEAVE_BF16,
+                WEAVE_SCALE_TENSOR,
+                1.0f,
+                n,
+                0,
+                WEAVE_HGEMM_SCHED_AUTO,
+                WEAVE_HGEMM_SK_AUTO,
+                0,
+                1,
+                1,
+                0,
+                WEAVE_HGEMM_BN_NARROW};
+      run_case(c, seed++);
+    }
     /* one large shape against fp64 on the whole output: the accumulation bounds at K = 7168 */
     for (int fast = 0; fast < 2; ++fast) {
       Case c = {256, 512, 7168, WEAVE_BF16, WEAVE_SCALE_ROW, 1.0f, 1, 0, WEAVE_HGEMM_SCHED_AUTO, WEAVE_HGEMM_SK_AUTO,
@@ -468,6 +514,7 @@ int main(void) {
   expect_invalid("fp8 with B [K, N] (ROW)", 128, 256, 128, WEAVE_LAYOUT_ROW, 0);
   expect_invalid("fp8 K = 40 (not a multiple of 16)", 128, 256, 40, WEAVE_LAYOUT_COL, 0);
   expect_invalid("fp8 A not 16-byte aligned", 128, 256, 128, WEAVE_LAYOUT_COL, 8);
+  expect_invalid("tile_n 128 (0, 256 or 192)", 128, 256, 128, WEAVE_LAYOUT_COL, 0, 128);
   CUDA_CHECK(cudaFree(g_sk_ws));
   printf("%s\n", g_fail ? "FAILED" : "PASSED");
   return g_fail ? 1 : 0;

@@ -126,7 +126,7 @@ static const char *const vars[] = {"WEAVE_DEBUG",         "WEAVE_HEAP_SIZE",    
                                    "WEAVE_HGEMM_CLUSTER", "WEAVE_HGEMM_TMA_STORE", "WEAVE_HGEMM_GROUP_M",
                                    "WEAVE_SOCKET_ADDR",   "WEAVE_BOOTSTRAP_PORT",  "WEAVE_AUTOTUNE",
                                    "WEAVE_TEST_DELAY",    "WEAVE_RANKS_PER_NODE",  "WEAVE_HGEMM_PROMOTE_WGS",
-                                   "WEAVE_TEST_HOST"};
+                                   "WEAVE_TEST_HOST",     "WEAVE_HGEMM_FP8_NARROW"};
 #define NVARS (int)(sizeof(vars) / sizeof(vars[0]))
 
 static void clear_env(void) {
@@ -163,6 +163,7 @@ static void test_env_load(void) {
   setenv("WEAVE_HGEMM_TMA_STORE", "0", 1);
   setenv("WEAVE_HGEMM_GROUP_M", "4096", 1);
   setenv("WEAVE_HGEMM_PROMOTE_WGS", "2", 1);
+  setenv("WEAVE_HGEMM_FP8_NARROW", "1", 1);
   setenv("WEAVE_AUTOTUNE", "off", 1);
   setenv("WEAVE_TEST_DELAY", "bulk:250", 1);
   setenv("WEAVE_RANKS_PER_NODE", "2", 1);
@@ -215,6 +216,7 @@ static void test_env_load(void) {
       {"WEAVE_HGEMM_TMA_STORE", "2"},
       {"WEAVE_HGEMM_GROUP_M", "-1"},
       {"WEAVE_HGEMM_PROMOTE_WGS", "4"},
+      {"WEAVE_HGEMM_FP8_NARROW", "3"},
       {"WEAVE_HGEMM_GROUP_M", "16x"},
       {"WEAVE_AUTOTUNE", "2"},
       {"WEAVE_AUTOTUNE", "sometimes"},
@@ -269,7 +271,8 @@ static void test_hgemm_knobs(void) {
     const char *name;
     long lo, hi;
   } knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2},  {"WEAVE_HGEMM_STREAMK", 0, 2},    {"WEAVE_HGEMM_CLUSTER", 0, 3},
-               {"WEAVE_HGEMM_TMA_STORE", 0, 1}, {"WEAVE_HGEMM_GROUP_M", 0, 4096}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3}};
+               {"WEAVE_HGEMM_TMA_STORE", 0, 1}, {"WEAVE_HGEMM_GROUP_M", 0, 4096}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3},
+               {"WEAVE_HGEMM_FP8_NARROW", 0, 2}};
   for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
     const char *n = knobs[i].name;
     char v[32];
@@ -300,6 +303,10 @@ static void test_hgemm_knobs(void) {
   setenv("WEAVE_HGEMM_CLUSTER", "9", 1); /* invalid: its default (with a warning) */
   weave_hgemm_knobs_key(key, sizeof(key));
   CHECK_MSG(strcmp(key, "g32") == 0, "knobs key '%s', want g32", key);
+  setenv("WEAVE_HGEMM_FP8_NARROW", "1", 1); /* the narrow fp8 tile: another kernel, another key */
+  weave_hgemm_knobs_key(key, sizeof(key));
+  CHECK_MSG(strcmp(key, "g32n1") == 0, "knobs key '%s', want g32n1", key);
+  unsetenv("WEAVE_HGEMM_FP8_NARROW");
   unsetenv("WEAVE_HGEMM_GROUP_M");
   unsetenv("WEAVE_HGEMM_CLUSTER");
   unsetenv("WEAVE_HGEMM_PINGPONG");

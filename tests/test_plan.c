@@ -710,15 +710,23 @@ static void test_rank_blocks(void) {
 }
 
 /* ---- the Hopper GEMM's plan: schedule and clusters (default knobs; docs/hopper_gemm.md) ----------- */
+/* tile_n: the call's request (0: the plan's choice); want_tile_n: the tile's columns it plans */
+static void expect_gemm_plan_tile(int M, int N, int K, weave_dtype_t dtype, int fast, int sms, int tile_n,
+                                  int want_schedule, int want_cluster, int want_sk, int want_tile_n) {
+  weave_hgemm_args_t a = weave_hgemm_auto_args(M, N, K, dtype, 0, fast);
+  a.tile_n = tile_n;
+  int schedule = -1, cluster = -1, tn = -1;
+  const weave_hgemm_sk_t sk = weave_hgemm_plan_on(&a, sms, &schedule, &cluster, &tn);
+  CHECK_MSG(schedule == want_schedule && cluster == want_cluster && (sk.sk_tiles > 0) == want_sk && tn == want_tile_n,
+            "%dx%dx%d %s%s on %d SMs, tile_n %d asked: schedule %d cluster %d stream-K tiles %d tile_n %d, want %d %d "
+            "%s %d",
+            M, N, K, weave_dtype_name(dtype), fast ? " fast" : "", sms, tile_n, schedule, cluster, sk.sk_tiles, tn,
+            want_schedule, want_cluster, want_sk ? "some" : "none", want_tile_n);
+}
+
 static void expect_gemm_plan(int M, int N, int K, weave_dtype_t dtype, int fast, int sms, int want_schedule,
                              int want_cluster, int want_sk) {
-  const weave_hgemm_args_t a = weave_hgemm_auto_args(M, N, K, dtype, 0, fast);
-  int schedule = -1, cluster = -1;
-  const weave_hgemm_sk_t sk = weave_hgemm_plan_on(&a, sms, &schedule, &cluster);
-  CHECK_MSG(schedule == want_schedule && cluster == want_cluster && (sk.sk_tiles > 0) == want_sk,
-            "%dx%dx%d %s%s on %d SMs: schedule %d cluster %d stream-K tiles %d, want %d %d %s", M, N, K,
-            weave_dtype_name(dtype), fast ? " fast" : "", sms, schedule, cluster, sk.sk_tiles, want_schedule,
-            want_cluster, want_sk ? "some" : "none");
+  expect_gemm_plan_tile(M, N, K, dtype, fast, sms, 0, want_schedule, want_cluster, want_sk, WEAVE_HGEMM_BN);
 }
 
 static void test_gemm_plan(void) {
@@ -738,6 +746,16 @@ static void test_gemm_plan(void) {
   /* fp8, fp32 accumulation (three warpgroups, 128-column tiles): paired only under 32 blocks */
   expect_gemm_plan(8192, 8192, 3584, WEAVE_FP8_E4M3, 0, 132, C, 1, 0);
   expect_gemm_plan(8192, 8192, 3584, WEAVE_FP8_E4M3, 0, 16, C, 3, 0);
+  /* the narrow fp8 tile asked for: fast accumulation on the cooperative schedule only, planned over
+   * its own columns (43 at N = 8192: unpaired; 42 at 8064: paired) without stream-K */
+  const int NW = WEAVE_HGEMM_BN_NARROW;
+  expect_gemm_plan_tile(8192, 8192, 3584, WEAVE_FP8_E4M3, 1, 132, NW, C, 1, 0, NW);
+  expect_gemm_plan_tile(8192, 8064, 3584, WEAVE_FP8_E4M3, 1, 132, NW, C, 3, 0, NW);
+  expect_gemm_plan_tile(7936, 8192 + 256, 8192, WEAVE_FP8_E4M3, 1, 132, NW, C, 3, 0, NW); /* 44 columns */
+  expect_gemm_plan_tile(7936, 8192 + 256, 8192, WEAVE_FP8_E4M3, 1, 132, WEAVE_HGEMM_BN, C, 1, 1, WEAVE_HGEMM_BN);
+  expect_gemm_plan_tile(8192, 8192, 1024, WEAVE_FP8_E4M3, 1, 132, NW, P, 1, 0, WEAVE_HGEMM_BN); /* ping-pong */
+  expect_gemm_plan_tile(8192, 8192, 3584, WEAVE_FP8_E4M3, 0, 132, NW, C, 1, 0, WEAVE_HGEMM_BN); /* promoted */
+  expect_gemm_plan_tile(8192, 8192, 3584, WEAVE_BF16, 0, 132, NW, C, 3, 0, WEAVE_HGEMM_BN);     /* 16-bit */
 }
 
 int main(void) {
@@ -746,6 +764,7 @@ int main(void) {
   unsetenv("WEAVE_HGEMM_STREAMK");
   unsetenv("WEAVE_HGEMM_PINGPONG");
   unsetenv("WEAVE_HGEMM_PROMOTE_WGS");
+  unsetenv("WEAVE_HGEMM_FP8_NARROW");
   setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
   test_check_args();
   test_execute_args();

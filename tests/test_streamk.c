@@ -204,6 +204,29 @@ int main(void) {
   CHECK(weave_hgemm_pick_pingpong(A_, 1, 4096, 132, 28, SKA, 1) == 0);
   CHECK(weave_hgemm_pp_units32(1024, 132, 28, 1) == 8 * (28 * WEAVE_HGEMM_PP_KBLOCK_32_FP8 - WEAVE_HGEMM_PP_SAVED_32));
   CHECK(weave_hgemm_pp_units32(1024, 132, 56, 0) == 8 * 56 * 32);
+  CHECK(weave_hgemm_sk_units(&a) == weave_hgemm_coop_units(a.tiles, a.blocks, a.kt, SKA) && a.sk_tiles > 0);
+
+  /* the narrow fp8 tile (weave_hgemm_fp8_tile_n): k-blocks of main loop x tile width, the wide plan
+   * against whole rounds of 128 x 192 tiles; narrow where the variant measured faster (H100,
+   * 2026-12-08: 8192x8192x3584 1.6-2.9%, 16384x8192x3584 1.5-2.1%, 8192^3 1.1-1.3%), wide at
+   * 4096x8192x3584 (narrow 1.5-2.1% slower); a tie stays wide */
+  const struct {
+    int M, N, K, blocks, mode, want;
+  } nrows[] = {{8192, 8192, 3584, 132, WEAVE_HGEMM_SK_OFF, 192},  /* 21 x 192 < 16 x 256 */
+               {8192, 8192, 8192, 132, WEAVE_HGEMM_SK_OFF, 192},  /* the same rounds, kt 64 */
+               {16384, 8192, 3584, 132, WEAVE_HGEMM_SK_OFF, 192}, /* 42 x 192 < 32 x 256 */
+               {4096, 8192, 3584, 132, WEAVE_HGEMM_SK_OFF, 256},  /* 11 x 192 > 8 x 256 */
+               {8192, 8064, 3584, 132, WEAVE_HGEMM_SK_OFF, 192},  /* 42 columns of 192 against 32 of 256 */
+               {7936, 8960, 8192, 132, SKA, 256},                 /* 23 x 192 against the stream-K tail */
+               {1536, 768, 1024, 132, WEAVE_HGEMM_SK_OFF, 192},   /* one round either way: 192 < 256 */
+               {8192, 8192, 3584, 128, WEAVE_HGEMM_SK_OFF, 256}}; /* 16 rounds wide on 128 blocks: 22 x 192 */
+  for (size_t r = 0; r < sizeof nrows / sizeof nrows[0]; ++r) {
+    const int tiles_m = (nrows[r].M + 127) / 128, kt = (nrows[r].K + 127) / 128;
+    const weave_hgemm_sk_t wide =
+        weave_hgemm_sk_plan(tiles_m * ((nrows[r].N + 255) / 256), nrows[r].blocks, kt, nrows[r].mode);
+    CHECK_MSG(weave_hgemm_fp8_tile_n(&wide, tiles_m, nrows[r].N) == nrows[r].want, "%dx%dx%d on %d blocks: want %d",
+              nrows[r].M, nrows[r].N, nrows[r].K, nrows[r].blocks, nrows[r].want);
+  }
 
   /* ping-pong ring: each consumer warpgroup's (stage, parity), stepped as the kernel steps it, is the
    * position the producer filled for that half's k-block, for any kt and ring depth */

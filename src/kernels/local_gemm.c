@@ -84,7 +84,8 @@ static weave_hgemm_args_t hgemm_args(const weave_gemm_call_t *c) {
                                 WEAVE_HGEMM_SCHED_AUTO,
                                 c->out_dtype,
                                 fp8 ? c->scales : (weave_hgemm_scales_t){WEAVE_SCALE_NONE, NULL, NULL},
-                                fp8 && c->fp8_fast_accum};
+                                fp8 && c->fp8_fast_accum,
+                                0 /* tile_n: the plan's */};
   return a;
 }
 

@@ -36,6 +36,8 @@
     "Hopper GEMM tile rows per group of its tile order (0: 16 or by footprint; columns under 32 blocks)")         \
   X(WEAVE_HGEMM_PROMOTE_WGS, "2..3", "3",                                                                         \
     "Hopper GEMM fp8 with fp32 accumulation: consumer warpgroups (3: 192 x 128 tiles, 2: 128 x 256)")             \
+  X(WEAVE_HGEMM_FP8_NARROW, "0..2", "0",                                                                          \
+    "Hopper GEMM fp8 fast accumulation, cooperative: 128 x 192 tiles 0 never, 1 where cheaper, 2 always")         \
   X(WEAVE_RANKS_PER_NODE, "int", "0",                                                                             \
     "ranks per node of a team (0: the ranks of one host; n: pretend nodes of n consecutive ranks, for tests)")    \
   X(WEAVE_TEST_DELAY, "strategy:us", "", "tests: calls of that strategy start with a delay (auto must avoid it)") \
@@ -122,7 +124,8 @@ static const struct {
   char letter; /* its letter in the tuning cache's key (weave_hgemm_knobs_key) */
 } hgemm_knobs[] = {{"WEAVE_HGEMM_PINGPONG", 0, 2, 1, 'p'},   {"WEAVE_HGEMM_STREAMK", 0, 2, 1, 's'},
                    {"WEAVE_HGEMM_CLUSTER", 0, 3, 0, 'c'},    {"WEAVE_HGEMM_TMA_STORE", 0, 1, 1, 't'},
-                   {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0, 'g'}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3, 'w'}};
+                   {"WEAVE_HGEMM_GROUP_M", 0, 4096, 0, 'g'}, {"WEAVE_HGEMM_PROMOTE_WGS", 2, 3, 3, 'w'},
+                   {"WEAVE_HGEMM_FP8_NARROW", 0, 2, 0, 'n'}};
 #define HGEMM_KNOB_COUNT (sizeof hgemm_knobs / sizeof hgemm_knobs[0])
 
 int weave_hgemm_knob(const char *name) {
@@ -150,7 +153,7 @@ void weave_hgemm_knobs_key(char *buf, size_t len) {
     const int w = snprintf(buf + n, n < len ? len - n : 0, "%c%d", hgemm_knobs[i].letter, v);
     if (w > 0) n += (size_t)w;
   }
-  if (n >= len && len) buf[0] = '\0'; /* cannot happen with the key's room (6 knobs, 5 characters each) */
+  if (n >= len && len) buf[0] = '\0'; /* cannot happen with the key's room (7 knobs, 5 characters each) */
 }
 
 /* "<strategy>:<us>" of WEAVE_TEST_DELAY. */

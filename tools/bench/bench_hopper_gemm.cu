@@ -251,28 +251,30 @@ static void print_plan_without_device(const std::vector<int> &shapes, const std:
                                       int fast_accum) {
   const int sms = 132;
   const bool p3 = runs_p3(dt, fast_accum);
-  const int bm = p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, bn = p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN;
   printf(
       "# weave-bench --op gemm: no CUDA device visible, nothing timed. The plan weave's AUTO would run on a\n"
-      "# %d-SM H100/H200 (WEAVE_HGEMM_* from the environment): %dx%d tiles, schedule (cooperative, ping-pong or\n"
+      "# %d-SM H100/H200 (WEAVE_HGEMM_* from the environment): the tile, schedule (cooperative, ping-pong or\n"
       "# three warpgroups), stream-K tail tiles, the tile order's group (tile rows), 2-CTA clusters (pairs\n"
       "# sharing A or B) and the cost model's estimate in k-blocks of main loop per block (docs/hopper_gemm.md)\n",
-      sms, bm, bn);
-  printf("#%7s %6s %6s %6s %6s %6s %10s %5s %5s %5s %9s %9s\n", "M", "N", "K", "blocks", "tiles", "kt", "schedule",
-         "sk", "group", "pairs", "est_coop", "est_pp");
+      sms);
+  printf("#%7s %6s %6s %6s %7s %6s %6s %10s %5s %5s %5s %9s %9s\n", "M", "N", "K", "blocks", "tile", "tiles", "kt",
+         "schedule", "sk", "group", "pairs", "est_coop", "est_pp");
   for (size_t i = 0; i + 2 < shapes.size(); i += 3) {
     const int M = shapes[i], N = shapes[i + 1], K = shapes[i + 2];
-    const int tiles_m = (M + bm - 1) / bm, tiles_n = (N + bn - 1) / bn, tiles = tiles_m * tiles_n;
     const int kt = weave_hgemm_k_blocks(K, dt);
     for (int b : blist) {
       b = std::min(std::max(b, 1), sms);
       const weave_hgemm_args_t q = weave_hgemm_auto_args(M, N, K, dt, b, fast_accum);
-      int sched, cluster;
-      const weave_hgemm_sk_t plan = weave_hgemm_plan_on(&q, sms, &sched, &cluster);
+      int sched, cluster, tile_n;
+      const weave_hgemm_sk_t plan = weave_hgemm_plan_on(&q, sms, &sched, &cluster, &tile_n);
+      const int bm = p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, bn = p3 ? WEAVE_HGEMM_P3_BN : tile_n;
+      const int tiles_m = (M + bm - 1) / bm, tiles_n = (N + bn - 1) / bn, tiles = tiles_m * tiles_n;
       const int pp = !p3 && sched == WEAVE_HGEMM_SCHED_PINGPONG, sk = pp ? 0 : plan.sk_tiles;
       const int grid = sk ? b : std::min(b, tiles); /* the launcher trims a grid of whole tiles */
       const double est_pp = weave_hgemm_pp_units32(tiles, b, kt, dt == WEAVE_FP8_E4M3) / 32.0;
-      printf(" %7d %6d %6d %6d %6d %6d %10s %5d %5d %5s %9lld %9.1f\n", M, N, K, b, tiles, kt,
+      char tile[16];
+      snprintf(tile, sizeof tile, "%dx%d", bm, bn);
+      printf(" %7d %6d %6d %6d %7s %6d %6d %10s %5d %5d %5s %9lld %9.1f\n", M, N, K, b, tile, tiles, kt,
              p3   ? "3 wg"
              : pp ? "ping-pong"
                   : "coop",

@@ -29,14 +29,16 @@
 /* DT: A and B; OUT: C and bias (DT itself for 16-bit inputs); CL: 1 or 2 CTAs per cluster; PP: the
  * ping-pong schedule (gemm_hopper_pingpong.cuh; no stream-K) instead of the cooperative one; SC: the
  * roles' scale policy (scales.cuh; weave_hgemm_scale_none unless fp8 with per-row scales); PROMOTE:
- * fp8 accumulation promoted to fp32 (cooperative only). */
-template <int DT, int OUT, int BCOL, int CL, bool PP, class SC, bool PROMOTE, bool SHARE_A = false>
+ * fp8 accumulation promoted to fp32 (cooperative only); TBN: the cooperative tile's columns (256, or
+ * WEAVE_HGEMM_BN_NARROW for fp8 with the tensor cores' accumulation). */
+template <int DT, int OUT, int BCOL, int CL, bool PP, class SC, bool PROMOTE, bool SHARE_A = false,
+          int TBN = WEAVE_HGEMM_BN>
 __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     weave_hgemm_kernel(const __grid_constant__ weave_hgemm_params_t p, const __grid_constant__ CUtensorMap c_map,
                        weave_hgemm_sink_args_t sa) {
   extern __shared__ unsigned char weave_hgemm_smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)weave_hgemm_smem_raw + 1023) & ~(uintptr_t)1023);
-  typedef weave_hgemm_standalone_sink_t<OUT, CL, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, SHARE_A> sink_t;
+  typedef weave_hgemm_standalone_sink_t<OUT, CL, WEAVE_HGEMM_BM, TBN, SHARE_A> sink_t;
   sink_t sink;
   sink.a = sa;
   sink.cmap = &c_map;
@@ -52,8 +54,8 @@ __global__ void __launch_bounds__(WEAVE_HGEMM_THREADS, 1)
     const int seq_count = CL == 1   ? p.sk.dp_tiles
                           : SHARE_A ? p.tiles_m * 2 * ((p.tiles_n + 1) / 2)
                                     : 2 * ((p.tiles_m + 1) / 2) * p.tiles_n;
-    weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE, SC, PROMOTE, SHARE_A>(p, smem, blockIdx.x,
-                                                                                           gridDim.x, seq_count, sink);
+    weave_hgemm_role_coop<sink_t, DT, BCOL, CL, CL == 1 && !PROMOTE && TBN == WEAVE_HGEMM_BN, SC, PROMOTE, SHARE_A,
+                          TBN>(p, smem, blockIdx.x, gridDim.x, seq_count, sink);
   }
 }
 
@@ -150,10 +152,12 @@ extern "C" int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem
 }
 
 /* weave_hgemm_make_params for a role whose tiles are tile_m x tile_n: A's box is tile_m rows, the
- * tile counts follow (the B maps are the same for every role). */
+ * tile counts follow; a COL B's maps have boxes of b_box rows, its half and its quarter (WEAVE_HGEMM_BN
+ * for every role but the narrow fp8 tile, whose b_box is its width: the three-warpgroup role reads its
+ * 128 columns through the half map). */
 static int weave_hgemm_params_for(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
-                                  const void *B, int tile_m, int tile_n, weave_hgemm_params_t *p, char *errmsg,
-                                  size_t errlen) {
+                                  const void *B, int tile_m, int tile_n, int b_box, weave_hgemm_params_t *p,
+                                  char *errmsg, size_t errlen) {
   if (!p || !A || !B)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT, "hopper gemm: NULL params, A or B");
   if (M <= 0 || N <= 0 || K <= 0)
@@ -196,12 +200,12 @@ static int weave_hgemm_params_for(int M, int N, int K, weave_dtype_t dtype, weav
       weave_hgemm_encode(&p->tmap_a, dtype, A, (uint64_t)K, (uint64_t)M, krow, bk, (uint32_t)tile_m, errmsg, errlen);
   if (r) return r;
   if (b_layout == WEAVE_LAYOUT_COL) {
-    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN, errmsg, errlen);
+    r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, (uint32_t)b_box, errmsg, errlen);
     if (!r)
-      r = weave_hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN / 2, errmsg,
+      r = weave_hgemm_encode(&p->tmap_b_half, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, (uint32_t)b_box / 2, errmsg,
                              errlen);
     if (!r)
-      r = weave_hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, WEAVE_HGEMM_BN / 4,
+      r = weave_hgemm_encode(&p->tmap_b_quarter, dtype, B, (uint64_t)K, (uint64_t)N, krow, bk, (uint32_t)b_box / 4,
                              errmsg, errlen);
   } else {
     r = weave_hgemm_encode(&p->tmap_b, dtype, B, (uint64_t)N, (uint64_t)K, (uint64_t)N * 2, 64, WEAVE_HGEMM_BK, errmsg,
@@ -226,7 +230,8 @@ static int weave_hgemm_params_for(int M, int N, int K, weave_dtype_t dtype, weav
 
 extern "C" int weave_hgemm_make_params(int M, int N, int K, weave_dtype_t dtype, weave_layout_t b_layout, const void *A,
                                        const void *B, weave_hgemm_params_t *p, char *errmsg, size_t errlen) {
-  return weave_hgemm_params_for(M, N, K, dtype, b_layout, A, B, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, p, errmsg, errlen);
+  return weave_hgemm_params_for(M, N, K, dtype, b_layout, A, B, WEAVE_HGEMM_BM, WEAVE_HGEMM_BN, WEAVE_HGEMM_BN, p,
+                                errmsg, errlen);
 }
 
 extern "C" int weave_hgemm_params_share_a(weave_hgemm_params_t *p, const void *A, int tile_m, char *errmsg,
@@ -278,13 +283,14 @@ static cudaError_t weave_hgemm_launch_kernel(const weave_hgemm_params_t &p, cons
   return cudaLaunchKernelEx(&cfg, kern, p, c_map, sa);
 }
 
-/* the standalone kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE, SHARE_A> */
+/* the standalone kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE, SHARE_A, TBN> */
 template <int DT, int OUT, int BCOL, int CL, bool PP, class SC = weave_hgemm_scale_none, bool PROMOTE = false,
-          bool SHARE_A = false>
+          bool SHARE_A = false, int TBN = WEAVE_HGEMM_BN>
 static cudaError_t weave_hgemm_launch_impl(const weave_hgemm_params_t &p, const CUtensorMap &c_map,
                                            const weave_hgemm_sink_args_t &sa, int grid, int dev, cudaStream_t stream) {
-  return weave_hgemm_launch_kernel<weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE, SHARE_A>, WEAVE_HGEMM_THREADS,
-                                   WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, CL>(p, c_map, sa, grid, dev, stream);
+  return weave_hgemm_launch_kernel<weave_hgemm_kernel<DT, OUT, BCOL, CL, PP, SC, PROMOTE, SHARE_A, TBN>,
+                                   WEAVE_HGEMM_THREADS, WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES, CL>(p, c_map, sa, grid,
+                                                                                                     dev, stream);
 }
 
 /* the three-warpgroup promoted fp8 kernel<OUT, SC, CL> */
@@ -304,7 +310,7 @@ static cudaError_t weave_hgemm_launch_p3(const weave_hgemm_params_t &p, const CU
  * (16-bit, fast fp8; faster, most where the grid is small), sharing B verified but off (no faster); the
  * stream-K tail by its cost model. */
 typedef struct {
-  int cluster, tma_store, group_m, streamk, pingpong, promote_wgs;
+  int cluster, tma_store, group_m, streamk, pingpong, promote_wgs, fp8_narrow;
 } weave_hgemm_knobs_t;
 
 static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
@@ -317,6 +323,7 @@ static weave_hgemm_knobs_t weave_hgemm_knobs(void) {
     k.streamk = weave_hgemm_knob("WEAVE_HGEMM_STREAMK");
     k.pingpong = weave_hgemm_knob("WEAVE_HGEMM_PINGPONG");
     k.promote_wgs = weave_hgemm_knob("WEAVE_HGEMM_PROMOTE_WGS");
+    k.fp8_narrow = weave_hgemm_knob("WEAVE_HGEMM_FP8_NARROW");
     __atomic_store_n(&read, 1, __ATOMIC_RELEASE);
   }
   return k;
@@ -394,18 +401,41 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
 
 /* weave_hgemm_plan for a call's arguments: fp8 with promoted accumulation runs the cooperative
  * schedule without stream-K (its 192 accumulator registers leave none for the fixup), fp8 with fp32
- * output the cooperative schedule; else the call's requests. sms: the device's SM count. */
+ * output the cooperative schedule; else the call's requests. Fast fp8 planned cooperative runs the
+ * narrow 128 x 192 tile, planned again over its columns without stream-K, where a->tile_n asks for it,
+ * else where WEAVE_HGEMM_FP8_NARROW says (0 never, 1 where weave_hgemm_fp8_tile_n finds it cheaper, 2
+ * always) unless a stream-K tail is asked for. sms: the device's SM count; *tile_n_out: the tile's
+ * columns. */
 static int weave_hgemm_promotes(const weave_hgemm_args_t *a) {
   return a->dtype == WEAVE_FP8_E4M3 && !a->fp8_fast_accum;
 }
 
 static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int sms, int *grid_out, int *cluster_out,
-                                              int *pp_out) {
+                                              int *pp_out, int *tile_n_out) {
+  const weave_hgemm_knobs_t k = weave_hgemm_knobs();
   const int fp8 = a->dtype == WEAVE_FP8_E4M3, promote = weave_hgemm_promotes(a);
   const int schedule = promote || (fp8 && a->out_dtype == WEAVE_FP32) ? WEAVE_HGEMM_SCHED_COOP : a->schedule;
-  return weave_hgemm_plan((a->M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, (a->N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN,
-                          weave_hgemm_k_blocks(a->K, a->dtype), a->num_blocks, sms,
-                          promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, grid_out, cluster_out, pp_out);
+  const int tiles_m = (a->M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, kt = weave_hgemm_k_blocks(a->K, a->dtype);
+  int pp = 0, tile_n = WEAVE_HGEMM_BN;
+  weave_hgemm_sk_t sk =
+      weave_hgemm_plan(tiles_m, (a->N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN, kt, a->num_blocks, sms,
+                       promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, grid_out, cluster_out, &pp);
+  if (fp8 && !promote && !pp) {
+    const int sk_asked = a->streamk == WEAVE_HGEMM_SK_ON || (a->streamk == WEAVE_HGEMM_SK_AUTO && k.streamk == 2);
+    const int narrow =
+        a->tile_n
+            ? a->tile_n == WEAVE_HGEMM_BN_NARROW
+            : !sk_asked && (k.fp8_narrow == 2 ||
+                            (k.fp8_narrow == 1 && weave_hgemm_fp8_tile_n(&sk, tiles_m, a->N) == WEAVE_HGEMM_BN_NARROW));
+    if (narrow) {
+      tile_n = WEAVE_HGEMM_BN_NARROW;
+      sk = weave_hgemm_plan(tiles_m, (a->N + tile_n - 1) / tile_n, kt, a->num_blocks, sms, WEAVE_HGEMM_SK_OFF,
+                            WEAVE_HGEMM_SCHED_COOP, fp8, grid_out, cluster_out, &pp);
+    }
+  }
+  if (pp_out) *pp_out = pp;
+  if (tile_n_out) *tile_n_out = tile_n;
+  return sk;
 }
 
 /* The clusters a call of `a` runs with on `grid` blocks (1 none, 2 tile rows sharing B, 3 tile columns
@@ -420,26 +450,28 @@ static int weave_hgemm_role_cluster(const weave_hgemm_args_t *a, int cluster, in
              : 1;
 }
 
-extern "C" weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *a, int sms, int *schedule, int *cluster) {
-  int pp = 0, grid = 0, cl = 1;
+extern "C" weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *a, int sms, int *schedule, int *cluster,
+                                                int *tile_n) {
+  int pp = 0, grid = 0, cl = 1, tn = WEAVE_HGEMM_BN;
   weave_hgemm_sk_t sk = weave_hgemm_sk_plan(0, 0, 1, WEAVE_HGEMM_SK_OFF);
   if (a->M > 0 && a->N > 0 && a->K > 0 && sms > 0) {
-    sk = weave_hgemm_plan_args(a, sms, &grid, &cl, &pp);
+    sk = weave_hgemm_plan_args(a, sms, &grid, &cl, &pp, &tn);
     cl = weave_hgemm_role_cluster(a, cl, grid);
   }
   if (schedule) *schedule = pp ? WEAVE_HGEMM_SCHED_PINGPONG : WEAVE_HGEMM_SCHED_COOP;
   if (cluster) *cluster = cl;
+  if (tile_n) *tile_n = tn;
   return sk;
 }
 
 extern "C" int weave_hgemm_schedule(const weave_hgemm_args_t *a) {
   int schedule;
-  weave_hgemm_plan_on(a, weave_hgemm_sm_count(), &schedule, NULL);
+  weave_hgemm_plan_on(a, weave_hgemm_sm_count(), &schedule, NULL, NULL);
   return schedule;
 }
 
 extern "C" weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *a) {
-  return weave_hgemm_plan_on(a, weave_hgemm_sm_count(), NULL, NULL);
+  return weave_hgemm_plan_on(a, weave_hgemm_sm_count(), NULL, NULL, NULL);
 }
 
 extern "C" size_t weave_hgemm_workspace_size(const weave_hgemm_args_t *a) {
@@ -498,14 +530,21 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   if (major != 9 || minor != 0)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_UNSUPPORTED_DEVICE,
                             "hopper gemm: needs an sm_90 device (device %d is sm_%d%d)", dev, major, minor);
+  if (a->tile_n != 0 && a->tile_n != WEAVE_HGEMM_BN && a->tile_n != WEAVE_HGEMM_BN_NARROW)
+    return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_INVALID_ARGUMENT,
+                            "hopper gemm: tile_n must be 0 (the plan's choice), %d or %d (got %d)", WEAVE_HGEMM_BN,
+                            WEAVE_HGEMM_BN_NARROW, a->tile_n);
   const weave_hgemm_knobs_t knobs = weave_hgemm_knobs();
   /* fp8 with promoted accumulation: three consumer warpgroups on 192 x 128 tiles (A's box 192 rows, B
    * read through its 128-row map), unless WEAVE_HGEMM_PROMOTE_WGS=2 */
   const bool promote = weave_hgemm_promotes(a);
   const bool p3 = promote && knobs.promote_wgs == 3;
+  int grid, cluster, pp, tile_n; /* the plan reads only the arguments' numbers: checked below */
+  const weave_hgemm_sk_t sk = weave_hgemm_plan_args(a, sms, &grid, &cluster, &pp, &tile_n);
+  const bool narrow = tile_n == WEAVE_HGEMM_BN_NARROW;
   weave_hgemm_params_t p;
   int r = weave_hgemm_params_for(a->M, a->N, a->K, a->dtype, a->b_layout, a->A, a->B,
-                                 p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN, &p,
+                                 p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, p3 ? WEAVE_HGEMM_P3_BN : tile_n, tile_n, &p,
                                  errmsg, errlen);
   if (r) return r;
   p.scales = sc;
@@ -527,8 +566,6 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     if (r) return r;
     sa.tma_store = 1;
   }
-  int grid, cluster, pp;
-  const weave_hgemm_sk_t sk = weave_hgemm_plan_args(a, sms, &grid, &cluster, &pp);
   /* the stream-K tail needs its workspace (else whole tiles: make_params' schedule); with fewer
    * tiles than blocks it spreads each tile's k-blocks over several blocks, so the grid is trimmed
    * to the tile count only without it */
@@ -555,8 +592,8 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
     const int rounds = (seqs + grid - 1) / grid, fewest = (seqs + rounds - 1) / rounds;
     if (grid > seqs || (p3 && cl == 1 && fewest >= WEAVE_HGEMM_GROUP_MIN_BLOCKS)) grid = fewest;
   }
-  sa.group_m = weave_hgemm_group_for(grid, p.tiles_m, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM,
-                                     p3 ? WEAVE_HGEMM_P3_BN : WEAVE_HGEMM_BN);
+  sa.group_m =
+      weave_hgemm_group_for(grid, p.tiles_m, p3 ? WEAVE_HGEMM_P3_BM : WEAVE_HGEMM_BM, p3 ? WEAVE_HGEMM_P3_BN : tile_n);
   sa.order = weave_grouped_order(p.tiles_m, p.tiles_n, sa.group_m);
   cudaError_t e;
 #define WEAVE_HGEMM_LAUNCH(DT, BC)                                                                                    \
@@ -569,10 +606,16 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   /* fp8: B [N, K]; clusters sharing A on the cooperative kernels only (not on ping-pong nor on the
    * two-warpgroup promoted one); per-row scales through the role's policy, the rest folded into
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
-   * no ping-pong kernel is built for it. */
+   * no ping-pong kernel is built for it. The narrow tile: fast accumulation, cooperative. */
+#define WEAVE_HGEMM_LAUNCH_FP8_NARROW(OUT, SC)                                                                   \
+  (share_a ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 2, false, SC, false, true, WEAVE_HGEMM_BN_NARROW>(  \
+                 p, c_map, sa, grid, dev, stream)                                                                \
+           : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, false, false, WEAVE_HGEMM_BN_NARROW>( \
+                 p, c_map, sa, grid, dev, stream))
 #define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                         \
   (p3        ? weave_hgemm_launch_p3<OUT, SC>(p, c_map, sa, grid, cl, dev, stream)                                   \
    : promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream)  \
+   : narrow  ? WEAVE_HGEMM_LAUNCH_FP8_NARROW(OUT, SC)                                                                \
    : share_a                                                                                                         \
        ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 2, false, SC, false, true>(p, c_map, sa, grid, dev, stream) \
        : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC>(p, c_map, sa, grid, dev, stream))
@@ -598,6 +641,7 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
 #undef WEAVE_HGEMM_LAUNCH
 #undef WEAVE_HGEMM_LAUNCH_FP8
 #undef WEAVE_HGEMM_LAUNCH_FP8_COOP
+#undef WEAVE_HGEMM_LAUNCH_FP8_NARROW
   if (e != cudaSuccess)
     return weave_hgemm_fail(errmsg, errlen, WEAVE_ERROR_CUDA, "hopper gemm: launch failed: %s", cudaGetErrorString(e));
   return WEAVE_SUCCESS;

@@ -35,7 +35,9 @@ extern "C" {
 /* Tile shape and block shape of the GEMM role (the fused kernel sizes itself from these). */
 #define WEAVE_HGEMM_BM 128 /* rows of C per tile (2 consumer warpgroups x 64) */
 #define WEAVE_HGEMM_BN 256 /* cols of C per tile (one wgmma m64n256k16 per k16 step) */
-#define WEAVE_HGEMM_BK 64  /* K per smem stage (64 x 2 bytes = one 128-byte swizzle row) */
+/* fp8 with the tensor cores' accumulation may run 128 x WEAVE_HGEMM_BN_NARROW (192) tiles instead
+ * (wgmma m64n192k32; weave_hgemm_fp8_tile_n in tile_scheduler.h, WEAVE_HGEMM_FP8_NARROW) */
+#define WEAVE_HGEMM_BK 64 /* K per smem stage (64 x 2 bytes = one 128-byte swizzle row) */
 #define WEAVE_HGEMM_BK_FP8 \
   128 /* fp8: K per smem stage (128 x 1 byte: the same 128-byte rows, the
                                       * same stage bytes; 4 wgmma k32 a stage as 4 k16 for 16-bit) */
@@ -112,9 +114,9 @@ typedef struct {
  * parameter, or a member of one) because the TMA unit reads the tensor maps from there. */
 typedef struct weave_hgemm_params {
   CUtensorMap tmap_a;         /* A [M, K]: box {BK, BM}, 128B swizzle */
-  CUtensorMap tmap_b;         /* COL: [N, K] box {BK, BN}; ROW: [K, N] box {64, BK} (4 per stage) */
-  CUtensorMap tmap_b_half;    /* COL only: [N, K] box {BK, BN/2}: 2-CTA clusters, ping-pong halves */
-  CUtensorMap tmap_b_quarter; /* COL only: [N, K] box {BK, BN/4}: ping-pong with 2-CTA clusters */
+  CUtensorMap tmap_b;         /* COL: [N, K] box {BK, BN} (the narrow tile: BN_NARROW); ROW: [K, N] box {64, BK} */
+  CUtensorMap tmap_b_half;    /* COL only: [N, K] box {BK, half of tmap_b's}: 2-CTA clusters, ping-pong halves */
+  CUtensorMap tmap_b_quarter; /* COL only: [N, K] box {BK, a quarter of tmap_b's}: ping-pong with clusters */
   uint64_t b_desc_base;       /* wgmma smem-descriptor bits of B without the address (LBO/SBO/swizzle) */
   int M, N, K;
   int tiles_m, tiles_n; /* ceil(M / BM), ceil(N / BN) */
@@ -158,6 +160,10 @@ typedef struct {
    * schedule, no stream-K); 1 keeps the tensor cores' fp8 accumulator for the whole k-loop
    * (weave_fp8_accum_t) */
   int fp8_fast_accum;
+  /* fp8 with fast accumulation on the cooperative schedule: the tile's columns, 0 (the plan's choice:
+   * WEAVE_HGEMM_FP8_NARROW), WEAVE_HGEMM_BN (256) or WEAVE_HGEMM_BN_NARROW (192: no stream-K). Other
+   * calls run 256 and ignore it; any other value is WEAVE_ERROR_INVALID_ARGUMENT. */
+  int tile_n;
 } weave_hgemm_args_t;
 
 /* Checks the shape/alignment and encodes both tensor maps into *params (host only; no launch).
@@ -181,15 +187,16 @@ int weave_hgemm_encode_store_map(CUtensorMap *map, weave_dtype_t elem, void *bas
                                  uint64_t pitch, char *errmsg, size_t errlen);
 
 /* What a call with these arguments would run on the current device, as the launcher plans it (only
- * M, N, K, dtype, out_dtype, fp8_fast_accum, num_blocks, streamk and schedule are read): its stream-K
+ * M, N, K, dtype, out_dtype, fp8_fast_accum, num_blocks, streamk, schedule and tile_n are read): its stream-K
  * schedule given a large enough workspace (sk_tiles 0: whole tiles only), the workspace that needs (0:
  * none), and its schedule (WEAVE_HGEMM_SCHED_COOP or _PINGPONG; COOP when there is no device). The
  * most any shape can need on num_blocks blocks (<= 0: all SMs of the current device):
  * weave_hgemm_workspace_max. */
 weave_hgemm_sk_t weave_hgemm_streamk_plan(const weave_hgemm_args_t *args);
-/* The same two on a device of `sms` SMs (no device needed: weave-bench's plan without a GPU), and the
- * clusters (1 none, 2 tile rows sharing B, 3 tile columns sharing A; cluster may be NULL). */
-weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, int *schedule, int *cluster);
+/* The same two on a device of `sms` SMs (no device needed: weave-bench's plan without a GPU), the
+ * clusters (1 none, 2 tile rows sharing B, 3 tile columns sharing A) and the tile's columns (256, or
+ * 192 for the narrow fp8 tile); the outputs may be NULL. */
+weave_hgemm_sk_t weave_hgemm_plan_on(const weave_hgemm_args_t *args, int sms, int *schedule, int *cluster, int *tile_n);
 /* A call's arguments as the plan queries above read them, everything else zero: schedule and
  * stream-K AUTO, bf16 out (fp8 with fp32 accumulation plans cooperative without stream-K), so that
  * a query answers what weave's AUTO runs (weave-bench's plan, test_plan); the GPU tests start their

@@ -53,9 +53,14 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024,
  * A's rows (p.tmap_a with a 64-row box) and multicasting it, and its own B: coords(seq) and
  * coords(seq ^ 1) have the same row0, and ceil(N/256) must be even. Every thread of both CTAs returns
  * only after a cluster barrier.
+ * TBN: the tile's columns, 256, or 192 for fp8 with the tensor cores' accumulation (the narrow tile:
+ * wgmma m64n192k32, 96 accumulators a thread, B [192 x 128] in the first 24 KiB of the stage's 32;
+ * p.tmap_b's box is 192 rows and tmap_b_half's 96; no stream-K). Where N is not a multiple of 256 a
+ * 192-column tile can waste less of the last column, and where the tiles' rounds on the grid fall
+ * short of whole ones the narrow tiles fill them better (weave_hgemm_fp8_tile_n, tile_scheduler.h).
  * ------------------------------------------------------------------------------------------- */
 template <class Sink, int DT, int BCOL, int CL, bool SK = false, class SC = weave_hgemm_scale_none,
-          bool PROMOTE = false, bool SHARE_A = false>
+          bool PROMOTE = false, bool SHARE_A = false, int TBN = WEAVE_HGEMM_BN>
 __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t &p, unsigned char *smem, int seq_begin,
                                                       int seq_stride, int seq_count, Sink &sink) {
   static_assert(CL == 1 || CL == 2, "cluster size 1 or 2");
@@ -63,6 +68,10 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
   static_assert(DT != WEAVE_FP8_E4M3 || BCOL, "fp8 reads B K-major only ([N, K])");
   static_assert(!PROMOTE || DT == WEAVE_FP8_E4M3, "promoted accumulation is for fp8");
   static_assert(!PROMOTE || !SK, "promoted accumulation runs without stream-K (no registers for the fixup)");
+  static_assert(TBN == WEAVE_HGEMM_BN || (TBN == WEAVE_HGEMM_BN_NARROW && DT == WEAVE_FP8_E4M3 && !PROMOTE && !SK),
+                "the narrow tile is fp8 with the tensor cores' accumulation, whole tiles");
+  /* bytes a stage receives: A, and B's TBN rows (COL) or columns (ROW) of 128 bytes of K */
+  constexpr uint32_t STAGE_TX = WEAVE_HGEMM_A_STAGE_BYTES + TBN * WEAVE_HGEMM_BK * 2;
   constexpr int BKE = DT == WEAVE_FP8_E4M3 ? WEAVE_HGEMM_BK_FP8 : WEAVE_HGEMM_BK; /* K elements a stage */
   const uint32_t smem_base = weave_hgemm_smem_u32(smem);
   const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
@@ -104,9 +113,9 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
           if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
 #endif
           const uint32_t fb = full_bar + 8 * pipe.stage;
-          weave_hgemm_mbar_expect_tx(fb, WEAVE_HGEMM_STAGE_BYTES);
-          weave_hgemm_load_stage<BCOL, WEAVE_HGEMM_BN, CL, SHARE_A>(p, smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES,
-                                                                    fb, kb * BKE, m0, n0, cta_rank);
+          weave_hgemm_mbar_expect_tx(fb, STAGE_TX);
+          weave_hgemm_load_stage<BCOL, TBN, CL, SHARE_A, TBN>(p, smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES, fb,
+                                                              kb * BKE, m0, n0, cta_rank);
           weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
         }
       }
@@ -120,7 +129,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
     /* per k16 step: K-major advances 32 bytes inside the swizzled row; MN-major 16 rows of 128 B */
     const uint32_t b_kstep = BCOL ? 2u : (16u * 128u) >> 4;
     const int M = p.M, N = p.N;
-    float acc[128];
+    float acc[TBN / 2];
     weave_hgemm_pipe_t pipe = weave_hgemm_pipe_start();
     int ptile = 0; /* WEAVE_HGEMM_PROFILE */
     while (weave_hgemm_walk_next(&walk, &seq, &kb0, &kb1)) {
@@ -175,12 +184,14 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
           weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
           continue;
         }
-        weave_hgemm_fence_regs(acc);
+        weave_hgemm_fence_regs<TBN / 2>(acc);
         weave_hgemm_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < WEAVE_HGEMM_BK / 16; ++k) { /* 4 steps of 32 bytes of K: k16 (16-bit), k32 (fp8) */
           const uint32_t scale_d = (kb > kb0 || k > 0) ? 1u : 0u;
-          if (DT == WEAVE_BF16) {
+          if constexpr (TBN == WEAVE_HGEMM_BN_NARROW) {
+            WEAVE_HGEMM_WGMMA_M64N192K32_E4M3(acc, da + 2u * k, db + 2u * k, scale_d);
+          } else if (DT == WEAVE_BF16) {
             WEAVE_HGEMM_WGMMA_M64N256K16("bf16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
           } else if (DT == WEAVE_FP16) {
             WEAVE_HGEMM_WGMMA_M64N256K16("f16", acc, da + 2u * k, db + b_kstep * k, scale_d, BCOL ? 0 : 1);
@@ -196,7 +207,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
           sink.coords(seq, &m0, &n0);
           asm volatile("" : "+r"(m0), "+r"(n0));
         }
-        weave_hgemm_fence_regs(acc);
+        weave_hgemm_fence_regs<TBN / 2>(acc);
         weave_hgemm_wgmma_wait<1>();
         if (kb > kb0 && ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
         prev_stage = pipe.stage;
@@ -204,7 +215,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       }
       if constexpr (!PROMOTE) {
         weave_hgemm_wgmma_wait<0>();
-        weave_hgemm_fence_regs(acc);
+        weave_hgemm_fence_regs<TBN / 2>(acc);
         if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
       } else {
         sink.coords(seq, &m0, &n0); /* here: two registers fewer in the k-loop (192 for acc and part); the
@@ -231,8 +242,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         if (sink.tma_store()) {
           const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
           WEAVE_HGEMM_PROF_STAMP(prof, 3);
-          weave_hgemm_store_rows<Sink, WEAVE_HGEMM_BN>(sink, p, sc, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw,
-                                                       lrow, lane, ltid, prof);
+          weave_hgemm_store_rows<Sink, TBN>(sink, p, sc, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw, lrow, lane,
+                                            ltid, prof);
           weave_hgemm_store_rows_complete<Sink>(ltid);
           WEAVE_HGEMM_PROF_STAMP(prof, 4);
           done = true;
@@ -240,7 +251,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       }
       if (!done) {
 #pragma unroll
-        for (int j = 0; j < WEAVE_HGEMM_BN / 8; ++j) {
+        for (int j = 0; j < TBN / 8; ++j) {
           const int col = col0 + 8 * j;
           if (col < N) {
             float v[4] = {acc[4 * j + 0], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};

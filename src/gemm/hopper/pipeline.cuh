@@ -39,21 +39,25 @@ static __device__ __forceinline__ void weave_hgemm_ring_init(uint32_t full_bar, 
 }
 
 /* One stage's TMA loads, all signalling `bar`: A [128 x 64] of k-block k0 at sa, and B's columns
- * [n, n + W) right after it (COL: W rows of 128 bytes, K-major; ROW: W / 64 slabs of 64 columns,
- * 8 KiB apart). CL == 2: this CTA loads its half of the W columns (cta_rank's) and multicasts it to
- * both CTAs of the cluster, whose producers do the same with the other half; SHARE_A (CL == 2, the
- * two CTAs on one tile row): the half of A's rows instead (p.tmap_a has a 64-row box), and all of
- * its own B. */
-template <int BCOL, int W, int CL, bool SHARE_A = false>
+ * [n, n + W) right after it (COL: W rows of 128 bytes, K-major, through the map whose box is W, W / 2
+ * or W / 4 rows: p.tmap_b, tmap_b_half, tmap_b_quarter; ROW: W / 64 slabs of 64 columns, 8 KiB
+ * apart). CL == 2: this CTA loads its half of the W columns (cta_rank's) and multicasts it to both
+ * CTAs of the cluster, whose producers do the same with the other half; SHARE_A (CL == 2, the two
+ * CTAs on one tile row): the half of A's rows instead (p.tmap_a has a 64-row box), and all of its own
+ * B. MAPW: the rows of p.tmap_b's box (the role's tile width: 256, or 192 for fast fp8's narrow tile). */
+template <int BCOL, int W, int CL, bool SHARE_A = false, int MAPW = WEAVE_HGEMM_BN>
 static __device__ __forceinline__ void weave_hgemm_load_stage(const weave_hgemm_params_t &p, uint32_t sa, uint32_t bar,
                                                               int k0, int m0, int n, uint32_t cta_rank) {
   static_assert(!SHARE_A || CL == 2, "A is shared by the CTAs of a cluster");
+  static_assert(BCOL || MAPW == WEAVE_HGEMM_BN, "a ROW B is loaded in 64-column boxes");
   constexpr int CLB = SHARE_A ? 1 : CL; /* CTAs sharing B */
   constexpr int WL = W / CLB;           /* columns this CTA loads */
-  static_assert(WL == 256 || WL == 128 || WL == 64, "B boxes of 256, 128 or 64 columns");
+  static_assert(WL == MAPW || 2 * WL == MAPW || 4 * WL == MAPW, "B boxes of the map's rows, a half or a quarter");
+  static_assert(BCOL || WL % 64 == 0, "whole 64-column slabs of a ROW B");
   constexpr uint32_t SLAB = 64 * WEAVE_HGEMM_BK * 2; /* 64 columns (ROW) or 64 rows (COL) of B */
   const uint32_t brank = SHARE_A ? 0 : cta_rank;
-  const uint32_t dst = sa + WEAVE_HGEMM_A_STAGE_BYTES + brank * (WL / 64) * SLAB;
+  /* COL: WL rows of 128 bytes; a multiple of 8 rows keeps the 1024-byte swizzle atoms whole */
+  const uint32_t dst = sa + WEAVE_HGEMM_A_STAGE_BYTES + brank * (BCOL ? WL * 128u : (WL / 64) * SLAB);
   const int nl = n + (int)brank * WL;
   if (SHARE_A)
     weave_hgemm_tma_load_2d_mc(sa + cta_rank * (WEAVE_HGEMM_A_STAGE_BYTES / 2), &p.tmap_a, bar, k0,
@@ -61,7 +65,7 @@ static __device__ __forceinline__ void weave_hgemm_load_stage(const weave_hgemm_
   else
     weave_hgemm_tma_load_2d(sa, &p.tmap_a, bar, k0, m0);
   if (BCOL) {
-    const CUtensorMap *map = WL == 256 ? &p.tmap_b : WL == 128 ? &p.tmap_b_half : &p.tmap_b_quarter;
+    const CUtensorMap *map = WL == MAPW ? &p.tmap_b : 2 * WL == MAPW ? &p.tmap_b_half : &p.tmap_b_quarter;
     if (CLB == 1)
       weave_hgemm_tma_load_2d(dst, map, bar, k0, nl);
     else

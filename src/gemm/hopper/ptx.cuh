@@ -1,7 +1,7 @@
 /*
  * The Hopper GEMM's inline PTX: one small wrapper per instruction (or per fixed instruction
  * sequence), nothing else. mbarriers, TMA loads / stores and bulk groups, clusters, wgmma (fences,
- * descriptors, the m64n256k16 / m64n128k16 instructions), setmaxnreg, named barriers, shared-memory
+ * descriptors, the m64n256k16 / m64n128k16 instructions and the fp8 k32 forms), setmaxnreg, named barriers, shared-memory
  * stores and stmatrix, proxy fences. Addresses of shared memory are 32-bit shared-window addresses
  * (weave_hgemm_smem_u32).
  */
@@ -220,35 +220,32 @@ static __device__ __forceinline__ uint64_t weave_hgemm_desc(uint32_t smem_addr, 
   return base | (uint64_t)((smem_addr & 0x3FFFF) >> 4);
 }
 
-/* the 64 accumulator operands d[b] .. d[b + 63] of a wgmma (d: an array name, not an expression) */
-#define WEAVE_HGEMM_ACC64_OUT(d, b)                                                                                 \
+/* the 32 accumulator operands d[b] .. d[b + 31] of a wgmma (d: an array name, not an expression), and
+ * the 64 of d[b] .. d[b + 63] */
+#define WEAVE_HGEMM_ACC32_OUT(d, b)                                                                                 \
   "+f"(d[(b) + 0]), "+f"(d[(b) + 1]), "+f"(d[(b) + 2]), "+f"(d[(b) + 3]), "+f"(d[(b) + 4]), "+f"(d[(b) + 5]),       \
       "+f"(d[(b) + 6]), "+f"(d[(b) + 7]), "+f"(d[(b) + 8]), "+f"(d[(b) + 9]), "+f"(d[(b) + 10]), "+f"(d[(b) + 11]), \
       "+f"(d[(b) + 12]), "+f"(d[(b) + 13]), "+f"(d[(b) + 14]), "+f"(d[(b) + 15]), "+f"(d[(b) + 16]),                \
       "+f"(d[(b) + 17]), "+f"(d[(b) + 18]), "+f"(d[(b) + 19]), "+f"(d[(b) + 20]), "+f"(d[(b) + 21]),                \
       "+f"(d[(b) + 22]), "+f"(d[(b) + 23]), "+f"(d[(b) + 24]), "+f"(d[(b) + 25]), "+f"(d[(b) + 26]),                \
-      "+f"(d[(b) + 27]), "+f"(d[(b) + 28]), "+f"(d[(b) + 29]), "+f"(d[(b) + 30]), "+f"(d[(b) + 31]),                \
-      "+f"(d[(b) + 32]), "+f"(d[(b) + 33]), "+f"(d[(b) + 34]), "+f"(d[(b) + 35]), "+f"(d[(b) + 36]),                \
-      "+f"(d[(b) + 37]), "+f"(d[(b) + 38]), "+f"(d[(b) + 39]), "+f"(d[(b) + 40]), "+f"(d[(b) + 41]),                \
-      "+f"(d[(b) + 42]), "+f"(d[(b) + 43]), "+f"(d[(b) + 44]), "+f"(d[(b) + 45]), "+f"(d[(b) + 46]),                \
-      "+f"(d[(b) + 47]), "+f"(d[(b) + 48]), "+f"(d[(b) + 49]), "+f"(d[(b) + 50]), "+f"(d[(b) + 51]),                \
-      "+f"(d[(b) + 52]), "+f"(d[(b) + 53]), "+f"(d[(b) + 54]), "+f"(d[(b) + 55]), "+f"(d[(b) + 56]),                \
-      "+f"(d[(b) + 57]), "+f"(d[(b) + 58]), "+f"(d[(b) + 59]), "+f"(d[(b) + 60]), "+f"(d[(b) + 61]),                \
-      "+f"(d[(b) + 62]), "+f"(d[(b) + 63])
+      "+f"(d[(b) + 27]), "+f"(d[(b) + 28]), "+f"(d[(b) + 29]), "+f"(d[(b) + 30]), "+f"(d[(b) + 31])
+#define WEAVE_HGEMM_ACC64_OUT(d, b) WEAVE_HGEMM_ACC32_OUT(d, b), WEAVE_HGEMM_ACC32_OUT(d, (b) + 32)
 
-/* The accumulator operands of a wgmma's inline asm, %0 .. %63 (n128) and %0 .. %127 (n256), in the
- * order WEAVE_HGEMM_ACC64_OUT binds them. */
+/* The accumulator operands of a wgmma's inline asm, %0 .. %63 (n128), %0 .. %95 (n192) and %0 .. %127
+ * (n256), in the order WEAVE_HGEMM_ACC64_OUT binds them. */
 #define WEAVE_HGEMM_ACC_OPERANDS_0_63                                               \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"           \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define WEAVE_HGEMM_ACC_OPERANDS_64_127                                                         \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"             \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"             \
+#define WEAVE_HGEMM_ACC_OPERANDS_64_95                                              \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define WEAVE_HGEMM_ACC_OPERANDS_96_127                                                         \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define WEAVE_HGEMM_ACC_OPERANDS_0_127 WEAVE_HGEMM_ACC_OPERANDS_0_63 "," WEAVE_HGEMM_ACC_OPERANDS_64_127
+#define WEAVE_HGEMM_ACC_OPERANDS_0_95 WEAVE_HGEMM_ACC_OPERANDS_0_63 "," WEAVE_HGEMM_ACC_OPERANDS_64_95
+#define WEAVE_HGEMM_ACC_OPERANDS_0_127 WEAVE_HGEMM_ACC_OPERANDS_0_95 "," WEAVE_HGEMM_ACC_OPERANDS_96_127
 
 /* wgmma m64n256k16, fp32 accumulators d[0..127] (an array name), TY "bf16" or "f16"; scale_d 0 starts
  * the sum; TNSPB 1 reads B MN-major (ROW layout) */
@@ -279,6 +276,15 @@ static __device__ __forceinline__ uint64_t weave_hgemm_desc(uint32_t smem_addr, 
       "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" WEAVE_HGEMM_ACC_OPERANDS_0_127 \
       "}, %128, %129, p, 1, 1;\n}\n"                                                           \
       : WEAVE_HGEMM_ACC64_OUT(d, 0), WEAVE_HGEMM_ACC64_OUT(d, 64)                              \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+/* d: a 96-float array (the narrow 128 x 192 tile of fast fp8: gemm_hopper_cooperative.cuh) */
+#define WEAVE_HGEMM_WGMMA_M64N192K32_E4M3(d, desc_a, desc_b, scale_d)                         \
+  asm volatile(                                                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                            \
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {" WEAVE_HGEMM_ACC_OPERANDS_0_95 \
+      "}, %96, %97, p, 1, 1;\n}\n"                                                            \
+      : WEAVE_HGEMM_ACC64_OUT(d, 0), WEAVE_HGEMM_ACC32_OUT(d, 64)                             \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 #define WEAVE_HGEMM_WGMMA_M64N128K32_E4M3(d, desc_a, desc_b, scale_d)                         \

@@ -240,13 +240,35 @@ static inline WEAVE_HOST_DEVICE int weave_hgemm_pp_kblock32(int fp8) {
   return fp8 ? WEAVE_HGEMM_PP_KBLOCK_32_FP8 : WEAVE_HGEMM_PP_KBLOCK_32;
 }
 
-/* Time of the cooperative schedule's plan for `tiles` tiles on `blocks` blocks under `sk_mode`, in
- * k-blocks of main loop: its rounds of whole tiles, or the stream-K model's estimate of its tail. */
+/* Time of a cooperative plan in k-blocks of main loop: its rounds of whole tiles, or the stream-K
+ * model's estimate with its tail. */
+static inline WEAVE_HOST_DEVICE long long weave_hgemm_sk_units(const weave_hgemm_sk_t *s) {
+  const int blocks = s->blocks < 1 ? 1 : s->blocks;
+  if (!s->sk_tiles) return (long long)((s->tiles + blocks - 1) / blocks) * s->kt;
+  return (long long)(s->dp_tiles / blocks) * s->kt + (s->units + s->sk_blocks - 1) / s->sk_blocks +
+         WEAVE_HGEMM_SK_FIXUP_UNITS;
+}
+
+/* ... of the plan for `tiles` tiles on `blocks` blocks under `sk_mode` */
 static inline WEAVE_HOST_DEVICE long long weave_hgemm_coop_units(int tiles, int blocks, int kt, int sk_mode) {
   const weave_hgemm_sk_t s = weave_hgemm_sk_plan(tiles, blocks, kt, sk_mode);
-  if (blocks < 1) blocks = 1;
-  if (!s.sk_tiles) return (long long)((tiles + blocks - 1) / blocks) * kt;
-  return (long long)(s.dp_tiles / blocks) * kt + (s.units + s.sk_blocks - 1) / s.sk_blocks + WEAVE_HGEMM_SK_FIXUP_UNITS;
+  return weave_hgemm_sk_units(&s);
+}
+
+/* fp8 with the tensor cores' accumulation on the cooperative schedule: the tile's columns, 256 or
+ * WEAVE_HGEMM_BN_NARROW (192; whole tiles). A tile's main loop takes time in proportion to its
+ * columns, so a plan costs its k-blocks of main loop times its tile's width: `wide`, the plan of the
+ * 128 x 256 tiles (stream-K tail included), against whole rounds of 128 x 192 tiles over ceil(N / 192)
+ * columns on the same blocks; narrow only where strictly cheaper. On 132 blocks: 8192 x 8192 (43
+ * columns, 21 rounds x 192 against 16 x 256) and 16384 x 8192 narrow, 4096 x 8192 (11 x 192 against
+ * 8 x 256) wide, as measured (H100, docs/hopper_gemm.md, "The narrow fp8 tile"). */
+#define WEAVE_HGEMM_BN_NARROW 192
+static inline WEAVE_HOST_DEVICE int weave_hgemm_fp8_tile_n(const weave_hgemm_sk_t *wide, int tiles_m, int N) {
+  const int cols = (N + WEAVE_HGEMM_BN_NARROW - 1) / WEAVE_HGEMM_BN_NARROW;
+  const weave_hgemm_sk_t narrow = weave_hgemm_sk_plan(tiles_m * cols, wide->blocks, wide->kt, WEAVE_HGEMM_SK_OFF);
+  return weave_hgemm_sk_units(&narrow) * WEAVE_HGEMM_BN_NARROW < weave_hgemm_sk_units(wide) * 256
+             ? WEAVE_HGEMM_BN_NARROW
+             : 256;
 }
 
 /* Time of the ping-pong schedule (whole rounds of tiles, no stream-K) in 1/32 k-block of the
