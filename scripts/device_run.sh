@@ -107,8 +107,8 @@ for mode in "$@"; do
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases passed" "$log"
       ;;
     fp8san) # the fp8 kernels under the three sanitizers: gpu_fp8_gemm_test's tiny cases (every scale
-            # mode, output type, accumulation and schedule on two small shapes: the three-warpgroup
-            # role for fp32 accumulation, cooperative and ping-pong for fast)
+            # mode, output type, accumulation and schedule on three small shapes: the three-warpgroup
+            # role for fp32 accumulation, cooperative (both tiles) and ping-pong for fast)
       for tool in memcheck racecheck synccheck; do
         FP8_TEST_TINY=1 timeout ${SAN_TIMEOUT:-300} stdbuf -oL -eL compute-sanitizer --tool $tool --error-exitcode 9 \
           $b/tests/gpu_fp8_gemm_test >> "$out/fp8san.log" 2>&1

@@ -78,10 +78,10 @@ static __device__ __forceinline__ void weave_hgemm_epi_group(Sink &sink, const w
 /* TMA-store epilogue of 64 rows x NC columns of a consumer warpgroup (accumulators `a` in the
  * m64nNk16 fragment: a[4j + {0,1}] at (lrow, 8j + 2*(lane%4) + {0,1}), a[4j + {2,3}] at lrow + 8),
  * rows trow.. of the sink's map, columns c0..: 64-row x 128-byte chunks (64 columns of 2-byte or 32
- * of 4-byte elements) through the warpgroup's WEAVE_HGEMM_EPI_BUFS staging buffers at ebuf (chunk q
- * of the call uses buffer (q0 + q) % EPI_BUFS), 128B-swizzled rows (16-byte unit u of row r at
- * u ^ (r % 8): the warp's stores spread over all banks), one TMA store each. */
-template <class Sink, int NC, bool BIAS, class SC>
+ * of 4-byte elements) through the warpgroup's BUFS staging buffers at ebuf (chunk q of the call uses
+ * buffer (q0 + q) % BUFS), 128B-swizzled rows (16-byte unit u of row r at u ^ (r % 8): the warp's
+ * stores spread over all banks), one TMA store each. */
+template <class Sink, int NC, bool BIAS, class SC, int BUFS>
 static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, const weave_hgemm_params_t &p,
                                                                    const SC &sc, const float *a, uint32_t ebuf, int q0,
                                                                    int c0, int trow, int cw, int lrow, int lane,
@@ -90,9 +90,9 @@ static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, c
   constexpr int EB = (int)sizeof(E), CC = 128 / EB, G = CC / 8;
 #pragma unroll
   for (int c = 0; c < NC / CC; ++c) {
-    const uint32_t b = ebuf + ((q0 + c) % WEAVE_HGEMM_EPI_BUFS) * WEAVE_HGEMM_EPI_BUF_BYTES;
+    const uint32_t b = ebuf + ((q0 + c) % BUFS) * WEAVE_HGEMM_EPI_BUF_BYTES;
     if (ltid == 0) /* the store that used this buffer has read it */
-      weave_hgemm_bulk_wait_read<WEAVE_HGEMM_EPI_BUFS - 1>();
+      weave_hgemm_bulk_wait_read<BUFS - 1>();
     weave_hgemm_named_barrier_sync(2 + cw, 128);
     if (c < 4) WEAVE_HGEMM_PROF_STAMP(prof, 5 + 2 * c);
     if constexpr (EB == 2) {
@@ -140,15 +140,17 @@ static __device__ __forceinline__ void weave_hgemm_store_rows_impl(Sink &sink, c
  * the warps run per tile is only the conversions and stores. With the bias test inside epi() (two
  * never-taken branches per 8 columns) a 64-column chunk was 4.6 KB of SASS and took ~525 cycles
  * (clock64 breakdown, docs/hopper_gemm.md); without it (and with stmatrix) ~250. */
-template <class Sink, int NC, class SC>
+template <class Sink, int NC, class SC, int BUFS = WEAVE_HGEMM_EPI_BUFS>
 static __device__ __forceinline__ void weave_hgemm_store_rows(Sink &sink, const weave_hgemm_params_t &p, const SC &sc,
                                                               const float *a, uint32_t ebuf, int q0, int c0, int trow,
                                                               int cw, int lrow, int lane, int ltid,
                                                               long long *prof = nullptr) {
   if (sink.epi_bias())
-    weave_hgemm_store_rows_impl<Sink, NC, true>(sink, p, sc, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
+    weave_hgemm_store_rows_impl<Sink, NC, true, SC, BUFS>(sink, p, sc, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid,
+                                                          prof);
   else
-    weave_hgemm_store_rows_impl<Sink, NC, false>(sink, p, sc, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid, prof);
+    weave_hgemm_store_rows_impl<Sink, NC, false, SC, BUFS>(sink, p, sc, a, ebuf, q0, c0, trow, cw, lrow, lane, ltid,
+                                                           prof);
 }
 
 /* After a warpgroup's last weave_hgemm_store_rows of a tile, for sinks whose end() publishes it: the

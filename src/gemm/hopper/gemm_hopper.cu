@@ -404,8 +404,9 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
  * output the cooperative schedule; else the call's requests. Fast fp8 planned cooperative runs the
  * narrow 128 x 192 tile, planned again over its columns without stream-K, where a->tile_n asks for it,
  * else where WEAVE_HGEMM_FP8_NARROW says (0 never, 1 where weave_hgemm_fp8_tile_n finds it cheaper, 2
- * always) unless a stream-K tail is asked for. sms: the device's SM count; *tile_n_out: the tile's
- * columns. */
+ * always) unless a stream-K tail is asked for; with WEAVE_HGEMM_CLUSTER=2 in clusters sharing B where
+ * its tile rows pair up (its odd column counts cannot share A). sms: the device's SM count;
+ * *tile_n_out: the tile's columns. */
 static int weave_hgemm_promotes(const weave_hgemm_args_t *a) {
   return a->dtype == WEAVE_FP8_E4M3 && !a->fp8_fast_accum;
 }
@@ -416,10 +417,10 @@ static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int s
   const int fp8 = a->dtype == WEAVE_FP8_E4M3, promote = weave_hgemm_promotes(a);
   const int schedule = promote || (fp8 && a->out_dtype == WEAVE_FP32) ? WEAVE_HGEMM_SCHED_COOP : a->schedule;
   const int tiles_m = (a->M + WEAVE_HGEMM_BM - 1) / WEAVE_HGEMM_BM, kt = weave_hgemm_k_blocks(a->K, a->dtype);
-  int pp = 0, tile_n = WEAVE_HGEMM_BN;
+  int pp = 0, tile_n = WEAVE_HGEMM_BN, grid = 0, cluster = 1;
   weave_hgemm_sk_t sk =
       weave_hgemm_plan(tiles_m, (a->N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN, kt, a->num_blocks, sms,
-                       promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, grid_out, cluster_out, &pp);
+                       promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, &grid, &cluster, &pp);
   if (fp8 && !promote && !pp) {
     const int sk_asked = a->streamk == WEAVE_HGEMM_SK_ON || (a->streamk == WEAVE_HGEMM_SK_AUTO && k.streamk == 2);
     const int narrow =
@@ -430,9 +431,12 @@ static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int s
     if (narrow) {
       tile_n = WEAVE_HGEMM_BN_NARROW;
       sk = weave_hgemm_plan(tiles_m, (a->N + tile_n - 1) / tile_n, kt, a->num_blocks, sms, WEAVE_HGEMM_SK_OFF,
-                            WEAVE_HGEMM_SCHED_COOP, fp8, grid_out, cluster_out, &pp);
+                            WEAVE_HGEMM_SCHED_COOP, fp8, &grid, &cluster, &pp);
+      if (cluster == 1 && k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0) cluster = 2;
     }
   }
+  if (grid_out) *grid_out = grid;
+  if (cluster_out) *cluster_out = cluster;
   if (pp_out) *pp_out = pp;
   if (tile_n_out) *tile_n_out = tile_n;
   return sk;
@@ -606,12 +610,15 @@ extern "C" int weave_hgemm_launch(const weave_hgemm_args_t *a, cudaStream_t stre
   /* fp8: B [N, K]; clusters sharing A on the cooperative kernels only (not on ping-pong nor on the
    * two-warpgroup promoted one); per-row scales through the role's policy, the rest folded into
    * alpha by the kernel. fp32 output (bulk's partials) runs cooperative only (weave_hgemm_plan_args):
-   * no ping-pong kernel is built for it. The narrow tile: fast accumulation, cooperative. */
-#define WEAVE_HGEMM_LAUNCH_FP8_NARROW(OUT, SC)                                                                   \
-  (share_a ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 2, false, SC, false, true, WEAVE_HGEMM_BN_NARROW>(  \
-                 p, c_map, sa, grid, dev, stream)                                                                \
-           : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, false, false, WEAVE_HGEMM_BN_NARROW>( \
-                 p, c_map, sa, grid, dev, stream))
+   * no ping-pong kernel is built for it. The narrow tile: fast accumulation, cooperative, also in
+   * clusters sharing B (WEAVE_HGEMM_CLUSTER=2). */
+#define WEAVE_HGEMM_LAUNCH_FP8_NARROW(OUT, SC)                                                                     \
+  (share_a ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 2, false, SC, false, true, WEAVE_HGEMM_BN_NARROW>(    \
+                 p, c_map, sa, grid, dev, stream)                                                                  \
+   : cl == 2 ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 2, false, SC, false, false, WEAVE_HGEMM_BN_NARROW>( \
+                   p, c_map, sa, grid, dev, stream)                                                                \
+             : weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, false, false, WEAVE_HGEMM_BN_NARROW>( \
+                   p, c_map, sa, grid, dev, stream))
 #define WEAVE_HGEMM_LAUNCH_FP8_COOP(OUT, SC)                                                                         \
   (p3        ? weave_hgemm_launch_p3<OUT, SC>(p, c_map, sa, grid, cl, dev, stream)                                   \
    : promote ? weave_hgemm_launch_impl<WEAVE_FP8_E4M3, OUT, 1, 1, false, SC, true>(p, c_map, sa, grid, dev, stream)  \

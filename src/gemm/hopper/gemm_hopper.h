@@ -65,6 +65,13 @@ extern "C" {
 #endif
 #define WEAVE_HGEMM_EPI_BYTES (2 * WEAVE_HGEMM_EPI_BUFS * WEAVE_HGEMM_EPI_BUF_BYTES)
 #define WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES (WEAVE_HGEMM_EPI_OFFSET + WEAVE_HGEMM_EPI_BYTES + 1024)
+/* The narrow fp8 tile's ring (128 x 192 tiles, gemm_hopper_cooperative.cuh): stages of 40 KiB (A
+ * 16 KiB + B 24 KiB), the barriers and the staging after them as above, in the same allocation. Five
+ * stages fit only with one staging buffer a warpgroup (200 KiB + 16 KiB), which is then its count. */
+#ifndef WEAVE_HGEMM_NARROW_STAGES
+#define WEAVE_HGEMM_NARROW_STAGES 4
+#endif
+#define WEAVE_HGEMM_NARROW_EPI_BUFS (WEAVE_HGEMM_NARROW_STAGES > 4 ? 1 : WEAVE_HGEMM_EPI_BUFS)
 #define WEAVE_HGEMM_STANDALONE_SMEM_ALLOC_BYTES WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES
 /* fp8 with accumulation promoted to fp32 on three consumer warpgroups (gemm_hopper_promote3.cuh):
  * 192 x 128 tiles, 512 threads, A [192 x 128] + B [128 x 128] a stage (40 KiB), the barriers in the

@@ -70,17 +70,26 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
   static_assert(!PROMOTE || !SK, "promoted accumulation runs without stream-K (no registers for the fixup)");
   static_assert(TBN == WEAVE_HGEMM_BN || (TBN == WEAVE_HGEMM_BN_NARROW && DT == WEAVE_FP8_E4M3 && !PROMOTE && !SK),
                 "the narrow tile is fp8 with the tensor cores' accumulation, whole tiles");
-  /* bytes a stage receives: A, and B's TBN rows (COL) or columns (ROW) of 128 bytes of K */
+  /* bytes a stage receives: A, and B's TBN rows (COL) or columns (ROW) of 128 bytes of K. The ring:
+   * WEAVE_HGEMM_STAGES stages of 48 KiB; the narrow tile's, WEAVE_HGEMM_NARROW_STAGES of 40 KiB and
+   * its own count of staging buffers (the layout of gemm_hopper.h from its own stage bytes). */
   constexpr uint32_t STAGE_TX = WEAVE_HGEMM_A_STAGE_BYTES + TBN * WEAVE_HGEMM_BK * 2;
+  constexpr bool NARROW = TBN != WEAVE_HGEMM_BN;
+  constexpr int STAGES = NARROW ? WEAVE_HGEMM_NARROW_STAGES : WEAVE_HGEMM_STAGES;
+  constexpr uint32_t STAGE_BYTES = NARROW ? STAGE_TX : WEAVE_HGEMM_STAGE_BYTES;
+  constexpr int EPI_BUFS = NARROW ? WEAVE_HGEMM_NARROW_EPI_BUFS : WEAVE_HGEMM_EPI_BUFS;
+  constexpr uint32_t EPI_OFFSET = STAGES * STAGE_BYTES + 1024;
+  static_assert(EPI_OFFSET + 2 * EPI_BUFS * WEAVE_HGEMM_EPI_BUF_BYTES + 1024 <= WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES,
+                "the ring and the staging buffers fit the TMA-store kernels' smem");
   constexpr int BKE = DT == WEAVE_FP8_E4M3 ? WEAVE_HGEMM_BK_FP8 : WEAVE_HGEMM_BK; /* K elements a stage */
   const uint32_t smem_base = weave_hgemm_smem_u32(smem);
-  const uint32_t full_bar = smem_base + WEAVE_HGEMM_STAGES * WEAVE_HGEMM_STAGE_BYTES;
-  const uint32_t empty_bar = full_bar + WEAVE_HGEMM_STAGES * 8;
+  const uint32_t full_bar = smem_base + STAGES * STAGE_BYTES;
+  const uint32_t empty_bar = full_bar + STAGES * 8;
   const int tid = threadIdx.x;
   const uint32_t cta_rank = CL == 2 ? weave_hgemm_cluster_ctarank() : 0;
 
   if (WEAVE_HGEMM_PROFILE && tid == 0) weave_hgemm_prof_edge(0);
-  weave_hgemm_ring_init<CL>(full_bar, empty_bar, WEAVE_HGEMM_STAGES, 2 * CL); /* each consumer warpgroup of each CTA */
+  weave_hgemm_ring_init<CL>(full_bar, empty_bar, STAGES, 2 * CL); /* each consumer warpgroup of each CTA */
 
   /* data-parallel tiles seq_begin, +seq_stride, ... < seq_count; with SK, then this block's
    * stream-K range (tile_scheduler.h). Producer and consumers walk the same items. */
@@ -114,9 +123,9 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
 #endif
           const uint32_t fb = full_bar + 8 * pipe.stage;
           weave_hgemm_mbar_expect_tx(fb, STAGE_TX);
-          weave_hgemm_load_stage<BCOL, TBN, CL, SHARE_A, TBN>(p, smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES, fb,
-                                                              kb * BKE, m0, n0, cta_rank);
-          weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
+          weave_hgemm_load_stage<BCOL, TBN, CL, SHARE_A, TBN>(p, smem_base + pipe.stage * STAGE_BYTES, fb, kb * BKE, m0,
+                                                              n0, cta_rank);
+          weave_hgemm_pipe_advance(&pipe, STAGES);
         }
       }
     }
@@ -147,8 +156,8 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         /* PROMOTE waits for the next k-block's stage under its second half's group (below) */
         if (!PROMOTE || kb == kb0) weave_hgemm_mbar_wait(full_bar + 8 * pipe.stage, pipe.phase);
         if (kb == kb0) WEAVE_HGEMM_PROF_STAMP(prof, 1);
-        const uint32_t sa = smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES + cw * (64 * 128);
-        const uint32_t sb = smem_base + pipe.stage * WEAVE_HGEMM_STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
+        const uint32_t sa = smem_base + pipe.stage * STAGE_BYTES + cw * (64 * 128);
+        const uint32_t sb = smem_base + pipe.stage * STAGE_BYTES + WEAVE_HGEMM_A_STAGE_BYTES;
         const uint64_t da = weave_hgemm_desc(sa, WEAVE_HGEMM_DESC_KMAJOR_SW128);
         const uint64_t db = weave_hgemm_desc(sb, b_base);
         if constexpr (PROMOTE) {
@@ -172,7 +181,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
             if (h == 1 && kb + 1 < kb1) { /* as cuBLASLt's promoted kernel: the next stage's barrier
                                            * under this group, not between its adds and the next issue */
               weave_hgemm_pipe_t next = pipe;
-              weave_hgemm_pipe_advance(&next, WEAVE_HGEMM_STAGES);
+              weave_hgemm_pipe_advance(&next, STAGES);
               weave_hgemm_mbar_wait(full_bar + 8 * next.stage, next.phase);
             }
             weave_hgemm_wgmma_wait<0>();
@@ -181,7 +190,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
             for (int i = 0; i < 64; ++i) acc[64 * h + i] += part[i];
           }
           if (ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * pipe.stage);
-          weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
+          weave_hgemm_pipe_advance(&pipe, STAGES);
           continue;
         }
         weave_hgemm_fence_regs<TBN / 2>(acc);
@@ -211,7 +220,7 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
         weave_hgemm_wgmma_wait<1>();
         if (kb > kb0 && ltid == 0) weave_hgemm_release_stage<CL>(empty_bar + 8 * prev_stage);
         prev_stage = pipe.stage;
-        weave_hgemm_pipe_advance(&pipe, WEAVE_HGEMM_STAGES);
+        weave_hgemm_pipe_advance(&pipe, STAGES);
       }
       if constexpr (!PROMOTE) {
         weave_hgemm_wgmma_wait<0>();
@@ -240,10 +249,10 @@ __device__ __forceinline__ void weave_hgemm_role_coop(const weave_hgemm_params_t
       bool done = false;
       if constexpr (weave_hgemm_sink_tma<Sink>::value) {
         if (sink.tma_store()) {
-          const uint32_t ebuf = smem_base + WEAVE_HGEMM_EPI_OFFSET + cw * (WEAVE_HGEMM_EPI_BYTES / 2);
+          const uint32_t ebuf = smem_base + EPI_OFFSET + cw * (EPI_BUFS * WEAVE_HGEMM_EPI_BUF_BYTES);
           WEAVE_HGEMM_PROF_STAMP(prof, 3);
-          weave_hgemm_store_rows<Sink, TBN>(sink, p, sc, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw, lrow, lane,
-                                            ltid, prof);
+          weave_hgemm_store_rows<Sink, TBN, SC, EPI_BUFS>(sink, p, sc, acc, ebuf, 0, n0, sink.tma_row(m0) + cw * 64, cw,
+                                                          lrow, lane, ltid, prof);
           weave_hgemm_store_rows_complete<Sink>(ltid);
           WEAVE_HGEMM_PROF_STAMP(prof, 4);
           done = true;
