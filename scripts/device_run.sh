@@ -2,7 +2,7 @@
 # One batch on a lent GPU machine (binaries built elsewhere, carried in build/): GPU tests, sanitizers,
 # benchmark tables, a trace picture; logs under $OUT (or ./device-out): gpu_tests.log, gemm_rs.log,
 # bench.log, bench.json, trace_g4.json, trace_g4.png, weave.tune (the device tool brings back at most 8 files).
-# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8ab|rsab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
+# Usage: scripts/device_run.sh [quick|full|hgemm|san|fp8san|narrow|tune|bench|gemm|hold|ab|agab|fp8sweep|fp8wgs|fp8ab|rsab|fp8ncu|probe|fp8acc|prof|trace|multi|lifecycle|autotune|autosweep|ag|owed|freshsuite|pytest|nodes]...
 # WEAVE_BUILD: the build folder (default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +62,15 @@ fp8_means() {
                  if (!(label in hi) || $6 > hi[label]) hi[label] = $6 }
        END { for (l in n) printf "fp8ab %s: %d rows, weave/lt_def %.3f-%.3f, mean %.3f\n", l, n[l], lo[l], hi[l], s[l] / n[l] }'
 }
+# gpu_fp8_gemm_test's tiny cases under memcheck, racecheck and synccheck (fp8san.log)
+fp8_sanitizers() {
+  for tool in memcheck racecheck synccheck; do
+    FP8_TEST_TINY=1 timeout ${SAN_TIMEOUT:-300} stdbuf -oL -eL compute-sanitizer --tool $tool --error-exitcode 9 \
+      $b/tests/gpu_fp8_gemm_test >> "$out/fp8san.log" 2>&1
+    echo "sanitizer $tool (fp8 gemm, tiny): rc=$?"
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^FAIL" "$out/fp8san.log" | head -12
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log" 2>&1
 for mode in "$@"; do
   case $mode in
@@ -109,12 +118,20 @@ for mode in "$@"; do
     fp8san) # the fp8 kernels under the three sanitizers: gpu_fp8_gemm_test's tiny cases (every scale
             # mode, output type, accumulation and schedule on three small shapes: the three-warpgroup
             # role for fp32 accumulation, cooperative (both tiles) and ping-pong for fast)
-      for tool in memcheck racecheck synccheck; do
-        FP8_TEST_TINY=1 timeout ${SAN_TIMEOUT:-300} stdbuf -oL -eL compute-sanitizer --tool $tool --error-exitcode 9 \
-          $b/tests/gpu_fp8_gemm_test >> "$out/fp8san.log" 2>&1
-        echo "sanitizer $tool (fp8 gemm, tiny): rc=$?"
+      fp8_sanitizers
+      ;;
+    narrow) # the narrow fp8 tile, owed its first GPU run: gpu_fp8_gemm_test quick with
+            # WEAVE_HGEMM_FP8_NARROW=0 (every fast cooperative case also forced to 128 x 192), =1 (the
+            # plan's choice) and WEAVE_HGEMM_CLUSTER=2 (sharing B), fp8san, then fast fp8 on the five
+            # shapes, 128 x 256 against the plan's narrow choice, unclustered and sharing B (fp8ab);
+            # NARROW_AB adds entries of carried builds, e.g. "n5=.variants/n5@WEAVE_HGEMM_FP8_NARROW=1"
+      for e in WEAVE_HGEMM_FP8_NARROW=0 WEAVE_HGEMM_FP8_NARROW=1 WEAVE_HGEMM_CLUSTER=2; do
+        env $e FP8_TEST_QUICK=1 timeout 300 $b/tests/gpu_fp8_gemm_test > "$out/narrow_test.log" 2>&1
+        echo "gpu_fp8_gemm_test quick, $e: rc=$?"; grep -E "^FAIL|PASSED|FAILED" "$out/narrow_test.log" | head -8
       done
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^FAIL" "$out/fp8san.log" | head -12
+      fp8_sanitizers
+      FP8_ACCUM=fast fp8_alternate "wide=$b@WEAVE_HGEMM_FP8_NARROW=0 narrow=$b@WEAVE_HGEMM_FP8_NARROW=1 \
+narrowB=$b@WEAVE_HGEMM_FP8_NARROW=1@WEAVE_HGEMM_CLUSTER=2 ${NARROW_AB:-}"
       ;;
     autotune) # AUTO plans: gpu_autotune_test in threads (worlds 1, 2, 4), then 4 processes under MPS
       XDG_CACHE_HOME=$(mktemp -d) timeout 300 $b/tests/gpu_autotune_test > "$out/autotune.log" 2>&1

@@ -54,8 +54,8 @@ static_assert(WEAVE_HGEMM_TMA_SMEM_ALLOC_BYTES <= 227 * 1024,
  * coords(seq ^ 1) have the same row0, and ceil(N/256) must be even. Every thread of both CTAs returns
  * only after a cluster barrier.
  * TBN: the tile's columns, 256, or 192 for fp8 with the tensor cores' accumulation (the narrow tile:
- * wgmma m64n192k32, 96 accumulators a thread, B [192 x 128] in the first 24 KiB of the stage's 32;
- * p.tmap_b's box is 192 rows and tmap_b_half's 96; no stream-K). Where N is not a multiple of 256 a
+ * wgmma m64n192k32, 96 accumulators a thread, B [192 x 128] after A in stages of 40 KiB, a ring of
+ * its own depth; p.tmap_b's box is 192 rows and tmap_b_half's 96; no stream-K). Where N is not a multiple of 256 a
  * 192-column tile can waste less of the last column, and where the tiles' rounds on the grid fall
  * short of whole ones the narrow tiles fill them better (weave_hgemm_fp8_tile_n, tile_scheduler.h).
  * ------------------------------------------------------------------------------------------- */
