@@ -758,14 +758,37 @@ static void test_gemm_plan(void) {
   expect_gemm_plan_tile(8192, 8192, 3584, WEAVE_BF16, 0, 132, NW, C, 3, 0, WEAVE_HGEMM_BN);     /* 16-bit */
 }
 
-int main(void) {
+/* The plan under WEAVE_HGEMM_FP8_NARROW=1 and WEAVE_HGEMM_CLUSTER=2 (test_plan --knobs: the knobs are
+ * read once a process): fast fp8 takes the narrow tile where weave_hgemm_fp8_tile_n finds it cheaper,
+ * in clusters sharing B where its tile rows pair up; a tie stays wide; 16-bit shares B as before. */
+static int test_gemm_plan_knobs(void) {
+  setenv("WEAVE_HGEMM_FP8_NARROW", "1", 1);
+  setenv("WEAVE_HGEMM_CLUSTER", "2", 1);
+  unsetenv("WEAVE_HGEMM_STREAMK");
+  unsetenv("WEAVE_HGEMM_PINGPONG");
+  const int C = WEAVE_HGEMM_SCHED_COOP, P = WEAVE_HGEMM_SCHED_PINGPONG, NW = WEAVE_HGEMM_BN_NARROW, W = WEAVE_HGEMM_BN;
+  const weave_dtype_t F8 = WEAVE_FP8_E4M3;
+  expect_gemm_plan_tile(8192, 8192, 3584, F8, 1, 132, 0, C, 2, 0, NW);        /* 21 x 192 < 16 x 256; 64 rows */
+  expect_gemm_plan_tile(16384, 8192, 3584, F8, 1, 132, 0, C, 2, 0, NW);       /* 42 x 192 < 32 x 256 */
+  expect_gemm_plan_tile(8064, 8192, 3584, F8, 1, 132, 0, C, 1, 0, NW);        /* 63 tile rows: unpaired */
+  expect_gemm_plan_tile(4096, 8192, 3584, F8, 1, 132, 0, C, 1, 0, W);         /* 11 x 192 > 8 x 256 */
+  expect_gemm_plan_tile(7936, 8448, 8192, F8, 1, 132, 0, C, 1, 1, W);         /* a tie with the stream-K plan */
+  expect_gemm_plan_tile(8192, 8192, 1024, F8, 1, 132, 0, P, 1, 0, W);         /* ping-pong keeps its tile */
+  expect_gemm_plan_tile(8192, 8192, 3584, F8, 1, 132, W, C, 1, 0, W);         /* the call's tile_n wins */
+  expect_gemm_plan_tile(8192, 8192, 3584, F8, 0, 132, 0, C, 1, 0, W);         /* promoted accumulation */
+  expect_gemm_plan_tile(8192, 8192, 3584, WEAVE_BF16, 0, 132, 0, C, 2, 0, W); /* 16-bit sharing B */
+  return check_summary("test_plan --knobs");
+}
+
+int main(int argc, char **argv) {
+  setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
+  if (argc > 1 && strcmp(argv[1], "--knobs") == 0) return test_gemm_plan_knobs();
   /* the plan's knobs at their defaults (read once, at the first plan) */
   unsetenv("WEAVE_HGEMM_CLUSTER");
   unsetenv("WEAVE_HGEMM_STREAMK");
   unsetenv("WEAVE_HGEMM_PINGPONG");
   unsetenv("WEAVE_HGEMM_PROMOTE_WGS");
   unsetenv("WEAVE_HGEMM_FP8_NARROW");
-  setenv("WEAVE_DEBUG", "NONE", 1); /* every failed check logs a WARN line otherwise */
   test_check_args();
   test_execute_args();
   test_split();
