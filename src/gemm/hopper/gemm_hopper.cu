@@ -361,20 +361,34 @@ extern "C" int weave_hgemm_shares_a(int tiles_n, int grid, int fp8) {
   return weave_hgemm_pairs_columns(weave_hgemm_knobs().cluster, tiles_n, grid, fp8);
 }
 
+/* The stream-K mode a call's request resolves to: WEAVE_HGEMM_SK_OFF or _ON as asked, else
+ * WEAVE_HGEMM_STREAMK's (0 off, 1 the cost model: WEAVE_HGEMM_SK_AUTO, 2 on). */
+static int weave_hgemm_sk_mode(int streamk) {
+  if (streamk == WEAVE_HGEMM_SK_OFF || streamk == WEAVE_HGEMM_SK_ON) return streamk;
+  const int knob = weave_hgemm_knobs().streamk;
+  return knob == 0 ? WEAVE_HGEMM_SK_OFF : knob == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
+}
+
+/* Whether 2-CTA clusters pair tile rows, the two CTAs sharing B (WEAVE_HGEMM_CLUSTER=2): only where
+ * the tile rows pair up exactly and the grid holds a cluster. */
+static int weave_hgemm_pairs_rows(int knob, int tiles_m, int grid) {
+  return knob == 2 && grid >= 2 && tiles_m % 2 == 0;
+}
+
 /* What a call of tiles_m x tiles_n tiles, kt k-blocks, runs with on a device of `sms` SMs: grid
  * (before trimming to the tile count), schedule (ping-pong or cooperative), clusters (1 none, 2 tile
  * rows sharing B, 3 tile columns sharing A), and the stream-K schedule it uses given a large enough
  * workspace (no stream-K with clusters or ping-pong). streamk / schedule: the call's requests; AUTO
  * follows WEAVE_HGEMM_STREAMK (0 off, 1 cost model, 2 on) and WEAVE_HGEMM_PINGPONG (0 off, 1 auto, 2
  * on); a ping-pong schedule or a stream-K tail asked for (by the call or the knobs) is kept, without
- * clusters sharing A. The launcher, the workspace query and the bench all ask here. */
+ * clusters sharing A. share_b: fp8's role has clusters sharing B (its narrow tile; 16-bit always has).
+ * The launcher, the workspace query and the bench all ask here. */
 static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int num_blocks, int sms, int streamk,
-                                         int schedule, int fp8, int *grid_out, int *cluster_out, int *pp_out) {
+                                         int schedule, int fp8, int share_b, int *grid_out, int *cluster_out,
+                                         int *pp_out) {
   const weave_hgemm_knobs_t k = weave_hgemm_knobs();
   int grid = num_blocks <= 0 || num_blocks > sms ? sms : num_blocks;
-  int mode = streamk;
-  if (mode != WEAVE_HGEMM_SK_OFF && mode != WEAVE_HGEMM_SK_ON)
-    mode = k.streamk == 0 ? WEAVE_HGEMM_SK_OFF : k.streamk == 2 ? WEAVE_HGEMM_SK_ON : WEAVE_HGEMM_SK_AUTO;
+  int mode = weave_hgemm_sk_mode(streamk);
   const int pp_asked =
       schedule == WEAVE_HGEMM_SCHED_PINGPONG || (schedule != WEAVE_HGEMM_SCHED_COOP && k.pingpong == 2);
   const int pairs = !pp_asked && mode != WEAVE_HGEMM_SK_ON && weave_hgemm_pairs_columns(k.cluster, tiles_n, grid, 0);
@@ -382,12 +396,12 @@ static weave_hgemm_sk_t weave_hgemm_plan(int tiles_m, int tiles_n, int kt, int n
   if (fp8) {
     /* ping-pong first (at small K it beat the cooperative schedule by 8-17%; no fp8 kernel pairs it),
      * then clusters sharing A on the cooperative schedule (the three-warpgroup kernel pairs its own
-     * columns: weave_hgemm_role_cluster) */
+     * columns: weave_hgemm_role_cluster), or B where the role has them */
     pp = weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt, mode, fp8);
-    cluster = pairs && !pp ? 3 : 1;
+    cluster = pp ? 1 : pairs ? 3 : share_b && weave_hgemm_pairs_rows(k.cluster, tiles_m, grid) ? 2 : 1;
   } else {
     /* clusters sharing B only where the tile rows pair up */
-    cluster = pairs ? 3 : k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0 ? 2 : 1;
+    cluster = pairs ? 3 : weave_hgemm_pairs_rows(k.cluster, tiles_m, grid) ? 2 : 1;
     pp = cluster == 3 ? 0
                       : weave_hgemm_pick_pingpong(schedule, k.pingpong, tiles_m * tiles_n, grid, kt,
                                                   cluster == 1 ? mode : WEAVE_HGEMM_SK_OFF, fp8);
@@ -420,9 +434,9 @@ static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int s
   int pp = 0, tile_n = WEAVE_HGEMM_BN, grid = 0, cluster = 1;
   weave_hgemm_sk_t sk =
       weave_hgemm_plan(tiles_m, (a->N + WEAVE_HGEMM_BN - 1) / WEAVE_HGEMM_BN, kt, a->num_blocks, sms,
-                       promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, &grid, &cluster, &pp);
+                       promote ? WEAVE_HGEMM_SK_OFF : a->streamk, schedule, fp8, 0, &grid, &cluster, &pp);
   if (fp8 && !promote && !pp) {
-    const int sk_asked = a->streamk == WEAVE_HGEMM_SK_ON || (a->streamk == WEAVE_HGEMM_SK_AUTO && k.streamk == 2);
+    const int sk_asked = weave_hgemm_sk_mode(a->streamk) == WEAVE_HGEMM_SK_ON;
     const int narrow =
         a->tile_n
             ? a->tile_n == WEAVE_HGEMM_BN_NARROW
@@ -431,8 +445,7 @@ static weave_hgemm_sk_t weave_hgemm_plan_args(const weave_hgemm_args_t *a, int s
     if (narrow) {
       tile_n = WEAVE_HGEMM_BN_NARROW;
       sk = weave_hgemm_plan(tiles_m, (a->N + tile_n - 1) / tile_n, kt, a->num_blocks, sms, WEAVE_HGEMM_SK_OFF,
-                            WEAVE_HGEMM_SCHED_COOP, fp8, &grid, &cluster, &pp);
-      if (cluster == 1 && k.cluster == 2 && grid >= 2 && tiles_m % 2 == 0) cluster = 2;
+                            WEAVE_HGEMM_SCHED_COOP, fp8, 1, &grid, &cluster, &pp);
     }
   }
   if (grid_out) *grid_out = grid;
